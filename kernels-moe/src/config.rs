@@ -1,0 +1,78 @@
+//! The fused-MoE key and launch configuration.
+
+use tuned::{DType, Value};
+
+use crate::schema::{check_config, MOE};
+
+/// The static part of a fused-MoE problem, fixed by the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MoeKey {
+    pub dtype: DType,
+    pub experts: u32,
+    /// Intermediate size per expert (after tensor parallelism).
+    pub n: u32,
+    /// Hidden size.
+    pub k: u32,
+    pub topk: u32,
+}
+
+impl MoeKey {
+    pub fn from_values(values: &[Value]) -> Result<Self, String> {
+        let dtype = tuned::dtype_key(&MOE, values, "dtype")?;
+        let experts = tuned::int_key(&MOE, values, "experts", 1, 4096)? as u32;
+        let n = tuned::int_key(&MOE, values, "n", 1, i32::MAX as i64)? as u32;
+        let k = tuned::int_key(&MOE, values, "k", 1, i32::MAX as i64)? as u32;
+        let topk = tuned::int_key(&MOE, values, "topk", 1, experts as i64)? as u32;
+        Ok(MoeKey {
+            dtype,
+            experts,
+            n,
+            k,
+            topk,
+        })
+    }
+}
+
+/// A fused-MoE launch configuration (the parameters SGLang's tuned files carry).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MoeConfig {
+    pub block_m: u32,
+    pub block_n: u32,
+    pub block_k: u32,
+    pub group_m: u32,
+    pub warps: u32,
+    pub stages: u32,
+}
+
+impl MoeConfig {
+    pub fn from_values(values: &[Value]) -> Result<Self, String> {
+        check_config(values)?;
+        let v = |i: usize| values[i].as_int().unwrap_or(0) as u32;
+        Ok(MoeConfig {
+            block_m: v(0),
+            block_n: v(1),
+            block_k: v(2),
+            group_m: v(3),
+            warps: v(4),
+            stages: v(5),
+        })
+    }
+
+    pub fn values(&self) -> Vec<Value> {
+        [
+            self.block_m,
+            self.block_n,
+            self.block_k,
+            self.group_m,
+            self.warps,
+            self.stages,
+        ]
+        .into_iter()
+        .map(|x| Value::Int(x as i64))
+        .collect()
+    }
+
+    pub fn smem_bytes(&self, dtype: DType) -> usize {
+        (self.block_m + self.block_n) as usize * self.block_k as usize * dtype.size() * self.stages as usize
+    }
+}

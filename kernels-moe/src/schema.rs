@@ -1,0 +1,45 @@
+//! The fused-MoE table contract: key fields, parameters and their domains.
+//!
+//! Self-contained (it uses only `tuned`) because `build.rs` includes it too.
+
+use tuned::{int_param, Field, KernelSchema, Value};
+
+/// Fused MoE expert GEMM: key (dtype, experts, n = intermediate, k = hidden, topk),
+/// batch = tokens.
+pub static MOE: KernelSchema = KernelSchema {
+    kernel: "moe",
+    key: &[
+        Field::dtype("dtype"),
+        Field::int("experts"),
+        Field::int("n"),
+        Field::int("k"),
+        Field::int("topk"),
+    ],
+    params: &[
+        Field::int("block_m"),
+        Field::int("block_n"),
+        Field::int("block_k"),
+        Field::int("group_m"),
+        Field::int("warps"),
+        Field::int("stages"),
+    ],
+};
+
+pub const BLOCK_M: &[i64] = &[16, 32, 64, 128];
+pub const BLOCK_N: &[i64] = &[32, 64, 128, 256];
+pub const BLOCK_K: &[i64] = &[32, 64, 128, 256];
+pub const GROUP_M: &[i64] = &[1, 4, 8, 16, 32];
+pub const WARPS: &[i64] = &[4, 8];
+pub const STAGES: &[i64] = &[2, 3, 4, 5];
+
+/// Checks a config's values against the parameter domains.
+pub fn check_config(values: &[Value]) -> Result<(), String> {
+    let s = &MOE;
+    int_param(s, values, "block_m", BLOCK_M)?;
+    int_param(s, values, "block_n", BLOCK_N)?;
+    int_param(s, values, "block_k", BLOCK_K)?;
+    int_param(s, values, "group_m", GROUP_M)?;
+    int_param(s, values, "warps", WARPS)?;
+    int_param(s, values, "stages", STAGES)?;
+    Ok(())
+}

@@ -1,0 +1,60 @@
+//! The RMSNorm key and launch configuration (shared by the plain and fused kernels).
+
+use tuned::{DType, Value};
+
+use crate::schema::{check_config, RMSNORM};
+
+/// The static part of an RMSNorm problem: element type and hidden size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RmsNormKey {
+    pub dtype: DType,
+    pub cols: u32,
+}
+
+impl RmsNormKey {
+    pub fn from_values(values: &[Value]) -> Result<Self, String> {
+        let dtype = tuned::dtype_key(&RMSNORM, values, "dtype")?;
+        let cols = tuned::int_key(&RMSNORM, values, "cols", 1, i32::MAX as i64)? as u32;
+        Ok(RmsNormKey { dtype, cols })
+    }
+}
+
+/// An RMSNorm launch configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RmsNormConfig {
+    /// Threads per row.
+    pub threads: u32,
+    /// Elements per vector access.
+    pub vec: u32,
+    /// Rows per block.
+    pub rows: u32,
+}
+
+impl RmsNormConfig {
+    pub fn from_values(values: &[Value]) -> Result<Self, String> {
+        check_config(values)?;
+        let int = |i: usize| values[i].as_int().unwrap_or(0) as u32;
+        Ok(RmsNormConfig {
+            threads: int(0),
+            vec: int(1),
+            rows: int(2),
+        })
+    }
+
+    pub fn values(&self) -> Vec<Value> {
+        vec![
+            Value::Int(self.threads as i64),
+            Value::Int(self.vec as i64),
+            Value::Int(self.rows as i64),
+        ]
+    }
+
+    pub fn block_threads(&self) -> u32 {
+        self.threads * self.rows
+    }
+
+    /// Vectors each thread handles per row.
+    pub fn iters(&self, cols: u32) -> u32 {
+        cols.div_ceil(self.threads * self.vec)
+    }
+}

@@ -1,0 +1,12 @@
+// Bakes tuned/tables/softmax/<target>.json for the enabled targets.
+#[allow(dead_code)] // build.rs uses only the schema and check, not every constant
+#[path = "src/schema.rs"]
+mod schema;
+
+fn main() {
+    build_tools::Bake::new()
+        .kernel(&schema::SOFTMAX, schema::check_config)
+        .source("../kernels-core/cuda/prelude.cuh")
+        .source("cuda/softmax.cu")
+        .run();
+}

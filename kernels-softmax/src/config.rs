@@ -1,0 +1,92 @@
+//! The softmax key and launch configuration.
+
+use tuned::{DType, Value};
+
+use crate::schema::{check_config, SOFTMAX};
+
+/// The static part of a softmax problem: element type and row length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SoftmaxKey {
+    pub dtype: DType,
+    pub cols: u32,
+}
+
+/// How rows are mapped onto threads. See [`crate::schema::STRATEGIES`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Strategy {
+    Row,
+    Online,
+    Cluster,
+}
+
+impl Strategy {
+    pub const fn name(self) -> &'static str {
+        match self {
+            Strategy::Row => "row",
+            Strategy::Online => "online",
+            Strategy::Cluster => "cluster",
+        }
+    }
+}
+
+/// A softmax launch configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SoftmaxConfig {
+    pub strategy: Strategy,
+    /// Threads per row (per block for `online` and `cluster`).
+    pub threads: u32,
+    /// Elements per vector access.
+    pub vec: u32,
+    /// Rows per block (`row` only).
+    pub rows: u32,
+    /// Blocks per row (`cluster` only).
+    pub splits: u32,
+}
+
+impl SoftmaxConfig {
+    pub fn from_values(values: &[Value]) -> Result<Self, String> {
+        check_config(values)?;
+        let int = |i: usize| values[i].as_int().unwrap_or(0) as u32;
+        let strategy = match values[0].as_str() {
+            Some("online") => Strategy::Online,
+            Some("cluster") => Strategy::Cluster,
+            _ => Strategy::Row,
+        };
+        Ok(SoftmaxConfig {
+            strategy,
+            threads: int(1),
+            vec: int(2),
+            rows: int(3),
+            splits: int(4),
+        })
+    }
+
+    pub fn values(&self) -> Vec<Value> {
+        vec![
+            Value::str(self.strategy.name()),
+            Value::Int(self.threads as i64),
+            Value::Int(self.vec as i64),
+            Value::Int(self.rows as i64),
+            Value::Int(self.splits as i64),
+        ]
+    }
+
+    /// Threads per block.
+    pub fn block_threads(&self) -> u32 {
+        self.threads * self.rows
+    }
+
+    /// Vectors each thread handles per row (per split for `cluster`).
+    pub fn iters(&self, cols: u32) -> u32 {
+        let per_pass = self.threads * self.vec * self.splits;
+        cols.div_ceil(per_pass)
+    }
+}
+
+impl SoftmaxKey {
+    pub fn from_values(values: &[Value]) -> Result<Self, String> {
+        let dtype = tuned::dtype_key(&SOFTMAX, values, "dtype")?;
+        let cols = tuned::int_key(&SOFTMAX, values, "cols", 1, i32::MAX as i64)? as u32;
+        Ok(SoftmaxKey { dtype, cols })
+    }
+}

@@ -1,0 +1,56 @@
+//! The softmax table contract: key fields, parameters and their domains.
+//!
+//! Self-contained (it uses only `tuned`) because `build.rs` includes it too, to
+//! check committed configs against the search space before baking them.
+
+use tuned::{int_param, name_param, Field, KernelSchema, Value};
+
+/// Softmax over the last dimension: key (dtype, cols), batch = rows.
+pub static SOFTMAX: KernelSchema = KernelSchema {
+    kernel: "softmax",
+    key: &[Field::dtype("dtype"), Field::int("cols")],
+    params: &[
+        Field::name("strategy"),
+        Field::int("threads"),
+        Field::int("vec"),
+        Field::int("rows"),
+        Field::int("splits"),
+    ],
+};
+
+/// `row`: a group of `threads` threads per row, the row held in registers (a warp per
+/// row at threads = 32, a block per row at threads = 1024), `rows` rows per block.
+/// `online`: one block per row streams it twice (online max/sum, then write), for rows
+/// too long for registers. `cluster`: one row split over `splits` blocks of a Hopper
+/// thread-block cluster that exchange max and sum through distributed shared memory.
+pub const STRATEGIES: &[&str] = &["row", "online", "cluster"];
+pub const THREADS: &[i64] = &[32, 64, 128, 256, 512, 1024];
+/// Elements per vector access (at most 16 bytes, which `space` checks per dtype).
+pub const VECS: &[i64] = &[1, 2, 4, 8];
+pub const ROWS: &[i64] = &[1, 2, 4, 8, 16];
+pub const SPLITS: &[i64] = &[1, 2, 4, 8];
+/// Most vectors one thread holds in registers in the `row` and `cluster` strategies.
+pub const MAX_ITERS: i64 = 16;
+
+/// Checks a config's values against the parameter domains and the rules that tie
+/// parameters together (independent of the problem).
+pub fn check_config(values: &[Value]) -> Result<(), String> {
+    let s = &SOFTMAX;
+    let strategy = name_param(s, values, "strategy", STRATEGIES)?;
+    let threads = int_param(s, values, "threads", THREADS)?;
+    int_param(s, values, "vec", VECS)?;
+    let rows = int_param(s, values, "rows", ROWS)?;
+    let splits = int_param(s, values, "splits", SPLITS)?;
+    if threads * rows > 1024 {
+        return Err(format!(
+            "threads * rows = {} exceeds 1024 threads per block",
+            threads * rows
+        ));
+    }
+    match strategy {
+        "cluster" if splits < 2 => Err("strategy `cluster` needs splits >= 2".into()),
+        "cluster" | "online" if rows != 1 => Err(format!("strategy `{strategy}` takes rows = 1")),
+        "row" | "online" if splits != 1 => Err(format!("strategy `{strategy}` takes splits = 1")),
+        _ => Ok(()),
+    }
+}

@@ -1,0 +1,75 @@
+//! The softmax search space and the rules that prune it for one problem.
+
+use tuned::{Target, Vendor};
+
+use crate::config::{SoftmaxConfig, SoftmaxKey, Strategy};
+use crate::schema::{MAX_ITERS, ROWS, SPLITS, THREADS, VECS};
+
+/// Whether `config` can run rows of `key` on `target`: a vector is at most 16 bytes
+/// and divides the row; `row` and `cluster` must hold the row in registers
+/// (at most `MAX_ITERS` vectors per thread); clusters exist on Hopper only; a warp
+/// (64 lanes on AMD) is the smallest thread group.
+pub fn fits(target: Target, key: &SoftmaxKey, config: &SoftmaxConfig) -> bool {
+    let vec_bytes = config.vec as usize * key.dtype.size();
+    if vec_bytes > 16 || key.cols % config.vec != 0 {
+        return false;
+    }
+    if config.threads < target.warp_size() {
+        return false;
+    }
+    let iters = config.iters(key.cols) as i64;
+    match config.strategy {
+        // More threads than vectors in a row would idle whole warps.
+        Strategy::Row => iters <= MAX_ITERS && config.threads <= max_useful_threads(target, key, config.vec),
+        Strategy::Online => key.cols > config.threads * config.vec,
+        // Each block of the cluster gets at least one full pass of the row.
+        Strategy::Cluster => {
+            target.vendor() == Vendor::Nvidia
+                && target == Target::Sm90
+                && iters <= MAX_ITERS
+                && key.cols >= config.threads * config.vec * config.splits
+        }
+    }
+}
+
+fn max_useful_threads(target: Target, key: &SoftmaxKey, vec: u32) -> u32 {
+    (key.cols / vec).next_power_of_two().max(target.warp_size())
+}
+
+/// Every config of the space that fits `key` on `target`.
+pub fn search_space(target: Target, key: &SoftmaxKey) -> Vec<SoftmaxConfig> {
+    let mut out = Vec::new();
+    for &threads in THREADS {
+        for &vec in VECS {
+            for &rows in ROWS {
+                if threads * rows <= 1024 {
+                    out.push(SoftmaxConfig {
+                        strategy: Strategy::Row,
+                        threads: threads as u32,
+                        vec: vec as u32,
+                        rows: rows as u32,
+                        splits: 1,
+                    });
+                }
+            }
+            out.push(SoftmaxConfig {
+                strategy: Strategy::Online,
+                threads: threads as u32,
+                vec: vec as u32,
+                rows: 1,
+                splits: 1,
+            });
+            for &splits in SPLITS.iter().filter(|&&s| s >= 2) {
+                out.push(SoftmaxConfig {
+                    strategy: Strategy::Cluster,
+                    threads: threads as u32,
+                    vec: vec as u32,
+                    rows: 1,
+                    splits: splits as u32,
+                });
+            }
+        }
+    }
+    out.retain(|c| fits(target, key, c));
+    out
+}

@@ -1,0 +1,104 @@
+//! The model catalog: public model dimensions (`models.json`, kept in this crate)
+//! from which the kernel calls of a transformer layer are derived.
+
+use serde_json::Value as Json;
+
+const MODELS_JSON: &str = include_str!("../models.json");
+
+/// One model's dimensions.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Model {
+    pub name: String,
+    pub hidden: u32,
+    pub vocab: u32,
+    /// Tensor-parallel degrees the model is served at.
+    pub tp: Vec<u32>,
+    pub kind: ModelKind,
+}
+
+/// What the feed-forward part of a layer is.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ModelKind {
+    Dense {
+        intermediate: u32,
+        heads: u32,
+        kv_heads: u32,
+        head_dim: u32,
+    },
+    Moe {
+        moe_intermediate: u32,
+        experts: u32,
+        top_k: u32,
+    },
+}
+
+/// Every model of the catalog.
+pub fn models() -> Vec<Model> {
+    let json: Json = serde_json::from_str(MODELS_JSON).expect("models.json is valid JSON (checked by tests)");
+    let num = |m: &Json, f: &str| m[f].as_u64().unwrap_or(0) as u32;
+    let tp = |m: &Json| -> Vec<u32> {
+        m["tp"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|x| x.as_u64()).map(|x| x as u32).collect())
+            .unwrap_or_default()
+    };
+    let mut out = Vec::new();
+    for m in json["dense"].as_array().into_iter().flatten() {
+        out.push(Model {
+            name: m["name"].as_str().unwrap_or_default().to_string(),
+            hidden: num(m, "hidden"),
+            vocab: num(m, "vocab"),
+            tp: tp(m),
+            kind: ModelKind::Dense {
+                intermediate: num(m, "intermediate"),
+                heads: num(m, "heads"),
+                kv_heads: num(m, "kv_heads"),
+                head_dim: num(m, "head_dim"),
+            },
+        });
+    }
+    for m in json["moe"].as_array().into_iter().flatten() {
+        out.push(Model {
+            name: m["name"].as_str().unwrap_or_default().to_string(),
+            hidden: num(m, "hidden"),
+            vocab: num(m, "vocab"),
+            tp: tp(m),
+            kind: ModelKind::Moe {
+                moe_intermediate: num(m, "moe_intermediate"),
+                experts: num(m, "experts"),
+                top_k: num(m, "top_k"),
+            },
+        });
+    }
+    out
+}
+
+/// The model named `name` (case-insensitive).
+pub fn find(name: &str) -> Option<Model> {
+    models().into_iter().find(|m| m.name.eq_ignore_ascii_case(name))
+}
+
+/// RMSNorm epsilon the catalog's models use.
+pub fn rms_eps() -> f64 {
+    let json: Json = serde_json::from_str(MODELS_JSON).unwrap_or(Json::Null);
+    json["rms_eps"].as_f64().unwrap_or(1e-6)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn catalog_parses_every_model() {
+        let ms = models();
+        assert!(ms.len() >= 7);
+        for m in &ms {
+            assert!(m.hidden > 0 && m.vocab > 0 && !m.tp.is_empty(), "{m:?}");
+        }
+        assert!(find("llama-3.1-8b").is_some());
+        assert!(matches!(
+            find("DeepSeek-V3").unwrap().kind,
+            ModelKind::Moe { experts: 256, .. }
+        ));
+    }
+}

@@ -1,0 +1,327 @@
+//! `kernels`: resolve, plan and maintain tuned kernel configurations.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use kernels::{catalog, plan, tables};
+use tuned::{DType, StaticKey, Target};
+
+#[derive(Parser)]
+#[command(
+    name = "kernels",
+    version,
+    about = "GPU kernels with tuned launch configurations baked in"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Resolve one kernel's config exactly as the serving path does (no GPU needed).
+    Lookup {
+        /// softmax, rmsnorm, fused_add_rmsnorm, gemm or moe.
+        kernel: String,
+        #[arg(long)]
+        target: String,
+        #[arg(long)]
+        dtype: String,
+        /// Rows / tokens (the batch part of the problem).
+        #[arg(long)]
+        batch: String,
+        /// The other static-key fields, as NAME=VALUE (cols=4096; layout=nt n=6144 k=4096).
+        #[arg(value_name = "KEY=VALUE")]
+        key: Vec<String>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every kernel call of one transformer layer of a model, with its resolved config.
+    Plan {
+        /// A model of the catalog (see `kernels plan --list`).
+        #[arg(long, required_unless_present = "list")]
+        model: Option<String>,
+        /// Tokens in the batch.
+        #[arg(long, default_value = "1")]
+        batch: String,
+        #[arg(long, default_value = "sm90")]
+        target: String,
+        #[arg(long, default_value = "bf16")]
+        dtype: String,
+        /// Tensor-parallel degree (default: the model's first).
+        #[arg(long)]
+        tp: Option<String>,
+        /// List the catalog's models.
+        #[arg(long)]
+        list: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Inspect and check tuned tables.
+    Tables {
+        #[command(subcommand)]
+        command: TablesCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum TablesCommand {
+    /// What is baked into this binary: kernel, target, entries, fingerprint fresh or stale.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Validate table files on disk (default: the committed tables).
+    Validate { paths: Vec<PathBuf> },
+    /// The regression guard. With --offline (no GPU): every entry validates, lies in the
+    /// current search space, beats its analytic default, and the table's fingerprint is
+    /// the current kernel source's.
+    Check {
+        #[arg(long)]
+        offline: bool,
+        paths: Vec<PathBuf>,
+    },
+}
+
+/// A bad argument: one line naming it, exit status 2.
+struct Usage(String);
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            // clap's message up to its usage block, on one line.
+            let msg = e.to_string();
+            let head = msg.split("\n\n").next().unwrap_or("bad arguments");
+            let line: Vec<&str> = head.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+            eprintln!("kernels: {}", line.join(" ").trim_start_matches("error: "));
+            return ExitCode::from(2);
+        }
+    };
+    match run(cli) {
+        Ok(code) => code,
+        Err(Usage(msg)) => {
+            eprintln!("kernels: {msg}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn arg<T: std::str::FromStr>(name: &str, raw: &str) -> Result<T, Usage>
+where
+    T::Err: std::fmt::Display,
+{
+    raw.parse::<T>().map_err(|e| Usage(format!("--{name}: {e}")))
+}
+
+fn batch_arg(raw: &str) -> Result<u64, Usage> {
+    match raw.parse::<u64>() {
+        Ok(b) if b > 0 => Ok(b),
+        _ => Err(Usage(format!("--batch: must be a positive integer, got `{raw}`"))),
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode, Usage> {
+    match cli.command {
+        Command::Lookup {
+            kernel,
+            target,
+            dtype,
+            batch,
+            key,
+            json,
+        } => {
+            let k = kernels::kernel(&kernel).ok_or_else(|| {
+                let names: Vec<_> = kernels::registry().iter().map(|k| k.schema().kernel).collect();
+                Usage(format!(
+                    "KERNEL: unknown kernel `{kernel}` (known: {})",
+                    names.join(", ")
+                ))
+            })?;
+            let target: Target = arg("target", &target)?;
+            let dtype: DType = arg("dtype", &dtype)?;
+            let batch = batch_arg(&batch)?;
+            let mut pairs = vec![("dtype", dtype.name())];
+            for kv in &key {
+                let (n, v) = kv
+                    .split_once('=')
+                    .ok_or_else(|| Usage(format!("KEY=VALUE: `{kv}` is not NAME=VALUE")))?;
+                if n == "dtype" {
+                    return Err(Usage("KEY=VALUE: give the dtype with --dtype".into()));
+                }
+                pairs.push((n, v));
+            }
+            let static_key =
+                StaticKey::from_pairs(k.schema(), pairs).map_err(|e| Usage(format!("KEY=VALUE: {e}")))?;
+            let r = k
+                .resolve(target, &static_key, batch)
+                .map_err(|e| Usage(format!("KEY=VALUE: {e}")))?;
+            if json {
+                println!("{}", r.to_json());
+            } else {
+                let cfg: Vec<String> = r.config.iter().map(|(n, v)| format!("{n}={v}")).collect();
+                println!(
+                    "{} {} [{}] batch {}: {} ({})",
+                    r.kernel,
+                    r.target,
+                    r.static_key,
+                    r.batch,
+                    cfg.join(" "),
+                    r.source
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Plan {
+            model,
+            batch,
+            target,
+            dtype,
+            tp,
+            list,
+            json,
+        } => {
+            if list {
+                for m in catalog::models() {
+                    println!(
+                        "{} (hidden {}, vocab {}, tp {:?})",
+                        m.name, m.hidden, m.vocab, m.tp
+                    );
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            let name = model.unwrap_or_default();
+            let m = catalog::find(&name).ok_or_else(|| {
+                let names: Vec<_> = catalog::models().into_iter().map(|m| m.name).collect();
+                Usage(format!(
+                    "--model: unknown model `{name}` (known: {})",
+                    names.join(", ")
+                ))
+            })?;
+            let target: Target = arg("target", &target)?;
+            let dtype: DType = arg("dtype", &dtype)?;
+            let batch = batch_arg(&batch)?;
+            let tp = match tp {
+                Some(t) => arg::<u32>("tp", &t)?,
+                None => m.tp.first().copied().unwrap_or(1),
+            };
+            let calls = plan::plan(&m, target, dtype, batch, tp).map_err(|e| Usage(e.0))?;
+            if json {
+                let arr: Vec<_> = calls
+                    .iter()
+                    .map(|c| {
+                        let mut o = c.resolution.to_json();
+                        o["step"] = c.step.into();
+                        o
+                    })
+                    .collect();
+                println!(
+                    "{}",
+                    serde_json::json!({"model": m.name, "tp": tp, "batch": batch, "target": target.name(), "calls": arr})
+                );
+            } else {
+                println!(
+                    "{} on {target}, {dtype}, tp {tp}, {batch} tokens: one layer's kernel calls",
+                    m.name
+                );
+                println!(
+                    "{:<17} {:<18} {:<44} {:<14} config",
+                    "step", "kernel", "static key", "source"
+                );
+                for c in &calls {
+                    let r = &c.resolution;
+                    let cfg: Vec<String> = r.config.iter().map(|(n, v)| format!("{n}={v}")).collect();
+                    println!(
+                        "{:<17} {:<18} {:<44} {:<14} {}",
+                        c.step,
+                        r.kernel,
+                        r.static_key.as_str(),
+                        r.source.name(),
+                        cfg.join(" ")
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Tables { command } => tables_command(command),
+    }
+}
+
+fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {
+    match cmd {
+        TablesCommand::List { json } => {
+            let baked = tables::baked();
+            if json {
+                let arr: Vec<_> = baked
+                    .iter()
+                    .map(|b| serde_json::json!({"kernel": b.kernel, "target": b.target.name(), "entries": b.entries, "device": b.device, "tuned_at": b.tuned_at, "fingerprint": b.fingerprint, "stale": b.stale}))
+                    .collect();
+                println!("{}", serde_json::Value::from(arr));
+            } else if baked.is_empty() {
+                println!("no tables are baked into this binary (every lookup uses the analytic default)");
+            } else {
+                println!(
+                    "{:<18} {:<7} {:>7}  {:<14} {:<11} fingerprint",
+                    "kernel", "target", "entries", "device", "tuned"
+                );
+                for b in &baked {
+                    let fresh = if b.stale { "stale" } else { "fresh" };
+                    println!(
+                        "{:<18} {:<7} {:>7}  {:<14} {:<11} {} ({fresh})",
+                        b.kernel, b.target, b.entries, b.device, b.tuned_at, b.fingerprint
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        TablesCommand::Validate { paths } => check(paths, false),
+        TablesCommand::Check { offline, paths } => {
+            if !offline {
+                return Err(Usage(
+                    "check: the on-GPU check is not built yet; run `kernels tables check --offline`".into(),
+                ));
+            }
+            check(paths, true)
+        }
+    }
+}
+
+fn check(paths: Vec<PathBuf>, offline_check: bool) -> Result<ExitCode, Usage> {
+    let paths = if paths.is_empty() {
+        vec![tables::default_dir()]
+    } else {
+        paths
+    };
+    let files = match tables::collect(&paths) {
+        Ok(f) => f,
+        Err(f) => {
+            eprintln!("{f}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let mut bad = 0;
+    for f in &files {
+        let findings = tables::check_file(f, offline_check);
+        if findings.is_empty() {
+            println!("ok   {}", f.display());
+        } else {
+            bad += 1;
+            for x in findings {
+                println!("FAIL {x}");
+            }
+        }
+    }
+    println!("{} table file(s), {} with problems", files.len(), bad);
+    Ok(if bad == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

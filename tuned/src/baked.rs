@@ -1,0 +1,143 @@
+//! Baked tables: what `build-tools` emits into each kernel crate, and the serving
+//! lookup over them (a perfect-hash probe, then a binary search over batches).
+
+use crate::{Target, Value};
+
+/// One entry of a baked table.
+#[derive(Debug)]
+pub struct BakedEntry {
+    pub batch: u64,
+    /// Values in the table's `params` order.
+    pub config: &'static [Value],
+    pub us: f64,
+    pub default_us: f64,
+}
+
+/// A kernel's table for one target, baked at build time.
+#[derive(Debug)]
+pub struct BakedTable {
+    pub kernel: &'static str,
+    pub target: Target,
+    pub device: &'static str,
+    pub compiler: &'static str,
+    /// Fingerprint of the kernel source the entries were tuned against.
+    pub source_fingerprint: &'static str,
+    /// Fingerprint of the kernel source this binary was built from.
+    pub built_fingerprint: &'static str,
+    pub tuned_at: &'static str,
+    pub params: &'static [&'static str],
+    /// Canonical static key -> entries sorted by batch, batches unique.
+    pub entries: phf::Map<&'static str, &'static [BakedEntry]>,
+    /// Number of entries over all keys.
+    pub len: usize,
+}
+
+/// How a table lookup matched.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum TableHit {
+    /// The table has an entry for exactly this batch.
+    Exact,
+    /// The nearest batch in log2 space; `distance` is |log2(batch) - log2(table_batch)|.
+    Nearest { table_batch: u64, distance: f64 },
+}
+
+impl BakedTable {
+    /// The table was tuned against a different kernel source than this binary has.
+    pub fn is_stale(&self) -> bool {
+        self.source_fingerprint != self.built_fingerprint
+    }
+
+    /// The serving lookup: the entry for `key`, at the batch nearest `batch` in log2
+    /// space (ties go to the larger batch). `None` when the key is not in the table
+    /// or `batch` is 0.
+    pub fn lookup(&self, key: &str, batch: u64) -> Option<(&'static BakedEntry, TableHit)> {
+        let entries: &'static [BakedEntry] = self.entries.get(key)?;
+        nearest(entries, batch)
+    }
+}
+
+/// The nearest-batch rule over entries sorted by batch.
+pub fn nearest(entries: &[BakedEntry], batch: u64) -> Option<(&BakedEntry, TableHit)> {
+    if batch == 0 || entries.is_empty() {
+        return None;
+    }
+    let i = entries.partition_point(|e| e.batch < batch);
+    if let Some(e) = entries.get(i) {
+        if e.batch == batch {
+            return Some((e, TableHit::Exact));
+        }
+    }
+    let pick = match (i.checked_sub(1).map(|j| &entries[j]), entries.get(i)) {
+        (Some(lo), Some(hi)) => {
+            // log2(hi/batch) <= log2(batch/lo)  <=>  hi*lo <= batch^2, exact in integers.
+            if (hi.batch as u128) * (lo.batch as u128) <= (batch as u128) * (batch as u128) {
+                hi
+            } else {
+                lo
+            }
+        }
+        (Some(lo), None) => lo,
+        (None, Some(hi)) => hi,
+        (None, None) => return None,
+    };
+    let distance = ((batch as f64).log2() - (pick.batch as f64).log2()).abs();
+    Some((
+        pick,
+        TableHit::Nearest {
+            table_batch: pick.batch,
+            distance,
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn e(batch: u64) -> BakedEntry {
+        BakedEntry {
+            batch,
+            config: &[],
+            us: 1.0,
+            default_us: 1.0,
+        }
+    }
+
+    #[test]
+    fn exact_nearest_tie_and_edges() {
+        let t = [e(4), e(16), e(64)];
+        assert_eq!(nearest(&t, 16).unwrap().1, TableHit::Exact);
+        // from below the first entry and above the last
+        let (x, h) = nearest(&t, 1).unwrap();
+        assert_eq!(
+            (x.batch, h),
+            (
+                4,
+                TableHit::Nearest {
+                    table_batch: 4,
+                    distance: 2.0
+                }
+            )
+        );
+        let (x, _) = nearest(&t, 10_000).unwrap();
+        assert_eq!(x.batch, 64);
+        // 7 is nearer 4 (log2 0.81) than 16 (log2 1.19)
+        assert_eq!(nearest(&t, 7).unwrap().0.batch, 4);
+        // 9 is nearer 16 (0.83) than 4 (1.17)
+        assert_eq!(nearest(&t, 9).unwrap().0.batch, 16);
+        // 8 is exactly between 4 and 16 in log2: the tie goes to the larger batch
+        let (x, h) = nearest(&t, 8).unwrap();
+        assert_eq!(
+            (x.batch, h),
+            (
+                16,
+                TableHit::Nearest {
+                    table_batch: 16,
+                    distance: 1.0
+                }
+            )
+        );
+        assert!(nearest(&t, 0).is_none());
+        assert!(nearest(&[], 5).is_none());
+    }
+}

@@ -1,0 +1,189 @@
+//! What a kernel family declares about its tables: key fields and config parameters.
+
+use crate::{DType, Value};
+
+/// The type of a key field or config parameter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FieldKind {
+    /// A non-negative integer.
+    Int,
+    /// A short lowercase name (`[a-z0-9_]+`).
+    Name,
+    /// A dtype name (`f32`, `f16`, `bf16`).
+    DType,
+}
+
+/// A named, typed field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Field {
+    pub name: &'static str,
+    pub kind: FieldKind,
+}
+
+impl Field {
+    pub const fn int(name: &'static str) -> Field {
+        Field {
+            name,
+            kind: FieldKind::Int,
+        }
+    }
+    pub const fn name(name: &'static str) -> Field {
+        Field {
+            name,
+            kind: FieldKind::Name,
+        }
+    }
+    pub const fn dtype(name: &'static str) -> Field {
+        Field {
+            name,
+            kind: FieldKind::DType,
+        }
+    }
+
+    /// Checks one value against this field's kind; the error names the field and the value.
+    pub fn check(&self, value: &Value) -> Result<(), String> {
+        match (self.kind, value) {
+            (FieldKind::Int, Value::Int(v)) if *v >= 0 => Ok(()),
+            (FieldKind::Int, Value::Int(v)) => Err(format!("`{}` must be >= 0, got {v}", self.name)),
+            (FieldKind::Name, Value::Str(s)) if is_name(s) => Ok(()),
+            (FieldKind::DType, Value::Str(s)) if s.parse::<DType>().is_ok() && is_name(s) => Ok(()),
+            (FieldKind::Int, v) => Err(format!("`{}` must be an integer, got `{v}`", self.name)),
+            (FieldKind::Name, v) => Err(format!(
+                "`{}` must be a lowercase name ([a-z0-9_]+), got `{v}`",
+                self.name
+            )),
+            (FieldKind::DType, v) => Err(format!(
+                "`{}` must be a dtype (f32, f16, bf16), got `{v}`",
+                self.name
+            )),
+        }
+    }
+}
+
+fn is_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// The table contract of one kernel: its name, its static-key fields (in canonical
+/// order) and its config parameters (in the order tables list them).
+#[derive(Debug)]
+pub struct KernelSchema {
+    pub kernel: &'static str,
+    pub key: &'static [Field],
+    pub params: &'static [Field],
+}
+
+impl KernelSchema {
+    pub fn key_names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.key.iter().map(|f| f.name)
+    }
+
+    pub fn param_names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.params.iter().map(|f| f.name)
+    }
+
+    /// Checks a config (values in `params` order) field by field.
+    pub fn check_params(&self, values: &[Value]) -> Result<(), String> {
+        if values.len() != self.params.len() {
+            return Err(format!(
+                "config has {} values, kernel `{}` declares {} parameters",
+                values.len(),
+                self.kernel,
+                self.params.len()
+            ));
+        }
+        self.params.iter().zip(values).try_for_each(|(f, v)| f.check(v))
+    }
+}
+
+/// The integer parameter `name` of a config (values in `schema.params` order),
+/// checked to be one of `allowed`.
+pub fn int_param(
+    schema: &KernelSchema,
+    values: &[Value],
+    name: &str,
+    allowed: &[i64],
+) -> Result<i64, String> {
+    let v = param(schema, values, name)?;
+    let i = v
+        .as_int()
+        .ok_or_else(|| format!("`{name}` must be an integer, got `{v}`"))?;
+    if allowed.contains(&i) {
+        Ok(i)
+    } else {
+        Err(format!("`{name}` = {i} is not one of {allowed:?}"))
+    }
+}
+
+/// The name parameter `name` of a config, checked to be one of `allowed`.
+pub fn name_param<'a>(
+    schema: &KernelSchema,
+    values: &'a [Value],
+    name: &str,
+    allowed: &[&'static str],
+) -> Result<&'static str, String> {
+    let v = param(schema, values, name)?;
+    let s = v
+        .as_str()
+        .ok_or_else(|| format!("`{name}` must be a name, got `{v}`"))?;
+    allowed
+        .iter()
+        .find(|a| **a == s)
+        .copied()
+        .ok_or_else(|| format!("`{name}` = `{s}` is not one of {allowed:?}"))
+}
+
+fn param<'a>(schema: &KernelSchema, values: &'a [Value], name: &str) -> Result<&'a Value, String> {
+    if values.len() != schema.params.len() {
+        return Err(format!(
+            "config has {} values, kernel `{}` declares {}",
+            values.len(),
+            schema.kernel,
+            schema.params.len()
+        ));
+    }
+    let i = schema
+        .params
+        .iter()
+        .position(|f| f.name == name)
+        .ok_or_else(|| format!("kernel `{}` has no parameter `{name}`", schema.kernel))?;
+    Ok(&values[i])
+}
+
+/// The integer key field `name` (values in `schema.key` order), checked to lie in `lo..=hi`.
+pub fn int_key(schema: &KernelSchema, values: &[Value], name: &str, lo: i64, hi: i64) -> Result<i64, String> {
+    let i = schema
+        .key
+        .iter()
+        .position(|f| f.name == name)
+        .ok_or_else(|| format!("kernel `{}` has no key field `{name}`", schema.kernel))?;
+    let v = values
+        .get(i)
+        .ok_or_else(|| format!("missing key field `{name}`"))?;
+    let n = v
+        .as_int()
+        .ok_or_else(|| format!("key field `{name}` must be an integer, got `{v}`"))?;
+    if (lo..=hi).contains(&n) {
+        Ok(n)
+    } else {
+        Err(format!("key field `{name}` = {n} is out of range {lo}..={hi}"))
+    }
+}
+
+/// The dtype key field `name`.
+pub fn dtype_key(schema: &KernelSchema, values: &[Value], name: &str) -> Result<DType, String> {
+    let i = schema
+        .key
+        .iter()
+        .position(|f| f.name == name)
+        .ok_or_else(|| format!("kernel `{}` has no key field `{name}`", schema.kernel))?;
+    let v = values
+        .get(i)
+        .ok_or_else(|| format!("missing key field `{name}`"))?;
+    v.as_str()
+        .ok_or_else(|| format!("key field `{name}` must be a dtype, got `{v}`"))?
+        .parse::<DType>()
+        .map_err(|e| format!("key field `{name}`: {e}"))
+}
