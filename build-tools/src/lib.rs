@@ -228,6 +228,8 @@ impl Bake {
                 "/// The baked `{name}` table for `target`, if that target was enabled and has one."
             )
             .ok();
+            // With no table baked the match has only its fallback arm.
+            writeln!(code, "#[allow(clippy::match_single_binding)]").ok();
             writeln!(
                 code,
                 "pub fn {name}_table(target: ::tuned::Target) -> ::core::option::Option<&'static ::tuned::BakedTable> {{"

@@ -12,7 +12,7 @@ use crate::schema::MAX_ITERS;
 /// The default config for `rows` rows of `key` on `target` (plain and fused alike).
 pub fn analytic_default(target: Target, key: &RmsNormKey, _rows: u64) -> RmsNormConfig {
     let mut vec = (16 / key.dtype.size()) as u32;
-    while vec > 1 && key.cols % vec != 0 {
+    while vec > 1 && !key.cols.is_multiple_of(vec) {
         vec /= 2;
     }
     let warp = target.warp_size();

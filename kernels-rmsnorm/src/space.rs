@@ -12,7 +12,7 @@ use crate::schema::{ROWS, THREADS, VECS};
 pub fn fits(target: Target, key: &RmsNormKey, config: &RmsNormConfig) -> bool {
     let vec_bytes = config.vec as usize * key.dtype.size();
     vec_bytes <= 16
-        && key.cols % config.vec == 0
+        && key.cols.is_multiple_of(config.vec)
         && config.threads >= target.warp_size()
         && config.threads
             <= (key.cols / config.vec)

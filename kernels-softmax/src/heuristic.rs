@@ -67,7 +67,7 @@ pub fn analytic_default(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxC
 /// The widest vector (at most 16 bytes) that divides the row.
 pub fn widest_vec(key: &SoftmaxKey) -> u32 {
     let mut vec = (16 / key.dtype.size()) as u32;
-    while vec > 1 && key.cols % vec != 0 {
+    while vec > 1 && !key.cols.is_multiple_of(vec) {
         vec /= 2;
     }
     vec

@@ -11,7 +11,7 @@ use crate::schema::{MAX_ITERS, ROWS, SPLITS, THREADS, VECS};
 /// (64 lanes on AMD) is the smallest thread group.
 pub fn fits(target: Target, key: &SoftmaxKey, config: &SoftmaxConfig) -> bool {
     let vec_bytes = config.vec as usize * key.dtype.size();
-    if vec_bytes > 16 || key.cols % config.vec != 0 {
+    if vec_bytes > 16 || !key.cols.is_multiple_of(config.vec) {
         return false;
     }
     if config.threads < target.warp_size() {

@@ -36,7 +36,7 @@ pub fn plan(
         return Err(PlanError("--batch must be at least 1".into()));
     }
     let div = |what: &str, x: u32| -> Result<u32, PlanError> {
-        if tp == 0 || x % tp != 0 {
+        if tp == 0 || !x.is_multiple_of(tp) {
             Err(PlanError(format!(
                 "--tp {tp} does not divide {what} = {x} of {}",
                 model.name

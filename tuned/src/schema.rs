@@ -118,9 +118,9 @@ pub fn int_param(
 }
 
 /// The name parameter `name` of a config, checked to be one of `allowed`.
-pub fn name_param<'a>(
+pub fn name_param(
     schema: &KernelSchema,
-    values: &'a [Value],
+    values: &[Value],
     name: &str,
     allowed: &[&'static str],
 ) -> Result<&'static str, String> {

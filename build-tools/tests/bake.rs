@@ -1,0 +1,109 @@
+//! Baking: validation failures name file and entry, staleness, reproducible output,
+//! target selection.
+
+use std::path::{Path, PathBuf};
+
+use build_tools::{Bake, BakeError};
+use tuned::{int_param, Field, KernelSchema, Target, Value};
+
+static NORM: KernelSchema = KernelSchema {
+    kernel: "rmsnorm",
+    key: &[Field::dtype("dtype"), Field::int("cols")],
+    params: &[Field::int("threads"), Field::int("vec"), Field::int("rows")],
+};
+
+fn check(values: &[Value]) -> Result<(), String> {
+    int_param(&NORM, values, "threads", &[32, 64, 128, 256, 512, 1024]).map(|_| ())
+}
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures")
+}
+
+fn bake() -> Bake {
+    Bake::new().kernel(&NORM, check)
+}
+
+#[test]
+fn bad_field_fails_naming_file_and_entry() {
+    let dir = fixtures().join("bad");
+    let err = bake()
+        .generate(&dir, &[Target::Sm90], &[], false)
+        .err()
+        .expect("bad table must fail");
+    let msg = err.to_string();
+    assert!(msg.contains("bad/rmsnorm/sm90.json"), "{msg}");
+    assert!(msg.contains("entry 1"), "{msg}");
+    assert!(msg.contains("unknown parameter `thread`"), "{msg}");
+}
+
+#[test]
+fn config_outside_the_space_fails() {
+    let dir = std::env::temp_dir().join(format!("bake-space-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("rmsnorm")).unwrap();
+    let text = std::fs::read_to_string(fixtures().join("tables/rmsnorm/sm90.json"))
+        .unwrap()
+        .replacen("\"threads\": 128", "\"threads\": 96", 1);
+    std::fs::write(dir.join("rmsnorm/sm90.json"), text).unwrap();
+    let msg = bake()
+        .generate(&dir, &[Target::Sm90], &[], false)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        msg.contains("config outside the search space") && msg.contains("`threads` = 96"),
+        "{msg}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn stale_fingerprint_warns_or_fails_when_strict() {
+    let dir = fixtures().join("tables");
+    // Fingerprint a real file so the fixture's (empty-source) fingerprint no longer matches.
+    let src = vec![fixtures().join("tables/rmsnorm/sm90.json")];
+    let baked = bake().generate(&dir, &[Target::Sm90], &src, false).unwrap();
+    assert_eq!(baked.warnings.len(), 1);
+    assert!(baked.warnings[0].contains("stale table"), "{}", baked.warnings[0]);
+    let err = bake().generate(&dir, &[Target::Sm90], &src, true).err().unwrap();
+    assert!(matches!(err, BakeError::Stale { .. }), "{err}");
+    // Fresh when the fingerprint matches (no sources).
+    assert!(bake()
+        .generate(&dir, &[Target::Sm90], &[], true)
+        .unwrap()
+        .warnings
+        .is_empty());
+}
+
+#[test]
+fn output_is_reproducible_and_only_for_enabled_targets() {
+    let dir = fixtures().join("tables");
+    let a = bake()
+        .generate(&dir, &[Target::Sm90, Target::Gfx942], &[], false)
+        .unwrap()
+        .code;
+    let b = bake()
+        .generate(&dir, &[Target::Sm90, Target::Gfx942], &[], false)
+        .unwrap()
+        .code;
+    assert_eq!(a, b);
+    assert!(a.contains("pub static RMSNORM_SM90"));
+    assert!(a.contains("pub static RMSNORM_GFX942"));
+    assert!(!a.contains("RMSNORM_SM80"), "sm80 was not enabled");
+    let only80 = bake().generate(&dir, &[Target::Sm80], &[], false).unwrap().code;
+    assert!(only80.contains("RMSNORM_SM80") && !only80.contains("RMSNORM_SM90"));
+}
+
+#[test]
+fn missing_source_file_is_an_error() {
+    let err = bake()
+        .generate(
+            &fixtures().join("tables"),
+            &[Target::Sm90],
+            &[PathBuf::from("/nonexistent/k.cu")],
+            false,
+        )
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("/nonexistent/k.cu"), "{err}");
+}

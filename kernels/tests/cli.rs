@@ -1,0 +1,310 @@
+//! The `kernels` command line end to end: exit codes, one-line errors, JSON shape.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn kernels(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kernels"))
+        .args(args)
+        .output()
+        .expect("run kernels")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn fixtures() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures")
+}
+
+#[test]
+fn lookup_json_has_the_documented_shape() {
+    let o = kernels(&[
+        "lookup",
+        "rmsnorm",
+        "--target",
+        "sm90",
+        "--dtype",
+        "bf16",
+        "--batch",
+        "7",
+        "cols=4096",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).expect("one JSON object");
+    assert_eq!(v["kernel"], "rmsnorm");
+    assert_eq!(v["target"], "sm90");
+    assert_eq!(v["static_key"], "dtype=bf16,cols=4096");
+    assert_eq!(v["batch"], 7);
+    let source = v["source"].as_str().unwrap();
+    assert!(
+        ["table-exact", "table-nearest", "default"].contains(&source),
+        "{source}"
+    );
+    let config = v["config"].as_object().unwrap();
+    for p in ["threads", "vec", "rows"] {
+        assert!(config[p].is_u64(), "config.{p} in {v}");
+    }
+}
+
+#[test]
+fn lookup_resolves_every_kernel() {
+    for args in [
+        vec!["softmax", "cols=128256"],
+        vec!["fused_add_rmsnorm", "cols=8192"],
+        vec!["gemm", "layout=nt", "n=6144", "k=4096"],
+        vec!["moe", "experts=128", "n=768", "k=2048", "topk=8"],
+    ] {
+        let mut a = vec![
+            "lookup", args[0], "--target", "sm_90a", "--dtype", "bfloat16", "--batch", "64", "--json",
+        ];
+        a.extend(&args[1..]);
+        let o = kernels(&a);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+        assert_eq!(v["kernel"], args[0]);
+        assert!(!v["config"].as_object().unwrap().is_empty());
+    }
+}
+
+#[test]
+fn bad_arguments_exit_2_with_one_line_naming_the_argument() {
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &[
+                "lookup",
+                "rmsnorm",
+                "--target",
+                "sm75",
+                "--dtype",
+                "bf16",
+                "--batch",
+                "7",
+                "cols=4096",
+            ],
+            "--target",
+        ),
+        (
+            &[
+                "lookup",
+                "rmsnorm",
+                "--target",
+                "sm90",
+                "--dtype",
+                "int8",
+                "--batch",
+                "7",
+                "cols=4096",
+            ],
+            "--dtype",
+        ),
+        (
+            &[
+                "lookup",
+                "rmsnorm",
+                "--target",
+                "sm90",
+                "--dtype",
+                "bf16",
+                "--batch",
+                "0",
+                "cols=4096",
+            ],
+            "--batch",
+        ),
+        (
+            &[
+                "lookup",
+                "rmsnorm",
+                "--target",
+                "sm90",
+                "--dtype",
+                "bf16",
+                "--batch",
+                "x",
+                "cols=4096",
+            ],
+            "--batch",
+        ),
+        (
+            &[
+                "lookup",
+                "rmsnorm",
+                "--target",
+                "sm90",
+                "--dtype",
+                "bf16",
+                "--batch",
+                "7",
+                "rows=4096",
+            ],
+            "rows",
+        ),
+        (
+            &[
+                "lookup", "rmsnorm", "--target", "sm90", "--dtype", "bf16", "--batch", "7", "cols=abc",
+            ],
+            "cols",
+        ),
+        (
+            &[
+                "lookup", "rmsnorm", "--target", "sm90", "--dtype", "bf16", "--batch", "7", "cols=0",
+            ],
+            "cols",
+        ),
+        (
+            &[
+                "lookup", "rmsnorm", "--target", "sm90", "--dtype", "bf16", "--batch", "7",
+            ],
+            "cols",
+        ),
+        (
+            &[
+                "lookup", "rmsnorm", "--target", "sm90", "--dtype", "bf16", "--batch", "7", "cols",
+            ],
+            "KEY=VALUE",
+        ),
+        (
+            &[
+                "lookup",
+                "attention",
+                "--target",
+                "sm90",
+                "--dtype",
+                "bf16",
+                "--batch",
+                "7",
+                "cols=1",
+            ],
+            "attention",
+        ),
+        (
+            &[
+                "lookup",
+                "rmsnorm",
+                "--dtype",
+                "bf16",
+                "--batch",
+                "7",
+                "cols=4096",
+            ],
+            "--target",
+        ),
+        (&["plan", "--model", "gpt-5"], "--model"),
+        (&["plan", "--model", "Qwen2.5-7B", "--tp", "3"], "--tp"),
+        (&["frobnicate"], "frobnicate"),
+    ];
+    for (args, names) in cases {
+        let o = kernels(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        let err = stderr(&o);
+        assert_eq!(
+            err.trim_end().lines().count(),
+            1,
+            "{args:?}: one line, got {err:?}"
+        );
+        assert!(err.contains(names), "{args:?}: `{names}` not named in {err:?}");
+        assert!(stdout(&o).is_empty(), "{args:?}: nothing on stdout");
+    }
+}
+
+#[test]
+fn plan_lists_a_layer_with_sources() {
+    let o = kernels(&["plan", "--model", "Llama-3.1-8B", "--batch", "16", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let calls = v["calls"].as_array().unwrap();
+    let steps: Vec<&str> = calls.iter().map(|c| c["step"].as_str().unwrap()).collect();
+    assert_eq!(
+        steps,
+        [
+            "input_norm",
+            "qkv_proj",
+            "o_proj",
+            "post_attn_norm",
+            "gate_up_proj",
+            "down_proj",
+            "final_norm",
+            "lm_head",
+            "sampling_softmax"
+        ]
+    );
+    assert!(calls.iter().all(|c| c["source"].is_string() && c["batch"] == 16));
+    let o = kernels(&["plan", "--model", "Mixtral-8x7B", "--tp", "2"]);
+    assert!(o.status.success());
+    assert!(
+        stdout(&o).contains("dtype=bf16,experts=8,n=7168,k=4096,topk=2"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn tables_validate_and_offline_check() {
+    let good = fixtures().join("tables");
+    let o = kernels(&["tables", "validate", good.to_str().unwrap()]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains("3 table file(s), 0 with problems"),
+        "{}",
+        stdout(&o)
+    );
+
+    let bad = fixtures().join("bad");
+    let o = kernels(&["tables", "validate", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stdout(&o).contains("entry 1: config: unknown parameter `thread`"),
+        "{}",
+        stdout(&o)
+    );
+
+    // The fixtures were "tuned" against no source at all: stale for the real kernel.
+    let o = kernels(&[
+        "tables",
+        "check",
+        "--offline",
+        good.join("rmsnorm/sm90.json").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("stale: tuned against kernel source fnv1a64:cbf29ce484222325"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn offline_check_fails_on_an_entry_slower_than_default() {
+    let dir = std::env::temp_dir().join(format!("kernels-cli-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("rmsnorm")).unwrap();
+    let text = std::fs::read_to_string(fixtures().join("tables/rmsnorm/sm90.json"))
+        .unwrap()
+        .replacen("\"us\": 2.0", "\"us\": 9.0", 1);
+    let file = dir.join("rmsnorm/sm90.json");
+    std::fs::write(&file, text).unwrap();
+    let o = kernels(&["tables", "check", "--offline", file.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stdout(&o).contains("is slower than the analytic default"),
+        "{}",
+        stdout(&o)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn tables_list_runs() {
+    let o = kernels(&["tables", "list", "--json"]);
+    assert!(o.status.success());
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    for t in v.as_array().unwrap() {
+        assert!(t["kernel"].is_string() && t["entries"].is_u64() && t["stale"].is_boolean());
+    }
+}

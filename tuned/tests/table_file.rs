@@ -1,0 +1,222 @@
+//! Table files: schema round trip, every validation error on a fixture, merging.
+
+use tuned::{Field, KernelSchema, TableFile, Target, Value};
+
+static NORM: KernelSchema = KernelSchema {
+    kernel: "rmsnorm",
+    key: &[Field::dtype("dtype"), Field::int("cols")],
+    params: &[Field::int("threads"), Field::int("vec"), Field::name("mode")],
+};
+
+const GOOD: &str = r#"{
+  "schema": 1,
+  "kernel": "rmsnorm",
+  "target": "sm90",
+  "device": "NVIDIA H200",
+  "compiler": "nvrtc 13.0",
+  "source_fingerprint": "fnv1a64:0000000000000001",
+  "tuned_at": "2026-11-30",
+  "key_fields": ["dtype", "cols"],
+  "params": ["threads", "vec", "mode"],
+  "entries": [
+    {"key": {"dtype": "bf16", "cols": 4096}, "batch": 64, "config": {"threads": 256, "vec": 8, "mode": "reg"}, "us": 3.5, "default_us": 4.0},
+    {"key": {"dtype": "bf16", "cols": 4096}, "batch": 1, "config": {"threads": 128, "vec": 8, "mode": "reg"}, "us": 2.25, "default_us": 2.5}
+  ]
+}"#;
+
+fn parse(text: &str) -> Result<TableFile, tuned::TableError> {
+    TableFile::parse(text, "rmsnorm/sm90.json", "rmsnorm", Target::Sm90, Some(&NORM))
+}
+
+/// Replaces the first occurrence of `from` in the good fixture.
+fn variant(from: &str, to: &str) -> String {
+    assert!(GOOD.contains(from), "fixture has no `{from}`");
+    GOOD.replacen(from, to, 1)
+}
+
+fn error_of(text: &str) -> String {
+    parse(text).expect_err("fixture should not validate").to_string()
+}
+
+#[test]
+fn round_trip_is_stable_and_sorted() {
+    let t = parse(GOOD).unwrap();
+    assert_eq!(t.entries.len(), 2);
+    // Sorted by (key, batch) whatever the file order.
+    assert_eq!(t.entries[0].batch, 1);
+    assert_eq!(
+        t.entries[1].config,
+        vec![Value::Int(256), Value::Int(8), Value::str("reg")]
+    );
+    let text = t.to_json_string();
+    let again = parse(&text).unwrap();
+    assert_eq!(again, t);
+    assert_eq!(again.to_json_string(), text, "writing is deterministic");
+}
+
+#[test]
+fn each_validation_error_names_file_entry_and_reason() {
+    let cases: Vec<(String, &str)> = vec![
+        ("{".into(), "rmsnorm/sm90.json: not valid JSON"),
+        (variant("\"schema\": 1", "\"schema\": 2"), "`schema` is 2"),
+        (variant("\"device\"", "\"devise\""), "unknown field `devise`"),
+        (
+            variant("  \"tuned_at\": \"2026-11-30\",\n", ""),
+            "missing field `tuned_at`",
+        ),
+        (
+            variant("\"kernel\": \"rmsnorm\"", "\"kernel\": \"softmax\""),
+            "`kernel` is `softmax` but the file's folder says `rmsnorm`",
+        ),
+        (
+            variant("\"target\": \"sm90\"", "\"target\": \"sm80\""),
+            "`target` is `sm80` but the file name says `sm90`",
+        ),
+        (
+            variant("\"compiler\": \"nvrtc 13.0\"", "\"compiler\": 13"),
+            "`compiler` must be a string, got a number",
+        ),
+        (
+            variant("[\"threads\", \"vec\", \"mode\"]", "[\"threads\", \"vec\"]"),
+            "`params` is [\"threads\", \"vec\"], kernel `rmsnorm` declares",
+        ),
+        (
+            variant("[\"dtype\", \"cols\"]", "[\"cols\", \"dtype\"]"),
+            "`key_fields` is [\"cols\", \"dtype\"]",
+        ),
+        (
+            variant("\"batch\": 64", "\"batch\": 0"),
+            "entry 0: `batch` must be a positive integer, got 0",
+        ),
+        (
+            variant("\"batch\": 64", "\"batch\": -3"),
+            "entry 0: `batch` must be a positive integer",
+        ),
+        (
+            variant("\"batch\": 64", "\"batch\": \"64\""),
+            "entry 0: `batch` must be a positive integer, got a string",
+        ),
+        (
+            variant("\"us\": 3.5", "\"us\": 0"),
+            "entry 0: `us` must be a positive number",
+        ),
+        (
+            variant("\"default_us\": 4.0", "\"default_us\": -1"),
+            "entry 0: `default_us` must be a positive number",
+        ),
+        (
+            variant("\"vec\": 8, \"mode\"", "\"vec\": 8, \"unroll\": 2, \"mode\""),
+            "entry 0: config: unknown parameter `unroll`",
+        ),
+        (
+            variant("\"threads\": 256, ", ""),
+            "entry 0: config: missing parameter `threads`",
+        ),
+        (
+            variant("\"threads\": 256", "\"threads\": \"many\""),
+            "entry 0: config: `threads` must be an integer, got `many`",
+        ),
+        (
+            variant("\"threads\": 256", "\"threads\": 2.5"),
+            "entry 0: config: `threads` must be an integer, got 2.5",
+        ),
+        (
+            variant("\"mode\": \"reg\"", "\"mode\": 3"),
+            "entry 0: config: `mode` must be a lowercase name",
+        ),
+        (
+            variant(
+                "\"cols\": 4096}, \"batch\": 64",
+                "\"cols\": 4096, \"rows\": 1}, \"batch\": 64",
+            ),
+            "entry 0: key: unknown field `rows`",
+        ),
+        (
+            variant(
+                "\"dtype\": \"bf16\", \"cols\": 4096}, \"batch\": 64",
+                "\"dtype\": \"int8\", \"cols\": 4096}, \"batch\": 64",
+            ),
+            "entry 0: key: `dtype` must be a dtype",
+        ),
+        (
+            variant(
+                "\"batch\": 64, \"config\": {\"threads\": 256",
+                "\"batch\": 1, \"config\": {\"threads\": 256",
+            ),
+            "entry 1: duplicate of entry 0: key `dtype=bf16,cols=4096` batch 1",
+        ),
+        (
+            variant(
+                "\"us\": 3.5, \"default_us\": 4.0",
+                "\"us\": 3.5, \"default_us\": 4.0, \"note\": 1",
+            ),
+            "entry 0: unknown field `note`",
+        ),
+    ];
+    for (text, want) in cases {
+        let got = error_of(&text);
+        assert!(got.contains(want), "want `{want}` in `{got}`");
+        assert!(
+            got.starts_with("rmsnorm/sm90.json"),
+            "error must name the file: {got}"
+        );
+    }
+}
+
+#[test]
+fn without_a_schema_the_file_checks_itself() {
+    let t = TableFile::parse(GOOD, "x/rmsnorm/sm90.json", "rmsnorm", Target::Sm90, None).unwrap();
+    assert_eq!(t.entries.len(), 2);
+    let bad = variant("\"vec\": 8, \"mode\"", "\"mode\"");
+    let e = TableFile::parse(&bad, "f", "rmsnorm", Target::Sm90, None).unwrap_err();
+    assert!(e.to_string().contains("missing parameter `vec`"), "{e}");
+}
+
+#[test]
+fn path_names_kernel_and_target() {
+    use std::path::Path;
+    assert_eq!(
+        tuned::origin_of_path(Path::new("t/softmax/sm90.json")).unwrap(),
+        ("softmax".into(), Target::Sm90)
+    );
+    assert!(tuned::origin_of_path(Path::new("t/softmax/sm_90.json"))
+        .unwrap_err()
+        .contains("should be `sm90.json`"));
+    assert!(tuned::origin_of_path(Path::new("t/softmax/h200.json"))
+        .unwrap_err()
+        .contains("unknown target `h200`"));
+    assert!(tuned::origin_of_path(Path::new("t/softmax/sm90.txt")).is_err());
+}
+
+#[test]
+fn merge_keeps_the_faster_entry_and_reports() {
+    let mut old = parse(GOOD).unwrap();
+    let newer_text = GOOD
+        .replace("\"us\": 3.5", "\"us\": 3.0") // batch 64 got faster
+        .replace("\"us\": 2.25", "\"us\": 2.4") // batch 1 got slower
+        .replace("2026-11-30", "2026-12-01");
+    let mut newer = parse(&newer_text).unwrap();
+    let mut extra = newer.entries[0].clone();
+    extra.batch = 4096;
+    newer.entries.push(extra);
+    let report = old.merge(newer);
+    assert_eq!(report.added.len(), 1);
+    assert_eq!(report.replaced.len(), 1);
+    assert_eq!(report.replaced[0].0 .1, 64);
+    assert_eq!(report.kept.len(), 1);
+    assert_eq!(old.entries.len(), 3);
+    let b1 = old.entries.iter().find(|e| e.batch == 1).unwrap();
+    assert_eq!(b1.us, 2.25, "the faster existing entry stays");
+    assert_eq!(old.header.tuned_at, "2026-12-01");
+}
+
+#[test]
+fn write_is_atomic_and_reads_back() {
+    let dir = std::env::temp_dir().join(format!("tuned-write-{}", std::process::id()));
+    let path = dir.join("rmsnorm").join("sm90.json");
+    let t = parse(GOOD).unwrap();
+    t.write(&path).unwrap();
+    let back = TableFile::read(&path, Some(&NORM)).unwrap();
+    assert_eq!(back, t);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
