@@ -1,0 +1,288 @@
+// Shared device prelude for every kernel family.
+//
+// The host prepends this text to a kernel's source before run-time compilation
+// (NVRTC on NVIDIA, hipRTC or clang -x hip on AMD); kernel sources never #include
+// it. It needs no header: NVRTC 13 does not find cuda_fp16.h / cuda_bf16.h on a
+// machine with only the driver, so the 16-bit types, their conversions, vector
+// loads and warp reductions are defined here.
+//
+// Contents (namespace kd):
+//   u16 u32 u64 i32 i64 ........ fixed-width integers (no <cstdint>)
+//   WARP ........................ threads per warp: 32 on NVIDIA, 64 on AMD CDNA
+//   bf16, f16 ................... 16-bit storage types; to_f32 / from_f32<T> convert
+//   Dtype<DTYPE>::T ............. 0 = float, 1 = f16, 2 = bf16 (the host's DTYPE define)
+//   Vec<T, N> ................... N elements in one aligned access (at most 16 bytes)
+//   load_vec / store_vec ........ one vector access; the address must be aligned to it
+//   unpack / pack ............... a vector to floats and back (round to nearest even)
+//   fast_exp2 .................. 2^x on the special-function unit
+//   warp_sum / warp_max ......... butterfly reductions over a warp
+//   group_sum / group_max ....... reductions over a group of whole warps (shared memory)
+#ifndef KD_PRELUDE_CUH
+#define KD_PRELUDE_CUH
+
+#if defined(__HIPCC__) || defined(__HIP_PLATFORM_AMD__) || defined(__HIP_DEVICE_COMPILE__)
+#define KD_AMD 1
+#endif
+
+namespace kd {
+
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef int i32;
+typedef long long i64;
+
+#if defined(KD_AMD)
+#if defined(__AMDGCN_WAVEFRONT_SIZE)
+constexpr int WARP = __AMDGCN_WAVEFRONT_SIZE;
+#else
+constexpr int WARP = 64;  // CDNA (gfx90a, gfx942, gfx950)
+#endif
+#else
+constexpr int WARP = 32;
+#endif
+
+// ---- bit casts and special values -------------------------------------------
+
+__device__ __forceinline__ u32 f32_bits(float f) {
+#if defined(KD_AMD)
+    return __builtin_bit_cast(u32, f);
+#else
+    return __float_as_uint(f);
+#endif
+}
+
+__device__ __forceinline__ float bits_f32(u32 u) {
+#if defined(KD_AMD)
+    return __builtin_bit_cast(float, u);
+#else
+    return __uint_as_float(u);
+#endif
+}
+
+__device__ __forceinline__ float neg_inf() { return bits_f32(0xff800000u); }
+
+// ---- 16-bit storage types -----------------------------------------------------
+
+struct bf16 {
+    u16 bits;
+};
+struct f16 {
+    u16 bits;
+};
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+
+__device__ __forceinline__ float to_f32(bf16 v) { return bits_f32(u32(v.bits) << 16); }
+
+__device__ __forceinline__ float to_f32(f16 v) {
+#if defined(KD_AMD)
+    return float(__builtin_bit_cast(_Float16, v.bits));
+#else
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits));
+    return f;
+#endif
+}
+
+template <typename T>
+__device__ __forceinline__ T from_f32(float v);
+
+template <>
+__device__ __forceinline__ float from_f32<float>(float v) {
+    return v;
+}
+
+// Round to nearest even; a NaN stays a (quiet) NaN with its sign.
+template <>
+__device__ __forceinline__ bf16 from_f32<bf16>(float v) {
+    u32 u = f32_bits(v);
+    bf16 r;
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        r.bits = u16((u >> 16) | 0x0040u);
+    } else {
+        r.bits = u16((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+    return r;
+}
+
+template <>
+__device__ __forceinline__ f16 from_f32<f16>(float v) {
+    f16 r;
+#if defined(KD_AMD)
+    r.bits = __builtin_bit_cast(u16, (_Float16)v);
+#else
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.bits) : "f"(v));
+#endif
+    return r;
+}
+
+// The element type of the host's DTYPE define: 0 = f32, 1 = f16, 2 = bf16.
+template <int D>
+struct Dtype;
+template <>
+struct Dtype<0> {
+    typedef float T;
+};
+template <>
+struct Dtype<1> {
+    typedef f16 T;
+};
+template <>
+struct Dtype<2> {
+    typedef bf16 T;
+};
+
+// ---- vectors ------------------------------------------------------------------
+
+// N elements moved by one load or store instruction (2, 4, 8 or 16 bytes). The
+// alignment makes the compiler emit a single wide access (LDG.128 for 16 bytes).
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Vec {
+    T v[N];
+};
+
+template <typename T, int N>
+__device__ __forceinline__ Vec<T, N> load_vec(const T* p) {
+    return *reinterpret_cast<const Vec<T, N>*>(p);
+}
+
+template <typename T, int N>
+__device__ __forceinline__ void store_vec(T* p, const Vec<T, N>& v) {
+    *reinterpret_cast<Vec<T, N>*>(p) = v;
+}
+
+// Two floats to two packed 16-bit values, `lo` in the low half; round to nearest
+// even. sm_80+ has one instruction for the pair.
+__device__ __forceinline__ u32 pack2(float lo, float hi, bf16*) {
+#if !defined(KD_AMD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    u32 d;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+#else
+    return u32(from_f32<bf16>(lo).bits) | (u32(from_f32<bf16>(hi).bits) << 16);
+#endif
+}
+
+__device__ __forceinline__ u32 pack2(float lo, float hi, f16*) {
+#if !defined(KD_AMD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    u32 d;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+#else
+    return u32(from_f32<f16>(lo).bits) | (u32(from_f32<f16>(hi).bits) << 16);
+#endif
+}
+
+// A vector's elements as floats.
+template <typename T, int N>
+__device__ __forceinline__ void unpack(const Vec<T, N>& v, float (&f)[N]) {
+#pragma unroll
+    for (int e = 0; e < N; ++e) f[e] = to_f32(v.v[e]);
+}
+
+// Floats rounded into a vector (pairs at a time for 16-bit types).
+template <typename T, int N>
+__device__ __forceinline__ Vec<T, N> pack(const float (&f)[N]) {
+    Vec<T, N> v;
+    if constexpr (sizeof(T) == 2 && N % 2 == 0) {
+#pragma unroll
+        for (int e = 0; e < N; e += 2) {
+            const u32 d = pack2(f[e], f[e + 1], (T*)nullptr);
+            v.v[e].bits = u16(d);
+            v.v[e + 1].bits = u16(d >> 16);
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < N; ++e) v.v[e] = from_f32<T>(f[e]);
+    }
+    return v;
+}
+
+// ---- math -----------------------------------------------------------------------
+
+// 2^x with the hardware approximation (about 2 ulp); exp2(-inf) = 0, exp2(NaN) = NaN.
+__device__ __forceinline__ float fast_exp2(float x) {
+#if defined(KD_AMD)
+    return __builtin_amdgcn_exp2f(x);
+#else
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#endif
+}
+
+constexpr float LOG2E = 1.4426950408889634f;
+constexpr float LN2 = 0.6931471805599453f;
+
+// ---- warp reductions ------------------------------------------------------------
+
+__device__ __forceinline__ float shfl_xor(float v, int mask) {
+#if defined(KD_AMD)
+    return __shfl_xor(v, mask);
+#else
+    return __shfl_xor_sync(0xffffffffu, v, mask);
+#endif
+}
+
+// Lane `src`'s value, broadcast to the warp.
+__device__ __forceinline__ float shfl(float v, int src) {
+#if defined(KD_AMD)
+    return __shfl(v, src);
+#else
+    return __shfl_sync(0xffffffffu, v, src);
+#endif
+}
+
+// Butterfly reductions over aligned groups of N lanes (N a power of two, at most
+// WARP): every lane of a group ends with the group's result. fmaxf drops a NaN
+// operand; kernels that must propagate NaN do so through their sums.
+template <int N = WARP>
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = N / 2; o > 0; o /= 2) v += shfl_xor(v, o);
+    return v;
+}
+
+template <int N = WARP>
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = N / 2; o > 0; o /= 2) v = fmaxf(v, shfl_xor(v, o));
+    return v;
+}
+
+__device__ __forceinline__ int lane_id() { return int(threadIdx.x) & (WARP - 1); }
+
+// Reduction over a group of GROUP consecutive threads (a multiple of WARP, at most
+// 1024). Each warp reduces by shuffles; with more than one warp, lane 0 of each
+// writes its partial to `slots` (this group's GROUP / WARP floats of shared
+// memory), and after a barrier every warp reads all partials, lane i reading slot
+// i % (GROUP / WARP): consecutive words, so no bank conflicts. Every thread of the
+// block must call it (it holds __syncthreads), and a second reduction in the same
+// kernel needs other slots, since a fast warp may write before a slow one reads.
+template <int GROUP, bool MAX>
+__device__ __forceinline__ float group_reduce(float v, float* slots) {
+    static_assert(GROUP % WARP == 0 && GROUP <= 1024, "a group is whole warps");
+    constexpr int WARPS = GROUP / WARP;
+    v = MAX ? warp_max(v) : warp_sum(v);
+    if (WARPS == 1) return v;
+    const int lane = lane_id();
+    if (lane == 0) slots[(int(threadIdx.x) % GROUP) / WARP] = v;
+    __syncthreads();
+    v = slots[lane % WARPS];
+    return MAX ? warp_max<WARPS>(v) : warp_sum<WARPS>(v);
+}
+
+template <int GROUP>
+__device__ __forceinline__ float group_sum(float v, float* slots) {
+    return group_reduce<GROUP, false>(v, slots);
+}
+
+template <int GROUP>
+__device__ __forceinline__ float group_max(float v, float* slots) {
+    return group_reduce<GROUP, true>(v, slots);
+}
+
+}  // namespace kd
+
+#endif  // KD_PRELUDE_CUH

@@ -1,0 +1,162 @@
+// RMSNorm and fused residual-add RMSNorm (in place) over [rows, COLS] tensors.
+//
+// Not self-contained on purpose: the host prepends kernels-core/cuda/prelude.cuh
+// to this text before compiling it (NVRTC / hipRTC), so there is no #include here.
+//
+// ABI (the Rust host follows exactly this; one module holds both entry points)
+//   extern "C" __global__ void rmsnorm_kernel(const T* x, long long x_stride,
+//       const T* w, T* y, long long y_stride, long long rows, float eps)
+//     y[r, :] = round(x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * w)
+//   extern "C" __global__ void fused_add_rmsnorm_kernel(T* x, long long x_stride,
+//       T* residual, long long r_stride, const T* w, long long rows, float eps)
+//     residual[r, :] = round(x[r, :] + residual[r, :])            (stored)
+//     x[r, :] = round(residual[r, :] * rsqrt(mean(residual^2) + eps) * w)
+//   That is SGLang's (flashinfer) and vLLM's fused_add_rmsnorm: the norm reads the
+//   residual as rounded to T; all arithmetic is fp32 and the output is rounded once
+//   (round = to T, nearest even). Strides are in elements; w has COLS elements. x, y,
+//   residual and w must not overlap (y = x is not allowed in rmsnorm_kernel).
+// Defines (the config; the host guarantees kernels-rmsnorm `space::fits`)
+//   DTYPE 0 = f32, 1 = f16, 2 = bf16      COLS  row length (hidden size, >= 1)
+//   THREADS threads per row, a multiple of the warp      ROWS rows per block
+//   VEC elements per vector access, VEC * sizeof(T) <= 16, COLS % VEC == 0; every
+//       pointer and stride aligned to VEC elements
+// Grid: ceil(rows / ROWS) blocks of THREADS * ROWS threads, no dynamic shared memory.
+//   Each thread handles ITERS = ceil(COLS / (THREADS * VEC)) vectors of its row. With
+//   ITERS <= 16 the row stays in registers between the reduction and the write (one
+//   pass over HBM); longer rows are read a second time, last part first so that the
+//   re-read starts with what is still in L2.
+// Special values: they propagate as in torch (an inf in a row makes its sum of squares
+// inf, so that row's outputs are 0 and NaN where x is inf).
+
+#if !defined(DTYPE) || !defined(COLS) || !defined(THREADS) || !defined(VEC) || !defined(ROWS)
+#error "rmsnorm.cu needs DTYPE, COLS, THREADS, VEC, ROWS"
+#endif
+
+typedef kd::Dtype<DTYPE>::T T;
+typedef kd::Vec<T, VEC> V;
+
+constexpr int NVEC = COLS / VEC;           // vectors per row
+constexpr int WARPS = THREADS / kd::WARP;  // warps per row group
+constexpr int MAX_ITERS = 16;              // schema::MAX_ITERS
+constexpr int ITERS = (NVEC + THREADS - 1) / THREADS;
+constexpr bool CACHED = ITERS <= MAX_ITERS;  // the row fits in registers
+// Streaming path (long rows): vectors per thread per step, about 64 bytes in flight.
+constexpr int UNROLL = CACHED ? ITERS : (64 / int(sizeof(V)) > 8 ? 8 : 64 / int(sizeof(V)));
+constexpr int STEP = THREADS * UNROLL;  // vectors per row group per step
+constexpr int STEPS = (NVEC + STEP - 1) / STEP;
+
+static_assert(COLS >= 1 && COLS % VEC == 0, "VEC must divide COLS");
+static_assert(sizeof(V) <= 16, "a vector is at most 16 bytes");
+static_assert(THREADS % kd::WARP == 0 && THREADS * ROWS <= 1024, "THREADS: whole warps");
+
+// x + residual, rounded to T: the value fused_add_rmsnorm stores and normalises.
+__device__ __forceinline__ V add_round(const V& a, const V& b) {
+    float fa[VEC], fb[VEC];
+    kd::unpack(a, fa);
+    kd::unpack(b, fb);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) fa[e] += fb[e];
+    return kd::pack<T, VEC>(fa);
+}
+
+__device__ __forceinline__ float sum_squares(const V& a) {
+    float f[VEC];
+    kd::unpack(a, f);
+    float s = 0.f;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) s = fmaf(f[e], f[e], s);
+    return s;
+}
+
+__device__ __forceinline__ V normalise(const V& a, const V& w, float r) {
+    float f[VEC], fw[VEC];
+    kd::unpack(a, f);
+    kd::unpack(w, fw);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) f[e] = f[e] * r * fw[e];
+    return kd::pack<T, VEC>(f);
+}
+
+// One row per THREADS threads. FUSED: `in` is x and `res` the residual (both updated);
+// plain: `in` is x, `res` unused, the result goes to `out`.
+template <bool FUSED>
+__device__ __forceinline__ void rmsnorm_rows(const T* in, long long in_stride, T* res,
+                                             long long res_stride, const T* __restrict__ w,
+                                             T* out, long long out_stride, long long rows,
+                                             float eps) {
+    __shared__ float red[ROWS * WARPS];
+    const int group = int(threadIdx.x) / THREADS;
+    const int tid = int(threadIdx.x) % THREADS;
+    const long long row = (long long)blockIdx.x * ROWS + group;
+    // Groups past the last row load and store nothing but still meet the barrier.
+    const bool active = row < rows;
+    const long long r = active ? row : 0;
+    const T* xr = in + r * in_stride;
+    T* rr = FUSED ? res + r * res_stride : nullptr;
+    T* yr = out + r * out_stride;
+
+    // Vector u of step s of this thread: s * STEP + u * THREADS + tid. Only the last
+    // step may be partial; `NVEC - s * STEP` cannot overflow where (s + 1) * STEP could.
+    auto index = [&](int s, int u) { return s * STEP + u * THREADS + tid; };
+    auto valid = [&](int s, int u) {
+        const int left = NVEC - s * STEP;
+        return active && ((u + 1) * THREADS <= left || u * THREADS + tid < left);
+    };
+
+    // Pass 1: read the row (fused: add the residual, store the rounded sum), sum x^2.
+    V buf[UNROLL];
+    float ss = 0.f;
+    for (int s = 0; s < STEPS; ++s) {
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u)
+            if (valid(s, u)) buf[u] = kd::load_vec<T, VEC>(xr + index(s, u) * VEC);
+        if (FUSED) {
+            V rb[UNROLL];
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u)
+                if (valid(s, u)) rb[u] = kd::load_vec<T, VEC>(rr + index(s, u) * VEC);
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) {
+                if (!valid(s, u)) continue;
+                buf[u] = add_round(buf[u], rb[u]);
+                kd::store_vec<T, VEC>(rr + index(s, u) * VEC, buf[u]);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u)
+            if (valid(s, u)) ss += sum_squares(buf[u]);
+    }
+    ss = kd::group_sum<THREADS>(ss, red + group * WARPS);
+    const float rstd = rsqrtf(ss * (1.f / float(COLS)) + eps);
+
+    // Pass 2, last step first. The cached path (one step) reuses `buf`; the streaming
+    // path re-reads what pass 1 read (fused: the residual this thread just stored).
+    const T* src = FUSED ? rr : xr;
+    for (int s = STEPS - 1; s >= 0; --s) {
+        if (!CACHED) {
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u)
+                if (valid(s, u)) buf[u] = kd::load_vec<T, VEC>(src + index(s, u) * VEC);
+        }
+        V wb[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u)
+            if (valid(s, u)) wb[u] = kd::load_vec<T, VEC>(w + index(s, u) * VEC);
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u)
+            if (valid(s, u)) kd::store_vec<T, VEC>(yr + index(s, u) * VEC, normalise(buf[u], wb[u], rstd));
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS * ROWS)
+    rmsnorm_kernel(const T* __restrict__ x, long long x_stride, const T* __restrict__ w,
+                   T* __restrict__ y, long long y_stride, long long rows, float eps) {
+    rmsnorm_rows<false>(x, x_stride, nullptr, 0, w, y, y_stride, rows, eps);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS * ROWS)
+    fused_add_rmsnorm_kernel(T* __restrict__ x, long long x_stride, T* __restrict__ residual,
+                             long long r_stride, const T* __restrict__ w, long long rows,
+                             float eps) {
+    rmsnorm_rows<true>(x, x_stride, residual, r_stride, w, x, x_stride, rows, eps);
+}

@@ -1,0 +1,320 @@
+// Softmax and log-softmax over the last dimension of a [rows, COLS] tensor.
+//
+// Not self-contained on purpose: the host prepends kernels-core/cuda/prelude.cuh
+// to this text before compiling it (NVRTC / hipRTC), so there is no #include here.
+//
+// ABI (the Rust host follows exactly this)
+//   extern "C" __global__ void softmax_kernel(const T* x, T* y, long long rows,
+//       long long x_stride, long long y_stride, float scale)
+//   y[r, :] = softmax(x[r, :] * scale), or log_softmax with LOG_SOFTMAX=1; inputs
+//   are converted to fp32 and all arithmetic is fp32. Strides are in elements. y may
+//   be x itself (in place, equal strides); other overlaps are not allowed.
+// Defines (the config; the host guarantees kernels-softmax `space::fits`)
+//   DTYPE 0 = f32, 1 = f16, 2 = bf16      COLS  row length (>= 1)
+//   THREADS threads per row (per block for online and cluster), a multiple of the warp
+//   VEC elements per vector access, VEC * sizeof(T) <= 16, COLS % VEC == 0; x, y
+//       and both strides aligned to VEC elements
+//   ROWS rows per block (row strategy; 1 otherwise)
+//   STRATEGY 0 = row, 1 = online, 2 = cluster (sm_90)   SPLITS blocks per row (cluster)
+//   LOG_SOFTMAX 0 or 1
+// Grid (1D, blocks of the given size, no dynamic shared memory)
+//   row:     ceil(rows / ROWS) blocks of THREADS * ROWS threads. THREADS threads own
+//            one row, held in registers: ceil(COLS / (THREADS * VEC)) <= 16 vectors
+//            per thread. One pass over HBM.
+//   online:  rows blocks of THREADS threads, any COLS. Pass 1 reads the row keeping a
+//            running (max, sum); pass 2 reads it again, back to front so its first
+//            reads hit what pass 1 left in L2, and writes.
+//   cluster: rows * SPLITS blocks of THREADS threads; __cluster_dims__(SPLITS, 1, 1) is
+//            compiled in, so a plain launch forms the clusters. Each block holds
+//            1/SPLITS of the row in registers (<= 16 vectors per thread); the blocks
+//            swap (max, sum) through distributed shared memory. One pass over HBM.
+//
+// Special values, as torch.softmax: -inf contributes 0; a row of only -inf gives NaN
+// everywhere; a NaN anywhere in a row makes the whole row NaN; so does +inf (its
+// exp(inf - inf) is NaN). The same holds for x * scale (scale = 0 with inf gives NaN).
+// The NaN travels through the sum: fmaxf ignores NaN, but 2^(NaN - max) is NaN.
+//
+// Numerics: t = x * scale * log2(e) (one fma), e = 2^(t - max) on the special-function
+// unit (ex2.approx, ~2 ulp); softmax = e * (1 / sum); log_softmax = (t - max) * ln 2 -
+// ln(sum).
+
+#if !defined(DTYPE) || !defined(COLS) || !defined(THREADS) || !defined(VEC) || \
+    !defined(ROWS) || !defined(STRATEGY) || !defined(SPLITS) || !defined(LOG_SOFTMAX)
+#error "softmax.cu needs DTYPE, COLS, THREADS, VEC, ROWS, STRATEGY, SPLITS, LOG_SOFTMAX"
+#endif
+
+typedef kd::Dtype<DTYPE>::T T;
+typedef kd::Vec<T, VEC> V;
+
+constexpr int NVEC = COLS / VEC;           // vectors per row
+constexpr int WARPS = THREADS / kd::WARP;  // warps per row group
+constexpr int MAX_ITERS = 16;              // schema::MAX_ITERS
+
+static_assert(COLS >= 1 && COLS % VEC == 0, "VEC must divide COLS");
+static_assert(sizeof(V) <= 16, "a vector is at most 16 bytes");
+static_assert(THREADS % kd::WARP == 0 && THREADS * ROWS <= 1024, "THREADS: whole warps");
+
+// Running softmax statistics in log2 units: the max m of t = x * scale * log2(e), and
+// s = sum of 2^(t - ref(m)). ref(-inf) is 0 so a part that has seen only -inf (or
+// NaN) keeps s = 0 (or NaN) instead of 2^(-inf + inf) = NaN.
+struct Stats {
+    float m, s;
+};
+
+__device__ __forceinline__ float ref(float m) { return m == kd::neg_inf() ? 0.f : m; }
+
+// Merges two parts. A part with m = -inf is scaled by 2^-inf = 0, keeping a NaN.
+__device__ __forceinline__ Stats merge(Stats a, Stats b) {
+    const float m = fmaxf(a.m, b.m);
+    const float r = ref(m);
+    return {m, a.s * kd::fast_exp2(a.m - r) + b.s * kd::fast_exp2(b.m - r)};
+}
+
+template <int N>
+__device__ __forceinline__ Stats warp_merge(Stats st) {
+#pragma unroll
+    for (int o = N / 2; o > 0; o /= 2) st = merge(st, {kd::shfl_xor(st.m, o), kd::shfl_xor(st.s, o)});
+    return st;
+}
+
+// Max and sum of one part of the row held in registers: `valid(i)` says whether
+// vector i is inside the row. The max is exact; the sum is relative to ref(max).
+template <int ITERS, typename Valid>
+__device__ __forceinline__ Stats part_stats(const V (&buf)[ITERS], float k, Valid valid) {
+    float m = kd::neg_inf();
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i) {
+        if (!valid(i)) continue;
+        float f[VEC];
+        kd::unpack(buf[i], f);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) m = fmaxf(m, f[e] * k);
+    }
+    return {m, 0.f};
+}
+
+template <int ITERS, typename Valid>
+__device__ __forceinline__ float part_sum(const V (&buf)[ITERS], float k, float r, Valid valid) {
+    float s[2] = {0.f, 0.f};  // two chains of adds
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i) {
+        if (!valid(i)) continue;
+        float f[VEC];
+        kd::unpack(buf[i], f);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) s[e & 1] += kd::fast_exp2(fmaf(f[e], k, -r));
+    }
+    return s[0] + s[1];
+}
+
+// The output vector for input vector `in`, given the row's max m and sum s.
+struct Finish {
+    float k, m, inv_s, log_s;
+    __device__ __forceinline__ Finish(float k_, Stats st) : k(k_), m(st.m) {
+        inv_s = 1.f / st.s;
+        log_s = logf(st.s);
+    }
+    __device__ __forceinline__ V operator()(const V& in) const {
+        float f[VEC];
+        kd::unpack(in, f);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+            const float t = fmaf(f[e], k, -m);
+            f[e] = LOG_SOFTMAX ? fmaf(t, kd::LN2, -log_s) : kd::fast_exp2(t) * inv_s;
+        }
+        return kd::pack<T, VEC>(f);
+    }
+};
+
+#if STRATEGY == 0
+// ---- row: THREADS threads per row, ROWS rows per block, row in registers ----------
+
+constexpr int ITERS = (NVEC + THREADS - 1) / THREADS;
+static_assert(ITERS <= MAX_ITERS, "row strategy holds at most 16 vectors per thread");
+
+extern "C" __global__ void __launch_bounds__(THREADS * ROWS)
+    softmax_kernel(const T* x, T* y, long long rows, long long x_stride, long long y_stride,
+                   float scale) {
+    // Two slot sets: the sum's partials must not overwrite the max's before all read.
+    __shared__ float red_max[ROWS * WARPS];
+    __shared__ float red_sum[ROWS * WARPS];
+    const int group = int(threadIdx.x) / THREADS;
+    const int tid = int(threadIdx.x) % THREADS;
+    const long long row = (long long)blockIdx.x * ROWS + group;
+    // Groups past the last row load and store nothing but still meet the barriers.
+    const bool active = row < rows;
+    const T* xr = x + (active ? row : 0) * x_stride;
+    const float k = scale * kd::LOG2E;
+    // Vector i of this thread is i * THREADS + tid; only the last may fall outside.
+    auto valid = [&](int i) { return active && ((i + 1) * THREADS <= NVEC || i * THREADS + tid < NVEC); };
+
+    V buf[ITERS];
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i)
+        if (valid(i)) buf[i] = kd::load_vec<T, VEC>(xr + (i * THREADS + tid) * VEC);
+
+    Stats st = part_stats(buf, k, valid);
+    st.m = kd::group_max<THREADS>(st.m, red_max + group * WARPS);
+    // The exact max: a row of only -inf gives 2^(-inf + inf) = NaN, as torch does.
+    st.s = part_sum(buf, k, st.m, valid);
+    st.s = kd::group_sum<THREADS>(st.s, red_sum + group * WARPS);
+
+    const Finish finish(k, st);
+    T* yr = y + (active ? row : 0) * y_stride;
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i)
+        if (valid(i)) kd::store_vec<T, VEC>(yr + (i * THREADS + tid) * VEC, finish(buf[i]));
+}
+
+#elif STRATEGY == 1
+// ---- online: a block per row, two streaming passes, any length -------------------
+
+// Vectors per thread per step: about 64 bytes in flight per thread.
+constexpr int UNROLL = 64 / int(sizeof(V)) < 2 ? 2 : (64 / int(sizeof(V)) > 8 ? 8 : 64 / int(sizeof(V)));
+constexpr int STEP = THREADS * UNROLL;  // vectors per block per step
+constexpr int STEPS = (NVEC + STEP - 1) / STEP;
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+    softmax_kernel(const T* x, T* y, long long rows, long long x_stride, long long y_stride,
+                   float scale) {
+    __shared__ float red_m[WARPS];
+    __shared__ float red_s[WARPS];
+    const int tid = int(threadIdx.x);
+    const long long row = blockIdx.x;
+    if (row >= rows) return;  // whole block: no barrier is skipped by part of it
+    const T* xr = x + row * x_stride;
+    T* yr = y + row * y_stride;
+    const float k = scale * kd::LOG2E;
+
+    // Pass 1: per step, the step's max first, then one rescale of the running sum.
+    Stats st = {kd::neg_inf(), 0.f};
+    for (int step = 0; step < STEPS; ++step) {
+        const int base = step * STEP + tid;
+        const int left = NVEC - step * STEP;  // cannot overflow where (step + 1) * STEP could
+        auto valid = [&](int u) { return (u + 1) * THREADS <= left || u * THREADS + tid < left; };
+        V buf[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u)
+            if (valid(u)) buf[u] = kd::load_vec<T, VEC>(xr + (base + u * THREADS) * VEC);
+        Stats part = part_stats(buf, k, valid);
+        part.s = part_sum(buf, k, ref(part.m), valid);
+        st = merge(st, part);
+    }
+
+    // Block merge: warps by shuffles, then the warps' parts through shared memory.
+    st = warp_merge<kd::WARP>(st);
+    if (WARPS > 1) {
+        if (kd::lane_id() == 0) {
+            red_m[tid / kd::WARP] = st.m;
+            red_s[tid / kd::WARP] = st.s;
+        }
+        __syncthreads();
+        const int l = kd::lane_id() % WARPS;
+        st = warp_merge<WARPS>({red_m[l], red_s[l]});
+    }
+
+    // Pass 2, last step first: the end of the row is the likeliest to be in L2.
+    const Finish finish(k, st);
+    for (int step = STEPS - 1; step >= 0; --step) {
+        const int base = step * STEP + tid;
+        const int left = NVEC - step * STEP;  // cannot overflow where (step + 1) * STEP could
+        auto valid = [&](int u) { return (u + 1) * THREADS <= left || u * THREADS + tid < left; };
+        V buf[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u)
+            if (valid(u)) buf[u] = kd::load_vec<T, VEC>(xr + (base + u * THREADS) * VEC);
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u)
+            if (valid(u)) kd::store_vec<T, VEC>(yr + (base + u * THREADS) * VEC, finish(buf[u]));
+    }
+}
+
+#elif STRATEGY == 2
+// ---- cluster: SPLITS blocks per row, each part in registers, stats over DSMEM -----
+
+#if defined(KD_AMD) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900)
+#error "the cluster strategy needs thread-block clusters (sm_90)"
+#endif
+static_assert(SPLITS >= 2 && SPLITS <= 8, "a portable cluster has 2..8 blocks");
+
+constexpr int ITERS = (NVEC + THREADS * SPLITS - 1) / (THREADS * SPLITS);
+static_assert(ITERS <= MAX_ITERS, "cluster strategy holds at most 16 vectors per thread");
+
+__device__ __forceinline__ unsigned cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+
+// Split cluster barrier. arrive.release publishes this thread's shared-memory writes;
+// wait.acquire returns once every thread of every block of the cluster has arrived.
+__device__ __forceinline__ void cluster_arrive() {
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// Reads a float at `p` (this block's shared memory) in block `rank` of the cluster.
+__device__ __forceinline__ float load_peer(const float* p, unsigned rank) {
+    unsigned local, remote;
+    asm("{ .reg .u64 g; cvta.to.shared.u64 g, %1; cvt.u32.u64 %0, g; }" : "=r"(local) : "l"(p));
+    asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+    return v;
+}
+
+extern "C" __global__ void __cluster_dims__(SPLITS, 1, 1) __launch_bounds__(THREADS)
+    softmax_kernel(const T* x, T* y, long long rows, long long x_stride, long long y_stride,
+                   float scale) {
+    __shared__ float red_max[WARPS];
+    __shared__ float red_sum[WARPS];
+    __shared__ float part[2];  // this block's (max, sum), read by the other blocks
+    const int tid = int(threadIdx.x);
+    const long long row = blockIdx.x / SPLITS;  // a cluster is SPLITS consecutive blocks
+    const int rank = int(cluster_rank());
+    const T* xr = x + row * x_stride;
+    const float k = scale * kd::LOG2E;
+    // Pass i of the cluster covers THREADS * SPLITS vectors; block `rank` takes slice
+    // `rank` of each, so every block reads contiguous THREADS * VEC elements at a time.
+    auto index = [&](int i) { return (i * SPLITS + rank) * THREADS + tid; };
+    auto valid = [&](int i) { return (i + 1) * SPLITS * THREADS <= NVEC || index(i) < NVEC; };
+
+    V buf[ITERS];
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i)
+        if (valid(i)) buf[i] = kd::load_vec<T, VEC>(xr + index(i) * VEC);
+
+    Stats st = part_stats(buf, k, valid);
+    st.m = kd::group_max<THREADS>(st.m, red_max);
+    st.s = part_sum(buf, k, ref(st.m), valid);
+    st.s = kd::group_sum<THREADS>(st.s, red_sum);
+    if (tid == 0) {
+        part[0] = st.m;
+        part[1] = st.s;
+    }
+    // Every block's `part` is written (and every block has started) after this.
+    cluster_arrive();
+    cluster_wait();
+    // Lane r of each warp reads block r's part; the warp merges and broadcasts.
+    const int lane = kd::lane_id();
+    Stats all = {kd::neg_inf(), 0.f};
+    if (lane < SPLITS) all = {load_peer(&part[0], lane), load_peer(&part[1], lane)};
+    all = warp_merge<SPLITS>(all);
+    all = {kd::shfl(all.m, 0), kd::shfl(all.s, 0)};
+    // Done reading the others' shared memory: they may exit once all have arrived.
+    cluster_arrive();
+
+    const Finish finish(k, all);
+    T* yr = y + row * y_stride;
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i)
+        if (valid(i)) kd::store_vec<T, VEC>(yr + index(i) * VEC, finish(buf[i]));
+    // Keep this block's `part` alive until every block has read it.
+    cluster_wait();
+}
+
+#else
+#error "STRATEGY must be 0 (row), 1 (online) or 2 (cluster)"
+#endif

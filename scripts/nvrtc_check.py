@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""Compile kernel variants with NVRTC, without a GPU.
+
+Each variant is a list of source files, concatenated in order (the prelude first, as
+the Rust host does; a #line directive keeps error positions per file), and a set of
+-D defines. A variant that fails to compile fails the run: the script names it,
+prints NVRTC's log and exits 1.
+
+NVRTC comes from the nvidia-cuda-nvrtc wheel (`pip install nvidia-cuda-nvrtc`:
+nvidia/cu13/lib/libnvrtc.so.13 in the 13.x wheels, nvidia/cuda_nvrtc/lib in the
+12.x ones), or from $NVRTC_LIB, or from the system's library path.
+
+Input: a JSON list on stdin or in a file, one object per variant:
+
+    {"name": "softmax bf16 4096 row",            # optional, defaults to the defines
+     "sources": ["kernels-core/cuda/prelude.cuh", "kernels-softmax/cuda/softmax.cu"],
+     "defines": {"DTYPE": 2, "COLS": 4096, "THREADS": 128, "VEC": 8, "ROWS": 1,
+                 "STRATEGY": 0, "SPLITS": 1, "LOG_SOFTMAX": 0},
+     "archs": ["sm_90a", "sm_80"],               # optional, else --arch
+     "kernels": ["softmax_kernel"]}              # optional: names that must exist
+
+Relative source paths are taken from the repository root (this script's parent's
+parent). `--smoke` checks a built-in sample of softmax and RMSNorm configs instead
+(awkward lengths, every strategy, dtype and vector width); it mirrors the crates'
+pruning rules loosely and is no substitute for the list the Rust side derives.
+
+Examples:
+    python3 scripts/nvrtc_check.py --smoke
+    python3 scripts/nvrtc_check.py variants.json --arch sm_90a --arch sm_80 -v
+    kernels precompile --list | python3 scripts/nvrtc_check.py -
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import ctypes.util
+import glob
+import importlib.util
+import json
+import os
+import re
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PRELUDE = "kernels-core/cuda/prelude.cuh"
+SOFTMAX = "kernels-softmax/cuda/softmax.cu"
+RMSNORM = "kernels-rmsnorm/cuda/rmsnorm.cu"
+
+# The options the Rust host passes besides -arch and the defines.
+BASE_OPTIONS = ["-std=c++17"]
+
+
+def find_nvrtc() -> str:
+    """Path of libnvrtc: $NVRTC_LIB, then the pip wheels, then the system."""
+    env = os.environ.get("NVRTC_LIB")
+    if env:
+        return env
+    candidates = []
+    spec = importlib.util.find_spec("nvidia")
+    for base in list(spec.submodule_search_locations) if spec else []:
+        for sub in ("cu13/lib", "cuda_nvrtc/lib", "cu12/lib"):
+            candidates += sorted(glob.glob(os.path.join(base, sub, "libnvrtc.so*")))
+    candidates += sorted(glob.glob("/usr/local/cuda*/lib64/libnvrtc.so*"))
+    # The unversioned or major-versioned name, not libnvrtc-builtins.
+    for c in candidates:
+        if re.search(r"libnvrtc\.so(\.\d+)?$", c):
+            return c
+    found = ctypes.util.find_library("nvrtc")
+    if found:
+        return found
+    sys.exit("nvrtc_check: no libnvrtc found; `pip install nvidia-cuda-nvrtc` or set NVRTC_LIB")
+
+
+class Nvrtc:
+    def __init__(self, path: str):
+        self.path = path
+        self.lib = ctypes.CDLL(path)
+        self.lib.nvrtcGetErrorString.restype = ctypes.c_char_p
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        self._check(self.lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor)), "version")
+        self.version = f"{major.value}.{minor.value}"
+
+    def _check(self, rc: int, what: str):
+        if rc != 0:
+            raise RuntimeError(f"nvrtc {what}: {self.lib.nvrtcGetErrorString(rc).decode()}")
+
+    def compile(self, source: str, name: str, options: list[str]) -> tuple[bool, str, int]:
+        """Returns (ok, log, cubin bytes)."""
+        prog = ctypes.c_void_p()
+        self._check(
+            self.lib.nvrtcCreateProgram(
+                ctypes.byref(prog), source.encode(), name.encode(), 0, None, None
+            ),
+            "create",
+        )
+        try:
+            opts = (ctypes.c_char_p * len(options))(*[o.encode() for o in options])
+            rc = self.lib.nvrtcCompileProgram(prog, len(options), opts)
+            size = ctypes.c_size_t()
+            self._check(self.lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size)), "log size")
+            buf = ctypes.create_string_buffer(size.value)
+            self._check(self.lib.nvrtcGetProgramLog(prog, buf), "log")
+            log = buf.value.decode(errors="replace")
+            if rc != 0:
+                return False, log or self.lib.nvrtcGetErrorString(rc).decode(), 0
+            cubin = ctypes.c_size_t()
+            self._check(self.lib.nvrtcGetCUBINSize(prog, ctypes.byref(cubin)), "cubin size")
+            return True, log, cubin.value
+        finally:
+            self.lib.nvrtcDestroyProgram(ctypes.byref(prog))
+
+
+def read_source(paths: list[str]) -> str:
+    parts = []
+    for p in paths:
+        full = p if os.path.isabs(p) else os.path.join(ROOT, p)
+        with open(full, encoding="utf-8") as f:
+            parts.append(f'#line 1 "{p}"\n' + f.read())
+    return "\n".join(parts)
+
+
+def variant_name(v: dict) -> str:
+    if v.get("name"):
+        return v["name"]
+    src = os.path.basename(v["sources"][-1])
+    return src + " " + " ".join(f"{k}={val}" for k, val in v.get("defines", {}).items())
+
+
+# ---- the built-in smoke sample ---------------------------------------------------
+
+DTYPE_SIZE = {0: 4, 1: 2, 2: 2}
+
+
+def smoke_variants() -> list[dict]:
+    out = []
+    sm_defs = lambda **d: {"sources": [PRELUDE, SOFTMAX], "defines": d}  # noqa: E731
+    rn_defs = lambda **d: {"sources": [PRELUDE, RMSNORM], "defines": d}  # noqa: E731
+    for dtype in (0, 1, 2):
+        size = DTYPE_SIZE[dtype]
+        for cols in (1, 7, 97, 4096, 5120, 128256, 262144):
+            for vec in (1, 2, 4, 8):
+                if vec * size > 16 or cols % vec:
+                    continue
+                nvec = cols // vec
+                for threads in (32, 128, 1024):
+                    iters = -(-nvec // threads)
+                    useful = max(1 << max(nvec - 1, 0).bit_length(), 32)
+                    rows = max(1, min(16, 128 // threads))
+                    if iters <= 16 and threads <= useful:
+                        for log in (0, 1):
+                            out.append(sm_defs(DTYPE=dtype, COLS=cols, THREADS=threads, VEC=vec,
+                                               ROWS=rows, STRATEGY=0, SPLITS=1, LOG_SOFTMAX=log))
+                    if cols > threads * vec:
+                        out.append(sm_defs(DTYPE=dtype, COLS=cols, THREADS=threads, VEC=vec,
+                                           ROWS=1, STRATEGY=1, SPLITS=1, LOG_SOFTMAX=0))
+                    for splits in (2, 8):
+                        it = -(-nvec // (threads * splits))
+                        if it <= 16 and cols >= threads * vec * splits:
+                            v = sm_defs(DTYPE=dtype, COLS=cols, THREADS=threads, VEC=vec,
+                                        ROWS=1, STRATEGY=2, SPLITS=splits, LOG_SOFTMAX=1)
+                            v["archs"] = ["sm_90a"]
+                            out.append(v)
+                    if threads <= useful:
+                        out.append(rn_defs(DTYPE=dtype, COLS=cols, THREADS=threads, VEC=vec,
+                                           ROWS=rows))
+    for v in out:
+        v["kernels"] = (["softmax_kernel"] if v["sources"][-1] == SOFTMAX
+                        else ["rmsnorm_kernel", "fused_add_rmsnorm_kernel"])
+    return out
+
+
+# ---- main ------------------------------------------------------------------------
+
+PTXAS_INFO = re.compile(r"Used (\d+) registers.*?(\d+) bytes stack frame, (\d+) bytes spill stores")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("variants", nargs="?", help="JSON file with the variants ('-' or none: stdin)")
+    ap.add_argument("--smoke", action="store_true", help="check the built-in sample instead")
+    ap.add_argument("--arch", action="append", help="target(s) for variants naming none "
+                    "(default: sm_90a and sm_80)")
+    ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("-v", "--verbose", action="store_true",
+                    help="print registers, stack and spills per variant (ptxas -v)")
+    args = ap.parse_args()
+
+    if args.smoke:
+        variants = smoke_variants()
+    elif args.variants in (None, "-"):
+        variants = json.load(sys.stdin)
+    else:
+        with open(args.variants, encoding="utf-8") as f:
+            variants = json.load(f)
+    default_archs = args.arch or ["sm_90a", "sm_80"]
+
+    nvrtc = Nvrtc(find_nvrtc())
+    print(f"nvrtc {nvrtc.version} ({nvrtc.path}); {len(variants)} variants", flush=True)
+
+    jobs = []
+    for v in variants:
+        src = read_source(v["sources"])
+        for arch in v.get("archs", default_archs):
+            opts = [f"-arch={arch}", *BASE_OPTIONS]
+            opts += [f"-D{k}={val}" for k, val in v.get("defines", {}).items()]
+            opts += v.get("options", [])
+            if args.verbose:
+                opts.append("-Xptxas=-v")
+            jobs.append((v, arch, src, opts))
+
+    def run(job):
+        v, arch, src, opts = job
+        ok, log, size = nvrtc.compile(src, os.path.basename(v["sources"][-1]), opts)
+        if ok:
+            missing = [k for k in v.get("kernels", []) if k not in src]
+            if missing:
+                ok, log = False, f"entry points not in the source: {missing}\n" + log
+        return v, arch, ok, log, size
+
+    failures = 0
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        for v, arch, ok, log, size in pool.map(run, jobs):
+            name = f"{variant_name(v)} [{arch}]"
+            if not ok:
+                failures += 1
+                print(f"FAIL {name}\n{log.rstrip()}\n", flush=True)
+            elif args.verbose:
+                info = "; ".join(
+                    f"{r} regs, {st} B stack, {sp} B spill" for r, st, sp in PTXAS_INFO.findall(log)
+                )
+                print(f"ok   {name}: {info}", flush=True)
+    print(f"{len(jobs) - failures}/{len(jobs)} compiled", flush=True)
+    if failures:
+        print(f"nvrtc_check: {failures} variant(s) failed", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
