@@ -13,7 +13,7 @@ static NORM: KernelSchema = KernelSchema {
 };
 
 fn check(values: &[Value]) -> Result<(), String> {
-    int_param(&NORM, values, "threads", &[32, 64, 128, 256, 512, 1024]).map(|_| ())
+    int_param(&NORM, values, 0, &[32, 64, 128, 256, 512, 1024]).map(|_| ())
 }
 
 fn fixtures() -> PathBuf {

@@ -2,7 +2,7 @@
 //!
 //! Self-contained (it uses only `tuned`) because `build.rs` includes it too.
 
-use tuned::{int_param, Field, KernelSchema, Value};
+use tuned::{int_param, param_index, Field, KernelSchema, Value};
 
 /// Fused MoE expert GEMM: key (dtype, experts, n = intermediate, k = hidden, topk),
 /// batch = tokens.
@@ -32,14 +32,21 @@ pub const GROUP_M: &[i64] = &[1, 4, 8, 16, 32];
 pub const WARPS: &[i64] = &[4, 8];
 pub const STAGES: &[i64] = &[2, 3, 4, 5];
 
+pub const BLOCK_M_AT: usize = param_index(&MOE, "block_m");
+pub const BLOCK_N_AT: usize = param_index(&MOE, "block_n");
+pub const BLOCK_K_AT: usize = param_index(&MOE, "block_k");
+pub const GROUP_M_AT: usize = param_index(&MOE, "group_m");
+pub const WARPS_AT: usize = param_index(&MOE, "warps");
+pub const STAGES_AT: usize = param_index(&MOE, "stages");
+
 /// Checks a config's values against the parameter domains.
 pub fn check_config(values: &[Value]) -> Result<(), String> {
     let s = &MOE;
-    int_param(s, values, "block_m", BLOCK_M)?;
-    int_param(s, values, "block_n", BLOCK_N)?;
-    int_param(s, values, "block_k", BLOCK_K)?;
-    int_param(s, values, "group_m", GROUP_M)?;
-    int_param(s, values, "warps", WARPS)?;
-    int_param(s, values, "stages", STAGES)?;
+    int_param(s, values, BLOCK_M_AT, BLOCK_M)?;
+    int_param(s, values, BLOCK_N_AT, BLOCK_N)?;
+    int_param(s, values, BLOCK_K_AT, BLOCK_K)?;
+    int_param(s, values, GROUP_M_AT, GROUP_M)?;
+    int_param(s, values, WARPS_AT, WARPS)?;
+    int_param(s, values, STAGES_AT, STAGES)?;
     Ok(())
 }

@@ -2,7 +2,7 @@
 
 use tuned::{DType, Value};
 
-use crate::schema::{check_config, RMSNORM};
+use crate::schema::{check_config, RMSNORM, ROWS_AT, THREADS_AT, VEC_AT};
 
 /// The static part of an RMSNorm problem: element type and hidden size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -31,13 +31,19 @@ pub struct RmsNormConfig {
 }
 
 impl RmsNormConfig {
+    /// Decodes and checks a config (values in parameter order).
     pub fn from_values(values: &[Value]) -> Result<Self, String> {
         check_config(values)?;
-        let int = |i: usize| values[i].as_int().unwrap_or(0) as u32;
-        Ok(RmsNormConfig {
-            threads: int(0),
-            vec: int(1),
-            rows: int(2),
+        Self::decode(values).ok_or_else(|| "config does not decode".to_string())
+    }
+
+    /// Decodes values that already passed [`check_config`] (a baked entry).
+    pub fn decode(values: &[Value]) -> Option<Self> {
+        let int = |i: usize| values.get(i).and_then(Value::as_int).map(|v| v as u32);
+        Some(RmsNormConfig {
+            threads: int(THREADS_AT)?,
+            vec: int(VEC_AT)?,
+            rows: int(ROWS_AT)?,
         })
     }
 

@@ -57,6 +57,10 @@ macro_rules! rmsnorm_kernel {
                 RmsNormConfig::from_values(values)
             }
 
+            fn config_from_baked(values: &[Value]) -> Option<RmsNormConfig> {
+                RmsNormConfig::decode(values)
+            }
+
             fn config_values(config: &RmsNormConfig) -> Vec<Value> {
                 config.values()
             }

@@ -4,7 +4,7 @@
 //! Self-contained (it uses only `tuned`) because `build.rs` includes it too, to
 //! check committed configs against the search space before baking them.
 
-use tuned::{int_param, Field, KernelSchema, Value};
+use tuned::{int_param, param_index, Field, KernelSchema, Value};
 
 const KEY: &[Field] = &[Field::dtype("dtype"), Field::int("cols")];
 const PARAMS: &[Field] = &[Field::int("threads"), Field::int("vec"), Field::int("rows")];
@@ -33,12 +33,16 @@ pub const ROWS: &[i64] = &[1, 2, 4, 8, 16];
 /// longer rows are read a second time (from L2).
 pub const MAX_ITERS: i64 = 16;
 
+pub const THREADS_AT: usize = param_index(&RMSNORM, "threads");
+pub const VEC_AT: usize = param_index(&RMSNORM, "vec");
+pub const ROWS_AT: usize = param_index(&RMSNORM, "rows");
+
 /// Checks a config's values against the parameter domains and the rules that tie
 /// parameters together (independent of the problem).
 pub fn check_config(values: &[Value]) -> Result<(), String> {
-    let threads = int_param(&RMSNORM, values, "threads", THREADS)?;
-    int_param(&RMSNORM, values, "vec", VECS)?;
-    let rows = int_param(&RMSNORM, values, "rows", ROWS)?;
+    let threads = int_param(&RMSNORM, values, THREADS_AT, THREADS)?;
+    int_param(&RMSNORM, values, VEC_AT, VECS)?;
+    let rows = int_param(&RMSNORM, values, ROWS_AT, ROWS)?;
     if threads * rows > 1024 {
         return Err(format!(
             "threads * rows = {} exceeds 1024 threads per block",

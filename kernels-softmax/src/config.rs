@@ -2,7 +2,7 @@
 
 use tuned::{DType, Value};
 
-use crate::schema::{check_config, SOFTMAX};
+use crate::schema::{check_config, ROWS_AT, SOFTMAX, SPLITS_AT, STRATEGY_AT, THREADS_AT, VEC_AT};
 
 /// The static part of a softmax problem: element type and row length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -44,20 +44,27 @@ pub struct SoftmaxConfig {
 }
 
 impl SoftmaxConfig {
+    /// Decodes and checks a config (values in parameter order).
     pub fn from_values(values: &[Value]) -> Result<Self, String> {
         check_config(values)?;
-        let int = |i: usize| values[i].as_int().unwrap_or(0) as u32;
-        let strategy = match values[0].as_str() {
-            Some("online") => Strategy::Online,
-            Some("cluster") => Strategy::Cluster,
-            _ => Strategy::Row,
+        Self::decode(values).ok_or_else(|| "config does not decode".to_string())
+    }
+
+    /// Decodes values that already passed [`check_config`] (a baked entry).
+    pub fn decode(values: &[Value]) -> Option<Self> {
+        let int = |i: usize| values.get(i).and_then(Value::as_int).map(|v| v as u32);
+        let strategy = match values.get(STRATEGY_AT)?.as_str()? {
+            "row" => Strategy::Row,
+            "online" => Strategy::Online,
+            "cluster" => Strategy::Cluster,
+            _ => return None,
         };
-        Ok(SoftmaxConfig {
+        Some(SoftmaxConfig {
             strategy,
-            threads: int(1),
-            vec: int(2),
-            rows: int(3),
-            splits: int(4),
+            threads: int(THREADS_AT)?,
+            vec: int(VEC_AT)?,
+            rows: int(ROWS_AT)?,
+            splits: int(SPLITS_AT)?,
         })
     }
 

@@ -52,6 +52,10 @@ impl TunedKernel for Softmax {
         SoftmaxConfig::from_values(values)
     }
 
+    fn config_from_baked(values: &[Value]) -> Option<SoftmaxConfig> {
+        SoftmaxConfig::decode(values)
+    }
+
     fn config_values(config: &SoftmaxConfig) -> Vec<Value> {
         config.values()
     }

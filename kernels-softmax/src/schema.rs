@@ -3,7 +3,7 @@
 //! Self-contained (it uses only `tuned`) because `build.rs` includes it too, to
 //! check committed configs against the search space before baking them.
 
-use tuned::{int_param, name_param, Field, KernelSchema, Value};
+use tuned::{int_param, name_param, param_index, Field, KernelSchema, Value};
 
 /// Softmax over the last dimension: key (dtype, cols), batch = rows.
 pub static SOFTMAX: KernelSchema = KernelSchema {
@@ -32,15 +32,21 @@ pub const SPLITS: &[i64] = &[1, 2, 4, 8];
 /// Most vectors one thread holds in registers in the `row` and `cluster` strategies.
 pub const MAX_ITERS: i64 = 16;
 
+pub const STRATEGY_AT: usize = param_index(&SOFTMAX, "strategy");
+pub const THREADS_AT: usize = param_index(&SOFTMAX, "threads");
+pub const VEC_AT: usize = param_index(&SOFTMAX, "vec");
+pub const ROWS_AT: usize = param_index(&SOFTMAX, "rows");
+pub const SPLITS_AT: usize = param_index(&SOFTMAX, "splits");
+
 /// Checks a config's values against the parameter domains and the rules that tie
 /// parameters together (independent of the problem).
 pub fn check_config(values: &[Value]) -> Result<(), String> {
     let s = &SOFTMAX;
-    let strategy = name_param(s, values, "strategy", STRATEGIES)?;
-    let threads = int_param(s, values, "threads", THREADS)?;
-    int_param(s, values, "vec", VECS)?;
-    let rows = int_param(s, values, "rows", ROWS)?;
-    let splits = int_param(s, values, "splits", SPLITS)?;
+    let strategy = name_param(s, values, STRATEGY_AT, STRATEGIES)?;
+    let threads = int_param(s, values, THREADS_AT, THREADS)?;
+    int_param(s, values, VEC_AT, VECS)?;
+    let rows = int_param(s, values, ROWS_AT, ROWS)?;
+    let splits = int_param(s, values, SPLITS_AT, SPLITS)?;
     if threads * rows > 1024 {
         return Err(format!(
             "threads * rows = {} exceeds 1024 threads per block",

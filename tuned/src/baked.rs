@@ -56,38 +56,46 @@ impl BakedTable {
     }
 }
 
-/// The nearest-batch rule over entries sorted by batch.
-pub fn nearest(entries: &[BakedEntry], batch: u64) -> Option<(&BakedEntry, TableHit)> {
-    if batch == 0 || entries.is_empty() {
+/// The nearest-batch rule over entries sorted by batch (unique batches): the entry
+/// whose batch is nearest `batch` in log2 space, ties to the larger batch.
+pub fn nearest_entry(entries: &[BakedEntry], batch: u64) -> Option<&BakedEntry> {
+    if batch == 0 {
         return None;
     }
     let i = entries.partition_point(|e| e.batch < batch);
-    if let Some(e) = entries.get(i) {
-        if e.batch == batch {
-            return Some((e, TableHit::Exact));
-        }
-    }
-    let pick = match (i.checked_sub(1).map(|j| &entries[j]), entries.get(i)) {
-        (Some(lo), Some(hi)) => {
-            // log2(hi/batch) <= log2(batch/lo)  <=>  hi*lo <= batch^2, exact in integers.
+    match (i.checked_sub(1).map(|j| &entries[j]), entries.get(i)) {
+        (_, Some(hi)) if hi.batch == batch => Some(hi),
+        // log2(hi/batch) <= log2(batch/lo)  <=>  hi*lo <= batch^2, exact in integers.
+        (Some(lo), Some(hi)) => Some(
             if (hi.batch as u128) * (lo.batch as u128) <= (batch as u128) * (batch as u128) {
                 hi
             } else {
                 lo
-            }
-        }
-        (Some(lo), None) => lo,
-        (None, Some(hi)) => hi,
-        (None, None) => return None,
-    };
-    let distance = ((batch as f64).log2() - (pick.batch as f64).log2()).abs();
-    Some((
-        pick,
+            },
+        ),
+        (Some(lo), None) => Some(lo),
+        (None, Some(hi)) => Some(hi),
+        (None, None) => None,
+    }
+}
+
+/// [`nearest_entry`] with how it matched.
+pub fn nearest(entries: &[BakedEntry], batch: u64) -> Option<(&BakedEntry, TableHit)> {
+    let e = nearest_entry(entries, batch)?;
+    let hit = if e.batch == batch {
+        TableHit::Exact
+    } else {
         TableHit::Nearest {
-            table_batch: pick.batch,
-            distance,
-        },
-    ))
+            table_batch: e.batch,
+            distance: log2_distance(batch, e.batch),
+        }
+    };
+    Some((e, hit))
+}
+
+/// |log2(a) - log2(b)|.
+pub fn log2_distance(a: u64, b: u64) -> f64 {
+    (a as f64 / b as f64).log2().abs()
 }
 
 #[cfg(test)]

@@ -5,30 +5,58 @@
 //! `,`: `dtype=bf16,cols=4096`. Integers are written in decimal with no sign or
 //! padding; names as they are.
 
-use std::fmt::{self, Write};
+use std::fmt;
 
 use crate::{KernelSchema, Value};
 
 /// Most key fields any kernel has (moe has five).
 pub const MAX_KEY_FIELDS: usize = 8;
 
+/// One key field's value as the serving path holds it: borrowed, `Copy`, no drop glue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyPart<'a> {
+    Int(i64),
+    Str(&'a str),
+}
+
+impl From<i64> for KeyPart<'_> {
+    fn from(v: i64) -> Self {
+        KeyPart::Int(v)
+    }
+}
+
+impl<'a> From<&'a str> for KeyPart<'a> {
+    fn from(v: &'a str) -> Self {
+        KeyPart::Str(v)
+    }
+}
+
+impl<'a> From<&'a Value> for KeyPart<'a> {
+    fn from(v: &'a Value) -> Self {
+        match v {
+            Value::Int(i) => KeyPart::Int(*i),
+            Value::Str(s) => KeyPart::Str(s),
+        }
+    }
+}
+
 /// A static key's values in the kernel's key order, held inline (no allocation).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KeyValues {
     len: usize,
-    items: [Value; MAX_KEY_FIELDS],
+    items: [KeyPart<'static>; MAX_KEY_FIELDS],
 }
 
 impl KeyValues {
     pub const fn new() -> Self {
         KeyValues {
             len: 0,
-            items: [const { Value::Int(0) }; MAX_KEY_FIELDS],
+            items: [KeyPart::Int(0); MAX_KEY_FIELDS],
         }
     }
 
     /// Appends a value; panics past [`MAX_KEY_FIELDS`], which no schema reaches.
-    pub fn push(mut self, v: impl Into<Value>) -> Self {
+    pub fn push(mut self, v: impl Into<KeyPart<'static>>) -> Self {
         assert!(
             self.len < MAX_KEY_FIELDS,
             "static key has more than {MAX_KEY_FIELDS} fields"
@@ -38,7 +66,7 @@ impl KeyValues {
         self
     }
 
-    pub fn as_slice(&self) -> &[Value] {
+    pub fn as_slice(&self) -> &[KeyPart<'static>] {
         &self.items[..self.len]
     }
 }
@@ -49,23 +77,65 @@ impl Default for KeyValues {
     }
 }
 
-/// Writes the canonical form of `values` (in `schema.key` order) into `out`.
-pub fn write_canonical(schema: &KernelSchema, values: &[Value], out: &mut impl Write) -> fmt::Result {
-    if values.len() != schema.key.len() {
-        return Err(fmt::Error);
+/// Where a canonical key is written: a `String` (tools) or a [`KeyBuf`] (serving).
+pub trait KeySink {
+    /// Appends `s`; false when it does not fit.
+    fn push_str(&mut self, s: &str) -> bool;
+    /// Appends one ASCII byte; false when it does not fit.
+    fn push_ascii(&mut self, b: u8) -> bool;
+}
+
+impl KeySink for String {
+    fn push_str(&mut self, s: &str) -> bool {
+        String::push_str(self, s);
+        true
     }
-    for (i, (field, value)) in schema.key.iter().zip(values).enumerate() {
-        if i > 0 {
-            out.write_char(',')?;
-        }
-        out.write_str(field.name)?;
-        out.write_char('=')?;
-        match value {
-            Value::Int(v) => write!(out, "{v}")?,
-            Value::Str(s) => out.write_str(s)?,
+    fn push_ascii(&mut self, b: u8) -> bool {
+        self.push(b as char);
+        true
+    }
+}
+
+/// Writes the canonical form of `parts` (in `schema.key` order) into `out`. The one
+/// place the form is defined: baking and probing both come through here. Fails when
+/// the number of parts is not the schema's or `out` is full.
+pub fn write_canonical(
+    schema: &KernelSchema,
+    parts: &[KeyPart<'_>],
+    out: &mut impl KeySink,
+) -> Result<(), ()> {
+    if parts.len() != schema.key.len() {
+        return Err(());
+    }
+    for (i, (field, part)) in schema.key.iter().zip(parts).enumerate() {
+        let ok = (i == 0 || out.push_ascii(b','))
+            && out.push_str(field.name)
+            && out.push_ascii(b'=')
+            && match part {
+                KeyPart::Int(v) => write_int(*v, out),
+                KeyPart::Str(s) => out.push_str(s),
+            };
+        if !ok {
+            return Err(());
         }
     }
     Ok(())
+}
+
+/// Decimal digits of `v` without the formatting machinery (this is on the serving path).
+fn write_int(v: i64, out: &mut impl KeySink) -> bool {
+    let mut digits = [0u8; 20];
+    let mut n = v.unsigned_abs();
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    (v >= 0 || out.push_ascii(b'-')) && digits[i..].iter().all(|&d| out.push_ascii(d))
 }
 
 /// A fixed-size stack buffer the serving path formats its key into.
@@ -83,8 +153,11 @@ impl KeyBuf {
     }
 
     pub fn as_str(&self) -> &str {
-        // Only whole `&str`s are ever copied in, so the prefix is valid UTF-8.
-        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or("")
+        debug_assert!(std::str::from_utf8(&self.bytes[..self.len]).is_ok());
+        // SAFETY: `push_str` copies whole `&str`s and `push_ascii` single ASCII bytes,
+        // so `bytes[..len]` is valid UTF-8. This is the serving path, where
+        // re-validating costs more than the rest of the key formatting.
+        unsafe { std::str::from_utf8_unchecked(&self.bytes[..self.len]) }
     }
 }
 
@@ -94,15 +167,29 @@ impl Default for KeyBuf {
     }
 }
 
-impl Write for KeyBuf {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
+impl KeySink for KeyBuf {
+    fn push_str(&mut self, s: &str) -> bool {
         let end = self.len + s.len();
-        if end > self.bytes.len() {
-            return Err(fmt::Error);
+        match self.bytes.get_mut(self.len..end) {
+            Some(dst) => {
+                dst.copy_from_slice(s.as_bytes());
+                self.len = end;
+                true
+            }
+            None => false,
         }
-        self.bytes[self.len..end].copy_from_slice(s.as_bytes());
-        self.len = end;
-        Ok(())
+    }
+
+    fn push_ascii(&mut self, b: u8) -> bool {
+        debug_assert!(b.is_ascii());
+        match self.bytes.get_mut(self.len) {
+            Some(d) if b.is_ascii() => {
+                *d = b;
+                self.len += 1;
+                true
+            }
+            _ => false,
+        }
     }
 }
 
@@ -127,16 +214,18 @@ impl StaticKey {
         for (f, v) in schema.key.iter().zip(&values) {
             f.check(v)?;
         }
+        let parts: Vec<KeyPart<'_>> = values.iter().map(KeyPart::from).collect();
         let mut canonical = String::new();
-        write_canonical(schema, &values, &mut canonical).map_err(|_| "key does not format".to_string())?;
+        write_canonical(schema, &parts, &mut canonical).map_err(|_| "key does not format".to_string())?;
         Ok(StaticKey { canonical, values })
     }
 
     /// A key whose values are taken as they are (validating a file with no kernel schema).
     pub(crate) fn untyped(schema: &KernelSchema, values: Vec<Value>) -> StaticKey {
+        let parts: Vec<KeyPart<'_>> = values.iter().map(KeyPart::from).collect();
         let mut canonical = String::new();
         // Writing to a String cannot fail and the length matches the schema by construction.
-        let _ = write_canonical(schema, &values, &mut canonical);
+        let _ = write_canonical(schema, &parts, &mut canonical);
         StaticKey { canonical, values }
     }
 
@@ -215,7 +304,8 @@ mod tests {
         .unwrap();
         assert_eq!(k.as_str(), "dtype=bf16,layout=nt,n=6144,k=4096");
         let mut buf = KeyBuf::new();
-        write_canonical(&S, k.values(), &mut buf).unwrap();
+        let parts: Vec<KeyPart<'_>> = k.values().iter().map(KeyPart::from).collect();
+        write_canonical(&S, &parts, &mut buf).unwrap();
         assert_eq!(buf.as_str(), k.as_str());
     }
 
@@ -238,6 +328,22 @@ mod tests {
     #[test]
     fn keybuf_refuses_overflow() {
         let mut b = KeyBuf::new();
-        assert!(b.write_str(&"x".repeat(200)).is_err());
+        assert!(!b.push_str(&"x".repeat(200)));
+        assert!(b.push_str("dtype"));
+        assert_eq!(b.as_str(), "dtype");
+    }
+}
+
+#[cfg(test)]
+mod int_tests {
+    use super::*;
+
+    #[test]
+    fn integers_format_like_display() {
+        for v in [0i64, 1, 9, 10, 4096, 128256, -7, i64::MAX, i64::MIN] {
+            let mut s = String::new();
+            assert!(write_int(v, &mut s));
+            assert_eq!(s, v.to_string());
+        }
     }
 }

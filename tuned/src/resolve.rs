@@ -5,7 +5,8 @@ use std::fmt;
 use std::marker::PhantomData;
 
 use crate::{
-    write_canonical, BakedTable, KernelSchema, KeyBuf, KeyValues, StaticKey, TableHit, Target, Value,
+    nearest_entry, write_canonical, BakedEntry, BakedTable, KernelSchema, KeyBuf, KeyValues, StaticKey,
+    Target, Value,
 };
 
 /// Where a resolved config came from.
@@ -13,8 +14,9 @@ use crate::{
 pub enum Source {
     /// A baked table entry for this exact batch.
     TableExact,
-    /// A baked table entry for the nearest batch in log2 space.
-    TableNearest { table_batch: u64, distance: f64 },
+    /// A baked table entry for `table_batch`, the nearest to the requested `batch` in
+    /// log2 space.
+    TableNearest { table_batch: u64, batch: u64 },
     /// The kernel's analytic default (no table, or a table miss).
     Default,
     /// The online tuner's on-disk cache.
@@ -35,16 +37,13 @@ impl Source {
         }
     }
 
-    fn from_hit(hit: TableHit) -> Source {
-        match hit {
-            TableHit::Exact => Source::TableExact,
-            TableHit::Nearest {
-                table_batch,
-                distance,
-            } => Source::TableNearest {
-                table_batch,
-                distance,
-            },
+    /// |log2(batch) - log2(table_batch)| for a nearest hit.
+    pub fn distance(&self) -> Option<f64> {
+        match *self {
+            Source::TableNearest { table_batch, batch } => {
+                Some(crate::baked::log2_distance(batch, table_batch))
+            }
+            _ => None,
         }
     }
 }
@@ -52,15 +51,11 @@ impl Source {
 impl fmt::Display for Source {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Source::TableNearest {
-                table_batch,
-                distance,
-            } => {
-                write!(
-                    f,
-                    "table-nearest (batch {table_batch}, log2 distance {distance:.2})"
-                )
-            }
+            Source::TableNearest { table_batch, .. } => write!(
+                f,
+                "table-nearest (batch {table_batch}, log2 distance {:.2})",
+                self.distance().unwrap_or(0.0)
+            ),
             s => f.write_str(s.name()),
         }
     }
@@ -98,6 +93,13 @@ pub trait TunedKernel: 'static {
     /// kernel's search space; the error names the bad parameter.
     fn config_from_values(values: &[Value]) -> Result<Self::Config, String>;
 
+    /// Decodes a config from a baked table entry. `build-tools` ran the kernel's
+    /// config check on every entry before baking it, so a kernel may skip re-checking
+    /// here (this is the serving path); the default re-checks.
+    fn config_from_baked(values: &[Value]) -> Option<Self::Config> {
+        Self::config_from_values(values).ok()
+    }
+
     /// The config's values in `SCHEMA.params` order.
     fn config_values(config: &Self::Config) -> Vec<Value>;
 
@@ -116,9 +118,46 @@ pub trait TunedKernel: 'static {
 
 /// The serving resolution: baked table (exact, else nearest batch), else the
 /// analytic default. A hash probe and a binary search: no I/O, no allocation.
+///
+/// An engine that resolves the same static key for every request can do the hash
+/// probe once with [`PreparedKey`] and pay only the batch search per request.
 pub fn resolve_serve<K: TunedKernel>(target: Target, key: &K::Key, batch: u64) -> Resolved<K::Config> {
-    if let Some(hit) = table_config::<K>(target, key, batch) {
-        return hit;
+    resolve_among::<K>(target, key, table_entries::<K>(target, key), batch)
+}
+
+/// The baked entries of `key` on `target` (empty on a miss): the hash probe.
+fn table_entries<K: TunedKernel>(target: Target, key: &K::Key) -> &'static [BakedEntry] {
+    let Some(table) = K::baked_table(target) else {
+        return &[];
+    };
+    let mut buf = KeyBuf::new();
+    if write_canonical(K::SCHEMA, K::key_values(key).as_slice(), &mut buf).is_err() {
+        return &[];
+    }
+    table.entries.get(buf.as_str()).copied().unwrap_or(&[])
+}
+
+/// The nearest batch among one key's entries, else the analytic default.
+fn resolve_among<K: TunedKernel>(
+    target: Target,
+    key: &K::Key,
+    entries: &'static [BakedEntry],
+    batch: u64,
+) -> Resolved<K::Config> {
+    if let Some(entry) = nearest_entry(entries, batch) {
+        if let Some(config) = K::config_from_baked(entry.config) {
+            if K::accepts(target, key, batch, &config) {
+                let source = if entry.batch == batch {
+                    Source::TableExact
+                } else {
+                    Source::TableNearest {
+                        table_batch: entry.batch,
+                        batch,
+                    }
+                };
+                return Resolved { config, source };
+            }
+        }
     }
     Resolved {
         config: K::analytic_default(target, key, batch),
@@ -126,16 +165,55 @@ pub fn resolve_serve<K: TunedKernel>(target: Target, key: &K::Key, batch: u64) -
     }
 }
 
-fn table_config<K: TunedKernel>(target: Target, key: &K::Key, batch: u64) -> Option<Resolved<K::Config>> {
-    let table = K::baked_table(target)?;
-    let mut buf = KeyBuf::new();
-    write_canonical(K::SCHEMA, K::key_values(key).as_slice(), &mut buf).ok()?;
-    let (entry, hit) = table.lookup(buf.as_str(), batch)?;
-    let config = K::config_from_values(entry.config).ok()?;
-    K::accepts(target, key, batch, &config).then_some(Resolved {
-        config,
-        source: Source::from_hit(hit),
-    })
+/// A static key probed once against the baked table (at model load, say), so that
+/// each request's resolution is only the nearest-batch search. Resolves exactly as
+/// [`resolve_serve`] does.
+///
+/// ```
+/// # use tuned::*;
+/// # struct K;
+/// # static S: KernelSchema = KernelSchema { kernel: "k", key: &[Field::int("cols")], params: &[] };
+/// # impl TunedKernel for K {
+/// #     type Key = u32; type Config = u32;
+/// #     const SCHEMA: &'static KernelSchema = &S; const SOURCE_FINGERPRINT: &'static str = "";
+/// #     fn key_values(k: &u32) -> KeyValues { KeyValues::new().push(*k as i64) }
+/// #     fn key_from_values(_: &[Value]) -> Result<u32, String> { Ok(0) }
+/// #     fn config_from_values(_: &[Value]) -> Result<u32, String> { Ok(0) }
+/// #     fn config_values(_: &u32) -> Vec<Value> { vec![] }
+/// #     fn analytic_default(_: Target, k: &u32, _: u64) -> u32 { *k }
+/// #     fn baked_table(_: Target) -> Option<&'static BakedTable> { None }
+/// # }
+/// let prepared = PreparedKey::<K>::new(Target::Sm90, 4096);
+/// for batch in [1, 7, 512] {
+///     assert_eq!(prepared.resolve(batch), resolve_serve::<K>(Target::Sm90, &4096, batch));
+/// }
+/// ```
+pub struct PreparedKey<K: TunedKernel> {
+    target: Target,
+    key: K::Key,
+    entries: &'static [BakedEntry],
+}
+
+impl<K: TunedKernel> PreparedKey<K> {
+    /// Probes the table for `key` on `target` once.
+    pub fn new(target: Target, key: K::Key) -> Self {
+        let entries = table_entries::<K>(target, &key);
+        PreparedKey { target, key, entries }
+    }
+
+    /// The config for `batch`: the per-request part of [`resolve_serve`].
+    pub fn resolve(&self, batch: u64) -> Resolved<K::Config> {
+        resolve_among::<K>(self.target, &self.key, self.entries, batch)
+    }
+
+    /// Whether the table has entries for this key (else every batch gets the default).
+    pub fn in_table(&self) -> bool {
+        !self.entries.is_empty()
+    }
+
+    pub fn key(&self) -> &K::Key {
+        &self.key
+    }
 }
 
 /// A resolution in plain values, for tools that handle every kernel alike.
@@ -167,10 +245,8 @@ impl Resolution {
             "source": self.source.name(),
             "config": config,
         });
-        if let Source::TableNearest {
-            table_batch,
-            distance,
-        } = self.source
+        if let (Source::TableNearest { table_batch, .. }, Some(distance)) =
+            (self.source, self.source.distance())
         {
             obj["table_batch"] = table_batch.into();
             obj["distance"] = ((distance * 1000.0).round() / 1000.0).into();

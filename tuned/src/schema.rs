@@ -98,44 +98,36 @@ impl KernelSchema {
     }
 }
 
-/// The integer parameter `name` of a config (values in `schema.params` order),
-/// checked to be one of `allowed`.
-pub fn int_param(
-    schema: &KernelSchema,
-    values: &[Value],
-    name: &str,
-    allowed: &[i64],
-) -> Result<i64, String> {
-    let v = param(schema, values, name)?;
-    let i = v
-        .as_int()
-        .ok_or_else(|| format!("`{name}` must be an integer, got `{v}`"))?;
-    if allowed.contains(&i) {
-        Ok(i)
-    } else {
-        Err(format!("`{name}` = {i} is not one of {allowed:?}"))
+/// The index of parameter `name` in `schema.params`, computed at compile time:
+/// `const THREADS: usize = param_index(&RMSNORM, "threads");` fails to compile when
+/// the schema has no such parameter.
+pub const fn param_index(schema: &KernelSchema, name: &str) -> usize {
+    let mut i = 0;
+    while i < schema.params.len() {
+        if str_eq(schema.params[i].name, name) {
+            return i;
+        }
+        i += 1;
     }
+    panic!("the schema has no parameter of that name")
 }
 
-/// The name parameter `name` of a config, checked to be one of `allowed`.
-pub fn name_param(
-    schema: &KernelSchema,
-    values: &[Value],
-    name: &str,
-    allowed: &[&'static str],
-) -> Result<&'static str, String> {
-    let v = param(schema, values, name)?;
-    let s = v
-        .as_str()
-        .ok_or_else(|| format!("`{name}` must be a name, got `{v}`"))?;
-    allowed
-        .iter()
-        .find(|a| **a == s)
-        .copied()
-        .ok_or_else(|| format!("`{name}` = `{s}` is not one of {allowed:?}"))
+const fn str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
 }
 
-fn param<'a>(schema: &KernelSchema, values: &'a [Value], name: &str) -> Result<&'a Value, String> {
+fn param_at<'a>(schema: &KernelSchema, values: &'a [Value], index: usize) -> Result<&'a Value, String> {
     if values.len() != schema.params.len() {
         return Err(format!(
             "config has {} values, kernel `{}` declares {}",
@@ -144,12 +136,45 @@ fn param<'a>(schema: &KernelSchema, values: &'a [Value], name: &str) -> Result<&
             schema.params.len()
         ));
     }
-    let i = schema
-        .params
+    values
+        .get(index)
+        .ok_or_else(|| format!("kernel `{}` has no parameter number {index}", schema.kernel))
+}
+
+/// The integer parameter at `index` (see [`param_index`]) of a config, checked to be
+/// one of `allowed`; the error names the parameter.
+pub fn int_param(
+    schema: &KernelSchema,
+    values: &[Value],
+    index: usize,
+    allowed: &[i64],
+) -> Result<i64, String> {
+    let v = param_at(schema, values, index)?;
+    let name = schema.params[index].name;
+    match v {
+        Value::Int(i) if allowed.contains(i) => Ok(*i),
+        Value::Int(i) => Err(format!("`{name}` = {i} is not one of {allowed:?}")),
+        Value::Str(_) => Err(format!("`{name}` must be an integer, got `{v}`")),
+    }
+}
+
+/// The name parameter at `index` of a config, checked to be one of `allowed`.
+pub fn name_param(
+    schema: &KernelSchema,
+    values: &[Value],
+    index: usize,
+    allowed: &[&'static str],
+) -> Result<&'static str, String> {
+    let v = param_at(schema, values, index)?;
+    let name = schema.params[index].name;
+    let s = v
+        .as_str()
+        .ok_or_else(|| format!("`{name}` must be a name, got `{v}`"))?;
+    allowed
         .iter()
-        .position(|f| f.name == name)
-        .ok_or_else(|| format!("kernel `{}` has no parameter `{name}`", schema.kernel))?;
-    Ok(&values[i])
+        .find(|a| **a == s)
+        .copied()
+        .ok_or_else(|| format!("`{name}` = `{s}` is not one of {allowed:?}"))
 }
 
 /// The integer key field `name` (values in `schema.key` order), checked to lie in `lo..=hi`.
