@@ -173,7 +173,9 @@ def smoke_variants() -> list[dict]:
 
 # ---- main ------------------------------------------------------------------------
 
-PTXAS_INFO = re.compile(r"Used (\d+) registers.*?(\d+) bytes stack frame, (\d+) bytes spill stores")
+PTXAS_FRAME = re.compile(r"Function properties for (\w+)\s+ptxas\s+\.\s+(\d+) bytes stack frame, "
+                         r"(\d+) bytes spill stores")
+PTXAS_REGS = re.compile(r"Used (\d+) registers")
 
 
 def main() -> int:
@@ -228,7 +230,8 @@ def main() -> int:
                 print(f"FAIL {name}\n{log.rstrip()}\n", flush=True)
             elif args.verbose:
                 info = "; ".join(
-                    f"{r} regs, {st} B stack, {sp} B spill" for r, st, sp in PTXAS_INFO.findall(log)
+                    f"{k}: {r} regs, {st} B stack, {sp} B spill"
+                    for (k, st, sp), r in zip(PTXAS_FRAME.findall(log), PTXAS_REGS.findall(log))
                 )
                 print(f"ok   {name}: {info}", flush=True)
     print(f"{len(jobs) - failures}/{len(jobs)} compiled", flush=True)

@@ -14,6 +14,7 @@
 //   Vec<T, N> ................... N elements in one aligned access (at most 16 bytes)
 //   load_vec / store_vec ........ one vector access; the address must be aligned to it
 //   unpack / pack ............... a vector to floats and back (round to nearest even)
+//   opaque ...................... a register barrier for a vector held across passes
 //   fast_exp2 .................. 2^x on the special-function unit
 //   warp_sum / warp_max ......... butterfly reductions over a warp
 //   group_sum / group_max ....... reductions over a group of whole warps (shared memory)
@@ -197,6 +198,28 @@ __device__ __forceinline__ Vec<T, N> pack(const float (&f)[N]) {
         for (int e = 0; e < N; ++e) v.v[e] = from_f32<T>(f[e]);
     }
     return v;
+}
+
+// Makes the compiler forget what it knows about `v` (an empty asm that "rewrites" its
+// registers; no instruction). Between passes over a row held in registers this stops
+// it from keeping every unpacked float alive from one pass to the next, which
+// doubles the registers a 16-bit row takes; it re-unpacks instead (a shift each).
+template <typename T, int N>
+__device__ __forceinline__ void opaque(Vec<T, N>& v) {
+    if constexpr (sizeof(T) == 4) {
+#pragma unroll
+        for (int e = 0; e < N; ++e) asm volatile("" : "+f"(v.v[e]));
+    } else if constexpr (N % 2 == 0) {
+#pragma unroll
+        for (int e = 0; e < N; e += 2) {
+            u32 w = u32(v.v[e].bits) | (u32(v.v[e + 1].bits) << 16);
+            asm volatile("" : "+r"(w));
+            v.v[e].bits = u16(w);
+            v.v[e + 1].bits = u16(w >> 16);
+        }
+    } else {
+        asm volatile("" : "+h"(v.v[0].bits));
+    }
 }
 
 // ---- math -----------------------------------------------------------------------

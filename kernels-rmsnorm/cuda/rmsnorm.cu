@@ -91,13 +91,15 @@ __device__ __forceinline__ void rmsnorm_rows(const T* in, long long in_stride, T
     // Groups past the last row load and store nothing but still meet the barrier.
     const bool active = row < rows;
     const long long r = active ? row : 0;
-    const T* xr = in + r * in_stride;
-    T* rr = FUSED ? res + r * res_stride : nullptr;
-    T* yr = out + r * out_stride;
-
-    // Vector u of step s of this thread: s * STEP + u * THREADS + tid. Only the last
-    // step may be partial; `NVEC - s * STEP` cannot overflow where (s + 1) * STEP could.
-    auto index = [&](int s, int u) { return s * STEP + u * THREADS + tid; };
+    // Vector u of step s of this thread is s * STEP + u * THREADS + tid: one base
+    // pointer per thread and constant offsets keep addresses out of registers.
+    const T* xp = in + r * in_stride + tid * VEC;
+    T* rp = FUSED ? res + r * res_stride + tid * VEC : nullptr;
+    T* yp = out + r * out_stride + tid * VEC;
+    const T* wp = w + tid * VEC;
+    auto at = [&](int s, int u) { return (s * STEP + u * THREADS) * VEC; };
+    // Only the last step may be partial; `NVEC - s * STEP` cannot overflow where
+    // (s + 1) * STEP could.
     auto valid = [&](int s, int u) {
         const int left = NVEC - s * STEP;
         return active && ((u + 1) * THREADS <= left || u * THREADS + tid < left);
@@ -109,17 +111,17 @@ __device__ __forceinline__ void rmsnorm_rows(const T* in, long long in_stride, T
     for (int s = 0; s < STEPS; ++s) {
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u)
-            if (valid(s, u)) buf[u] = kd::load_vec<T, VEC>(xr + index(s, u) * VEC);
+            if (valid(s, u)) buf[u] = kd::load_vec<T, VEC>(xp + at(s, u));
         if (FUSED) {
             V rb[UNROLL];
 #pragma unroll
             for (int u = 0; u < UNROLL; ++u)
-                if (valid(s, u)) rb[u] = kd::load_vec<T, VEC>(rr + index(s, u) * VEC);
+                if (valid(s, u)) rb[u] = kd::load_vec<T, VEC>(rp + at(s, u));
 #pragma unroll
             for (int u = 0; u < UNROLL; ++u) {
                 if (!valid(s, u)) continue;
                 buf[u] = add_round(buf[u], rb[u]);
-                kd::store_vec<T, VEC>(rr + index(s, u) * VEC, buf[u]);
+                kd::store_vec<T, VEC>(rp + at(s, u), buf[u]);
             }
         }
 #pragma unroll
@@ -131,20 +133,24 @@ __device__ __forceinline__ void rmsnorm_rows(const T* in, long long in_stride, T
 
     // Pass 2, last step first. The cached path (one step) reuses `buf`; the streaming
     // path re-reads what pass 1 read (fused: the residual this thread just stored).
-    const T* src = FUSED ? rr : xr;
+    const T* src = FUSED ? rp : xp;
     for (int s = STEPS - 1; s >= 0; --s) {
-        if (!CACHED) {
+        if (CACHED) {
+            // Re-unpack rather than keep pass 1's floats alive (see kd::opaque).
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) kd::opaque(buf[u]);
+        } else {
 #pragma unroll
             for (int u = 0; u < UNROLL; ++u)
-                if (valid(s, u)) buf[u] = kd::load_vec<T, VEC>(src + index(s, u) * VEC);
+                if (valid(s, u)) buf[u] = kd::load_vec<T, VEC>(src + at(s, u));
         }
         V wb[UNROLL];
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u)
-            if (valid(s, u)) wb[u] = kd::load_vec<T, VEC>(w + index(s, u) * VEC);
+            if (valid(s, u)) wb[u] = kd::load_vec<T, VEC>(wp + at(s, u));
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u)
-            if (valid(s, u)) kd::store_vec<T, VEC>(yr + index(s, u) * VEC, normalise(buf[u], wb[u], rstd));
+            if (valid(s, u)) kd::store_vec<T, VEC>(yp + at(s, u), normalise(buf[u], wb[u], rstd));
     }
 }
 

@@ -16,6 +16,7 @@
 
 pub mod config;
 pub mod heuristic;
+pub mod reference;
 pub mod schema;
 pub mod space;
 

@@ -93,6 +93,14 @@ __device__ __forceinline__ Stats part_stats(const V (&buf)[ITERS], float k, Vali
     return {m, 0.f};
 }
 
+// Each pass starts with kd::opaque on the row so the floats of the previous pass
+// are not kept alive (see the prelude).
+template <int ITERS>
+__device__ __forceinline__ void forget(V (&buf)[ITERS]) {
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i) kd::opaque(buf[i]);
+}
+
 template <int ITERS, typename Valid>
 __device__ __forceinline__ float part_sum(const V (&buf)[ITERS], float k, float r, Valid valid) {
     float s[2] = {0.f, 0.f};  // two chains of adds
@@ -143,27 +151,31 @@ extern "C" __global__ void __launch_bounds__(THREADS * ROWS)
     const long long row = (long long)blockIdx.x * ROWS + group;
     // Groups past the last row load and store nothing but still meet the barriers.
     const bool active = row < rows;
-    const T* xr = x + (active ? row : 0) * x_stride;
     const float k = scale * kd::LOG2E;
     // Vector i of this thread is i * THREADS + tid; only the last may fall outside.
+    // One base pointer per thread and constant offsets keep addresses out of registers.
+    const long long at = (active ? row : 0);
+    const T* xp = x + at * x_stride + tid * VEC;
     auto valid = [&](int i) { return active && ((i + 1) * THREADS <= NVEC || i * THREADS + tid < NVEC); };
 
     V buf[ITERS];
 #pragma unroll
     for (int i = 0; i < ITERS; ++i)
-        if (valid(i)) buf[i] = kd::load_vec<T, VEC>(xr + (i * THREADS + tid) * VEC);
+        if (valid(i)) buf[i] = kd::load_vec<T, VEC>(xp + i * THREADS * VEC);
 
     Stats st = part_stats(buf, k, valid);
     st.m = kd::group_max<THREADS>(st.m, red_max + group * WARPS);
     // The exact max: a row of only -inf gives 2^(-inf + inf) = NaN, as torch does.
+    forget(buf);
     st.s = part_sum(buf, k, st.m, valid);
     st.s = kd::group_sum<THREADS>(st.s, red_sum + group * WARPS);
+    forget(buf);
 
     const Finish finish(k, st);
-    T* yr = y + (active ? row : 0) * y_stride;
+    T* yp = y + at * y_stride + tid * VEC;
 #pragma unroll
     for (int i = 0; i < ITERS; ++i)
-        if (valid(i)) kd::store_vec<T, VEC>(yr + (i * THREADS + tid) * VEC, finish(buf[i]));
+        if (valid(i)) kd::store_vec<T, VEC>(yp + i * THREADS * VEC, finish(buf[i]));
 }
 
 #elif STRATEGY == 1
@@ -182,20 +194,20 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     const int tid = int(threadIdx.x);
     const long long row = blockIdx.x;
     if (row >= rows) return;  // whole block: no barrier is skipped by part of it
-    const T* xr = x + row * x_stride;
-    T* yr = y + row * y_stride;
+    const T* xp = x + row * x_stride + tid * VEC;
+    T* yp = y + row * y_stride + tid * VEC;
     const float k = scale * kd::LOG2E;
 
     // Pass 1: per step, the step's max first, then one rescale of the running sum.
     Stats st = {kd::neg_inf(), 0.f};
     for (int step = 0; step < STEPS; ++step) {
-        const int base = step * STEP + tid;
+        const int base = step * STEP * VEC;  // this step's first element
         const int left = NVEC - step * STEP;  // cannot overflow where (step + 1) * STEP could
         auto valid = [&](int u) { return (u + 1) * THREADS <= left || u * THREADS + tid < left; };
         V buf[UNROLL];
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u)
-            if (valid(u)) buf[u] = kd::load_vec<T, VEC>(xr + (base + u * THREADS) * VEC);
+            if (valid(u)) buf[u] = kd::load_vec<T, VEC>(xp + base + u * THREADS * VEC);
         Stats part = part_stats(buf, k, valid);
         part.s = part_sum(buf, k, ref(part.m), valid);
         st = merge(st, part);
@@ -216,16 +228,16 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     // Pass 2, last step first: the end of the row is the likeliest to be in L2.
     const Finish finish(k, st);
     for (int step = STEPS - 1; step >= 0; --step) {
-        const int base = step * STEP + tid;
+        const int base = step * STEP * VEC;  // this step's first element
         const int left = NVEC - step * STEP;  // cannot overflow where (step + 1) * STEP could
         auto valid = [&](int u) { return (u + 1) * THREADS <= left || u * THREADS + tid < left; };
         V buf[UNROLL];
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u)
-            if (valid(u)) buf[u] = kd::load_vec<T, VEC>(xr + (base + u * THREADS) * VEC);
+            if (valid(u)) buf[u] = kd::load_vec<T, VEC>(xp + base + u * THREADS * VEC);
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u)
-            if (valid(u)) kd::store_vec<T, VEC>(yr + (base + u * THREADS) * VEC, finish(buf[u]));
+            if (valid(u)) kd::store_vec<T, VEC>(yp + base + u * THREADS * VEC, finish(buf[u]));
     }
 }
 
@@ -274,22 +286,26 @@ extern "C" __global__ void __cluster_dims__(SPLITS, 1, 1) __launch_bounds__(THRE
     const int tid = int(threadIdx.x);
     const long long row = blockIdx.x / SPLITS;  // a cluster is SPLITS consecutive blocks
     const int rank = int(cluster_rank());
-    const T* xr = x + row * x_stride;
     const float k = scale * kd::LOG2E;
     // Pass i of the cluster covers THREADS * SPLITS vectors; block `rank` takes slice
     // `rank` of each, so every block reads contiguous THREADS * VEC elements at a time.
-    auto index = [&](int i) { return (i * SPLITS + rank) * THREADS + tid; };
-    auto valid = [&](int i) { return (i + 1) * SPLITS * THREADS <= NVEC || index(i) < NVEC; };
+    // This thread's vector i is (i * SPLITS + rank) * THREADS + tid.
+    const int first = rank * THREADS + tid;
+    const T* xp = x + row * x_stride + first * VEC;
+    constexpr int PASS = SPLITS * THREADS * VEC;  // elements per pass
+    auto valid = [&](int i) { return (i + 1) * SPLITS * THREADS <= NVEC || i * SPLITS * THREADS + first < NVEC; };
 
     V buf[ITERS];
 #pragma unroll
     for (int i = 0; i < ITERS; ++i)
-        if (valid(i)) buf[i] = kd::load_vec<T, VEC>(xr + index(i) * VEC);
+        if (valid(i)) buf[i] = kd::load_vec<T, VEC>(xp + i * PASS);
 
     Stats st = part_stats(buf, k, valid);
     st.m = kd::group_max<THREADS>(st.m, red_max);
+    forget(buf);
     st.s = part_sum(buf, k, ref(st.m), valid);
     st.s = kd::group_sum<THREADS>(st.s, red_sum);
+    forget(buf);
     if (tid == 0) {
         part[0] = st.m;
         part[1] = st.s;
@@ -307,10 +323,10 @@ extern "C" __global__ void __cluster_dims__(SPLITS, 1, 1) __launch_bounds__(THRE
     cluster_arrive();
 
     const Finish finish(k, all);
-    T* yr = y + row * y_stride;
+    T* yp = y + row * y_stride + first * VEC;
 #pragma unroll
     for (int i = 0; i < ITERS; ++i)
-        if (valid(i)) kd::store_vec<T, VEC>(yr + index(i) * VEC, finish(buf[i]));
+        if (valid(i)) kd::store_vec<T, VEC>(yp + i * PASS, finish(buf[i]));
     // Keep this block's `part` alive until every block has read it.
     cluster_wait();
 }

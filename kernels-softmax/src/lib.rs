@@ -15,6 +15,7 @@
 
 pub mod config;
 pub mod heuristic;
+pub mod reference;
 pub mod schema;
 pub mod space;
 

@@ -1,0 +1,284 @@
+//! CPU reference for RMSNorm and fused residual-add RMSNorm, in f64.
+//!
+//! - `rmsnorm`: `y = x / sqrt(mean(x^2) + eps) * weight` per row.
+//! - `fused_add_rmsnorm`, in place, with SGLang's and vLLM's semantics: first
+//!   `residual = round(x + residual)` (the sum in f32, rounded to the storage type,
+//!   which is what is stored and what the norm reads), then
+//!   `x = rmsnorm(residual) * weight`.
+//!
+//! The norm is computed in f64 from the f32 values and written as the nearest f32;
+//! the GPU kernels round it once more to the storage type (see [`tolerance`]).
+//! Special values propagate as in torch: an infinite element makes its row's
+//! `mean(x^2)` infinite, so the row's outputs are 0, and NaN where `x` is infinite.
+//!
+//! Rows are strided: row `r` starts at `r * stride` (`stride >= cols`); elements
+//! between `cols` and the stride are neither read nor written. `cols` is
+//! `weight.len()`.
+//!
+//! ```
+//! use kernels_rmsnorm::reference::rmsnorm;
+//! let mut y = [0.0f32; 2];
+//! rmsnorm(&[3.0, 4.0], 2, &[1.0, 2.0], &mut y, 2, 1, 0.0);
+//! let rms = 12.5f32.sqrt();
+//! assert!((y[0] - 3.0 / rms).abs() < 1e-6 && (y[1] - 8.0 / rms).abs() < 1e-6);
+//! ```
+
+use tuned::DType;
+
+/// RMSNorm of each of `rows` rows of `x` into `y`.
+pub fn rmsnorm(
+    x: &[f32],
+    x_stride: usize,
+    weight: &[f32],
+    y: &mut [f32],
+    y_stride: usize,
+    rows: usize,
+    eps: f32,
+) {
+    let cols = weight.len();
+    check_rows("x", x.len(), x_stride, rows, cols);
+    check_rows("y", y.len(), y_stride, rows, cols);
+    for r in 0..rows {
+        let xr = &x[r * x_stride..r * x_stride + cols];
+        let yr = &mut y[r * y_stride..r * y_stride + cols];
+        normalise(xr, weight, eps, yr);
+    }
+}
+
+/// Fused residual-add RMSNorm in place: `residual = round(x + residual)`, then
+/// `x = rmsnorm(residual) * weight`, for each of `rows` rows; `storage` is the
+/// tensors' element type, to which the residual is rounded.
+#[allow(clippy::too_many_arguments)] // the kernel's parameters, plus the storage type
+pub fn fused_add_rmsnorm(
+    x: &mut [f32],
+    x_stride: usize,
+    residual: &mut [f32],
+    r_stride: usize,
+    weight: &[f32],
+    rows: usize,
+    eps: f32,
+    storage: DType,
+) {
+    let cols = weight.len();
+    check_rows("x", x.len(), x_stride, rows, cols);
+    check_rows("residual", residual.len(), r_stride, rows, cols);
+    for r in 0..rows {
+        let xr = &mut x[r * x_stride..r * x_stride + cols];
+        let rr = &mut residual[r * r_stride..r * r_stride + cols];
+        for (res, &v) in rr.iter_mut().zip(xr.iter()) {
+            *res = round_to(storage, v + *res);
+        }
+        normalise(rr, weight, eps, xr);
+    }
+}
+
+/// The GPU kernels match this reference within `atol + rtol * |reference|` per
+/// element (NaN exactly where the reference is NaN); the stored residual of
+/// `fused_add_rmsnorm` matches exactly. Returns `(atol, rtol)`.
+///
+/// The kernels round the fp32 result once to the storage type (half an ulp: 2^-11
+/// relative for f16, 2^-8 for bf16) after an fp32 sum of squares and `rsqrt`
+/// (a few fp32 ulps).
+pub const fn tolerance(dtype: DType) -> (f64, f64) {
+    match dtype {
+        DType::F32 => (1e-6, 2e-5),
+        DType::F16 => (1e-5, 1.5e-3),
+        DType::Bf16 => (1e-5, 8e-3),
+    }
+}
+
+/// `v` rounded to the nearest value of `dtype` (ties to even), as the kernels store
+/// it; NaN stays NaN, values beyond the type's range become infinite.
+pub fn round_to(dtype: DType, v: f32) -> f32 {
+    match dtype {
+        DType::F32 => v,
+        DType::Bf16 => round_bf16(v),
+        DType::F16 => f16_bits_to_f32(f32_to_f16_bits(v)),
+    }
+}
+
+fn check_rows(name: &str, len: usize, stride: usize, rows: usize, cols: usize) {
+    assert!(
+        stride >= cols,
+        "{name}: stride {stride} is shorter than a row of {cols}"
+    );
+    if rows > 0 {
+        assert!(
+            len >= (rows - 1) * stride + cols,
+            "{name} holds fewer than {rows} rows of stride {stride}"
+        );
+    }
+}
+
+fn normalise(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    let sum_sq: f64 = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+    let rstd = 1.0 / (sum_sq / x.len() as f64 + f64::from(eps)).sqrt();
+    for ((o, &v), &w) in out.iter_mut().zip(x).zip(weight) {
+        *o = (f64::from(v) * rstd * f64::from(w)) as f32;
+    }
+}
+
+fn round_bf16(v: f32) -> f32 {
+    if v.is_nan() {
+        return v;
+    }
+    let b = v.to_bits();
+    // Round to nearest even on the 16 dropped bits; a carry may reach the exponent
+    // (and infinity), which is the right result.
+    let r = b.wrapping_add(0x7fff + ((b >> 16) & 1));
+    f32::from_bits(r & 0xffff_0000)
+}
+
+fn f32_to_f16_bits(v: f32) -> u16 {
+    let x = v.to_bits();
+    let sign = ((x >> 16) & 0x8000) as u16;
+    let exp = ((x >> 23) & 0xff) as i32;
+    let man = x & 0x7f_ffff;
+    if exp == 0xff {
+        return sign | 0x7c00 | if man != 0 { 0x200 } else { 0 };
+    }
+    let e = exp - 127 + 15; // the f16 biased exponent
+    if e >= 0x1f {
+        return sign | 0x7c00;
+    }
+    // Drop the low `drop` bits of a significand, rounding to nearest even. A carry
+    // out of the kept bits lands in the exponent, which is right.
+    let round = |sig: u32, drop: u32| -> u32 {
+        let q = sig >> drop;
+        let rem = sig & ((1 << drop) - 1);
+        let half = 1 << (drop - 1);
+        if rem > half || (rem == half && q & 1 == 1) {
+            q + 1
+        } else {
+            q
+        }
+    };
+    if e <= 0 {
+        // Subnormal: units of 2^-24; 2^-25 and below round to 0 (ties to even).
+        let drop = (14 - e) as u32;
+        if drop > 24 {
+            return sign;
+        }
+        return sign | round(man | 0x80_0000, drop) as u16;
+    }
+    sign | round(((e as u32) << 23) | man, 13) as u16
+}
+
+fn f16_bits_to_f32(h: u16) -> f32 {
+    let sign = if h & 0x8000 != 0 { -1.0 } else { 1.0 };
+    let exp = i32::from((h >> 10) & 0x1f);
+    let man = f32::from(h & 0x3ff);
+    match exp {
+        0 => sign * man * 2f32.powi(-24),
+        0x1f if man == 0.0 => sign * f32::INFINITY,
+        0x1f => f32::NAN,
+        _ => sign * (1.0 + man / 1024.0) * 2f32.powi(exp - 15),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rmsnorm_known_values_and_strides() {
+        let (rows, xs, ys) = (2, 3, 4);
+        let x = [3.0f32, 4.0, 99.0, 0.0, 1e-3, 99.0];
+        let mut y = [-1.0f32; 8];
+        rmsnorm(&x, xs, &[1.0, 2.0], &mut y, ys, rows, 1e-6);
+        let rms = (12.5f64 + 1e-6).sqrt();
+        assert!((f64::from(y[0]) - 3.0 / rms).abs() < 1e-6, "{y:?}");
+        assert!((f64::from(y[1]) - 8.0 / rms).abs() < 1e-6, "{y:?}");
+        // Row 1 = [0, 1e-3]: mean square 5e-7, so eps matters.
+        let r1 = 1.0 / (5e-7f64 + 1e-6).sqrt();
+        assert!((f64::from(y[5]) - 2e-3 * r1).abs() < 1e-6, "{y:?}");
+        assert_eq!(y[4], 0.0);
+        assert!(y[2..4].iter().chain(&y[6..]).all(|&v| v == -1.0), "{y:?}");
+    }
+
+    #[test]
+    fn rmsnorm_special_values() {
+        let mut y = [0.0f32; 3];
+        rmsnorm(&[1.0, f32::INFINITY, -2.0], 3, &[1.0; 3], &mut y, 3, 1, 1e-6);
+        assert_eq!((y[0], y[2]), (0.0, 0.0));
+        assert!(y[1].is_nan());
+        rmsnorm(&[1.0, f32::NAN, -2.0], 3, &[1.0; 3], &mut y, 3, 1, 1e-6);
+        assert!(y.iter().all(|v| v.is_nan()));
+    }
+
+    #[test]
+    fn fused_rounds_the_residual_to_the_storage_type() {
+        // 1 + 2^-9 is below half a bf16 ulp above 1 (2^-8): the bf16 residual is 1.
+        for (dtype, expect) in [(DType::Bf16, 1.0f32), (DType::F32, 1.0 + 2f32.powi(-9))] {
+            let mut x = [2f32.powi(-9), 1.0];
+            let mut res = [1.0f32, 1.0];
+            fused_add_rmsnorm(&mut x, 2, &mut res, 2, &[1.0, 3.0], 1, 0.0, dtype);
+            assert_eq!(res, [expect, 2.0], "{dtype}");
+            // x is the norm of the rounded residual.
+            let rms = ((f64::from(expect).powi(2) + 4.0) / 2.0).sqrt();
+            assert!(
+                (f64::from(x[0]) - f64::from(expect) / rms).abs() < 1e-6,
+                "{dtype} {x:?}"
+            );
+            assert!((f64::from(x[1]) - 6.0 / rms).abs() < 1e-6, "{dtype} {x:?}");
+        }
+    }
+
+    #[test]
+    fn fused_equals_add_then_rmsnorm() {
+        let (rows, cols) = (3, 5);
+        let mut x: Vec<f32> = (0..rows * cols).map(|i| (i as f32 * 0.37).sin()).collect();
+        let mut res: Vec<f32> = (0..rows * cols).map(|i| (i as f32 * 0.11).cos()).collect();
+        let w: Vec<f32> = (0..cols).map(|i| 0.5 + i as f32 * 0.25).collect();
+        let sum: Vec<f32> = x.iter().zip(&res).map(|(a, b)| a + b).collect();
+        let mut expect = vec![0.0f32; rows * cols];
+        rmsnorm(&sum, cols, &w, &mut expect, cols, rows, 1e-5);
+        fused_add_rmsnorm(&mut x, cols, &mut res, cols, &w, rows, 1e-5, DType::F32);
+        assert_eq!(res, sum);
+        assert_eq!(x, expect);
+    }
+
+    #[test]
+    fn bf16_rounding_is_nearest_even() {
+        let one = 1.0f32;
+        assert_eq!(round_to(DType::Bf16, one + 2f32.powi(-8)), one); // tie -> even
+        assert_eq!(
+            round_to(DType::Bf16, one + 3.0 * 2f32.powi(-8)),
+            one + 2f32.powi(-6)
+        );
+        assert_eq!(
+            round_to(DType::Bf16, one + 2f32.powi(-8) + 2f32.powi(-20)),
+            one + 2f32.powi(-7)
+        );
+        assert_eq!(round_to(DType::Bf16, -2.5), -2.5);
+        assert_eq!(round_to(DType::Bf16, f32::MAX), f32::INFINITY);
+        assert!(round_to(DType::Bf16, f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn f16_rounding_is_nearest_even() {
+        let r = |v: f32| round_to(DType::F16, v);
+        assert_eq!(r(1.0 + 2f32.powi(-11)), 1.0); // tie -> even
+        assert_eq!(r(1.0 + 3.0 * 2f32.powi(-11)), 1.0 + 2f32.powi(-9));
+        assert_eq!(r(65504.0), 65504.0);
+        assert_eq!(r(65519.0), 65504.0);
+        assert_eq!(r(65520.0), f32::INFINITY); // rounds up past the largest f16
+        assert_eq!(r(-1e6), f32::NEG_INFINITY);
+        assert_eq!(r(2f32.powi(-24)), 2f32.powi(-24)); // smallest subnormal
+        assert_eq!(r(2f32.powi(-25)), 0.0); // tie -> even (0)
+        assert_eq!(r(3.0 * 2f32.powi(-26)), 2f32.powi(-24));
+        assert_eq!(r(3.0 * 2f32.powi(-25)), 2.0 * 2f32.powi(-24)); // tie -> even (2)
+        assert_eq!(r(2f32.powi(-14) - 2f32.powi(-26)), 2f32.powi(-14)); // into the normals
+        assert_eq!(r(0.1), 0.099975586);
+        assert!(r(f32::NAN).is_nan());
+        assert_eq!(r(-0.0).to_bits(), (-0.0f32).to_bits());
+    }
+
+    #[test]
+    #[should_panic(expected = "residual holds fewer than 2 rows")]
+    fn short_buffers_are_refused() {
+        let mut x = [0.0f32; 8];
+        let mut r = [0.0f32; 5];
+        fused_add_rmsnorm(&mut x, 4, &mut r, 4, &[1.0; 4], 2, 1e-6, DType::F16);
+    }
+}
