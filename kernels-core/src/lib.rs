@@ -1,6 +1,95 @@
-//! The GPU runtime under every kernel family.
+//! The GPU runtime under every kernel family: devices, run-time compilation with a
+//! persistent module cache, launch, timing, the [`Tunable`] trait, the autotuner and
+//! the resolution policies.
 //!
-//! Work in progress: device, compile, module cache, launch, timing and the autotuner
-//! land with the kernels-core issue. Until then this crate re-exports the tuning model.
+//! Layers, bottom up (as in cudarc): a small unsafe FFI edge (`ffi`, private) over
+//! cudarc's driver and NVRTC bindings; safe types above it.
+//!
+//! - [`Device`] / [`DeviceInfo`]: open a GPU by ordinal (a clear error, never a panic,
+//!   where there is no driver or GPU); name, arch, SM count, limits, L2; streams.
+//! - [`Compiler`], [`KernelSource`], [`Variant`]: NVRTC compiles embedded,
+//!   self-contained sources with `-D` defines, the arch (`sm_90a` on Hopper), C++17 and
+//!   register hints; a failure returns the log and the variant.
+//! - [`cache_key`], [`DiskCache`]: the one cache key and the checked, atomic on-disk
+//!   cache (`KERNELS_CACHE_DIR`) for modules and online tuning results.
+//! - [`Runtime`]: one per device; the in-process memo, parallel
+//!   [`Runtime::precompile`] / [`Runtime::warm`], [`Runtime::resolve`] and
+//!   [`Runtime::run`] under a [`Policy`] (`KERNELS_TUNING=serve|online|default`), and
+//!   [`Runtime::tune`], the autotuner.
+//! - [`Kernel`]: launch with cudarc buffers ([`Kernel::builder`]) or raw pointers and a
+//!   raw stream ([`Kernel::launch_raw`]).
+//! - [`time_runs`]: the one timing routine. [`select`]: the one selection rule.
+//! - [`tune_table`]: `kernels tune`'s resumable driver writing committed tables.
+//!
+//! A kernel family implements [`Tunable`] (on top of `tuned::TunedKernel`); an op
+//! then calls [`Runtime::run`]:
+//!
+//! ```ignore
+//! let rt = kernels_core::Runtime::shared(0)?;
+//! let used = rt.run::<FusedAddRmsNorm>(&stream, &problem)?; // resolve, compile once, launch
+//! println!("{:?} from {}", used.resolved.config, used.resolved.source);
+//! ```
+//!
+//! Everything except the CUDA runtime itself (cache keys, the disk cache, selection,
+//! policies, shape files and table writing) works and is tested without a GPU.
 
+mod cache;
+mod cache_key;
+mod compile;
+mod device;
+mod error;
+mod policy;
+mod select;
+mod timing;
+mod tune_table;
+mod variant;
+
+#[cfg(feature = "cuda")]
+mod ffi;
+#[cfg(feature = "cuda")]
+mod launch;
+#[cfg(feature = "cuda")]
+mod runtime;
+#[cfg(feature = "cuda")]
+mod tunable;
+#[cfg(feature = "cuda")]
+mod tuner;
+
+pub use cache::{default_cache_dir, CacheEntry, DiskCache, Lookup, Section, CACHE_DIR_ENV};
+pub use cache_key::{
+    cache_key, codegen_env, AlignClass, CacheKey, CacheKeyParts, Component, CODEGEN_ENV_VARS,
+};
+pub use compile::{Compiler, Image, ImageKind};
+pub use device::DeviceInfo;
+pub use error::{Error, Result};
+pub use policy::{resolve_in_order, Outcome, Policy, ResolutionSteps, Step, TUNING_ENV};
+pub use select::{median, select, Measured, NOISE_THRESHOLD};
+pub use timing::{FlushL2, Timing, TimingOptions, MIN_REPS};
+pub use tune_table::{
+    parse_shapes, today, tune_table, CandidateRecord, Progress, TableJob, TableOutcome, TuneRecord,
+};
+pub use variant::{KernelSource, Variant};
+
+#[cfg(feature = "cuda")]
+pub use device::Device;
+#[cfg(feature = "cuda")]
+pub use launch::{Kernel, KernelArgs, Launch, LaunchDims, RawStream, MAX_KERNEL_ARGS};
+#[cfg(feature = "cuda")]
+pub use runtime::{ModuleOrigin, Prepared, Runtime, RuntimeOptions, Stats, CRATE_VERSION};
+#[cfg(feature = "cuda")]
+pub use timing::{time_runs, L2Flush};
+#[cfg(feature = "cuda")]
+pub use tunable::{BufferRole, DynTunable, Tunable, TunableDyn, TuneBuffer};
+#[cfg(feature = "cuda")]
+pub use tuner::{CandidateReport, TuneOptions, TuneReport};
+
+/// cudarc, re-exported so kernel crates name the same version.
+#[cfg(feature = "cuda")]
+pub use cudarc;
+/// The tuning model, re-exported.
 pub use tuned;
+
+/// The shared device prelude (`kernels-core/cuda/prelude.cuh`): bf16/fp16 storage
+/// types, conversions and vector loads for self-contained kernel sources. Pass it as
+/// a header: `KernelSource::new(..).with_headers(&[("prelude.cuh", PRELUDE)])`.
+pub const PRELUDE: &str = include_str!("../cuda/prelude.cuh");

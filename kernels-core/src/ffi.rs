@@ -1,0 +1,258 @@
+//! The unsafe edge: the CUDA driver and NVRTC calls that cudarc's safe layer does not
+//! cover, and the library checks that keep cudarc's dynamic loader from panicking.
+//!
+//! Everything here is `pub(crate)` and small; each `unsafe` block states what makes
+//! it sound. Every module above this one is safe Rust.
+
+use std::ffi::{c_char, c_int, c_void, CString};
+use std::panic::AssertUnwindSafe;
+use std::sync::OnceLock;
+
+use cudarc::driver::result::{self as drv, DriverError};
+use cudarc::driver::sys as dsys;
+use cudarc::nvrtc::sys as nsys;
+
+use crate::{Error, ImageKind, Result};
+
+/// Whether libcuda can be loaded. cudarc panics on first use when it cannot, so every
+/// entry point checks this first.
+pub(crate) fn driver_present() -> bool {
+    static PRESENT: OnceLock<bool> = OnceLock::new();
+    // SAFETY: only tries to dlopen candidate library names.
+    *PRESENT.get_or_init(|| unsafe { dsys::is_culib_present() })
+}
+
+/// Whether libnvrtc can be loaded.
+pub(crate) fn nvrtc_present() -> bool {
+    static PRESENT: OnceLock<bool> = OnceLock::new();
+    // SAFETY: only tries to dlopen candidate library names.
+    *PRESENT.get_or_init(|| unsafe { nsys::is_culib_present() })
+}
+
+/// Runs `f`, turning a panic inside cudarc (a missing library or symbol) into an error.
+pub(crate) fn guard<T>(call: &'static str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        let message = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "panic".into());
+        Err(Error::LibraryPanic { call, message })
+    })
+}
+
+/// A driver error, naming the call.
+pub(crate) fn driver_error(call: &'static str, e: DriverError) -> Error {
+    Error::Driver {
+        call,
+        message: e.to_string(),
+    }
+}
+
+/// `cuDriverGetVersion`: the driver's CUDA version as (major, minor).
+pub(crate) fn driver_version() -> Result<(i32, i32)> {
+    if !driver_present() {
+        return Err(Error::NoDriver);
+    }
+    guard("cuDriverGetVersion", || {
+        let mut v: c_int = 0;
+        // SAFETY: writes one int through a valid pointer; needs no initialised context.
+        unsafe { dsys::cuDriverGetVersion(&mut v) }
+            .result()
+            .map_err(|e| driver_error("cuDriverGetVersion", e))?;
+        Ok((v / 1000, (v % 1000) / 10))
+    })
+}
+
+/// `nvrtcVersion`.
+pub(crate) fn nvrtc_version() -> Result<(i32, i32)> {
+    if !nvrtc_present() {
+        return Err(Error::NoNvrtc);
+    }
+    guard("nvrtcVersion", || {
+        let (mut major, mut minor): (c_int, c_int) = (0, 0);
+        // SAFETY: writes two ints through valid pointers.
+        let r = unsafe { nsys::nvrtcVersion(&mut major, &mut minor) };
+        if r != nsys::nvrtcResult::NVRTC_SUCCESS {
+            return Err(Error::Nvrtc {
+                call: "nvrtcVersion",
+                kernel: String::new(),
+                message: format!("{r:?}"),
+            });
+        }
+        Ok((major, minor))
+    })
+}
+
+/// An NVRTC program, destroyed on drop.
+struct Program(nsys::nvrtcProgram);
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        // SAFETY: the program was created by nvrtcCreateProgram and is destroyed once.
+        unsafe {
+            nsys::nvrtcDestroyProgram(&mut self.0);
+        }
+    }
+}
+
+fn nvrtc_check(call: &'static str, kernel: &str, r: nsys::nvrtcResult) -> Result<()> {
+    if r == nsys::nvrtcResult::NVRTC_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::Nvrtc {
+            call,
+            kernel: kernel.to_string(),
+            message: format!("{r:?}"),
+        })
+    }
+}
+
+fn cstring(what: &str, s: &str) -> Result<CString> {
+    CString::new(s).map_err(|_| Error::invalid(what.to_string(), "contains a NUL byte"))
+}
+
+/// Compiles `code` with NVRTC. `Ok(Err(log))` is a compile error with NVRTC's log;
+/// `Err` is a failure of NVRTC itself. NVRTC is thread-safe across programs, so this
+/// runs on many threads at once.
+pub(crate) fn nvrtc_compile(
+    name: &str,
+    code: &str,
+    headers: &[(&str, &str)],
+    options: &[String],
+) -> Result<std::result::Result<(ImageKind, Vec<u8>), String>> {
+    if !nvrtc_present() {
+        return Err(Error::NoNvrtc);
+    }
+    let c_code = cstring("source", code)?;
+    let c_name = cstring("source name", &format!("{name}.cu"))?;
+    let c_header_text: Vec<CString> = headers
+        .iter()
+        .map(|(_, t)| cstring("header", t))
+        .collect::<Result<_>>()?;
+    let c_header_names: Vec<CString> = headers
+        .iter()
+        .map(|(n, _)| cstring("header name", n))
+        .collect::<Result<_>>()?;
+    let c_opts: Vec<CString> = options
+        .iter()
+        .map(|o| cstring("compiler option", o))
+        .collect::<Result<_>>()?;
+    let text_ptrs: Vec<*const c_char> = c_header_text.iter().map(|c| c.as_ptr()).collect();
+    let name_ptrs: Vec<*const c_char> = c_header_names.iter().map(|c| c.as_ptr()).collect();
+    let opt_ptrs: Vec<*const c_char> = c_opts.iter().map(|c| c.as_ptr()).collect();
+
+    guard("nvrtcCompileProgram", || {
+        let mut raw: nsys::nvrtcProgram = std::ptr::null_mut();
+        // SAFETY: every pointer is to a live NUL-terminated string owned above, the
+        // arrays have `headers.len()` entries, and the program is destroyed by `Program`.
+        let r = unsafe {
+            nsys::nvrtcCreateProgram(
+                &mut raw,
+                c_code.as_ptr(),
+                c_name.as_ptr(),
+                headers.len() as c_int,
+                text_ptrs.as_ptr(),
+                name_ptrs.as_ptr(),
+            )
+        };
+        nvrtc_check("nvrtcCreateProgram", name, r)?;
+        let prog = Program(raw);
+        // SAFETY: `prog` is live; the options array has `opt_ptrs.len()` valid strings.
+        let r = unsafe { nsys::nvrtcCompileProgram(prog.0, opt_ptrs.len() as c_int, opt_ptrs.as_ptr()) };
+        if r != nsys::nvrtcResult::NVRTC_SUCCESS {
+            let log = program_log(&prog).unwrap_or_else(|e| format!("(no log: {e})"));
+            return Ok(Err(format!("{r:?}\n{log}")));
+        }
+        // CUBIN exists when compiling for a real `sm_XX` arch; PTX is the fallback.
+        let mut size: usize = 0;
+        // SAFETY: `prog` is live and compiled; writes one usize.
+        let r = unsafe { nsys::nvrtcGetCUBINSize(prog.0, &mut size) };
+        if r == nsys::nvrtcResult::NVRTC_SUCCESS && size > 0 {
+            let mut buf = vec![0u8; size];
+            // SAFETY: `buf` holds exactly the size NVRTC reported.
+            let r = unsafe { nsys::nvrtcGetCUBIN(prog.0, buf.as_mut_ptr() as *mut c_char) };
+            nvrtc_check("nvrtcGetCUBIN", name, r)?;
+            return Ok(Ok((ImageKind::Cubin, buf)));
+        }
+        // SAFETY: as above, for PTX (the size includes the trailing NUL).
+        let r = unsafe { nsys::nvrtcGetPTXSize(prog.0, &mut size) };
+        nvrtc_check("nvrtcGetPTXSize", name, r)?;
+        let mut buf = vec![0u8; size.max(1)];
+        // SAFETY: `buf` holds at least the size NVRTC reported.
+        let r = unsafe { nsys::nvrtcGetPTX(prog.0, buf.as_mut_ptr() as *mut c_char) };
+        nvrtc_check("nvrtcGetPTX", name, r)?;
+        Ok(Ok((ImageKind::Ptx, buf)))
+    })
+}
+
+fn program_log(prog: &Program) -> Result<String> {
+    let mut size: usize = 0;
+    // SAFETY: `prog` is live; writes one usize.
+    let r = unsafe { nsys::nvrtcGetProgramLogSize(prog.0, &mut size) };
+    nvrtc_check("nvrtcGetProgramLogSize", "", r)?;
+    let mut buf = vec![0u8; size.max(1)];
+    // SAFETY: `buf` holds at least the reported size.
+    let r = unsafe { nsys::nvrtcGetProgramLog(prog.0, buf.as_mut_ptr() as *mut c_char) };
+    nvrtc_check("nvrtcGetProgramLog", "", r)?;
+    while buf.last() == Some(&0) {
+        buf.pop();
+    }
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// `cuStreamIsCapturing`: whether `stream` is capturing a CUDA graph now.
+pub(crate) fn is_capturing(stream: dsys::CUstream) -> Result<bool> {
+    // SAFETY: the stream handle comes from a live CudaStream (or a caller's promise
+    // through `Device::borrow_stream`).
+    let status =
+        unsafe { drv::stream::is_capturing(stream) }.map_err(|e| driver_error("cuStreamIsCapturing", e))?;
+    Ok(status != dsys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+}
+
+/// `cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)`: lets a function use more than
+/// 48 KiB of dynamic shared memory.
+pub(crate) fn set_max_dynamic_smem(func: dsys::CUfunction, bytes: u32) -> Result<()> {
+    // SAFETY: `func` belongs to a module the caller keeps loaded.
+    unsafe {
+        drv::function::set_function_attribute(
+            func,
+            dsys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            bytes as i32,
+        )
+    }
+    .map_err(|e| driver_error("cuFuncSetAttribute", e))
+}
+
+/// `cuLaunchKernel` with raw parameters.
+///
+/// # Safety
+/// `params` must match the kernel's signature (one pointer to each argument's value),
+/// every device pointer among them must be valid for what the kernel does, and
+/// `stream` must be a live stream of the function's context.
+pub(crate) unsafe fn launch(
+    func: dsys::CUfunction,
+    grid: (u32, u32, u32),
+    block: (u32, u32, u32),
+    smem: u32,
+    stream: dsys::CUstream,
+    params: &mut [*mut c_void],
+) -> Result<()> {
+    drv::launch_kernel(func, grid, block, smem, stream, params).map_err(|e| driver_error("cuLaunchKernel", e))
+}
+
+/// `cuMemcpyDtoDAsync`.
+///
+/// # Safety
+/// `dst` and `src` must be valid for `bytes` bytes until the copy runs on `stream`.
+pub(crate) unsafe fn copy_dtod(dst: u64, src: u64, bytes: usize, stream: dsys::CUstream) -> Result<()> {
+    drv::memcpy_dtod_async(dst, src, bytes, stream).map_err(|e| driver_error("cuMemcpyDtoDAsync", e))
+}
+
+/// `cuMemsetD8Async` to zero.
+///
+/// # Safety
+/// `dst` must be valid for `bytes` bytes until the memset runs on `stream`.
+pub(crate) unsafe fn zero(dst: u64, bytes: usize, stream: dsys::CUstream) -> Result<()> {
+    drv::memset_d8_async(dst, 0, bytes, stream).map_err(|e| driver_error("cuMemsetD8Async", e))
+}

@@ -1,0 +1,378 @@
+//! Loaded kernels and launching them: with cudarc buffers ([`Kernel::builder`]) or with
+//! raw device pointers and a raw stream ([`Kernel::launch_raw`]) for C++ and Python
+//! engines.
+
+use std::ffi::c_void;
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchArgs, LaunchConfig};
+
+use crate::ffi::{self, driver_error};
+use crate::{DeviceInfo, Error, Result};
+
+/// Shared memory a block may use without opting in.
+const DEFAULT_SMEM_LIMIT: u32 = 48 * 1024;
+
+/// Grid, block and dynamic shared memory of one launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchDims {
+    pub grid: (u32, u32, u32),
+    pub block: (u32, u32, u32),
+    /// Dynamic shared memory per block, bytes.
+    pub smem_bytes: u32,
+}
+
+impl LaunchDims {
+    /// A 1-D launch of `grid` blocks of `block` threads, no dynamic shared memory.
+    pub const fn linear(grid: u32, block: u32) -> LaunchDims {
+        LaunchDims {
+            grid: (grid, 1, 1),
+            block: (block, 1, 1),
+            smem_bytes: 0,
+        }
+    }
+
+    /// The same launch with `bytes` of dynamic shared memory per block.
+    pub const fn with_smem(self, bytes: u32) -> LaunchDims {
+        LaunchDims {
+            smem_bytes: bytes,
+            ..self
+        }
+    }
+
+    /// Checks the launch against the device's limits; the error names `grid`, `block`
+    /// or `smem_bytes` and the limit.
+    pub fn validate(&self, info: &DeviceInfo) -> Result<()> {
+        let (gx, gy, gz) = self.grid;
+        let (bx, by, bz) = self.block;
+        if gx == 0 || gy == 0 || gz == 0 {
+            return Err(Error::invalid(
+                "grid",
+                format!("{:?} has a zero dimension", self.grid),
+            ));
+        }
+        let (mx, my, mz) = info.max_grid;
+        if gx > mx || gy > my || gz > mz {
+            return Err(Error::invalid(
+                "grid",
+                format!("{:?} exceeds the device's {:?}", self.grid, info.max_grid),
+            ));
+        }
+        let threads = bx as u64 * by as u64 * bz as u64;
+        if threads == 0 || threads > info.max_threads_per_block as u64 {
+            return Err(Error::invalid(
+                "block",
+                format!(
+                    "{:?} is {threads} threads; the device allows 1..={}",
+                    self.block, info.max_threads_per_block
+                ),
+            ));
+        }
+        if self.smem_bytes > info.max_smem_per_block_optin {
+            return Err(Error::invalid(
+                "smem_bytes",
+                format!(
+                    "{} bytes exceeds the device's {} bytes per block",
+                    self.smem_bytes, info.max_smem_per_block_optin
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn config(&self) -> LaunchConfig {
+        LaunchConfig {
+            grid_dim: self.grid,
+            block_dim: self.block,
+            shared_mem_bytes: self.smem_bytes,
+        }
+    }
+}
+
+/// A CUDA stream handle owned by someone else (a C++ or Python engine's
+/// `cudaStream_t`). Null is the legacy default stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawStream(cudarc::driver::sys::CUstream);
+
+// SAFETY: a stream handle is an opaque token the driver accepts from any thread.
+unsafe impl Send for RawStream {}
+unsafe impl Sync for RawStream {}
+
+impl RawStream {
+    /// Wraps a raw `CUstream` / `cudaStream_t`.
+    ///
+    /// # Safety
+    /// `ptr` must be null or a live stream of the context the kernel is loaded in,
+    /// alive for every launch made with it.
+    pub unsafe fn from_raw(ptr: *mut c_void) -> RawStream {
+        RawStream(ptr as cudarc::driver::sys::CUstream)
+    }
+
+    /// The raw handle of a cudarc stream.
+    pub fn of(stream: &CudaStream) -> RawStream {
+        RawStream(stream.cu_stream())
+    }
+
+    /// The raw handle.
+    pub fn as_raw(self) -> *mut c_void {
+        self.0 as *mut c_void
+    }
+
+    /// Whether the stream is capturing a CUDA graph now.
+    pub fn is_capturing(self) -> Result<bool> {
+        ffi::is_capturing(self.0)
+    }
+}
+
+/// Most arguments [`KernelArgs`] holds.
+pub const MAX_KERNEL_ARGS: usize = 24;
+
+/// Kernel arguments for [`Kernel::launch_raw`], held inline (no allocation): raw
+/// device pointers and scalars, in the kernel's parameter order.
+///
+/// ```
+/// use kernels_core::KernelArgs;
+/// let mut a = KernelArgs::new();
+/// a.ptr(0x7f00_0000_0000).ptr(0x7f00_0010_0000).i32(4096).f32(1e-6);
+/// assert_eq!(a.len(), 4);
+/// ```
+#[derive(Clone, Debug)]
+pub struct KernelArgs {
+    // Each argument sits in its own 8-byte slot; the driver reads `sizeof(param)`
+    // bytes from the slot's address, which on little-endian targets is the value.
+    slots: [u64; MAX_KERNEL_ARGS],
+    len: usize,
+    overflow: bool,
+}
+
+impl Default for KernelArgs {
+    fn default() -> Self {
+        KernelArgs::new()
+    }
+}
+
+impl KernelArgs {
+    /// No arguments.
+    pub const fn new() -> KernelArgs {
+        KernelArgs {
+            slots: [0; MAX_KERNEL_ARGS],
+            len: 0,
+            overflow: false,
+        }
+    }
+
+    fn push(&mut self, bits: u64) -> &mut Self {
+        if self.len < MAX_KERNEL_ARGS {
+            self.slots[self.len] = bits;
+            self.len += 1;
+        } else {
+            self.overflow = true;
+        }
+        self
+    }
+
+    /// A device pointer (`T*` parameter).
+    pub fn ptr(&mut self, device_ptr: u64) -> &mut Self {
+        self.push(device_ptr)
+    }
+    /// An `int` parameter.
+    pub fn i32(&mut self, v: i32) -> &mut Self {
+        self.push(v as u32 as u64)
+    }
+    /// An `unsigned int` parameter.
+    pub fn u32(&mut self, v: u32) -> &mut Self {
+        self.push(v as u64)
+    }
+    /// A `long long` parameter.
+    pub fn i64(&mut self, v: i64) -> &mut Self {
+        self.push(v as u64)
+    }
+    /// An `unsigned long long` / `size_t` parameter.
+    pub fn u64(&mut self, v: u64) -> &mut Self {
+        self.push(v)
+    }
+    /// A `float` parameter.
+    pub fn f32(&mut self, v: f32) -> &mut Self {
+        self.push(v.to_bits() as u64)
+    }
+    /// A `double` parameter.
+    pub fn f64(&mut self, v: f64) -> &mut Self {
+        self.push(v.to_bits())
+    }
+
+    /// Number of arguments pushed.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no argument was pushed.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// A loaded kernel: one variant's function in a module loaded in the device's context.
+/// Held in the runtime's memo; launching it compiles and loads nothing.
+pub struct Kernel {
+    kernel: String,
+    variant: String,
+    function: CudaFunction,
+    ctx: Arc<CudaContext>,
+    info: Arc<DeviceInfo>,
+    /// Dynamic shared memory this function is opted in to (48 KiB until raised).
+    smem_limit: AtomicU32,
+}
+
+impl fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Kernel")
+            .field("kernel", &self.kernel)
+            .field("variant", &self.variant)
+            .finish()
+    }
+}
+
+impl Kernel {
+    /// Gets `entry` from a loaded module.
+    pub(crate) fn from_module(
+        module: &Arc<CudaModule>,
+        ctx: Arc<CudaContext>,
+        entry: &str,
+        kernel: &str,
+        variant: String,
+        info: Arc<DeviceInfo>,
+    ) -> Result<Kernel> {
+        let function = module.load_function(entry).map_err(|e| Error::Driver {
+            call: "cuModuleGetFunction",
+            message: format!("kernel `{kernel}` variant [{variant}] has no entry `{entry}`: {e}"),
+        })?;
+        Ok(Kernel {
+            kernel: kernel.to_string(),
+            variant,
+            function,
+            ctx,
+            info,
+            smem_limit: AtomicU32::new(DEFAULT_SMEM_LIMIT),
+        })
+    }
+
+    /// The kernel family's name.
+    pub fn name(&self) -> &str {
+        &self.kernel
+    }
+
+    /// The variant, as [`crate::Variant`] displays it.
+    pub fn variant(&self) -> &str {
+        &self.variant
+    }
+
+    /// cudarc's function handle.
+    pub fn function(&self) -> &CudaFunction {
+        &self.function
+    }
+
+    /// Validates `dims` and opts the function in to its dynamic shared memory (once per
+    /// new maximum: a driver call, no compile, legal during graph capture).
+    fn prepare(&self, dims: &LaunchDims) -> Result<()> {
+        dims.validate(&self.info)?;
+        if dims.smem_bytes > self.smem_limit.load(Ordering::Acquire) {
+            ffi::set_max_dynamic_smem(self.function.cu_function(), dims.smem_bytes)?;
+            self.smem_limit.fetch_max(dims.smem_bytes, Ordering::AcqRel);
+        }
+        Ok(())
+    }
+
+    /// A launch on `stream` with cudarc buffers: push arguments with cudarc's `arg`
+    /// (slices, views, scalars), then `launch`. cudarc orders the buffers' uses across
+    /// streams.
+    ///
+    /// ```no_run
+    /// # fn f(k: &kernels_core::Kernel, stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+    /// #      x: &mut cudarc::driver::CudaSlice<f32>) -> kernels_core::Result<()> {
+    /// use cudarc::driver::PushKernelArg;
+    /// let n = x.len() as i32;
+    /// let mut l = k.builder(stream, kernels_core::LaunchDims::linear(1, 256))?;
+    /// l.arg(x).arg(&n);
+    /// unsafe { l.launch() } // the arguments must match the kernel's signature
+    /// # }
+    /// ```
+    pub fn builder<'a>(&'a self, stream: &'a CudaStream, dims: LaunchDims) -> Result<Launch<'a>> {
+        self.prepare(&dims)?;
+        Ok(Launch {
+            args: stream.launch_builder(&self.function),
+            dims,
+        })
+    }
+
+    /// Launches with raw device pointers and scalars on a raw stream: the entry point
+    /// for engines that hold `cudaStream_t` and device pointers.
+    ///
+    /// # Safety
+    /// `args` must match the kernel's parameters in order and type, every pointer in
+    /// it must be valid for what the kernel reads and writes, and `stream` must be a
+    /// live stream of the device's context.
+    pub unsafe fn launch_raw(&self, stream: RawStream, dims: LaunchDims, args: &KernelArgs) -> Result<()> {
+        if args.overflow {
+            return Err(Error::invalid(
+                "args",
+                format!("more than {MAX_KERNEL_ARGS} kernel arguments"),
+            ));
+        }
+        self.prepare(&dims)?;
+        let mut slots = args.slots;
+        let mut params: [*mut c_void; MAX_KERNEL_ARGS] = [std::ptr::null_mut(); MAX_KERNEL_ARGS];
+        for (p, s) in params.iter_mut().zip(slots.iter_mut()) {
+            *p = s as *mut u64 as *mut c_void;
+        }
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| driver_error("cuCtxSetCurrent", e))?;
+        ffi::launch(
+            self.function.cu_function(),
+            dims.grid,
+            dims.block,
+            dims.smem_bytes,
+            stream.0,
+            &mut params[..args.len],
+        )
+    }
+}
+
+/// A launch being built: cudarc's [`LaunchArgs`] (push arguments through `Deref`)
+/// plus validated dimensions.
+pub struct Launch<'a> {
+    args: LaunchArgs<'a>,
+    dims: LaunchDims,
+}
+
+impl<'a> Deref for Launch<'a> {
+    type Target = LaunchArgs<'a>;
+    fn deref(&self) -> &LaunchArgs<'a> {
+        &self.args
+    }
+}
+
+impl<'a> DerefMut for Launch<'a> {
+    fn deref_mut(&mut self) -> &mut LaunchArgs<'a> {
+        &mut self.args
+    }
+}
+
+impl Launch<'_> {
+    /// Enqueues the kernel.
+    ///
+    /// # Safety
+    /// The pushed arguments must match the kernel's parameters in order and type, and
+    /// the kernel must stay within the buffers it is given (cudarc's
+    /// `LaunchArgs::launch` contract).
+    pub unsafe fn launch(mut self) -> Result<()> {
+        let cfg = self.dims.config();
+        self.args
+            .launch(cfg)
+            .map(|_| ())
+            .map_err(|e| driver_error("cuLaunchKernel", e))
+    }
+}

@@ -1,0 +1,804 @@
+//! The runtime: one per device. Compiles with a persistent module cache and an
+//! in-process memo, resolves configs under a [`Policy`], and launches.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::CudaStream;
+use cudarc::nvrtc::Ptx;
+use tuned::{resolve_serve, Resolved, Source, TunedKernel};
+
+use crate::ffi::{self, driver_error, guard};
+use crate::{
+    cache_key, resolve_in_order, AlignClass, CacheKey, CacheKeyParts, Compiler, Component, Device, DiskCache,
+    Error, Image, ImageKind, Kernel, KernelSource, Lookup, Policy, ResolutionSteps, Result, Section, Tunable,
+    TuneOptions, TuneRecord, Variant,
+};
+
+/// The version of this crate, part of every cache key.
+pub const CRATE_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// How a runtime resolves and caches.
+#[derive(Clone, Debug)]
+pub struct RuntimeOptions {
+    pub policy: Policy,
+    pub cache: DiskCache,
+    /// Options of searches the online policy runs.
+    pub tune: TuneOptions,
+}
+
+impl RuntimeOptions {
+    /// From the environment: `KERNELS_TUNING` (policy; unknown is an error) and
+    /// `KERNELS_CACHE_DIR` (cache folder).
+    pub fn from_env() -> Result<RuntimeOptions> {
+        Ok(RuntimeOptions {
+            policy: Policy::from_env()?,
+            cache: DiskCache::from_env(),
+            tune: TuneOptions::default(),
+        })
+    }
+}
+
+/// Where a module came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ModuleOrigin {
+    /// Already loaded in this process.
+    Memo,
+    /// Read from the disk cache and loaded (no compile).
+    Disk,
+    /// Compiled now (and stored in the disk cache).
+    Compiled,
+}
+
+/// Counters of what the runtime did, for tests and `kernels info`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Modules compiled with NVRTC.
+    pub compiled: u64,
+    /// Modules read from the disk cache.
+    pub disk_hits: u64,
+    /// Lookups answered by the in-process memos.
+    pub memo_hits: u64,
+    /// Cache files found corrupt (recompiled or searched again).
+    pub corrupt_files: u64,
+    /// Cache writes that failed (the result was still used).
+    pub cache_write_errors: u64,
+    /// Online searches run.
+    pub searches: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    compiled: AtomicU64,
+    disk_hits: AtomicU64,
+    memo_hits: AtomicU64,
+    corrupt_files: AtomicU64,
+    cache_write_errors: AtomicU64,
+    searches: AtomicU64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A resolved config with its loaded kernel: what an op launches.
+#[derive(Clone, Debug)]
+pub struct Prepared<C> {
+    pub resolved: Resolved<C>,
+    pub kernel: Arc<Kernel>,
+    /// Set when the online policy searched and failed, so the analytic default is used.
+    pub search_failure: Option<String>,
+}
+
+/// A loaded kernel and where its module came from.
+type Loaded = (Arc<Kernel>, ModuleOrigin);
+/// A config resolution and its search failure, if any.
+type Picked<C> = (Resolved<C>, Option<String>);
+/// One compile thread's result.
+type ImageSlot = Mutex<Option<Result<(Image, ModuleOrigin)>>>;
+
+type MemoKey<K> = (<K as TunedKernel>::Key, u64, AlignClass);
+type Memo<K> = HashMap<MemoKey<K>, Prepared<<K as TunedKernel>::Config>>;
+
+/// The runtime of one device. Share it (`Arc<Runtime>`, or [`Runtime::shared`]); every
+/// method takes `&self`.
+///
+/// ```no_run
+/// use kernels_core::{Device, Runtime, KernelSource, Variant, LaunchDims};
+/// static SRC: KernelSource = KernelSource::new(
+///     "fill", "extern \"C\" __global__ void fill(float* x, float v) { x[threadIdx.x] = v; }", "fnv1a64:0");
+/// let rt = Runtime::new(Device::open(0)?)?;
+/// let stream = rt.device().new_stream()?;
+/// let mut x = stream.alloc_zeros::<f32>(256).unwrap();
+/// let k = rt.kernel(&stream, &SRC, &Variant::new("fill"))?;
+/// use cudarc::driver::PushKernelArg;
+/// let mut l = k.builder(&stream, LaunchDims::linear(1, 256))?;
+/// l.arg(&mut x).arg(&1.0f32);
+/// unsafe { l.launch() }?;
+/// # Ok::<(), kernels_core::Error>(())
+/// ```
+pub struct Runtime {
+    device: Device,
+    compiler: Compiler,
+    compiler_id: String,
+    arch: String,
+    options: RuntimeOptions,
+    /// Module cache key text -> loaded kernel.
+    modules: Mutex<HashMap<String, Arc<Kernel>>>,
+    /// Per kernel type: (key, batch, alignment) -> prepared config and kernel.
+    typed: Mutex<HashMap<TypeId, Box<dyn Any + Send + Sync>>>,
+    counters: Counters,
+    last_cache_error: Mutex<Option<String>>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("device", &self.device.info().name)
+            .field("arch", &self.arch)
+            .field("compiler", &self.compiler_id)
+            .field("policy", &self.options.policy)
+            .field("cache", &self.options.cache.root())
+            .finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding a memo lock leaves the maps consistent (inserts are single
+    // calls), so a poisoned lock is still usable.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Runtime {
+    /// A runtime for `device` with options from the environment.
+    pub fn new(device: Device) -> Result<Runtime> {
+        Runtime::with_options(device, RuntimeOptions::from_env()?)
+    }
+
+    /// A runtime for `device` with explicit options. Fails when NVRTC is missing.
+    pub fn with_options(device: Device, options: RuntimeOptions) -> Result<Runtime> {
+        let compiler = Compiler::detect()?;
+        Ok(Runtime {
+            arch: device.info().compile_arch(),
+            compiler_id: compiler.id(),
+            compiler,
+            device,
+            options,
+            modules: Mutex::new(HashMap::new()),
+            typed: Mutex::new(HashMap::new()),
+            counters: Counters::default(),
+            last_cache_error: Mutex::new(None),
+        })
+    }
+
+    /// The process-wide runtime of device `ordinal`, created on first use with options
+    /// from the environment. Ops that get only a stream use this.
+    pub fn shared(ordinal: usize) -> Result<Arc<Runtime>> {
+        static SHARED: OnceLock<Mutex<HashMap<usize, Arc<Runtime>>>> = OnceLock::new();
+        let map = SHARED.get_or_init(|| Mutex::new(HashMap::new()));
+        let mut map = lock(map);
+        if let Some(rt) = map.get(&ordinal) {
+            return Ok(rt.clone());
+        }
+        let rt = Arc::new(Runtime::new(Device::open(ordinal)?)?);
+        map.insert(ordinal, rt.clone());
+        Ok(rt)
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The compiler (NVRTC version, codegen environment).
+    pub fn compiler(&self) -> &Compiler {
+        &self.compiler
+    }
+
+    /// The arch modules are compiled for (`sm_90a`).
+    pub fn arch(&self) -> &str {
+        &self.arch
+    }
+
+    /// The resolution policy.
+    pub fn policy(&self) -> Policy {
+        self.options.policy
+    }
+
+    /// The disk cache.
+    pub fn cache(&self) -> &DiskCache {
+        &self.options.cache
+    }
+
+    /// The options.
+    pub fn options(&self) -> &RuntimeOptions {
+        &self.options
+    }
+
+    /// What the runtime has done so far.
+    pub fn stats(&self) -> Stats {
+        let c = &self.counters;
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Stats {
+            compiled: g(&c.compiled),
+            disk_hits: g(&c.disk_hits),
+            memo_hits: g(&c.memo_hits),
+            corrupt_files: g(&c.corrupt_files),
+            cache_write_errors: g(&c.cache_write_errors),
+            searches: g(&c.searches),
+        }
+    }
+
+    /// The last cache write error, if any (writes that fail do not fail launches).
+    pub fn last_cache_error(&self) -> Option<String> {
+        lock(&self.last_cache_error).clone()
+    }
+
+    fn key_parts<'a>(&'a self, kernel: &'a str, fingerprint: &'a str) -> CacheKeyParts<'a> {
+        let info = self.device.info();
+        CacheKeyParts {
+            crate_version: CRATE_VERSION,
+            kernel,
+            source_fingerprint: fingerprint,
+            compiler: &self.compiler_id,
+            arch: &self.arch,
+            device_name: &info.name,
+            sm_count: info.sm_count,
+            codegen_env: self.compiler.codegen_env(),
+            variant: Component::DoesNotApply,
+            static_key: Component::DoesNotApply,
+            batch: Component::DoesNotApply,
+            alignment: Component::DoesNotApply,
+        }
+    }
+
+    /// The module cache key of `variant` of `source` on this device: the exact compile
+    /// (entry point and every NVRTC option) is the variant component.
+    pub fn module_key(&self, source: &KernelSource, variant: &Variant) -> CacheKey {
+        let options = self.compiler.options(variant, &self.arch);
+        let compile = format!("{}\n{}", variant.entry(), options.join("\n"));
+        let mut parts = self.key_parts(source.name, source.fingerprint);
+        parts.variant = Component::Applies(&compile);
+        cache_key(&parts)
+    }
+
+    /// The online tuning cache key of a problem on this device.
+    pub fn tuning_key(
+        &self,
+        kernel: &str,
+        fingerprint: &str,
+        static_key: &str,
+        batch: u64,
+        alignment: AlignClass,
+    ) -> CacheKey {
+        let mut parts = self.key_parts(kernel, fingerprint);
+        parts.static_key = Component::Applies(static_key);
+        parts.batch = Component::Applies(batch);
+        parts.alignment = Component::Applies(alignment);
+        cache_key(&parts)
+    }
+
+    fn note_cache_write(&self, r: Result<()>) {
+        if let Err(e) = r {
+            bump(&self.counters.cache_write_errors);
+            *lock(&self.last_cache_error) = Some(e.to_string());
+        }
+    }
+
+    /// The loaded kernel for `variant` of `source`: from the memo (no compile, no disk
+    /// access), else the disk cache, else compiled now. A memo miss while `stream` is
+    /// capturing a CUDA graph is [`Error::CompileWhileCapturing`].
+    pub fn kernel(
+        &self,
+        stream: &CudaStream,
+        source: &KernelSource,
+        variant: &Variant,
+    ) -> Result<Arc<Kernel>> {
+        self.kernel_with_origin(stream, source, variant).map(|(k, _)| k)
+    }
+
+    /// [`Runtime::kernel`], also saying where the module came from.
+    pub fn kernel_with_origin(
+        &self,
+        stream: &CudaStream,
+        source: &KernelSource,
+        variant: &Variant,
+    ) -> Result<(Arc<Kernel>, ModuleOrigin)> {
+        let key = self.module_key(source, variant);
+        if let Some(k) = lock(&self.modules).get(key.text()) {
+            bump(&self.counters.memo_hits);
+            return Ok((k.clone(), ModuleOrigin::Memo));
+        }
+        self.refuse_if_capturing(stream, source.name, &variant.to_string())?;
+        let (image, origin) = self.image(source, variant, &key)?;
+        let kernel = self.load(&image, origin, source, variant, &key)?;
+        Ok((kernel, origin))
+    }
+
+    fn refuse_if_capturing(&self, stream: &CudaStream, kernel: &str, variant: &str) -> Result<()> {
+        if ffi::is_capturing(stream.cu_stream())? {
+            return Err(Error::CompileWhileCapturing {
+                kernel: kernel.to_string(),
+                variant: variant.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The module image: the disk cache's (checked), else compiled now and stored.
+    /// Needs no CUDA context, so it runs on compile threads.
+    fn image(
+        &self,
+        source: &KernelSource,
+        variant: &Variant,
+        key: &CacheKey,
+    ) -> Result<(Image, ModuleOrigin)> {
+        match self.options.cache.load(Section::Modules, key) {
+            Lookup::Hit(e) => match ImageKind::from_name(&e.kind) {
+                Some(kind) => {
+                    bump(&self.counters.disk_hits);
+                    return Ok((
+                        Image {
+                            kind,
+                            bytes: e.payload,
+                        },
+                        ModuleOrigin::Disk,
+                    ));
+                }
+                None => bump(&self.counters.corrupt_files),
+            },
+            Lookup::Corrupt { .. } => bump(&self.counters.corrupt_files),
+            Lookup::Miss => {}
+        }
+        let image = self.compiler.compile(source, variant, &self.arch)?;
+        bump(&self.counters.compiled);
+        self.note_cache_write(self.options.cache.store(
+            Section::Modules,
+            key,
+            image.kind.name(),
+            &image.bytes,
+        ));
+        Ok((image, ModuleOrigin::Compiled))
+    }
+
+    /// Loads an image into the device's context and memoizes the kernel. A cached
+    /// image the driver refuses is recompiled once.
+    fn load(
+        &self,
+        image: &Image,
+        origin: ModuleOrigin,
+        source: &KernelSource,
+        variant: &Variant,
+        key: &CacheKey,
+    ) -> Result<Arc<Kernel>> {
+        let ctx = self.device.context();
+        let try_load = |image: &Image| -> Result<Arc<Kernel>> {
+            let mut bytes = image.bytes.clone();
+            if image.kind == ImageKind::Ptx && bytes.last() != Some(&0) {
+                bytes.push(0);
+            }
+            let module = guard("cuModuleLoadData", || {
+                ctx.load_module(Ptx::from_binary(bytes))
+                    .map_err(|e| driver_error("cuModuleLoadData", e))
+            })?;
+            Kernel::from_module(
+                &module,
+                ctx.clone(),
+                variant.entry(),
+                source.name,
+                variant.to_string(),
+                Arc::new(self.device.info().clone()),
+            )
+            .map(Arc::new)
+        };
+        let kernel = match try_load(image) {
+            Ok(k) => k,
+            Err(_) if origin == ModuleOrigin::Disk => {
+                bump(&self.counters.corrupt_files);
+                let fresh = self.compiler.compile(source, variant, &self.arch)?;
+                bump(&self.counters.compiled);
+                self.note_cache_write(self.options.cache.store(
+                    Section::Modules,
+                    key,
+                    fresh.kind.name(),
+                    &fresh.bytes,
+                ));
+                try_load(&fresh)?
+            }
+            Err(e) => return Err(e),
+        };
+        let mut modules = lock(&self.modules);
+        // Another thread may have loaded it meanwhile: keep one.
+        Ok(modules.entry(key.text().to_string()).or_insert(kernel).clone())
+    }
+
+    /// Parallel precompile: compiles (or reads from the disk cache) every job on a pool
+    /// of threads, one per core (NVRTC is thread-safe across programs), then loads the
+    /// modules. Identical jobs compile once. One result per job, in order; a failure is
+    /// that job's error (the NVRTC log for a compile error).
+    pub fn precompile(&self, jobs: &[(KernelSource, Variant)]) -> Vec<Result<ModuleOrigin>> {
+        self.precompile_kernels(jobs, 0)
+            .into_iter()
+            .map(|r| r.map(|(_, o)| o))
+            .collect()
+    }
+
+    pub(crate) fn precompile_kernels(
+        &self,
+        jobs: &[(KernelSource, Variant)],
+        threads: usize,
+    ) -> Vec<Result<Loaded>> {
+        let keys: Vec<CacheKey> = jobs.iter().map(|(s, v)| self.module_key(s, v)).collect();
+        let mut results: Vec<Option<Result<Loaded>>> = (0..jobs.len()).map(|_| None).collect();
+        // Memo hits, and one representative per distinct key for the rest.
+        let mut todo: Vec<usize> = Vec::new();
+        let mut first_of: HashMap<&str, usize> = HashMap::new();
+        {
+            let modules = lock(&self.modules);
+            for (i, key) in keys.iter().enumerate() {
+                if let Some(k) = modules.get(key.text()) {
+                    bump(&self.counters.memo_hits);
+                    results[i] = Some(Ok((k.clone(), ModuleOrigin::Memo)));
+                } else if let std::collections::hash_map::Entry::Vacant(e) = first_of.entry(key.text()) {
+                    e.insert(i);
+                    todo.push(i);
+                }
+            }
+        }
+        let threads = if threads == 0 {
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4)
+        } else {
+            threads
+        }
+        .min(todo.len())
+        .max(1);
+        let images: Vec<ImageSlot> = todo.iter().map(|_| Mutex::new(None)).collect();
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| loop {
+                    let t = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&i) = todo.get(t) else { break };
+                    let (source, variant) = &jobs[i];
+                    let r = self.image(source, variant, &keys[i]);
+                    *lock(&images[t]) = Some(r);
+                });
+            }
+        });
+        // Modules load on this thread: loading is fast and needs the context bound.
+        for (t, &i) in todo.iter().enumerate() {
+            let (source, variant) = &jobs[i];
+            let r = match lock(&images[t]).take() {
+                Some(Ok((image, origin))) => self
+                    .load(&image, origin, source, variant, &keys[i])
+                    .map(|k| (k, origin)),
+                Some(Err(e)) => Err(e),
+                None => Err(Error::kernel(source.name, "compile thread did not finish")),
+            };
+            results[i] = Some(r);
+        }
+        // Duplicates share their representative's result.
+        for i in 0..jobs.len() {
+            if results[i].is_none() {
+                let rep = first_of.get(keys[i].text()).copied().unwrap_or(i);
+                results[i] = Some(match &results[rep] {
+                    Some(Ok((k, _))) => Ok((k.clone(), ModuleOrigin::Memo)),
+                    Some(Err(e)) => Err(e.clone()),
+                    None => Err(Error::kernel(jobs[i].0.name, "not compiled")),
+                });
+            }
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(Error::kernel("", "not compiled"))))
+            .collect()
+    }
+
+    // ---- typed resolution -------------------------------------------------------
+
+    fn memo_get<K: Tunable>(&self, key: &MemoKey<K>) -> Option<Prepared<K::Config>> {
+        let typed = lock(&self.typed);
+        let memo = typed.get(&TypeId::of::<K>())?.downcast_ref::<Memo<K>>()?;
+        memo.get(key).cloned()
+    }
+
+    fn memo_put<K: Tunable>(&self, key: MemoKey<K>, prepared: Prepared<K::Config>) {
+        let mut typed = lock(&self.typed);
+        let entry = typed
+            .entry(TypeId::of::<K>())
+            .or_insert_with(|| Box::new(Memo::<K>::new()));
+        if let Some(memo) = entry.downcast_mut::<Memo<K>>() {
+            memo.insert(key, prepared);
+        }
+    }
+
+    /// Resolves the config for `key` and `batch` under the runtime's policy and loads
+    /// its kernel. Memo hits touch neither compiler nor disk. Under the online policy a
+    /// miss searches on a problem the kernel allocates ([`Tunable::alloc_problem`]),
+    /// assuming 16-byte-aligned buffers. A memo miss while `stream` captures a graph
+    /// is an error.
+    pub fn resolve<K: Tunable>(
+        &self,
+        stream: &Arc<CudaStream>,
+        key: &K::Key,
+        batch: u64,
+    ) -> Result<Prepared<K::Config>> {
+        self.check_batch::<K>(key, batch)?;
+        let mkey = (key.clone(), batch, AlignClass::A16);
+        if let Some(p) = self.memo_get::<K>(&mkey) {
+            bump(&self.counters.memo_hits);
+            return Ok(p);
+        }
+        self.refuse_if_capturing(stream, K::SCHEMA.kernel, "(unresolved)")?;
+        let (outcome, _ran) = self.resolve_config::<K>(stream, key, batch, AlignClass::A16, None);
+        let variant = K::variant(self.device.info(), key, &outcome.resolved.config);
+        let kernel = self.kernel(stream, K::SOURCE, &variant)?;
+        let p = Prepared {
+            resolved: outcome.resolved,
+            kernel,
+            search_failure: outcome.failure,
+        };
+        self.memo_put::<K>(mkey, p.clone());
+        Ok(p)
+    }
+
+    /// Runs the kernel on `problem` with the config the policy resolves, and says which
+    /// config and where it came from. Under the online policy a first call searches on
+    /// the caller's own buffers (restoring and zeroing them between runs); the search
+    /// ends with one plain run of the winner, so the buffers hold exactly one run's
+    /// result either way.
+    pub fn run<K: Tunable>(
+        &self,
+        stream: &Arc<CudaStream>,
+        problem: &K::Problem<'_>,
+    ) -> Result<Prepared<K::Config>> {
+        let (key, batch) = K::problem_shape(problem);
+        self.check_batch::<K>(&key, batch)?;
+        let align = K::alignment(problem);
+        let mkey = (key.clone(), batch, align);
+        if let Some(p) = self.memo_get::<K>(&mkey) {
+            bump(&self.counters.memo_hits);
+            K::launch(&p.kernel, stream, &p.resolved.config, problem)?;
+            return Ok(p);
+        }
+        self.refuse_if_capturing(stream, K::SCHEMA.kernel, "(unresolved)")?;
+        let (outcome, ran) = self.resolve_config::<K>(stream, &key, batch, align, Some(problem));
+        let variant = K::variant(self.device.info(), &key, &outcome.resolved.config);
+        let kernel = self.kernel(stream, K::SOURCE, &variant)?;
+        if !ran {
+            K::launch(&kernel, stream, &outcome.resolved.config, problem)?;
+        }
+        let p = Prepared {
+            resolved: outcome.resolved,
+            kernel,
+            search_failure: outcome.failure,
+        };
+        self.memo_put::<K>(mkey, p.clone());
+        Ok(p)
+    }
+
+    /// Warms every shape a model needs at start-up: resolves each under the policy,
+    /// then compiles all distinct variants in parallel and memoizes them, so later
+    /// launches (and graph captures) compile nothing. One result per shape.
+    pub fn warm<K: Tunable>(
+        &self,
+        stream: &Arc<CudaStream>,
+        shapes: &[(K::Key, u64)],
+    ) -> Vec<Result<Prepared<K::Config>>> {
+        let info = self.device.info();
+        let mut resolved: Vec<Result<Picked<K::Config>>> = Vec::new();
+        for (key, batch) in shapes {
+            let mkey = (key.clone(), *batch, AlignClass::A16);
+            let r = match self.check_batch::<K>(key, *batch) {
+                Err(e) => Err(e),
+                Ok(()) => match self.memo_get::<K>(&mkey) {
+                    Some(p) => Ok((p.resolved, p.search_failure)),
+                    None => {
+                        let (o, _) = self.resolve_config::<K>(stream, key, *batch, AlignClass::A16, None);
+                        Ok((o.resolved, o.failure))
+                    }
+                },
+            };
+            resolved.push(r);
+        }
+        let jobs: Vec<(KernelSource, Variant)> = shapes
+            .iter()
+            .zip(&resolved)
+            .filter_map(|((key, _), r)| {
+                r.as_ref()
+                    .ok()
+                    .map(|(res, _)| (*K::SOURCE, K::variant(info, key, &res.config)))
+            })
+            .collect();
+        let mut kernels = self.precompile_kernels(&jobs, 0).into_iter();
+        shapes
+            .iter()
+            .zip(resolved)
+            .map(|((key, batch), r)| {
+                let (res, failure) = r?;
+                let (kernel, _) = kernels
+                    .next()
+                    .unwrap_or_else(|| Err(Error::kernel(K::SCHEMA.kernel, "not compiled")))?;
+                let p = Prepared {
+                    resolved: res,
+                    kernel,
+                    search_failure: failure,
+                };
+                self.memo_put::<K>((key.clone(), *batch, AlignClass::A16), p.clone());
+                Ok(p)
+            })
+            .collect()
+    }
+
+    fn check_batch<K: Tunable>(&self, key: &K::Key, batch: u64) -> Result<()> {
+        if batch == 0 {
+            return Err(Error::invalid(
+                "batch",
+                format!(
+                    "kernel `{}` key {key:?}: batch must be at least 1",
+                    K::SCHEMA.kernel
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Walks the policy. Returns the outcome and whether a search already ran the
+    /// chosen config once on `problem` (so the caller must not launch it again).
+    fn resolve_config<K: Tunable>(
+        &self,
+        stream: &Arc<CudaStream>,
+        key: &K::Key,
+        batch: u64,
+        align: AlignClass,
+        problem: Option<&K::Problem<'_>>,
+    ) -> (crate::Outcome<K::Config>, bool) {
+        let mut steps = Steps::<K> {
+            rt: self,
+            stream,
+            key,
+            batch,
+            align,
+            problem,
+            ran: false,
+        };
+        let outcome = resolve_in_order(self.options.policy, &mut steps);
+        let ran = steps.ran && outcome.resolved.source == Source::OnlineSearch;
+        (outcome, ran)
+    }
+
+    /// The tuning record of a finished search, or why there is none.
+    pub fn record_of<K: Tunable>(&self, report: &crate::TuneReport<K::Config>) -> Result<TuneRecord> {
+        let (Some(us), Some(_)) = (report.chosen_us(), report.chosen_index) else {
+            return Err(Error::Tune {
+                kernel: K::SCHEMA.kernel.to_string(),
+                key: report.static_key.clone(),
+                batch: report.batch,
+                reason: report
+                    .failure
+                    .clone()
+                    .unwrap_or_else(|| "no candidate ran".into()),
+            });
+        };
+        Ok(TuneRecord {
+            config: K::config_values(&report.chosen),
+            us,
+            default_us: report.default_us(),
+            device: self.device.info().name.clone(),
+            compiler: self.compiler_id.clone(),
+            tuned_at: crate::today(),
+            candidates: report
+                .candidates
+                .iter()
+                .map(|c| crate::CandidateRecord {
+                    config: K::config_values(&c.config),
+                    outcome: c.outcome.as_ref().map(|t| t.median_us).map_err(Clone::clone),
+                })
+                .collect(),
+        })
+    }
+}
+
+/// The runtime's answers to a policy's steps for one problem.
+struct Steps<'r, 's, 'p, 'q, K: Tunable> {
+    rt: &'r Runtime,
+    stream: &'s Arc<CudaStream>,
+    key: &'s K::Key,
+    batch: u64,
+    align: AlignClass,
+    problem: Option<&'q K::Problem<'p>>,
+    ran: bool,
+}
+
+impl<K: Tunable> Steps<'_, '_, '_, '_, K> {
+    fn static_key(&self) -> String {
+        let mut s = String::new();
+        let _ = tuned::write_canonical(K::SCHEMA, K::key_values(self.key).as_slice(), &mut s);
+        s
+    }
+
+    fn tuning_key(&self) -> CacheKey {
+        self.rt.tuning_key(
+            K::SCHEMA.kernel,
+            K::SOURCE.fingerprint,
+            &self.static_key(),
+            self.batch,
+            self.align,
+        )
+    }
+}
+
+impl<K: Tunable> ResolutionSteps<K::Config> for Steps<'_, '_, '_, '_, K> {
+    fn memo(&mut self) -> Option<Resolved<K::Config>> {
+        // The runtime checks its memo before walking the policy.
+        None
+    }
+
+    fn table(&mut self) -> Option<Resolved<K::Config>> {
+        let target = self.rt.device.info().target()?;
+        let r = resolve_serve::<K>(target, self.key, self.batch);
+        (r.source != Source::Default).then_some(r)
+    }
+
+    fn disk_cache(&mut self) -> Option<K::Config> {
+        let key = self.tuning_key();
+        match self.rt.options.cache.load(Section::Tuning, &key) {
+            Lookup::Hit(e) => {
+                let record = std::str::from_utf8(&e.payload)
+                    .ok()
+                    .and_then(|t| TuneRecord::from_json(t).ok());
+                let config = record.and_then(|r| K::config_from_values(&r.config).ok());
+                let target = self.rt.device.info().tuning_target();
+                match config {
+                    Some(c) if K::accepts(target, self.key, self.batch, &c) => Some(c),
+                    _ => {
+                        bump(&self.rt.counters.corrupt_files);
+                        None
+                    }
+                }
+            }
+            Lookup::Corrupt { .. } => {
+                bump(&self.rt.counters.corrupt_files);
+                None
+            }
+            Lookup::Miss => None,
+        }
+    }
+
+    fn search(&mut self) -> Result<K::Config, String> {
+        bump(&self.rt.counters.searches);
+        let opts = self.rt.options.tune.clone();
+        let report = match self.problem {
+            Some(p) => self.rt.tune::<K>(self.stream, p, &opts),
+            None => {
+                let mut owned =
+                    K::alloc_problem(self.stream, self.key, self.batch).map_err(|e| e.to_string())?;
+                let p = K::borrow_problem(&mut owned);
+                self.rt.tune::<K>(self.stream, &p, &opts)
+            }
+        };
+        let record = self.rt.record_of::<K>(&report).map_err(|e| e.to_string())?;
+        if let Err(e) = &report.final_run {
+            return Err(format!("the chosen config's final run failed: {e}"));
+        }
+        self.ran = self.problem.is_some();
+        let key = self.tuning_key();
+        self.rt.note_cache_write(self.rt.options.cache.store(
+            Section::Tuning,
+            &key,
+            "tune",
+            record.to_json().as_bytes(),
+        ));
+        Ok(report.chosen)
+    }
+
+    fn analytic_default(&mut self) -> K::Config {
+        K::analytic_default(self.rt.device.info().tuning_target(), self.key, self.batch)
+    }
+
+    fn remember(&mut self, _resolved: &Resolved<K::Config>) {
+        // The runtime memoizes once the kernel is loaded too.
+    }
+}

@@ -1,0 +1,236 @@
+//! The [`Tunable`] trait a kernel family implements to be compiled, launched and tuned
+//! by the runtime, and [`DynTunable`], its object-safe form for tools (`kernels tune`).
+
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use cudarc::driver::CudaStream;
+use tuned::{KernelSchema, StaticKey, TunedKernel};
+
+use crate::{
+    AlignClass, DeviceInfo, Error, Kernel, KernelSource, Result, Runtime, TuneOptions, TuneRecord, Variant,
+};
+
+/// What the tuner does with a buffer between runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BufferRole {
+    /// Only read. Left alone.
+    Read,
+    /// Only written, fully, by every run. Left alone.
+    Write,
+    /// Read and written in place (fused_add_rmsnorm's `x` and `residual`): snapshotted
+    /// before tuning and restored before every run, outside the timed region.
+    Restore,
+    /// Accumulated into by the kernel (split-K partial sums, atomic counters), which the
+    /// op zeroes before launching: zeroed before every run, outside the timed region.
+    Zero,
+}
+
+/// One device buffer of a problem, as the tuner sees it: raw address and length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TuneBuffer {
+    /// The kernel's name for it (`x`, `residual`), for reports.
+    pub name: &'static str,
+    /// Device address.
+    pub ptr: u64,
+    /// Length in bytes.
+    pub bytes: usize,
+    pub role: BufferRole,
+}
+
+/// A kernel family the runtime can compile, launch and tune. Builds on
+/// [`TunedKernel`] (key, config, schema, analytic default, baked tables).
+///
+/// A problem is the kernel's arguments for one call ([`Tunable::Problem`], borrowing
+/// the caller's buffers); [`Tunable::buffers`] describes its device memory so the tuner
+/// can make repeated runs safe: `Restore` buffers are snapshotted and put back, and
+/// `Zero` buffers zeroed, before every run and outside the timed region; after tuning
+/// the caller's buffers hold exactly what one plain run of the chosen config gives.
+///
+/// # Safety
+/// [`Tunable::buffers`] must list every buffer [`Tunable::launch`] writes, with
+/// addresses and lengths valid for as long as the problem lives: the tuner copies into
+/// and zeroes them. `launch` must launch `kernel` with arguments that match the source's
+/// entry point and stay within those buffers.
+///
+/// # Example
+///
+/// ```ignore
+/// static SOURCE: KernelSource = KernelSource::new("scale", include_str!("../cuda/scale.cu"), SOURCE_FINGERPRINT);
+///
+/// pub struct ScaleProblem<'a> { x: &'a mut CudaSlice<f32>, a: f32 }
+///
+/// unsafe impl Tunable for Scale {
+///     type Problem<'a> = ScaleProblem<'a>;
+///     type Owned = (CudaSlice<f32>, f32);
+///     const SOURCE: &'static KernelSource = &SOURCE;
+///
+///     fn search_space(_: &DeviceInfo, _: &ScaleKey, _: u64) -> Vec<ScaleConfig> {
+///         [64, 128, 256, 512].map(|threads| ScaleConfig { threads }).to_vec()
+///     }
+///     fn variant(_: &DeviceInfo, _: &ScaleKey, c: &ScaleConfig) -> Variant {
+///         Variant::new("scale").define("THREADS", c.threads)
+///     }
+///     fn problem_shape(p: &ScaleProblem<'_>) -> (ScaleKey, u64) { (ScaleKey, p.x.len() as u64) }
+///     fn buffers(p: &ScaleProblem<'_>) -> Vec<TuneBuffer> {
+///         let (ptr, _) = p.x.device_ptr(p.x.stream());
+///         vec![TuneBuffer { name: "x", ptr, bytes: p.x.num_bytes(), role: BufferRole::Restore }]
+///     }
+///     fn launch(k: &Kernel, stream: &Arc<CudaStream>, c: &ScaleConfig, p: &ScaleProblem<'_>) -> Result<()> {
+///         let n = p.x.len() as u32;
+///         let mut l = k.builder(stream, LaunchDims::linear(n.div_ceil(c.threads), c.threads))?;
+///         l.arg(&*p.x).arg(&p.a).arg(&n);
+///         unsafe { l.launch() }
+///     }
+///     fn alloc_problem(stream: &Arc<CudaStream>, _: &ScaleKey, batch: u64) -> Result<(CudaSlice<f32>, f32)> { ... }
+///     fn borrow_problem(o: &mut (CudaSlice<f32>, f32)) -> ScaleProblem<'_> { ScaleProblem { x: &mut o.0, a: o.1 } }
+/// }
+/// ```
+pub unsafe trait Tunable:
+    TunedKernel<
+    Key: Clone + Eq + Hash + Debug + Send + Sync + 'static,
+    Config: Eq + Hash + Debug + Send + Sync + 'static,
+>
+{
+    /// The arguments of one call, borrowing the caller's buffers.
+    type Problem<'a>;
+    /// A problem the tuner allocates itself (offline tuning, online resolution without
+    /// a caller's problem).
+    type Owned;
+
+    /// The device source every variant compiles from.
+    const SOURCE: &'static KernelSource;
+
+    /// The search space for `key` and `batch`, pruned by the kernel's rules and the
+    /// device's limits (threads, shared memory, registers). The analytic default is
+    /// added by the tuner whether or not it is listed.
+    fn search_space(device: &DeviceInfo, key: &Self::Key, batch: u64) -> Vec<Self::Config>;
+
+    /// The compiled variant of `config` for `key`: entry point, defines and hints.
+    /// Configs that share a variant share a module.
+    fn variant(device: &DeviceInfo, key: &Self::Key, config: &Self::Config) -> Variant;
+
+    /// The static key and batch of a problem.
+    fn problem_shape(problem: &Self::Problem<'_>) -> (Self::Key, u64);
+
+    /// Every device buffer of the problem with its role.
+    fn buffers(problem: &Self::Problem<'_>) -> Vec<TuneBuffer>;
+
+    /// The pointer/stride alignment class of a problem (part of the online cache key
+    /// and memo). The default computes it from [`Tunable::buffers`]; override it to
+    /// avoid building that list on every launch.
+    fn alignment(problem: &Self::Problem<'_>) -> AlignClass {
+        AlignClass::of(Self::buffers(problem).iter().map(|b| b.ptr))
+    }
+
+    /// Launches `kernel` (compiled from [`Tunable::variant`] of `config`) on `problem`.
+    /// Validate what the config needs (alignment, sizes) and return an error naming
+    /// the argument rather than launching.
+    fn launch(
+        kernel: &Kernel,
+        stream: &Arc<CudaStream>,
+        config: &Self::Config,
+        problem: &Self::Problem<'_>,
+    ) -> Result<()>;
+
+    /// Allocates a problem of `key` and `batch` with deterministic contents.
+    fn alloc_problem(stream: &Arc<CudaStream>, key: &Self::Key, batch: u64) -> Result<Self::Owned>;
+
+    /// Borrows an allocated problem.
+    fn borrow_problem(owned: &mut Self::Owned) -> Self::Problem<'_>;
+}
+
+/// Object-safe view of a [`Tunable`], so `kernels tune` dispatches over a registry of
+/// kernels by name. Make one with `static X: TunableDyn<MyKernel> = TunableDyn::new();`.
+pub trait DynTunable: Sync {
+    /// The kernel's table contract.
+    fn schema(&self) -> &'static KernelSchema;
+    /// Fingerprint of its source.
+    fn source_fingerprint(&self) -> &'static str;
+    /// Tunes one (static key, batch) on a problem the kernel allocates. Not persisted
+    /// (the caller decides where results go).
+    fn search(
+        &self,
+        rt: &Runtime,
+        stream: &Arc<CudaStream>,
+        key: &StaticKey,
+        batch: u64,
+        opts: &TuneOptions,
+    ) -> Result<TuneRecord>;
+    /// Resolves each shape under the runtime's policy and compiles the variants in
+    /// parallel (filling the module cache). One result per shape.
+    fn precompile(
+        &self,
+        rt: &Runtime,
+        stream: &Arc<CudaStream>,
+        shapes: &[(StaticKey, u64)],
+    ) -> Vec<Result<()>>;
+}
+
+/// The [`DynTunable`] of a [`Tunable`].
+pub struct TunableDyn<K>(PhantomData<fn() -> K>);
+
+impl<K> TunableDyn<K> {
+    pub const fn new() -> Self {
+        TunableDyn(PhantomData)
+    }
+}
+
+impl<K> Default for TunableDyn<K> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K: Tunable> TunableDyn<K> {
+    fn key(key: &StaticKey) -> Result<K::Key> {
+        K::key_from_values(key.values()).map_err(|e| Error::kernel(K::SCHEMA.kernel, e))
+    }
+}
+
+impl<K: Tunable> DynTunable for TunableDyn<K> {
+    fn schema(&self) -> &'static KernelSchema {
+        K::SCHEMA
+    }
+
+    fn source_fingerprint(&self) -> &'static str {
+        K::SOURCE_FINGERPRINT
+    }
+
+    fn search(
+        &self,
+        rt: &Runtime,
+        stream: &Arc<CudaStream>,
+        key: &StaticKey,
+        batch: u64,
+        opts: &TuneOptions,
+    ) -> Result<TuneRecord> {
+        let k = Self::key(key)?;
+        let mut owned = K::alloc_problem(stream, &k, batch)?;
+        let problem = K::borrow_problem(&mut owned);
+        let report = rt.tune::<K>(stream, &problem, opts);
+        rt.record_of::<K>(&report)
+    }
+
+    fn precompile(
+        &self,
+        rt: &Runtime,
+        stream: &Arc<CudaStream>,
+        shapes: &[(StaticKey, u64)],
+    ) -> Vec<Result<()>> {
+        let keys: Vec<Result<(K::Key, u64)>> = shapes.iter().map(|(k, b)| Ok((Self::key(k)?, *b))).collect();
+        let valid: Vec<(K::Key, u64)> = keys.iter().filter_map(|k| k.as_ref().ok().cloned()).collect();
+        let mut warmed = rt.warm::<K>(stream, &valid).into_iter();
+        keys.into_iter()
+            .map(|k| match k {
+                Err(e) => Err(e),
+                Ok(_) => warmed
+                    .next()
+                    .unwrap_or_else(|| Err(Error::kernel(K::SCHEMA.kernel, "not warmed")))
+                    .map(|_| ()),
+            })
+            .collect()
+    }
+}

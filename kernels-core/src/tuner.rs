@@ -1,0 +1,291 @@
+//! The autotuner: candidates are the pruned search space plus the analytic default;
+//! they compile in parallel, then run one at a time under the one timing routine with
+//! in-place safety; the pure [`crate::select`] rule picks the winner.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+
+use crate::ffi::{self, driver_error};
+use crate::{
+    select, time_runs, AlignClass, BufferRole, KernelSource, L2Flush, Measured, Result, Runtime, Timing,
+    TimingOptions, Tunable, TuneBuffer, Variant, NOISE_THRESHOLD,
+};
+
+/// How to search.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TuneOptions {
+    pub timing: TimingOptions,
+    /// See [`NOISE_THRESHOLD`].
+    pub noise_threshold: f64,
+    /// Compile threads (0: one per core).
+    pub compile_threads: usize,
+    /// Benchmark at most this many candidates, the default first (0: all).
+    pub max_candidates: usize,
+}
+
+impl Default for TuneOptions {
+    fn default() -> Self {
+        TuneOptions {
+            timing: TimingOptions::default(),
+            noise_threshold: NOISE_THRESHOLD,
+            compile_threads: 0,
+            max_candidates: 0,
+        }
+    }
+}
+
+/// One candidate's result.
+#[derive(Clone, Debug)]
+pub struct CandidateReport<C> {
+    pub config: C,
+    /// The timing, or why it failed to compile or run.
+    pub outcome: std::result::Result<Timing, String>,
+}
+
+/// Everything a search found: every candidate's time (index 0 is the analytic
+/// default), the choice, and what went wrong.
+#[derive(Clone, Debug)]
+pub struct TuneReport<C> {
+    pub kernel: &'static str,
+    /// Canonical static key.
+    pub static_key: String,
+    pub batch: u64,
+    pub alignment: AlignClass,
+    /// The winner, or the analytic default when every candidate failed.
+    pub chosen: C,
+    /// Index of the winner in `candidates`; `None` when every candidate failed.
+    pub chosen_index: Option<usize>,
+    pub candidates: Vec<CandidateReport<C>>,
+    /// Why the search could not pick a config (the analytic default is then reported).
+    pub failure: Option<String>,
+    /// The plain run of the chosen config that leaves the caller's buffers holding
+    /// one run's result; an error when it did not run (then the buffers hold their
+    /// contents from before the search).
+    pub final_run: std::result::Result<(), String>,
+}
+
+impl<C> TuneReport<C> {
+    /// The winner's median, microseconds.
+    pub fn chosen_us(&self) -> Option<f64> {
+        let i = self.chosen_index?;
+        self.candidates.get(i)?.outcome.as_ref().ok().map(|t| t.median_us)
+    }
+
+    /// The analytic default's median, microseconds (`None` if it failed).
+    pub fn default_us(&self) -> Option<f64> {
+        self.candidates
+            .first()?
+            .outcome
+            .as_ref()
+            .ok()
+            .map(|t| t.median_us)
+    }
+}
+
+/// Snapshots of a problem's `Restore` buffers and the list of its `Zero` buffers.
+struct Guarded {
+    restore: Vec<(TuneBuffer, CudaSlice<u8>)>,
+    zero: Vec<TuneBuffer>,
+}
+
+impl Guarded {
+    fn new(stream: &Arc<CudaStream>, buffers: &[TuneBuffer]) -> Result<Guarded> {
+        let mut restore = Vec::new();
+        let mut zero = Vec::new();
+        for b in buffers {
+            match b.role {
+                BufferRole::Restore => {
+                    // SAFETY: u8 has no invalid bit patterns; the copy below fills it.
+                    let snap = unsafe { stream.alloc::<u8>(b.bytes.max(1)) }
+                        .map_err(|e| driver_error("cuMemAlloc", e))?;
+                    let (dst, _record) = snap.device_ptr(stream);
+                    // SAFETY: `dst` holds b.bytes; `b.ptr` is valid for b.bytes by the
+                    // Tunable contract.
+                    unsafe { ffi::copy_dtod(dst, b.ptr, b.bytes, stream.cu_stream()) }?;
+                    drop(_record);
+                    restore.push((*b, snap));
+                }
+                BufferRole::Zero => zero.push(*b),
+                BufferRole::Read | BufferRole::Write => {}
+            }
+        }
+        Ok(Guarded { restore, zero })
+    }
+
+    /// Puts every `Restore` buffer back and zeroes every `Zero` buffer (stream-ordered).
+    fn reset(&self, stream: &CudaStream) -> Result<()> {
+        for (b, snap) in &self.restore {
+            let (src, _record) = snap.device_ptr(stream);
+            // SAFETY: both hold b.bytes (see `new`).
+            unsafe { ffi::copy_dtod(b.ptr, src, b.bytes, stream.cu_stream()) }?;
+        }
+        for b in &self.zero {
+            // SAFETY: `b.ptr` is valid for b.bytes by the Tunable contract.
+            unsafe { ffi::zero(b.ptr, b.bytes, stream.cu_stream()) }?;
+        }
+        Ok(())
+    }
+}
+
+impl Runtime {
+    /// Searches for the fastest config of `K` on `problem`, never panicking.
+    ///
+    /// Candidates are the analytic default (always, first) and the pruned search
+    /// space. They compile in parallel; each that compiled is timed with
+    /// [`time_runs`] (warm-up, median of at least 10 reps, L2 flushed when the working
+    /// set is under twice the L2), with `Restore` buffers restored and `Zero` buffers
+    /// zeroed before every run, outside the timed region. Failures are recorded and
+    /// skipped. [`crate::select`] picks the winner (a candidate must beat the incumbent
+    /// by more than the noise threshold). Finally the buffers are restored and the
+    /// winner runs once, so they hold exactly one plain run's result. When every
+    /// candidate fails, the report names the analytic default, says why, and the
+    /// buffers are restored to their contents from before the search.
+    pub fn tune<K: Tunable>(
+        &self,
+        stream: &Arc<CudaStream>,
+        problem: &K::Problem<'_>,
+        opts: &TuneOptions,
+    ) -> TuneReport<K::Config> {
+        let info = self.device().info();
+        let target = info.tuning_target();
+        let (key, batch) = K::problem_shape(problem);
+        let mut static_key = String::new();
+        let _ = tuned::write_canonical(K::SCHEMA, K::key_values(&key).as_slice(), &mut static_key);
+        let default = K::analytic_default(target, &key, batch);
+
+        // Candidates: the default first, then the space in its order, deduplicated.
+        let mut configs = vec![default.clone()];
+        let mut seen: HashSet<K::Config> = HashSet::from([default.clone()]);
+        for c in K::search_space(info, &key, batch) {
+            if K::accepts(target, &key, batch, &c) && seen.insert(c.clone()) {
+                configs.push(c);
+            }
+        }
+        if opts.max_candidates > 0 {
+            configs.truncate(opts.max_candidates.max(1));
+        }
+
+        let mut report = TuneReport {
+            kernel: K::SCHEMA.kernel,
+            static_key,
+            batch,
+            alignment: K::alignment(problem),
+            chosen: default.clone(),
+            chosen_index: None,
+            candidates: configs
+                .iter()
+                .map(|c| CandidateReport {
+                    config: c.clone(),
+                    outcome: Err("not run".into()),
+                })
+                .collect(),
+            failure: None,
+            final_run: Err("not run".into()),
+        };
+
+        match ffi::is_capturing(stream.cu_stream()) {
+            Ok(false) => {}
+            Ok(true) => {
+                report.failure =
+                    Some("the stream is capturing a CUDA graph; tuning needs a plain stream".into());
+                return report;
+            }
+            Err(e) => {
+                report.failure = Some(e.to_string());
+                return report;
+            }
+        }
+
+        // Compile every candidate in parallel.
+        let jobs: Vec<(KernelSource, Variant)> = configs
+            .iter()
+            .map(|c| (*K::SOURCE, K::variant(info, &key, c)))
+            .collect();
+        let kernels = self.precompile_kernels(&jobs, opts.compile_threads);
+
+        // Snapshot in-place buffers before anything runs.
+        let buffers = K::buffers(problem);
+        let guarded = match Guarded::new(stream, &buffers) {
+            Ok(g) => g,
+            Err(e) => {
+                report.failure = Some(format!("could not snapshot the problem's buffers: {e}"));
+                return report;
+            }
+        };
+        let working_set: u64 = buffers.iter().map(|b| b.bytes as u64).sum();
+        // Without the flush buffer (out of memory) timing still runs, reported per
+        // candidate through Timing::l2_flushed.
+        let flush = if opts.timing.flush_l2.wanted(working_set, info.l2_bytes) {
+            L2Flush::new(stream, info).ok()
+        } else {
+            None
+        };
+
+        let mut measured = Vec::with_capacity(configs.len());
+        for (i, (config, kernel)) in configs.iter().zip(&kernels).enumerate() {
+            let outcome = match kernel {
+                Err(e) => Err(e.to_string()),
+                Ok((kernel, _)) => time_runs(
+                    stream,
+                    &opts.timing,
+                    flush.as_ref(),
+                    &mut || guarded.reset(stream),
+                    &mut || K::launch(kernel, stream, config, problem),
+                )
+                .map_err(|e| e.to_string()),
+            };
+            measured.push(match &outcome {
+                Ok(t) => Measured::Time(t.median_us),
+                Err(e) => Measured::Failed(e.clone()),
+            });
+            report.candidates[i].outcome = outcome;
+        }
+        drop(flush);
+
+        report.chosen_index = select(&measured, 0, opts.noise_threshold);
+        let winner = report
+            .chosen_index
+            .and_then(|i| kernels[i].as_ref().ok().map(|(k, _)| (i, k.clone())));
+        // Leave the buffers as one plain run of the winner leaves them.
+        let final_run = (|| -> Result<()> {
+            guarded.reset(stream)?;
+            if let Some((i, kernel)) = &winner {
+                K::launch(kernel, stream, &configs[*i], problem)?;
+            }
+            stream
+                .synchronize()
+                .map_err(|e| driver_error("cuStreamSynchronize", e))
+        })();
+        match (winner, final_run) {
+            (Some((i, _)), Ok(())) => {
+                report.chosen = configs[i].clone();
+                report.final_run = Ok(());
+            }
+            (Some((i, _)), Err(e)) => {
+                report.chosen = configs[i].clone();
+                report.final_run = Err(e.to_string());
+            }
+            (None, reset) => {
+                let reasons: Vec<String> = report
+                    .candidates
+                    .iter()
+                    .filter_map(|c| c.outcome.as_ref().err())
+                    .take(3)
+                    .cloned()
+                    .collect();
+                report.failure = Some(format!(
+                    "all {} candidates failed; using the analytic default. First errors: {}",
+                    configs.len(),
+                    reasons.join(" | ")
+                ));
+                report.final_run = Err(match reset {
+                    Ok(()) => "not run: every candidate failed (buffers restored)".into(),
+                    Err(e) => format!("not run, and restoring the buffers failed: {e}"),
+                });
+            }
+        }
+        report
+    }
+}

@@ -1,0 +1,236 @@
+//! What gets compiled: a kernel family's embedded source and one variant of it.
+
+use std::fmt::{self, Display};
+
+use crate::{Error, Result};
+
+/// A kernel family's device source, embedded in the binary with `include_str!` so a
+/// deployed engine needs no source tree. Sources must be self-contained: NVRTC on a
+/// serving machine finds no CUDA toolkit headers. Shared headers (the prelude) are
+/// passed in `headers` and resolve `#include "name"`.
+///
+/// ```
+/// use kernels_core::KernelSource;
+/// static SOURCE: KernelSource = KernelSource::new(
+///     "scale",
+///     "extern \"C\" __global__ void scale(float* x, float a) { x[threadIdx.x] *= a; }",
+///     "fnv1a64:0000000000000000",
+/// );
+/// assert_eq!(SOURCE.name, "scale");
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct KernelSource {
+    /// The kernel family (cache files and NVRTC logs are named after it).
+    pub name: &'static str,
+    /// The CUDA C++ source text.
+    pub code: &'static str,
+    /// Headers the source includes, as (include name, text).
+    pub headers: &'static [(&'static str, &'static str)],
+    /// Fingerprint of `code` and `headers` (the crate's `SOURCE_FINGERPRINT`, from
+    /// `build-tools`), part of every cache key.
+    pub fingerprint: &'static str,
+}
+
+impl KernelSource {
+    /// A source with no headers.
+    pub const fn new(name: &'static str, code: &'static str, fingerprint: &'static str) -> KernelSource {
+        KernelSource {
+            name,
+            code,
+            headers: &[],
+            fingerprint,
+        }
+    }
+
+    /// The same source with `headers` available to `#include "name"`.
+    pub const fn with_headers(self, headers: &'static [(&'static str, &'static str)]) -> KernelSource {
+        KernelSource { headers, ..self }
+    }
+}
+
+/// One compiled variant of a source: the entry point, the `-D` defines that specialise
+/// it, and compiler hints. Each distinct variant is its own module.
+///
+/// ```
+/// use kernels_core::Variant;
+/// let v = Variant::new("rmsnorm_kernel").define("THREADS", 128).define("T", "bf16").max_registers(64);
+/// assert_eq!(v.to_string(), "rmsnorm_kernel -DTHREADS=128 -DT=bf16 maxrregcount=64");
+/// assert!(v.validate().is_ok());
+/// assert!(Variant::new("k").define("BAD NAME", 1).validate().is_err());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Variant {
+    entry: String,
+    defines: Vec<(String, String)>,
+    max_registers: Option<u32>,
+}
+
+impl Variant {
+    /// A variant launching the `extern "C"` function `entry`.
+    pub fn new(entry: impl Into<String>) -> Variant {
+        Variant {
+            entry: entry.into(),
+            defines: Vec::new(),
+            max_registers: None,
+        }
+    }
+
+    /// Adds `-D name=value`.
+    pub fn define(mut self, name: impl Into<String>, value: impl Display) -> Variant {
+        self.defines.push((name.into(), value.to_string()));
+        self
+    }
+
+    /// Caps registers per thread (`--maxrregcount`), a compiler hint some configs carry.
+    pub fn max_registers(mut self, n: u32) -> Variant {
+        self.max_registers = Some(n);
+        self
+    }
+
+    /// The entry point's name.
+    pub fn entry(&self) -> &str {
+        &self.entry
+    }
+
+    /// The defines, in the order given.
+    pub fn defines(&self) -> &[(String, String)] {
+        &self.defines
+    }
+
+    /// The register cap, if any.
+    pub fn register_cap(&self) -> Option<u32> {
+        self.max_registers
+    }
+
+    /// Checks the entry and define names are C identifiers, values have no control
+    /// characters, no define repeats and a register cap is in 16..=255. The error
+    /// names the bad part.
+    pub fn validate(&self) -> Result<()> {
+        if !is_ident(&self.entry) {
+            return Err(Error::invalid(
+                "variant.entry",
+                format!("`{}` is not a C identifier", self.entry),
+            ));
+        }
+        for (i, (name, value)) in self.defines.iter().enumerate() {
+            if !is_ident(name) {
+                return Err(Error::invalid(
+                    "variant.define",
+                    format!("`{name}` is not a C identifier"),
+                ));
+            }
+            if value.is_empty() || value.chars().any(char::is_control) {
+                return Err(Error::invalid(
+                    "variant.define",
+                    format!("value of `{name}` is empty or has control characters: {value:?}"),
+                ));
+            }
+            if self.defines[..i].iter().any(|(n, _)| n == name) {
+                return Err(Error::invalid(
+                    "variant.define",
+                    format!("`{name}` is defined twice"),
+                ));
+            }
+        }
+        if let Some(r) = self.max_registers {
+            if !(16..=255).contains(&r) {
+                return Err(Error::invalid(
+                    "variant.max_registers",
+                    format!("{r} is outside 16..=255"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The NVRTC options for this variant on `arch`: the arch, C++17, the defines, the
+    /// register cap, then the codegen environment (`KERNELS_CUDA_INCLUDE` as `-I`,
+    /// `KERNELS_NVRTC_FLAGS` split on whitespace). This list is exactly what is compiled
+    /// and is part of the module cache key.
+    pub fn nvrtc_options(&self, arch: &str, codegen_env: &[(String, String)]) -> Vec<String> {
+        let mut o = vec![format!("--gpu-architecture={arch}"), "-std=c++17".to_string()];
+        o.extend(self.defines.iter().map(|(n, v)| format!("-D{n}={v}")));
+        if let Some(r) = self.max_registers {
+            o.push(format!("--maxrregcount={r}"));
+        }
+        for (name, value) in codegen_env {
+            match name.as_str() {
+                "KERNELS_CUDA_INCLUDE" if !value.is_empty() => o.push(format!("-I{value}")),
+                "KERNELS_NVRTC_FLAGS" => o.extend(value.split_whitespace().map(str::to_string)),
+                _ => {}
+            }
+        }
+        o
+    }
+}
+
+impl Display for Variant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.entry)?;
+        for (n, v) in &self.defines {
+            write!(f, " -D{n}={v}")?;
+        }
+        if let Some(r) = self.max_registers {
+            write!(f, " maxrregcount={r}")?;
+        }
+        Ok(())
+    }
+}
+
+fn is_ident(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_are_exact_and_ordered() {
+        let v = Variant::new("k")
+            .define("A", 1)
+            .define("B", "x")
+            .max_registers(32);
+        let env = vec![
+            (
+                "KERNELS_NVRTC_FLAGS".to_string(),
+                " --use_fast_math  -lineinfo ".to_string(),
+            ),
+            (
+                "KERNELS_CUDA_INCLUDE".to_string(),
+                "/usr/local/cuda/include".to_string(),
+            ),
+        ];
+        assert_eq!(
+            v.nvrtc_options("sm_90a", &env),
+            [
+                "--gpu-architecture=sm_90a",
+                "-std=c++17",
+                "-DA=1",
+                "-DB=x",
+                "--maxrregcount=32",
+                "--use_fast_math",
+                "-lineinfo",
+                "-I/usr/local/cuda/include"
+            ]
+        );
+    }
+
+    #[test]
+    fn validation_names_the_bad_part() {
+        let cases = [
+            (Variant::new("1k"), "variant.entry"),
+            (Variant::new("k").define("", 1), "variant.define"),
+            (Variant::new("k").define("A", ""), "variant.define"),
+            (Variant::new("k").define("A", "x\ny"), "variant.define"),
+            (Variant::new("k").define("A", 1).define("A", 2), "defined twice"),
+            (Variant::new("k").max_registers(8), "variant.max_registers"),
+        ];
+        for (v, want) in cases {
+            let e = v.validate().unwrap_err().to_string();
+            assert!(e.contains(want), "{v}: {e}");
+        }
+    }
+}
