@@ -348,6 +348,12 @@ pub struct Launch<'a> {
     dims: LaunchDims,
 }
 
+impl fmt::Debug for Launch<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Launch").field("dims", &self.dims).finish()
+    }
+}
+
 impl<'a> Deref for Launch<'a> {
     type Target = LaunchArgs<'a>;
     fn deref(&self) -> &LaunchArgs<'a> {

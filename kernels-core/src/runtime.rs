@@ -419,7 +419,16 @@ impl Runtime {
     /// modules. Identical jobs compile once. One result per job, in order; a failure is
     /// that job's error (the NVRTC log for a compile error).
     pub fn precompile(&self, jobs: &[(KernelSource, Variant)]) -> Vec<Result<ModuleOrigin>> {
-        self.precompile_kernels(jobs, 0)
+        self.precompile_with(jobs, 0)
+    }
+
+    /// [`Runtime::precompile`] on `threads` compile threads (0: one per core; 1: serial).
+    pub fn precompile_with(
+        &self,
+        jobs: &[(KernelSource, Variant)],
+        threads: usize,
+    ) -> Vec<Result<ModuleOrigin>> {
+        self.precompile_kernels(jobs, threads)
             .into_iter()
             .map(|r| r.map(|(_, o)| o))
             .collect()

@@ -1,1 +1,950 @@
-//! placeholder
+//! GPU tests. Each looks for a GPU first: where none is found it prints
+//! "skipped: no CUDA GPU found" and returns, unless `KERNELS_REQUIRE_GPU=1`, where it
+//! fails. Run them one at a time (`--test-threads=1`) so timings are not disturbed.
+//!
+//! Two test kernel families are defined here, with deliberately good and bad configs:
+//! `test_scale` (`x = x * a + b` in place: a `Restore` buffer) and `test_hist` (an
+//! atomic histogram: a `Zero` buffer).
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, PushKernelArg};
+use kernels_core::{
+    parse_shapes, tune_table, BufferRole, Device, DeviceInfo, DiskCache, DynTunable, Error, Kernel,
+    KernelArgs, KernelSource, LaunchDims, ModuleOrigin, Policy, RawStream, Runtime, RuntimeOptions, TableJob,
+    Tunable, TunableDyn, TuneBuffer, TuneOptions, Variant,
+};
+use tuned::{
+    int_key, int_param, BakedTable, Field, KernelSchema, KeyValues, Source, Target, TunedKernel, Value,
+};
+
+// ---- harness ------------------------------------------------------------------------
+
+fn gpu(test: &str) -> Option<Device> {
+    match Device::open(0) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            if std::env::var("KERNELS_REQUIRE_GPU").as_deref() == Ok("1") {
+                panic!("{test}: KERNELS_REQUIRE_GPU=1 but no GPU could be opened: {e}");
+            }
+            println!("{test}: skipped: no CUDA GPU found ({e})");
+            None
+        }
+    }
+}
+
+fn runtime(dev: &Device, policy: Policy, cache: DiskCache) -> Runtime {
+    Runtime::with_options(
+        dev.clone(),
+        RuntimeOptions {
+            policy,
+            cache,
+            tune: TuneOptions::default(),
+        },
+    )
+    .expect("a GPU machine must have NVRTC")
+}
+
+fn temp_dir(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("kernels-core-gpu-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// Runs one `#[ignore]`d test of this binary in a child process with `envs`, and
+/// returns its `CHILD ...` line.
+fn child(test: &str, envs: &[(&str, String)]) -> String {
+    let exe = std::env::current_exe().expect("test binary");
+    let out = Command::new(exe)
+        .args([test, "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+        .envs(envs.iter().map(|(k, v)| (*k, v.as_str())))
+        .output()
+        .expect("spawn child");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "child {test} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .lines()
+        .find(|l| l.starts_with("CHILD "))
+        .unwrap_or_else(|| panic!("child {test} printed no CHILD line:\n{stdout}"))
+        .to_string()
+}
+
+fn field<'a>(line: &'a str, name: &str) -> &'a str {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(name).and_then(|r| r.strip_prefix('=')))
+        .unwrap_or_else(|| panic!("no `{name}` in `{line}`"))
+}
+
+// ---- the test kernels ---------------------------------------------------------------
+
+const TEST_CU: &str = r#"
+#ifndef BROKEN
+#define BROKEN 0
+#endif
+#if BROKEN
+#error "deliberately broken variant"
+#endif
+#ifndef SALT
+#define SALT 0
+#endif
+
+// x[i] = x[i] * a + b over n floats, in place; every element exactly once.
+extern "C" __global__ void scale_inplace(float* x, unsigned long long n, float a, float b) {
+    unsigned long long t = (unsigned long long)blockIdx.x * THREADS + threadIdx.x + SALT * 0;
+    if (t >= n) return;
+#if STRIDED
+    // Deliberately bad: neighbouring threads touch elements n/32 apart (a permutation
+    // of the coalesced order), so every warp access splits into 32 transactions.
+    unsigned long long rows = n / 32;
+    unsigned long long i = t < rows * 32 ? (t % 32) * rows + t / 32 : t;
+#else
+    unsigned long long i = t;
+#endif
+    x[i] = x[i] * a + b;
+}
+
+// hist[x[i] % bins] += 1, accumulated with atomics (hist must start at zero).
+extern "C" __global__ void histogram(const unsigned int* x, unsigned long long n,
+                                     unsigned int* hist, unsigned int bins) {
+    unsigned long long stride = (unsigned long long)gridDim.x * THREADS;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * THREADS + threadIdx.x; i < n; i += stride)
+        atomicAdd(&hist[x[i] % bins], 1u);
+}
+"#;
+
+static SOURCE: KernelSource = KernelSource::new("test_kernels", TEST_CU, "fnv1a64:test-kernels-v1");
+
+// test_scale: key cols, batch rows.
+static SCALE_SCHEMA: KernelSchema = KernelSchema {
+    kernel: "test_scale",
+    key: &[Field::int("cols")],
+    params: &[Field::int("threads"), Field::int("strided"), Field::int("broken")],
+};
+
+struct Scale;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct ScaleKey {
+    cols: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct ScaleConfig {
+    threads: u32,
+    strided: bool,
+    broken: bool,
+}
+
+const A: f32 = 1.5;
+const B: f32 = 0.25;
+
+impl TunedKernel for Scale {
+    type Key = ScaleKey;
+    type Config = ScaleConfig;
+    const SCHEMA: &'static KernelSchema = &SCALE_SCHEMA;
+    const SOURCE_FINGERPRINT: &'static str = "fnv1a64:test-kernels-v1";
+
+    fn key_values(key: &ScaleKey) -> KeyValues {
+        KeyValues::new().push(key.cols as i64)
+    }
+    fn key_from_values(values: &[Value]) -> Result<ScaleKey, String> {
+        Ok(ScaleKey {
+            cols: int_key(&SCALE_SCHEMA, values, "cols", 32, 1 << 24)? as u32,
+        })
+    }
+    fn config_from_values(values: &[Value]) -> Result<ScaleConfig, String> {
+        Ok(ScaleConfig {
+            threads: int_param(&SCALE_SCHEMA, values, 0, &[128, 256, 512, 2048])? as u32,
+            strided: int_param(&SCALE_SCHEMA, values, 1, &[0, 1])? == 1,
+            broken: int_param(&SCALE_SCHEMA, values, 2, &[0, 1])? == 1,
+        })
+    }
+    fn config_values(c: &ScaleConfig) -> Vec<Value> {
+        vec![
+            Value::Int(c.threads as i64),
+            Value::Int(c.strided as i64),
+            Value::Int(c.broken as i64),
+        ]
+    }
+    /// Deliberately bad, so the tuner has something to beat.
+    fn analytic_default(_: Target, _: &ScaleKey, _: u64) -> ScaleConfig {
+        ScaleConfig {
+            threads: 256,
+            strided: true,
+            broken: false,
+        }
+    }
+    fn baked_table(_: Target) -> Option<&'static BakedTable> {
+        None
+    }
+}
+
+struct ScaleProblem<'a> {
+    x: &'a mut CudaSlice<f32>,
+    rows: u64,
+    cols: u32,
+}
+
+fn scale_variant(c: &ScaleConfig) -> Variant {
+    Variant::new("scale_inplace")
+        .define("THREADS", c.threads)
+        .define("STRIDED", c.strided as u32)
+        .define("BROKEN", c.broken as u32)
+}
+
+// SAFETY: `buffers` lists `x`, the only buffer `launch` touches, with its real length.
+unsafe impl Tunable for Scale {
+    type Problem<'a> = ScaleProblem<'a>;
+    type Owned = (CudaSlice<f32>, u64, u32);
+    const SOURCE: &'static KernelSource = &SOURCE;
+
+    fn search_space(_: &DeviceInfo, _: &ScaleKey, _: u64) -> Vec<ScaleConfig> {
+        let good = |threads| ScaleConfig {
+            threads,
+            strided: false,
+            broken: false,
+        };
+        vec![
+            good(128),
+            good(256),
+            good(512),
+            // Deliberately failing candidates: a block too large to launch, and a
+            // variant that does not compile. Both must be recorded and skipped.
+            good(2048),
+            ScaleConfig {
+                threads: 256,
+                strided: false,
+                broken: true,
+            },
+        ]
+    }
+    fn variant(_: &DeviceInfo, _: &ScaleKey, c: &ScaleConfig) -> Variant {
+        scale_variant(c)
+    }
+    fn problem_shape(p: &ScaleProblem<'_>) -> (ScaleKey, u64) {
+        (ScaleKey { cols: p.cols }, p.rows)
+    }
+    fn buffers(p: &ScaleProblem<'_>) -> Vec<TuneBuffer> {
+        let (ptr, _record) = p.x.device_ptr(p.x.stream());
+        vec![TuneBuffer {
+            name: "x",
+            ptr,
+            bytes: p.x.len() * 4,
+            role: BufferRole::Restore,
+        }]
+    }
+    fn launch(
+        kernel: &Kernel,
+        stream: &Arc<CudaStream>,
+        c: &ScaleConfig,
+        p: &ScaleProblem<'_>,
+    ) -> kernels_core::Result<()> {
+        let n = p.rows * p.cols as u64;
+        if p.x.len() as u64 != n {
+            return Err(Error::invalid(
+                "x",
+                format!("has {} elements, rows*cols = {n}", p.x.len()),
+            ));
+        }
+        let grid = n.div_ceil(c.threads as u64) as u32;
+        let mut l = kernel.builder(stream, LaunchDims::linear(grid, c.threads))?;
+        l.arg(&*p.x).arg(&n).arg(&A).arg(&B);
+        // SAFETY: (float*, u64, float, float) matches scale_inplace; grid covers n.
+        unsafe { l.launch() }
+    }
+    fn alloc_problem(
+        stream: &Arc<CudaStream>,
+        key: &ScaleKey,
+        batch: u64,
+    ) -> kernels_core::Result<Self::Owned> {
+        let host = scale_input(batch as usize * key.cols as usize);
+        let x = stream
+            .clone_htod(&host)
+            .map_err(|e| Error::kernel("test_scale", e.to_string()))?;
+        Ok((x, batch, key.cols))
+    }
+    fn borrow_problem(o: &mut Self::Owned) -> ScaleProblem<'_> {
+        ScaleProblem {
+            x: &mut o.0,
+            rows: o.1,
+            cols: o.2,
+        }
+    }
+}
+
+fn scale_input(n: usize) -> Vec<f32> {
+    (0..n).map(|i| ((i * 7919) % 1000) as f32 * 0.001 - 0.5).collect()
+}
+
+fn scaled(x: f32) -> f32 {
+    // fma, as the GPU contracts x * a + b
+    x.mul_add(A, B)
+}
+
+// test_hist: key bins, batch n.
+static HIST_SCHEMA: KernelSchema = KernelSchema {
+    kernel: "test_hist",
+    key: &[Field::int("bins")],
+    params: &[Field::int("threads"), Field::int("blocks_per_sm")],
+};
+
+struct Hist;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct HistConfig {
+    threads: u32,
+    blocks_per_sm: u32,
+}
+
+impl TunedKernel for Hist {
+    type Key = u32;
+    type Config = HistConfig;
+    const SCHEMA: &'static KernelSchema = &HIST_SCHEMA;
+    const SOURCE_FINGERPRINT: &'static str = "fnv1a64:test-kernels-v1";
+
+    fn key_values(bins: &u32) -> KeyValues {
+        KeyValues::new().push(*bins as i64)
+    }
+    fn key_from_values(values: &[Value]) -> Result<u32, String> {
+        Ok(int_key(&HIST_SCHEMA, values, "bins", 1, 1 << 20)? as u32)
+    }
+    fn config_from_values(values: &[Value]) -> Result<HistConfig, String> {
+        Ok(HistConfig {
+            threads: int_param(&HIST_SCHEMA, values, 0, &[128, 256, 512])? as u32,
+            blocks_per_sm: int_param(&HIST_SCHEMA, values, 1, &[1, 4, 16])? as u32,
+        })
+    }
+    fn config_values(c: &HistConfig) -> Vec<Value> {
+        vec![Value::Int(c.threads as i64), Value::Int(c.blocks_per_sm as i64)]
+    }
+    fn analytic_default(_: Target, _: &u32, _: u64) -> HistConfig {
+        HistConfig {
+            threads: 128,
+            blocks_per_sm: 1,
+        }
+    }
+    fn baked_table(_: Target) -> Option<&'static BakedTable> {
+        None
+    }
+}
+
+struct HistProblem<'a> {
+    x: &'a CudaSlice<u32>,
+    hist: &'a mut CudaSlice<u32>,
+}
+
+// SAFETY: `buffers` lists both buffers `launch` touches, with their real lengths.
+unsafe impl Tunable for Hist {
+    type Problem<'a> = HistProblem<'a>;
+    type Owned = (CudaSlice<u32>, CudaSlice<u32>);
+    const SOURCE: &'static KernelSource = &SOURCE;
+
+    fn search_space(_: &DeviceInfo, _: &u32, _: u64) -> Vec<HistConfig> {
+        let mut v = Vec::new();
+        for threads in [128, 256, 512] {
+            for blocks_per_sm in [1, 4, 16] {
+                v.push(HistConfig {
+                    threads,
+                    blocks_per_sm,
+                });
+            }
+        }
+        v
+    }
+    fn variant(_: &DeviceInfo, _: &u32, c: &HistConfig) -> Variant {
+        Variant::new("histogram")
+            .define("THREADS", c.threads)
+            .define("STRIDED", 0)
+    }
+    fn problem_shape(p: &HistProblem<'_>) -> (u32, u64) {
+        (p.hist.len() as u32, p.x.len() as u64)
+    }
+    fn buffers(p: &HistProblem<'_>) -> Vec<TuneBuffer> {
+        let (x, _r1) = p.x.device_ptr(p.x.stream());
+        let (h, _r2) = p.hist.device_ptr(p.hist.stream());
+        vec![
+            TuneBuffer {
+                name: "x",
+                ptr: x,
+                bytes: p.x.len() * 4,
+                role: BufferRole::Read,
+            },
+            TuneBuffer {
+                name: "hist",
+                ptr: h,
+                bytes: p.hist.len() * 4,
+                role: BufferRole::Zero,
+            },
+        ]
+    }
+    fn launch(
+        kernel: &Kernel,
+        stream: &Arc<CudaStream>,
+        c: &HistConfig,
+        p: &HistProblem<'_>,
+    ) -> kernels_core::Result<()> {
+        let n = p.x.len() as u64;
+        let bins = p.hist.len() as u32;
+        let sms = stream
+            .context()
+            .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(|e| Error::kernel("test_hist", e.to_string()))? as u32;
+        let grid = (sms * c.blocks_per_sm).min(n.div_ceil(c.threads as u64).max(1) as u32);
+        let mut l = kernel.builder(stream, LaunchDims::linear(grid, c.threads))?;
+        l.arg(p.x).arg(&n).arg(&*p.hist).arg(&bins);
+        // SAFETY: (const u32*, u64, u32*, u32) matches histogram.
+        unsafe { l.launch() }
+    }
+    fn alloc_problem(stream: &Arc<CudaStream>, bins: &u32, batch: u64) -> kernels_core::Result<Self::Owned> {
+        let x = stream
+            .clone_htod(&hist_input(batch as usize))
+            .map_err(|e| Error::kernel("test_hist", e.to_string()))?;
+        let hist = stream
+            .alloc_zeros::<u32>(*bins as usize)
+            .map_err(|e| Error::kernel("test_hist", e.to_string()))?;
+        Ok((x, hist))
+    }
+    fn borrow_problem(o: &mut Self::Owned) -> HistProblem<'_> {
+        HistProblem {
+            x: &o.0,
+            hist: &mut o.1,
+        }
+    }
+}
+
+fn hist_input(n: usize) -> Vec<u32> {
+    (0..n as u64)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 7) as u32)
+        .collect()
+}
+
+// ---- tests --------------------------------------------------------------------------
+
+#[test]
+fn compile_and_launch_with_buffers_and_raw_pointers() {
+    let Some(dev) = gpu("compile_and_launch_with_buffers_and_raw_pointers") else {
+        return;
+    };
+    let rt = runtime(&dev, Policy::Serve, DiskCache::disabled());
+    println!(
+        "device {} cc {:?} arch {} SMs {} L2 {} MiB smem opt-in {} KiB regs/SM {}; {}; driver {:?}",
+        dev.info().name,
+        dev.info().compute_capability,
+        rt.arch(),
+        dev.info().sm_count,
+        dev.info().l2_bytes >> 20,
+        dev.info().max_smem_per_block_optin >> 10,
+        dev.info().regs_per_sm,
+        rt.compiler().id(),
+        Device::driver_version()
+    );
+    let stream = dev.new_stream().unwrap();
+    let good = ScaleConfig {
+        threads: 256,
+        strided: false,
+        broken: false,
+    };
+    let (k, origin) = rt
+        .kernel_with_origin(&stream, &SOURCE, &scale_variant(&good))
+        .unwrap();
+    assert_eq!(origin, ModuleOrigin::Compiled);
+    let (_, origin) = rt
+        .kernel_with_origin(&stream, &SOURCE, &scale_variant(&good))
+        .unwrap();
+    assert_eq!(
+        origin,
+        ModuleOrigin::Memo,
+        "second request must come from the memo"
+    );
+
+    let n = (1 << 20) + 3; // not a multiple of the block
+    let host = scale_input(n);
+    let mut x = stream.clone_htod(&host).unwrap();
+    let n64 = n as u64;
+    {
+        let mut l = k
+            .builder(&stream, LaunchDims::linear((n as u32).div_ceil(256), 256))
+            .unwrap();
+        l.arg(&mut x).arg(&n64).arg(&A).arg(&B);
+        unsafe { l.launch() }.unwrap();
+    }
+    let once = stream.clone_dtoh(&x).unwrap();
+    assert!(
+        once.iter().zip(&host).all(|(g, h)| *g == scaled(*h)),
+        "cudarc-buffer launch is wrong"
+    );
+
+    // The raw entry point: device pointer, scalars, raw stream.
+    {
+        let (ptr, _rec) = x.device_ptr(&stream);
+        let mut args = KernelArgs::new();
+        args.ptr(ptr).u64(n64).f32(A).f32(B);
+        let raw = unsafe { RawStream::from_raw(stream.cu_stream() as *mut std::ffi::c_void) };
+        unsafe { k.launch_raw(raw, LaunchDims::linear((n as u32).div_ceil(256), 256), &args) }.unwrap();
+    }
+    let twice = stream.clone_dtoh(&x).unwrap();
+    assert!(
+        twice.iter().zip(&once).all(|(g, h)| *g == scaled(*h)),
+        "raw launch is wrong"
+    );
+
+    // Bad dimensions are refused before launch, naming the argument.
+    let e = k
+        .builder(&stream, LaunchDims::linear(1, 2048))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`block`"), "{e}");
+
+    // A compile error returns NVRTC's log and the variant.
+    let broken = ScaleConfig { broken: true, ..good };
+    match rt.kernel(&stream, &SOURCE, &scale_variant(&broken)) {
+        Err(Error::Compile {
+            variant, log, arch, ..
+        }) => {
+            assert!(variant.contains("BROKEN=1"), "{variant}");
+            assert!(log.contains("deliberately broken"), "{log}");
+            assert_eq!(arch, rt.arch());
+        }
+        other => panic!("expected a compile error, got {other:?}"),
+    }
+}
+
+const CHILD_CACHE: &str = "KERNELS_TEST_CHILD_CACHE";
+
+/// Child half of `second_process_uses_the_caches_without_compiling`.
+#[test]
+#[ignore = "helper process, run by second_process_uses_the_caches_without_compiling"]
+fn child_resolves_from_cache() {
+    let Ok(dir) = std::env::var(CHILD_CACHE) else {
+        return;
+    };
+    let dev = Device::open(0).expect("child: GPU");
+    let rt = runtime(&dev, Policy::Online, DiskCache::at(dir));
+    let stream = dev.new_stream().unwrap();
+    let t = Instant::now();
+    let p = rt
+        .resolve::<Scale>(&stream, &ScaleKey { cols: 4096 }, 1024)
+        .unwrap();
+    let resolve_ms = t.elapsed().as_secs_f64() * 1e3;
+    let s = rt.stats();
+    println!(
+        "CHILD source={} compiled={} disk_hits={} searches={} resolve_ms={resolve_ms:.3} config={:?}",
+        p.resolved.source.name(),
+        s.compiled,
+        s.disk_hits,
+        s.searches,
+        p.resolved.config
+    );
+}
+
+#[test]
+fn second_process_uses_the_caches_without_compiling() {
+    let Some(dev) = gpu("second_process_uses_the_caches_without_compiling") else {
+        return;
+    };
+    let dir = temp_dir("second-process");
+    let stream = dev.new_stream().unwrap();
+    let parent_config = {
+        let rt = runtime(&dev, Policy::Online, DiskCache::at(&dir));
+        let p = rt
+            .resolve::<Scale>(&stream, &ScaleKey { cols: 4096 }, 1024)
+            .unwrap();
+        assert_eq!(p.resolved.source, Source::OnlineSearch);
+        assert!(p.search_failure.is_none(), "{:?}", p.search_failure);
+        assert!(
+            !p.resolved.config.strided,
+            "the search should beat the strided default"
+        );
+        let s = rt.stats();
+        assert_eq!(s.searches, 1);
+        assert!(s.compiled >= 3, "the search compiles its candidates: {s:?}");
+        println!("parent: online search chose {:?}; stats {s:?}", p.resolved.config);
+        p.resolved.config
+    };
+    let line = child(
+        "child_resolves_from_cache",
+        &[(CHILD_CACHE, dir.display().to_string())],
+    );
+    println!("{line}");
+    assert_eq!(field(&line, "source"), "online-cache");
+    assert_eq!(
+        field(&line, "compiled"),
+        "0",
+        "the second process compiled: {line}"
+    );
+    assert_eq!(field(&line, "searches"), "0");
+    assert_eq!(field(&line, "disk_hits"), "1");
+    assert!(line.contains(&format!("{parent_config:?}")), "{line}");
+
+    // Corrupt every cached module: a new runtime detects it and recompiles.
+    let modules = dir.join("v1").join("modules");
+    let mut corrupted = 0;
+    for f in std::fs::read_dir(&modules).unwrap() {
+        let p = f.unwrap().path();
+        let mut bytes = std::fs::read(&p).unwrap();
+        let n = bytes.len();
+        bytes.truncate(n - n / 3);
+        std::fs::write(&p, bytes).unwrap();
+        corrupted += 1;
+    }
+    assert!(corrupted >= 3);
+    let rt = runtime(&dev, Policy::Online, DiskCache::at(&dir));
+    let p = rt
+        .resolve::<Scale>(&stream, &ScaleKey { cols: 4096 }, 1024)
+        .unwrap();
+    let s = rt.stats();
+    assert_eq!(p.resolved.source, Source::OnlineCache);
+    assert_eq!((s.compiled, s.corrupt_files, s.disk_hits), (1, 1, 0), "{s:?}");
+    let (_, origin) = rt
+        .kernel_with_origin(&stream, &SOURCE, &scale_variant(&p.resolved.config))
+        .unwrap();
+    assert_eq!(origin, ModuleOrigin::Memo);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn tuner_beats_a_deliberately_bad_default_and_restores_in_place_buffers() {
+    let Some(dev) = gpu("tuner_beats_a_deliberately_bad_default_and_restores_in_place_buffers") else {
+        return;
+    };
+    let rt = runtime(&dev, Policy::Online, DiskCache::disabled());
+    let stream = dev.new_stream().unwrap();
+    // 256 MiB: over twice the L2, timed from memory without a flush.
+    let (rows, cols) = (16384u64, 4096u32);
+    let host = scale_input(rows as usize * cols as usize);
+    let mut x = stream.clone_htod(&host).unwrap();
+    let problem = ScaleProblem {
+        x: &mut x,
+        rows,
+        cols,
+    };
+    let report = rt.tune::<Scale>(&stream, &problem, &TuneOptions::default());
+    for c in &report.candidates {
+        match &c.outcome {
+            Ok(t) => println!(
+                "  {:?}: median {:.1} us (min {:.1}, max {:.1}, {} reps, L2 flushed: {})",
+                c.config, t.median_us, t.min_us, t.max_us, t.reps, t.l2_flushed
+            ),
+            Err(e) => println!("  {:?}: FAILED {}", c.config, e.lines().next().unwrap_or("")),
+        }
+    }
+    let default_us = report.default_us().expect("the default runs");
+    let chosen_us = report.chosen_us().expect("a candidate wins");
+    println!(
+        "chosen {:?}: {chosen_us:.1} us vs deliberately bad default {default_us:.1} us ({:.1}x)",
+        report.chosen,
+        default_us / chosen_us
+    );
+    assert!(!report.chosen.strided && !report.chosen.broken && report.chosen.threads <= 1024);
+    assert!(
+        chosen_us * 2.0 < default_us,
+        "not measurably faster: {chosen_us} vs {default_us}"
+    );
+    assert_eq!(report.candidates.len(), 6, "default + 5 space configs");
+    // The two failing candidates are recorded with their reasons and skipped.
+    let failed: Vec<&String> = report
+        .candidates
+        .iter()
+        .filter_map(|c| c.outcome.as_ref().err())
+        .collect();
+    assert_eq!(failed.len(), 2, "{failed:?}");
+    assert!(failed.iter().any(|e| e.contains("`block`")), "{failed:?}");
+    assert!(
+        failed.iter().any(|e| e.contains("deliberately broken")),
+        "{failed:?}"
+    );
+    assert!(report.failure.is_none());
+    assert_eq!(report.final_run, Ok(()));
+    assert!(!report.candidates[0].outcome.as_ref().unwrap().l2_flushed);
+
+    // ~175 runs happened; the buffer holds exactly one run's result.
+    let got = stream.clone_dtoh(&x).unwrap();
+    let bad = got.iter().zip(&host).filter(|(g, h)| **g != scaled(**h)).count();
+    assert_eq!(bad, 0, "{bad} elements differ from one plain run");
+}
+
+#[test]
+fn online_run_on_callers_buffers_and_zeroed_accumulators() {
+    let Some(dev) = gpu("online_run_on_callers_buffers_and_zeroed_accumulators") else {
+        return;
+    };
+    let rt = runtime(&dev, Policy::Online, DiskCache::disabled());
+    let stream = dev.new_stream().unwrap();
+
+    // In place through Runtime::run: the first call searches on the caller's buffer
+    // (4 MiB: the L2 is flushed between reps) and leaves exactly one run's result; the
+    // second call launches from the memo.
+    let (rows, cols) = (256u64, 4096u32);
+    let host = scale_input(rows as usize * cols as usize);
+    let mut x = stream.clone_htod(&host).unwrap();
+    let p1 = rt
+        .run::<Scale>(
+            &stream,
+            &ScaleProblem {
+                x: &mut x,
+                rows,
+                cols,
+            },
+        )
+        .unwrap();
+    assert_eq!(p1.resolved.source, Source::OnlineSearch);
+    let once = stream.clone_dtoh(&x).unwrap();
+    assert!(
+        once.iter().zip(&host).all(|(g, h)| *g == scaled(*h)),
+        "first run is not one plain run"
+    );
+    let searches = rt.stats().searches;
+    let p2 = rt
+        .run::<Scale>(
+            &stream,
+            &ScaleProblem {
+                x: &mut x,
+                rows,
+                cols,
+            },
+        )
+        .unwrap();
+    assert_eq!(p2.resolved, p1.resolved);
+    assert_eq!(
+        rt.stats().searches,
+        searches,
+        "the memo must answer the second call"
+    );
+    let twice = stream.clone_dtoh(&x).unwrap();
+    assert!(
+        twice.iter().zip(&once).all(|(g, h)| *g == scaled(*h)),
+        "second run is not one more run"
+    );
+
+    // Accumulation: the caller's histogram starts dirty; after tuning it holds exactly
+    // one zero-then-run histogram, however many runs the search made.
+    let n = 1usize << 22;
+    let bins = 1000u32;
+    let xs = hist_input(n);
+    let mut want = vec![0u32; bins as usize];
+    for v in &xs {
+        want[(*v % bins) as usize] += 1;
+    }
+    let xd = stream.clone_htod(&xs).unwrap();
+    let mut hist = stream.clone_htod(&vec![7u32; bins as usize]).unwrap();
+    let problem = HistProblem {
+        x: &xd,
+        hist: &mut hist,
+    };
+    let report = rt.tune::<Hist>(&stream, &problem, &TuneOptions::default());
+    let timed = report.candidates.iter().filter(|c| c.outcome.is_ok()).count();
+    println!(
+        "hist: {timed} of {} candidates timed, chosen {:?} at {:.1} us (default {:.1} us), L2 flushed: {}",
+        report.candidates.len(),
+        report.chosen,
+        report.chosen_us().unwrap_or(f64::NAN),
+        report.default_us().unwrap_or(f64::NAN),
+        report.candidates[0]
+            .outcome
+            .as_ref()
+            .map(|t| t.l2_flushed)
+            .unwrap_or(false)
+    );
+    assert_eq!(timed, 9);
+    assert_eq!(report.final_run, Ok(()));
+    assert!(report.candidates[0].outcome.as_ref().unwrap().l2_flushed);
+    assert_eq!(
+        stream.clone_dtoh(&hist).unwrap(),
+        want,
+        "accumulator is not one zeroed run"
+    );
+}
+
+#[test]
+fn graph_capture_refuses_to_compile_and_replays_memoized_kernels() {
+    let Some(dev) = gpu("graph_capture_refuses_to_compile_and_replays_memoized_kernels") else {
+        return;
+    };
+    let rt = runtime(&dev, Policy::Serve, DiskCache::disabled());
+    let stream = dev.new_stream().unwrap();
+    let cfg = ScaleConfig {
+        threads: 128,
+        strided: false,
+        broken: false,
+    };
+    let warmed = rt.kernel(&stream, &SOURCE, &scale_variant(&cfg)).unwrap();
+    let n = 1u64 << 16;
+    let host = scale_input(n as usize);
+    let x = stream.clone_htod(&host).unwrap();
+    let (ptr, rec) = x.device_ptr(&stream);
+    drop(rec);
+    stream.synchronize().unwrap();
+
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL)
+        .unwrap();
+    assert!(Device::is_capturing(&stream).unwrap());
+    let cold = ScaleConfig { threads: 512, ..cfg };
+    let refused = rt.kernel(&stream, &SOURCE, &scale_variant(&cold));
+    let warm = rt.kernel(&stream, &SOURCE, &scale_variant(&cfg));
+    let mut args = KernelArgs::new();
+    args.ptr(ptr).u64(n).f32(A).f32(B);
+    let launched = warm.as_ref().map(|k| unsafe {
+        k.launch_raw(
+            RawStream::of(&stream),
+            LaunchDims::linear((n / 128) as u32, 128),
+            &args,
+        )
+    });
+    let graph = stream
+        .end_capture(CUgraphInstantiate_flags(0))
+        .unwrap()
+        .expect("a graph");
+    assert!(
+        matches!(refused, Err(Error::CompileWhileCapturing { .. })),
+        "a cold kernel during capture must be refused: {refused:?}"
+    );
+    assert!(Arc::ptr_eq(warm.as_ref().unwrap(), &warmed));
+    launched.unwrap().unwrap();
+    graph.launch().unwrap();
+    graph.launch().unwrap();
+    stream.synchronize().unwrap();
+    let got = stream.clone_dtoh(&x).unwrap();
+    assert!(
+        got.iter().zip(&host).all(|(g, h)| *g == scaled(scaled(*h))),
+        "graph replay is wrong"
+    );
+}
+
+#[test]
+fn parallel_precompile_and_warm_start() {
+    let Some(dev) = gpu("parallel_precompile_and_warm_start") else {
+        return;
+    };
+    let jobs: Vec<(KernelSource, Variant)> = (0..32)
+        .map(|i| {
+            (
+                SOURCE,
+                scale_variant(&ScaleConfig {
+                    threads: 256,
+                    strided: i % 2 == 1,
+                    broken: false,
+                })
+                .define("SALT", i),
+            )
+        })
+        .collect();
+    let serial_rt = runtime(&dev, Policy::Serve, DiskCache::disabled());
+    let t = Instant::now();
+    let serial = serial_rt.precompile_with(&jobs, 1);
+    let serial_s = t.elapsed().as_secs_f64();
+    let dir = temp_dir("precompile");
+    let parallel_rt = runtime(&dev, Policy::Serve, DiskCache::at(&dir));
+    let t = Instant::now();
+    let parallel = parallel_rt.precompile(&jobs);
+    let parallel_s = t.elapsed().as_secs_f64();
+    assert!(
+        serial
+            .iter()
+            .chain(&parallel)
+            .all(|r| matches!(r, Ok(ModuleOrigin::Compiled))),
+        "{parallel:?}"
+    );
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    println!(
+        "precompile 32 variants: serial {serial_s:.2} s, parallel {parallel_s:.2} s on {cores} cores ({:.1}x)",
+        serial_s / parallel_s
+    );
+    if cores >= 4 {
+        assert!(parallel_s < serial_s, "parallel precompile was not faster");
+    }
+
+    // Warm start: a fresh runtime loads every module from the disk cache.
+    let warm_rt = runtime(&dev, Policy::Serve, DiskCache::at(&dir));
+    let stream = dev.new_stream().unwrap();
+    let t = Instant::now();
+    for (s, v) in &jobs {
+        let (_, origin) = warm_rt.kernel_with_origin(&stream, s, v).unwrap();
+        assert_eq!(origin, ModuleOrigin::Disk);
+    }
+    let per_kernel_ms = t.elapsed().as_secs_f64() * 1e3 / jobs.len() as f64;
+    assert_eq!(warm_rt.stats().compiled, 0);
+    println!("warm start from the module cache: {per_kernel_ms:.3} ms per kernel");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn tune_command_path_writes_a_table_and_resumes() {
+    let Some(dev) = gpu("tune_command_path_writes_a_table_and_resumes") else {
+        return;
+    };
+    static SCALE_DYN: TunableDyn<Scale> = TunableDyn::new();
+    let registry: [&dyn DynTunable; 1] = [&SCALE_DYN];
+    let k = registry
+        .iter()
+        .find(|k| k.schema().kernel == "test_scale")
+        .expect("registered");
+    let dir = temp_dir("tune-table");
+    let rt = runtime(&dev, Policy::Serve, DiskCache::at(dir.join("cache")));
+    let stream = dev.new_stream().unwrap();
+    let shapes = parse_shapes(k.schema(), r#"[{"cols": 4096, "batch": [64, 2048]}]"#, "shapes").unwrap();
+    let target = dev.info().target().unwrap_or(Target::Sm90);
+    let tables = dir.join("tables");
+    let job = TableJob {
+        schema: k.schema(),
+        target,
+        source_fingerprint: k.source_fingerprint(),
+        device: &dev.info().name,
+        compiler: &rt.compiler().id(),
+        tables_dir: &tables,
+        retune: false,
+    };
+    let key_for = |key: &tuned::StaticKey, batch: u64| {
+        rt.tuning_key(
+            k.schema().kernel,
+            k.source_fingerprint(),
+            key.as_str(),
+            batch,
+            kernels_core::AlignClass::A16,
+        )
+    };
+    let opts = TuneOptions::default();
+    let mut searched = 0;
+    let out = tune_table(
+        &job,
+        &shapes,
+        rt.cache(),
+        &key_for,
+        &mut |key, batch| {
+            searched += 1;
+            k.search(&rt, &stream, key, batch, &opts)
+        },
+        &mut |p| println!("  {p:?}"),
+    )
+    .unwrap();
+    assert_eq!((searched, out.tuned, out.cached), (2, 2, 0), "{out:?}");
+    assert!(out.written);
+    let table = tuned::TableFile::read(&out.path, Some(k.schema())).unwrap();
+    assert_eq!(table.entries.len(), 2);
+    for e in &table.entries {
+        assert!(e.us < e.default_us, "{e:?}");
+        assert_eq!(e.config[1], Value::Int(0), "strided won: {e:?}");
+    }
+    println!("{}", table.to_json_string());
+
+    // Run again: everything comes from the cache (resumable), the table is unchanged.
+    let out2 = tune_table(
+        &job,
+        &shapes,
+        rt.cache(),
+        &key_for,
+        &mut |_, _| panic!("searched again"),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!((out2.tuned, out2.cached), (0, 2));
+    assert_eq!(out2.merge.kept.len(), 2);
+    let _ = std::fs::remove_dir_all(&dir);
+}

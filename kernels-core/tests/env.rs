@@ -1,0 +1,54 @@
+//! The environment variables the runtime reads. One test in its own binary, because it
+//! sets process-wide variables.
+
+use std::path::PathBuf;
+
+use kernels_core::{codegen_env, default_cache_dir, Policy, RuntimeOptions};
+
+#[test]
+fn environment_picks_policy_cache_folder_and_codegen_flags() {
+    std::env::remove_var("KERNELS_TUNING");
+    assert_eq!(Policy::from_env().unwrap(), Policy::Serve);
+    for (v, p) in [
+        ("serve", Policy::Serve),
+        ("online", Policy::Online),
+        ("default", Policy::DefaultOnly),
+        ("", Policy::Serve),
+    ] {
+        std::env::set_var("KERNELS_TUNING", v);
+        assert_eq!(Policy::from_env().unwrap(), p, "KERNELS_TUNING={v}");
+    }
+    std::env::set_var("KERNELS_TUNING", "aggressive");
+    let e = Policy::from_env().unwrap_err().to_string();
+    assert!(e.contains("`aggressive`"), "{e}");
+    let e = RuntimeOptions::from_env().unwrap_err().to_string();
+    assert!(
+        e.contains("`aggressive`"),
+        "runtime options must refuse it too: {e}"
+    );
+    std::env::remove_var("KERNELS_TUNING");
+
+    std::env::set_var("KERNELS_CACHE_DIR", "/somewhere/kc");
+    assert_eq!(default_cache_dir(), Some(PathBuf::from("/somewhere/kc")));
+    std::env::set_var("KERNELS_CACHE_DIR", "");
+    assert_eq!(
+        default_cache_dir(),
+        None,
+        "empty KERNELS_CACHE_DIR disables the cache"
+    );
+    std::env::remove_var("KERNELS_CACHE_DIR");
+    std::env::set_var("XDG_CACHE_HOME", "/xdg");
+    assert_eq!(default_cache_dir(), Some(PathBuf::from("/xdg/kernels")));
+    std::env::remove_var("XDG_CACHE_HOME");
+    std::env::set_var("HOME", "/home/u");
+    assert_eq!(default_cache_dir(), Some(PathBuf::from("/home/u/.cache/kernels")));
+
+    std::env::remove_var("KERNELS_NVRTC_FLAGS");
+    std::env::remove_var("KERNELS_CUDA_INCLUDE");
+    assert!(codegen_env().is_empty());
+    std::env::set_var("KERNELS_NVRTC_FLAGS", "--use_fast_math");
+    assert_eq!(
+        codegen_env(),
+        [("KERNELS_NVRTC_FLAGS".to_string(), "--use_fast_math".to_string())]
+    );
+}
