@@ -7,6 +7,8 @@ use clap::{Parser, Subcommand};
 use kernels::{catalog, plan, tables};
 use tuned::{DType, StaticKey, Target};
 
+mod runtime_cmd;
+
 #[derive(Parser)]
 #[command(
     name = "kernels",
@@ -63,6 +65,43 @@ enum Command {
     Tables {
         #[command(subcommand)]
         command: TablesCommand,
+    },
+    /// Tune a kernel on this GPU over a shape file and merge the results into its table
+    /// (resumable: finished shapes are cached as they complete).
+    Tune {
+        /// A kernel with a Tunable implementation.
+        kernel: String,
+        /// JSON array of {key fields..., "batch": N or [N, ...]}.
+        #[arg(long)]
+        shapes: PathBuf,
+        /// `auto` (the device's) or the device's target name.
+        #[arg(long, default_value = "auto")]
+        target: String,
+        /// Tables folder (default: the committed tuned/tables).
+        #[arg(long)]
+        tables: Option<PathBuf>,
+        /// Search every shape again instead of resuming from cached results.
+        #[arg(long)]
+        retune: bool,
+        /// Timed repetitions per candidate (at least 10).
+        #[arg(long)]
+        reps: Option<u32>,
+        #[arg(long, default_value = "0")]
+        device: usize,
+    },
+    /// Resolve a kernel's shapes under KERNELS_TUNING and compile them in parallel into
+    /// the module cache.
+    Precompile {
+        kernel: String,
+        #[arg(long)]
+        shapes: PathBuf,
+        #[arg(long, default_value = "0")]
+        device: usize,
+    },
+    /// Device, arch, driver and NVRTC versions, policy, cache folder and size.
+    Info {
+        #[arg(long, default_value = "0")]
+        device: usize,
     },
 }
 
@@ -251,6 +290,30 @@ fn run(cli: Cli) -> Result<ExitCode, Usage> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Tables { command } => tables_command(command),
+        Command::Tune {
+            kernel,
+            shapes,
+            target,
+            tables,
+            retune,
+            reps,
+            device,
+        } => runtime_cmd::tune(runtime_cmd::TuneArgs {
+            kernel,
+            shapes,
+            target,
+            tables,
+            retune,
+            reps,
+            device,
+        })
+        .map_err(Usage),
+        Command::Precompile {
+            kernel,
+            shapes,
+            device,
+        } => runtime_cmd::precompile(kernel, shapes, device).map_err(Usage),
+        Command::Info { device } => runtime_cmd::info(device).map_err(Usage),
     }
 }
 

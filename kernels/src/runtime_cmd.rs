@@ -1,0 +1,395 @@
+//! `kernels tune`, `kernels precompile` and `kernels info`: the commands that need the
+//! GPU runtime (`kernels-core`). Shape files are described in
+//! `kernels_core::tune_table` (a JSON array of `{key fields..., "batch": N or [N, ...]}`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// What `kernels tune` was asked.
+pub struct TuneArgs {
+    pub kernel: String,
+    pub shapes: PathBuf,
+    /// `auto` (the device's target) or a target name that must match the device.
+    pub target: String,
+    /// Tables folder (default: the committed `tuned/tables`).
+    pub tables: Option<PathBuf>,
+    /// Search every shape again instead of resuming from cached results.
+    pub retune: bool,
+    /// Timed repetitions per candidate (default 25, at least 10).
+    pub reps: Option<u32>,
+    pub device: usize,
+}
+
+/// A usage error (exit status 2); runtime failures print themselves and return
+/// `ExitCode::FAILURE`.
+pub type CmdResult = Result<ExitCode, String>;
+
+#[cfg(feature = "cuda")]
+pub use cuda::{info, precompile, tune};
+
+#[cfg(not(feature = "cuda"))]
+pub fn tune(_: TuneArgs) -> CmdResult {
+    Err("tune: this binary was built without the `cuda` feature".into())
+}
+
+#[cfg(not(feature = "cuda"))]
+pub fn precompile(_: String, _: PathBuf, _: usize) -> CmdResult {
+    Err("precompile: this binary was built without the `cuda` feature".into())
+}
+
+#[cfg(not(feature = "cuda"))]
+pub fn info(_: usize) -> CmdResult {
+    Err("info: this binary was built without the `cuda` feature".into())
+}
+
+#[cfg(feature = "cuda")]
+mod cuda {
+    use std::path::Path;
+    use std::process::ExitCode;
+
+    use kernels_core::{
+        parse_shapes, tune_table, AlignClass, Device, DiskCache, DynTunable, Policy, Progress, Runtime,
+        TableJob, TuneOptions, CODEGEN_ENV_VARS, TUNING_ENV,
+    };
+    use tuned::{StaticKey, Target};
+
+    use super::{CmdResult, TuneArgs};
+
+    /// Every kernel that implements `kernels_core::Tunable`, for `tune` and
+    /// `precompile`. A kernel crate exports a `TunableDyn` static when its `Tunable`
+    /// impl lands; list it here.
+    pub fn tunables() -> Vec<&'static dyn DynTunable> {
+        Vec::new()
+    }
+
+    fn find(kernel: &str) -> Result<&'static dyn DynTunable, String> {
+        let all = tunables();
+        let names: Vec<&str> = all.iter().map(|k| k.schema().kernel).collect();
+        all.into_iter()
+            .find(|k| k.schema().kernel == kernel)
+            .ok_or_else(|| {
+                let known = if names.is_empty() {
+                    "none yet".to_string()
+                } else {
+                    names.join(", ")
+                };
+                format!("KERNEL: `{kernel}` has no Tunable implementation (tunable kernels: {known})")
+            })
+    }
+
+    fn read_shapes(k: &dyn DynTunable, path: &Path) -> Result<Vec<(StaticKey, u64)>, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("--shapes: cannot read {}: {e}", path.display()))?;
+        parse_shapes(k.schema(), &text, &path.display().to_string()).map_err(|e| format!("--shapes: {e}"))
+    }
+
+    fn open(device: usize) -> Result<Runtime, String> {
+        let dev = Device::open(device).map_err(|e| e.to_string())?;
+        Runtime::new(dev).map_err(|e| e.to_string())
+    }
+
+    /// `kernels tune KERNEL --shapes FILE [--target auto]`.
+    pub fn tune(args: TuneArgs) -> CmdResult {
+        let k = find(&args.kernel)?;
+        let shapes = read_shapes(k, &args.shapes)?;
+        if shapes.is_empty() {
+            return Err("--shapes: the file lists no shapes".into());
+        }
+        let rt = match open(args.device) {
+            Ok(rt) => rt,
+            Err(e) => {
+                eprintln!("kernels: tune: {e}");
+                return Ok(ExitCode::FAILURE);
+            }
+        };
+        let info = rt.device().info();
+        let device_target = info.target();
+        let target = if args.target == "auto" {
+            match device_target {
+                Some(t) => t,
+                None => {
+                    eprintln!(
+                        "kernels: tune: device `{}` (compute capability {}.{}) has no table target; name one with --target",
+                        info.name, info.compute_capability.0, info.compute_capability.1
+                    );
+                    return Ok(ExitCode::FAILURE);
+                }
+            }
+        } else {
+            let t: Target = args.target.parse().map_err(|e| format!("--target: {e}"))?;
+            if device_target != Some(t) {
+                return Err(format!(
+                    "--target: `{t}` does not match the device `{}` (compute capability {}.{}); tables must be tuned on their target",
+                    info.name, info.compute_capability.0, info.compute_capability.1
+                ));
+            }
+            t
+        };
+        let mut opts = TuneOptions::default();
+        if let Some(r) = args.reps {
+            opts.timing.reps = r;
+        }
+        let tables = args.tables.unwrap_or_else(crate::tables::default_dir);
+        let compiler = rt.compiler().id();
+        let job = TableJob {
+            schema: k.schema(),
+            target,
+            source_fingerprint: k.source_fingerprint(),
+            device: &info.name,
+            compiler: &compiler,
+            tables_dir: &tables,
+            retune: args.retune,
+        };
+        let stream = match rt.device().new_stream() {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("kernels: tune: {e}");
+                return Ok(ExitCode::FAILURE);
+            }
+        };
+        println!(
+            "tuning {} on {} ({target}, {}) for {} shape(s); results cached in {}",
+            k.schema().kernel,
+            info.name,
+            rt.arch(),
+            shapes.len(),
+            rt.cache()
+                .root()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| "(cache disabled: not resumable)".into())
+        );
+        let key_for = |key: &StaticKey, batch: u64| {
+            rt.tuning_key(
+                k.schema().kernel,
+                k.source_fingerprint(),
+                key.as_str(),
+                batch,
+                AlignClass::A16,
+            )
+        };
+        let result = tune_table(
+            &job,
+            &shapes,
+            rt.cache(),
+            &key_for,
+            &mut |key, batch| k.search(&rt, &stream, key, batch, &opts),
+            &mut |p| print_progress(&p),
+        );
+        let out = match result {
+            Ok(o) => o,
+            Err(e) => {
+                eprintln!("kernels: tune: {e}");
+                return Ok(ExitCode::FAILURE);
+            }
+        };
+        for (key, batch, reason) in &out.failed {
+            println!("failed: [{key}] batch {batch}: {reason}");
+        }
+        for (key, batch) in &out.no_default_time {
+            println!("not written: [{key}] batch {batch}: the analytic default did not run, so default_us is unknown");
+        }
+        if out.written {
+            let m = &out.merge;
+            for (key, batch) in &m.added {
+                println!("added    [{key}] batch {batch}");
+            }
+            for ((key, batch), old, new) in &m.replaced {
+                println!("replaced [{key}] batch {batch}: {old:.3} us -> {new:.3} us");
+            }
+            for ((key, batch), old, new) in &m.kept {
+                println!("kept     [{key}] batch {batch}: {old:.3} us (new run {new:.3} us)");
+            }
+            println!(
+                "wrote {} ({} added, {} replaced, {} kept; {} searched, {} from cache)",
+                out.path.display(),
+                m.added.len(),
+                m.replaced.len(),
+                m.kept.len(),
+                out.tuned,
+                out.cached
+            );
+        } else {
+            println!("nothing to write to {}", out.path.display());
+        }
+        Ok(if out.failed.is_empty() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        })
+    }
+
+    fn print_progress(p: &Progress<'_>) {
+        match p {
+            Progress::Searching {
+                index,
+                total,
+                key,
+                batch,
+            } => println!("[{}/{total}] [{key}] batch {batch}: searching", index + 1),
+            Progress::Cached {
+                index,
+                total,
+                key,
+                batch,
+                record,
+            }
+            | Progress::Tuned {
+                index,
+                total,
+                key,
+                batch,
+                record,
+            } => {
+                let from = if matches!(p, Progress::Cached { .. }) {
+                    "cached"
+                } else {
+                    "tuned"
+                };
+                let cfg: Vec<String> = record.config.iter().map(ToString::to_string).collect();
+                let vs = match record.default_us {
+                    Some(d) => format!("default {d:.3} us, {:.2}x", d / record.us),
+                    None => "default failed".into(),
+                };
+                println!(
+                    "[{}/{total}] [{key}] batch {batch}: {from} [{}] {:.3} us ({vs})",
+                    index + 1,
+                    cfg.join(" "),
+                    record.us
+                );
+            }
+            Progress::Failed {
+                index,
+                total,
+                key,
+                batch,
+                error,
+            } => println!("[{}/{total}] [{key}] batch {batch}: FAILED {error}", index + 1),
+        }
+    }
+
+    /// `kernels precompile KERNEL --shapes FILE`: resolves each shape under the policy
+    /// (`KERNELS_TUNING`) and compiles the variants in parallel into the module cache.
+    pub fn precompile(kernel: String, shapes: std::path::PathBuf, device: usize) -> CmdResult {
+        let k = find(&kernel)?;
+        let shapes = read_shapes(k, &shapes)?;
+        let rt = match open(device) {
+            Ok(rt) => rt,
+            Err(e) => {
+                eprintln!("kernels: precompile: {e}");
+                return Ok(ExitCode::FAILURE);
+            }
+        };
+        let stream = match rt.device().new_stream() {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("kernels: precompile: {e}");
+                return Ok(ExitCode::FAILURE);
+            }
+        };
+        let t = std::time::Instant::now();
+        let results = k.precompile(&rt, &stream, &shapes);
+        let secs = t.elapsed().as_secs_f64();
+        let mut failed = 0;
+        for ((key, batch), r) in shapes.iter().zip(&results) {
+            if let Err(e) = r {
+                failed += 1;
+                println!("failed: [{key}] batch {batch}: {e}");
+            }
+        }
+        let s = rt.stats();
+        println!(
+            "{} shape(s) of {kernel} in {secs:.2} s: {} module(s) compiled, {} from the cache, {failed} failed (policy {})",
+            shapes.len(),
+            s.compiled,
+            s.disk_hits,
+            rt.policy()
+        );
+        Ok(if failed == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        })
+    }
+
+    /// `kernels info`: device, arch, driver, NVRTC, policy, cache folder and size.
+    pub fn info(device: usize) -> CmdResult {
+        let mut ok = true;
+        match Device::open(device) {
+            Ok(d) => {
+                let i = d.info();
+                let target = i
+                    .target()
+                    .map(|t| t.name().to_string())
+                    .unwrap_or_else(|| format!("none (defaults as {})", i.tuning_target()));
+                println!(
+                    "device {}: {} (compute capability {}.{}, target {target}, compiles for {})",
+                    i.ordinal,
+                    i.name,
+                    i.compute_capability.0,
+                    i.compute_capability.1,
+                    i.compile_arch()
+                );
+                println!(
+                    "  {} SMs, L2 {} MiB, shared memory {} KiB per block ({} KiB opt-in), {} registers per SM, {} GiB",
+                    i.sm_count,
+                    i.l2_bytes >> 20,
+                    i.max_smem_per_block >> 10,
+                    i.max_smem_per_block_optin >> 10,
+                    i.regs_per_sm,
+                    i.total_memory >> 30
+                );
+            }
+            Err(e) => {
+                ok = false;
+                println!("device {device}: unavailable: {e}");
+            }
+        }
+        match Device::driver_version() {
+            Ok((major, minor)) => println!("driver: CUDA {major}.{minor}"),
+            Err(e) => println!("driver: unavailable: {e}"),
+        }
+        match kernels_core::Compiler::detect() {
+            Ok(c) => println!("nvrtc: {}", c.id()),
+            Err(e) => {
+                ok = false;
+                println!("nvrtc: unavailable: {e}")
+            }
+        }
+        match Policy::from_env() {
+            Ok(p) => println!("policy: {p} ({TUNING_ENV})"),
+            Err(e) => {
+                ok = false;
+                println!("policy: {e}")
+            }
+        }
+        let cache = DiskCache::from_env();
+        match cache.root() {
+            None => println!("cache: disabled (KERNELS_CACHE_DIR is empty)"),
+            Some(root) => match cache.usage() {
+                Ok((files, bytes)) => println!(
+                    "cache: {} ({files} files, {:.1} MiB)",
+                    root.display(),
+                    bytes as f64 / (1 << 20) as f64
+                ),
+                Err(e) => println!("cache: {}: {e}", root.display()),
+            },
+        }
+        let env = kernels_core::codegen_env();
+        if env.is_empty() {
+            println!("codegen env: none set ({})", CODEGEN_ENV_VARS.join(", "));
+        } else {
+            let set: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            println!("codegen env: {}", set.join(" "));
+        }
+        let names: Vec<&str> = tunables().iter().map(|k| k.schema().kernel).collect();
+        println!(
+            "tunable kernels: {}",
+            if names.is_empty() {
+                "none yet".to_string()
+            } else {
+                names.join(", ")
+            }
+        );
+        Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    }
+}
