@@ -86,8 +86,8 @@ class Nvrtc:
         if rc != 0:
             raise RuntimeError(f"nvrtc {what}: {self.lib.nvrtcGetErrorString(rc).decode()}")
 
-    def compile(self, source: str, name: str, options: list[str]) -> tuple[bool, str, int]:
-        """Returns (ok, log, cubin bytes)."""
+    def compile(self, source: str, name: str, options: list[str], want_cubin=False):
+        """Returns (ok, log, cubin size), or (ok, log, cubin) with `want_cubin`."""
         prog = ctypes.c_void_p()
         self._check(
             self.lib.nvrtcCreateProgram(
@@ -107,7 +107,11 @@ class Nvrtc:
                 return False, log or self.lib.nvrtcGetErrorString(rc).decode(), 0
             cubin = ctypes.c_size_t()
             self._check(self.lib.nvrtcGetCUBINSize(prog, ctypes.byref(cubin)), "cubin size")
-            return True, log, cubin.value
+            if not want_cubin:
+                return True, log, cubin.value
+            data = ctypes.create_string_buffer(cubin.value)
+            self._check(self.lib.nvrtcGetCUBIN(prog, data), "cubin")
+            return True, log, data.raw
         finally:
             self.lib.nvrtcDestroyProgram(ctypes.byref(prog))
 
