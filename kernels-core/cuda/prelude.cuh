@@ -13,6 +13,8 @@
 //   Dtype<DTYPE>::T ............. 0 = float, 1 = f16, 2 = bf16 (the host's DTYPE define)
 //   Vec<T, N> ................... N elements in one aligned access (at most 16 bytes)
 //   load_vec / store_vec ........ one vector access; the address must be aligned to it
+//   load_stream / store_stream .. the same, evict-first (data touched once)
+//   min_blocks .................. blocks per SM for __launch_bounds__
 //   unpack / pack ............... a vector to floats and back (round to nearest even)
 //   opaque ...................... a register barrier for a vector held across passes
 //   fast_exp2 .................. 2^x on the special-function unit
@@ -181,6 +183,69 @@ __device__ __forceinline__ void unpack(const Vec<T, N>& v, float (&f)[N]) {
 #pragma unroll
     for (int e = 0; e < N; ++e) f[e] = to_f32(v.v[e]);
 }
+
+// Streaming (evict-first) access for data a kernel touches once, so it does not push
+// out of L2 what will be read again (weights, a row's second pass). Plain accesses
+// on AMD. KD_STREAM=0 turns them into plain accesses everywhere.
+#ifndef KD_STREAM
+#define KD_STREAM 0
+#endif
+
+template <typename T, int N>
+__device__ __forceinline__ Vec<T, N> load_stream(const T* p) {
+#if KD_STREAM && !defined(KD_AMD)
+    union {
+        Vec<T, N> v;
+        u32 w[4];
+        u16 h;
+    } u;
+    if constexpr (sizeof(Vec<T, N>) == 16) {
+        asm volatile("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(u.w[0]), "=r"(u.w[1]), "=r"(u.w[2]), "=r"(u.w[3]) : "l"(p));
+    } else if constexpr (sizeof(Vec<T, N>) == 8) {
+        asm volatile("ld.global.cs.v2.u32 {%0, %1}, [%2];" : "=r"(u.w[0]), "=r"(u.w[1]) : "l"(p));
+    } else if constexpr (sizeof(Vec<T, N>) == 4) {
+        asm volatile("ld.global.cs.u32 %0, [%1];" : "=r"(u.w[0]) : "l"(p));
+    } else {
+        asm volatile("ld.global.cs.u16 %0, [%1];" : "=h"(u.h) : "l"(p));
+    }
+    return u.v;
+#else
+    return load_vec<T, N>(p);
+#endif
+}
+
+template <typename T, int N>
+__device__ __forceinline__ void store_stream(T* p, const Vec<T, N>& v) {
+#if KD_STREAM && !defined(KD_AMD)
+    union {
+        Vec<T, N> v;
+        u32 w[4];
+        u16 h;
+    } u;
+    u.v = v;
+    if constexpr (sizeof(Vec<T, N>) == 16) {
+        asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};"
+                     :: "l"(p), "r"(u.w[0]), "r"(u.w[1]), "r"(u.w[2]), "r"(u.w[3]) : "memory");
+    } else if constexpr (sizeof(Vec<T, N>) == 8) {
+        asm volatile("st.global.cs.v2.u32 [%0], {%1, %2};" :: "l"(p), "r"(u.w[0]), "r"(u.w[1]) : "memory");
+    } else if constexpr (sizeof(Vec<T, N>) == 4) {
+        asm volatile("st.global.cs.u32 [%0], %1;" :: "l"(p), "r"(u.w[0]) : "memory");
+    } else {
+        asm volatile("st.global.cs.u16 [%0], %1;" :: "l"(p), "h"(u.h) : "memory");
+    }
+#else
+    store_vec<T, N>(p, v);
+#endif
+}
+
+// Blocks per SM to ask ptxas for (the second __launch_bounds__ argument): two when
+// the part of a row a thread holds (ROW_REGS registers) plus about 32 registers of
+// bookkeeping leave room for two blocks of BLOCK threads in the 64K-register file,
+// so that one block's reduction overlaps the other's loads; else one.
+// (A variable template: NVRTC takes no unannotated constexpr function.)
+template <int BLOCK, int ROW_REGS>
+constexpr int min_blocks = 2 * BLOCK * (ROW_REGS + 32) <= 65536 ? 2 : 1;
 
 // Floats rounded into a vector (pairs at a time for 16-bit types).
 template <typename T, int N>

@@ -399,8 +399,8 @@ pub fn tune_table(
                 key: key.clone(),
                 batch,
                 config: record.config.clone(),
-                us: record.us,
-                default_us,
+                us: table_us(record.us),
+                default_us: table_us(default_us),
             }),
             None => outcome.no_default_time.push((key.clone(), batch)),
         }
@@ -410,6 +410,12 @@ pub fn tune_table(
     }
     write_table(job, entries, &mut outcome)?;
     Ok(outcome)
+}
+
+/// Microseconds as table files store them (three decimals), so a result compares
+/// equal to itself after a write and read (the merge keeps the faster entry).
+fn table_us(us: f64) -> f64 {
+    (us * 1000.0).round() / 1000.0
 }
 
 fn write_table(job: &TableJob<'_>, entries: Vec<TableEntry>, outcome: &mut TableOutcome) -> Result<()> {
@@ -692,6 +698,43 @@ mod tests {
         assert_eq!(by_batch, [(1, 128, 10.0), (64, 512, 8.0), (512, 256, 9.0)]);
         assert_eq!(t.header.device, "NVIDIA H200");
         assert_eq!(t.header.source_fingerprint, "fnv1a64:1");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn rerunning_the_same_results_keeps_every_entry() {
+        let dir = temp_dir("same");
+        let tables = dir.join("tables");
+        let shapes =
+            parse_shapes(&SCHEMA, r#"[{"dtype": "f16", "cols": 64, "batch": [1, 2]}]"#, "s").unwrap();
+        // Times with more digits than a table keeps.
+        let mut search =
+            |_: &StaticKey, _: u64| Ok(record(128, 10.271_999_984_979_63, Some(65.151_996_910_572_05)));
+        let first = tune_table(
+            &job(&tables, true),
+            &shapes,
+            &DiskCache::disabled(),
+            &key_for,
+            &mut search,
+            &mut |_| {},
+        )
+        .unwrap();
+        assert_eq!(first.merge.added.len(), 2);
+        let again = tune_table(
+            &job(&tables, true),
+            &shapes,
+            &DiskCache::disabled(),
+            &key_for,
+            &mut search,
+            &mut |_| {},
+        )
+        .unwrap();
+        assert_eq!(
+            (again.merge.kept.len(), again.merge.replaced.len()),
+            (2, 0),
+            "{:?}",
+            again.merge
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

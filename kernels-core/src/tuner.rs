@@ -100,11 +100,11 @@ impl Guarded {
                     // SAFETY: u8 has no invalid bit patterns; the copy below fills it.
                     let snap = unsafe { stream.alloc::<u8>(b.bytes.max(1)) }
                         .map_err(|e| driver_error("cuMemAlloc", e))?;
-                    let (dst, _record) = snap.device_ptr(stream);
+                    let (dst, record) = snap.device_ptr(stream);
                     // SAFETY: `dst` holds b.bytes; `b.ptr` is valid for b.bytes by the
                     // Tunable contract.
                     unsafe { ffi::copy_dtod(dst, b.ptr, b.bytes, stream.cu_stream()) }?;
-                    drop(_record);
+                    drop(record);
                     restore.push((*b, snap));
                 }
                 BufferRole::Zero => zero.push(*b),
@@ -164,7 +164,7 @@ impl Runtime {
             }
         }
         if opts.max_candidates > 0 {
-            configs.truncate(opts.max_candidates.max(1));
+            configs.truncate(opts.max_candidates);
         }
 
         let mut report = TuneReport {
