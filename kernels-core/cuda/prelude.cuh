@@ -14,7 +14,7 @@
 //   Vec<T, N> ................... N elements in one aligned access (at most 16 bytes)
 //   load_vec / store_vec ........ one vector access; the address must be aligned to it
 //   load_stream / store_stream .. the same, evict-first (data touched once)
-//   min_blocks .................. blocks per SM for __launch_bounds__
+//   KD_LAUNCH_BOUNDS, min_blocks  __launch_bounds__ with an optional blocks-per-SM floor
 //   unpack / pack ............... a vector to floats and back (round to nearest even)
 //   opaque ...................... a register barrier for a vector held across passes
 //   fast_exp2 .................. 2^x on the special-function unit
@@ -239,13 +239,24 @@ __device__ __forceinline__ void store_stream(T* p, const Vec<T, N>& v) {
 #endif
 }
 
-// Blocks per SM to ask ptxas for (the second __launch_bounds__ argument): two when
-// the part of a row a thread holds (ROW_REGS registers) plus about 32 registers of
-// bookkeeping leave room for two blocks of BLOCK threads in the 64K-register file,
-// so that one block's reduction overlaps the other's loads; else one.
+// Blocks per SM to ask ptxas for (the second __launch_bounds__ argument). With
+// KD_MIN_BLOCKS=1: two when the part of a row a thread holds (ROW_REGS registers)
+// plus about 32 registers of bookkeeping leave room for two blocks of BLOCK threads
+// in the 64K-register file, so one block's reduction overlaps the other's loads.
+// Off by default: ptxas then takes all the registers that allows (see the notes).
 // (A variable template: NVRTC takes no unannotated constexpr function.)
+#ifndef KD_MIN_BLOCKS
+#define KD_MIN_BLOCKS 0
+#endif
 template <int BLOCK, int ROW_REGS>
 constexpr int min_blocks = 2 * BLOCK * (ROW_REGS + 32) <= 65536 ? 2 : 1;
+// Even an explicit minimum of 1 changes ptxas' register choices, so without the
+// knob the second argument is left out altogether.
+#if KD_MIN_BLOCKS
+#define KD_LAUNCH_BOUNDS(threads, min_blocks) __launch_bounds__(threads, min_blocks)
+#else
+#define KD_LAUNCH_BOUNDS(threads, min_blocks) __launch_bounds__(threads)
+#endif
 
 // Floats rounded into a vector (pairs at a time for 16-bit types).
 template <typename T, int N>

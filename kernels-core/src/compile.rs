@@ -1,6 +1,8 @@
 //! Run-time compilation with NVRTC.
 
-use crate::{Error, KernelSource, Result, Variant};
+use crate::Variant;
+#[cfg(feature = "cuda")]
+use crate::{Error, KernelSource, Result};
 
 /// What a compiled image holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
