@@ -673,7 +673,8 @@ impl Runtime {
             problem,
             ran: false,
         };
-        let outcome = resolve_in_order(self.options.policy, &mut steps);
+        let mut outcome = resolve_in_order(self.options.policy, &mut steps);
+        outcome.resolved.config = K::fit_alignment(key, outcome.resolved.config, align);
         let ran = steps.ran && outcome.resolved.source == Source::OnlineSearch;
         (outcome, ran)
     }

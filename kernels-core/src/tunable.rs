@@ -125,6 +125,14 @@ pub unsafe trait Tunable:
         AlignClass::of(Self::buffers(problem).iter().map(|b| b.ptr))
     }
 
+    /// The config adjusted to what a problem's pointer and stride alignment allows (a
+    /// narrower vector for buffers that are not 16-byte aligned). Applied to every
+    /// resolved config and every tuning candidate before it is compiled. The default
+    /// keeps the config.
+    fn fit_alignment(_key: &Self::Key, config: Self::Config, _align: AlignClass) -> Self::Config {
+        config
+    }
+
     /// Launches `kernel` (compiled from [`Tunable::variant`] of `config`) on `problem`.
     /// Validate what the config needs (alignment, sizes) and return an error naming
     /// the argument rather than launching.

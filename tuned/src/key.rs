@@ -96,16 +96,21 @@ impl KeySink for String {
     }
 }
 
+/// Why a key could not be written: the number of parts is not the schema's, or the
+/// sink is full (a [`KeyBuf`] holds 128 bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the static key does not fit the schema or the key buffer")]
+pub struct KeyFormatError;
+
 /// Writes the canonical form of `parts` (in `schema.key` order) into `out`. The one
-/// place the form is defined: baking and probing both come through here. Fails when
-/// the number of parts is not the schema's or `out` is full.
+/// place the form is defined: baking and probing both come through here.
 pub fn write_canonical(
     schema: &KernelSchema,
     parts: &[KeyPart<'_>],
     out: &mut impl KeySink,
-) -> Result<(), ()> {
+) -> Result<(), KeyFormatError> {
     if parts.len() != schema.key.len() {
-        return Err(());
+        return Err(KeyFormatError);
     }
     for (i, (field, part)) in schema.key.iter().zip(parts).enumerate() {
         let ok = (i == 0 || out.push_ascii(b','))
@@ -116,7 +121,7 @@ pub fn write_canonical(
                 KeyPart::Str(s) => out.push_str(s),
             };
         if !ok {
-            return Err(());
+            return Err(KeyFormatError);
         }
     }
     Ok(())
