@@ -39,6 +39,7 @@ import statistics
 import sys
 import time
 import traceback
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -385,13 +386,16 @@ def sample(space, defaults, k, rng):
     return chosen
 
 
+SAMPLE = {"softmax": 14, "rmsnorm": 12}  # configs per (dtype, cols); --sample overrides
+
+
 def softmax_cases(full, rng):
     cases = []
     for dtype in (0, 1, 2):
         for cols in SOFTMAX_COLS:
             space = softmax_space(dtype, cols)
             defaults = [softmax_default(dtype, cols, r) for r in (1, 7, 64, 16384)]
-            for i, c in enumerate(sample(space, defaults, None if full else 14, rng)):
+            for i, c in enumerate(sample(space, defaults, None if full else SAMPLE["softmax"], rng)):
                 cases.append((dtype, cols, c, bool(i % 2), i))
     return cases
 
@@ -402,7 +406,7 @@ def rms_cases(full, rng):
         for cols in RMS_COLS:
             space = rms_space(dtype, cols)
             defaults = [rms_default(dtype, cols, 1)]
-            for i, c in enumerate(sample(space, defaults, None if full else 12, rng)):
+            for i, c in enumerate(sample(space, defaults, None if full else SAMPLE["rmsnorm"], rng)):
                 cases.append((dtype, cols, c, i))
     return cases
 
@@ -412,9 +416,12 @@ def check_rows(cfg_rows, cols, special):
     return max(1, min(rows, MAX_CHECK_ELEMS // max(cols, 1)))
 
 
+EXTRA = {}  # --defines: knobs added to every checked variant
+
+
 def softmax_check(comp, dtype, cols, c, log, i, results):
     dt = tdtype(dtype)
-    fns = comp.get("softmax", c.defines(dtype, cols, log))
+    fns = comp.get("softmax", {**c.defines(dtype, cols, log), **EXTRA})
     scale = [1.0, 0.5, 1.7, -0.8][i % 4]
     variants = [("rows", check_rows(c.rows, cols, True))]
     if i == 0:
@@ -480,7 +487,7 @@ def rng_index(cols, i):
 
 def rms_check(comp, dtype, cols, c, i, results):
     dt = tdtype(dtype)
-    fns = comp.get("rmsnorm", c.defines(dtype, cols))
+    fns = comp.get("rmsnorm", {**c.defines(dtype, cols), **EXTRA})
     eps = [1e-6, 1e-5][i % 2]
     variants = [check_rows(c.rows, cols, True)] + ([1] if i == 0 else [])
     for rows in variants:
@@ -559,17 +566,24 @@ def time_us(fn, nsets, min_ms=3.0, reps=7):
     return statistics.median(out), (max(out) - min(out)) / statistics.median(out)
 
 
+def external_stream(ptr):
+    """A cupy stream on torch's stream `ptr` (ExternalStream: seen working with cupy 14)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return cupy.cuda.ExternalStream(ptr)
+
+
 def graph_us(launch, n=64, reps=9):
     """Per-launch time from replaying a CUDA graph of n launches (decode batches)."""
     g = torch.cuda.CUDAGraph()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        launch(cupy.cuda.ExternalStream(side.cuda_stream))
+        launch(external_stream(side.cuda_stream))
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     with torch.cuda.graph(g):
-        cs = cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+        cs = external_stream(torch.cuda.current_stream().cuda_stream)
         for _ in range(n):
             launch(cs)
     g.replay()
@@ -590,17 +604,20 @@ def n_sets(set_bytes, l2):
 
 
 SOFTMAX_BENCH = [(2, 32768, 4096), (2, 16384, 8192), (1, 32768, 4096), (0, 16384, 4096),
-                 (2, 4096, 32000), (2, 1024, 128256), (2, 64, 128256), (2, 256, 262144)]
-RMS_BENCH = [(2, 32768, 4096), (2, 16384, 8192), (2, 16384, 7168), (1, 32768, 4096),
-             (0, 16384, 4096), (2, 4096, 32768)]
+                 (2, 4096, 32000), (2, 1024, 128256), (2, 4096, 128256), (2, 1024, 151936),
+                 (0, 1024, 128256), (2, 64, 128256), (2, 256, 262144)]
+RMS_BENCH = [(2, 32768, 4096), (2, 16384, 8192), (2, 16384, 7168), (2, 16384, 3584),
+             (2, 16384, 2048), (1, 32768, 4096), (0, 16384, 4096), (2, 4096, 32768)]
 DECODE = [("rmsnorm", 2, 4096, (1, 64)), ("fused_add_rmsnorm", 2, 4096, (1, 64)),
-          ("softmax", 2, 128256, (1, 64))]
+          ("softmax", 2, 128256, (1, 8, 64)), ("softmax", 2, 32000, (1, 64))]
+COMPILE_SHAPES = {(2, 32768, 4096)}  # torch.compile peers (each compile costs ~30 s)
 
 
 def softmax_candidates(dtype, cols, rows):
     vec = widest_vec(dtype, cols)
+    long_row = cols >= 16384
     cands = [c for c in softmax_space(dtype, cols) if c.vec == vec and
-             (c.strategy == "row" or c.threads >= 256)]
+             (c.strategy == "row" or c.threads >= (64 if long_row else 256))]
     d = softmax_default(dtype, cols, rows)
     return [d] + [c for c in cands if c != d]
 
@@ -631,6 +648,31 @@ def copy_bandwidth(nbytes):
     return 2 * nbytes / us / 1e6, spread
 
 
+def sweep(comp, kind, cands, defines_of, launch, nsets, knob_sets):
+    """Times every candidate (plain build), then each knob set on the 3 best.
+    Returns ({str(cfg): us}, best cfg, {knob label: (us, cfg)})."""
+    times = {}
+    for c in cands:
+        fns = comp.get(kind, defines_of(c))
+        times[c] = time_us(lambda i: launch(fns, c, i), nsets)[0]
+    best = min(times, key=times.get)
+    top = sorted(times, key=times.get)[:3]
+    comp.precompile([(kind, {**defines_of(c), **k}) for k in knob_sets for c in top])
+    knobs = {}
+    for k in knob_sets:
+        label = ",".join(f"{a}={b}" for a, b in k.items())
+        res = []
+        for c in top:
+            try:
+                fns = comp.get(kind, {**defines_of(c), **k})
+                res.append((time_us(lambda i: launch(fns, c, i), nsets)[0], c))
+            except Exception as e:  # noqa: BLE001
+                print(f"  knob {label} {c}: {e}")
+        if res:
+            knobs[label] = min(res, key=lambda r: r[0])
+    return times, best, knobs
+
+
 def bench_all(comp, args, l2, liger):
     rows_out = []
     # Copy bandwidth: the ceiling every ratio is taken against.
@@ -640,23 +682,32 @@ def bench_all(comp, args, l2, liger):
           f"{copy_small:.3f} TB/s at 256 MiB", flush=True)
     ceiling = {"copy_tbs": copy_tbs, "copy_256MiB_tbs": copy_small}
 
-    def add(kernel, dtype, rows, cols, nbytes, ours_default, best, best_cfg, peers, default_cfg):
+    def add(kernel, dtype, rows, cols, nbytes, times, best, knobs, peers, default_cfg):
         tb = lambda t: nbytes / t / 1e6 if t else None  # noqa: E731
+        t_best = times[best]
         row = {"kernel": kernel, "dtype": DNAME[dtype], "rows": rows, "cols": cols,
                "MiB": nbytes / 2**20, "default_cfg": str(default_cfg),
-               "default_us": ours_default, "default_tbs": tb(ours_default),
-               "best_cfg": str(best_cfg), "best_us": best, "best_tbs": tb(best),
-               "best_vs_copy": tb(best) / copy_tbs,
-               "default_vs_copy": tb(ours_default) / copy_tbs}
+               "default_us": times[default_cfg], "default_tbs": tb(times[default_cfg]),
+               "best_cfg": str(best), "best_us": t_best, "best_tbs": tb(t_best),
+               "best_vs_copy": tb(t_best) / copy_tbs,
+               "default_vs_copy": tb(times[default_cfg]) / copy_tbs,
+               "all_us": {str(c): t for c, t in sorted(times.items(), key=lambda kv: kv[1])},
+               "knobs": {k: {"us": t, "tbs": tb(t), "cfg": str(c), "vs_copy": tb(t) / copy_tbs}
+                         for k, (t, c) in knobs.items()}}
         for name, t in peers.items():
             row[f"{name}_us"] = t
             row[f"{name}_tbs"] = tb(t)
-            row[f"best_vs_{name}"] = (t / best) if t else None
+            row[f"best_vs_{name}"] = (t / t_best) if t else None
         rows_out.append(row)
         peer_s = " ".join(f"{k} {tb(v):.2f}" for k, v in peers.items() if v)
-        print(f"{kernel:18s} {DNAME[dtype]:4s} {rows:6d}x{cols:<7d} default {tb(ours_default):.2f} TB/s"
-              f" ({default_cfg}); best {tb(best):.2f} ({best_cfg}) = {tb(best) / copy_tbs:.3f} of copy;"
+        print(f"{kernel:18s} {DNAME[dtype]:4s} {rows:6d}x{cols:<7d} default {tb(times[default_cfg]):.2f} TB/s"
+              f" ({default_cfg}); best {tb(t_best):.2f} ({best}) = {tb(t_best) / copy_tbs:.3f} of copy;"
               f" {peer_s}", flush=True)
+        top = sorted(times, key=times.get)[:6]
+        print("    top: " + "; ".join(f"{c} {tb(times[c]):.2f}" for c in top), flush=True)
+        if knobs:
+            print("    knobs: " + "; ".join(f"{k}: {tb(t):.2f} ({c})" for k, (t, c) in knobs.items()),
+                  flush=True)
 
     lig_sm, lig_rms, lig_fused = liger if liger else (None, None, None)
 
@@ -672,19 +723,19 @@ def bench_all(comp, args, l2, liger):
                 ns = n_sets(nbytes, l2)
                 xs = [torch.randn(rows, cols, device="cuda", dtype=dt) for _ in range(ns)]
                 ys = [torch.empty_like(x) for x in xs]
-                times = {}
-                for c in softmax_candidates(dtype, cols, rows):
-                    fns = comp.get("softmax", c.defines(dtype, cols, False))
-                    times[c] = time_us(lambda i: launch_softmax(fns, c, xs[i], ys[i], rows, 1.0), ns)[0]
-                d = softmax_default(dtype, cols, rows)
-                best = min(times, key=times.get)
+                times, best, knobs = sweep(
+                    comp, "softmax", softmax_candidates(dtype, cols, rows),
+                    lambda c: c.defines(dtype, cols, False),
+                    lambda fns, c, i: launch_softmax(fns, c, xs[i], ys[i], rows, 1.0), ns,
+                    args.knob_sets)
                 peers = {"torch": time_us(lambda i: torch.softmax(xs[i], -1), ns)[0]}
                 if lig_sm and cols <= 65536 and nbytes >= 64 << 20:
                     peers["liger"] = time_us(lambda i: lig_sm.apply(xs[i]), ns)[0]
-                if args.compile and nbytes >= 64 << 20:
+                if args.compile and (dtype, rows, cols) in COMPILE_SHAPES:
                     f = torch.compile(lambda x: torch.softmax(x.float(), -1).to(x.dtype))
                     peers["compile"] = time_us(lambda i: f(xs[i]), ns)[0]
-                add("softmax", dtype, rows, cols, nbytes, times[d], times[best], best, peers, d)
+                add("softmax", dtype, rows, cols, nbytes, times, best, knobs, peers,
+                    softmax_default(dtype, cols, rows))
                 del xs, ys
             except Exception:  # noqa: BLE001
                 traceback.print_exc()
@@ -700,33 +751,30 @@ def bench_all(comp, args, l2, liger):
                 elem = rows * cols * SIZE[dtype]
                 eps = 1e-6
                 w = torch.randn(cols, device="cuda", dtype=dt)
+                cands = rms_candidates(dtype, cols, rows)
+                d = rms_default(dtype, cols, rows)
+                compiled = args.compile and (dtype, rows, cols) in COMPILE_SHAPES
                 # plain
                 ns = n_sets(2 * elem, l2)
                 xs = [torch.randn(rows, cols, device="cuda", dtype=dt) for _ in range(ns)]
                 ys = [torch.empty_like(x) for x in xs]
-                times = {}
-                for c in rms_candidates(dtype, cols, rows):
-                    fns = comp.get("rmsnorm", c.defines(dtype, cols))
-                    times[c] = time_us(lambda i: launch_rmsnorm(fns, c, xs[i], w, ys[i], rows, eps), ns)[0]
-                d = rms_default(dtype, cols, rows)
-                best = min(times, key=times.get)
+                times, best, knobs = sweep(
+                    comp, "rmsnorm", cands, lambda c: c.defines(dtype, cols),
+                    lambda fns, c, i: launch_rmsnorm(fns, c, xs[i], w, ys[i], rows, eps), ns,
+                    args.knob_sets)
                 peers = {"torch": time_us(lambda i: F.rms_norm(xs[i], (cols,), w, eps), ns)[0]}
                 if lig_rms and 2 * elem >= 64 << 20:
                     peers["liger"] = time_us(lambda i: lig_rms.apply(xs[i], w, eps), ns)[0]
-                if args.compile and 2 * elem >= 64 << 20:
-                    f = torch.compile(lambda x, w: F.rms_norm(x, (cols,), w, eps))
-                    peers["compile"] = time_us(lambda i: f(xs[i], w), ns)[0]
-                add("rmsnorm", dtype, rows, cols, 2 * elem, times[d], times[best], best, peers, d)
+                add("rmsnorm", dtype, rows, cols, 2 * elem, times, best, knobs, peers, d)
                 del xs, ys
                 # fused, in place
                 ns = n_sets(4 * elem, l2)
                 xs = [torch.randn(rows, cols, device="cuda", dtype=dt) for _ in range(ns)]
                 rs = [torch.randn(rows, cols, device="cuda", dtype=dt) for _ in range(ns)]
-                times = {}
-                for c in rms_candidates(dtype, cols, rows):
-                    fns = comp.get("rmsnorm", c.defines(dtype, cols))
-                    times[c] = time_us(lambda i: launch_fused(fns, c, xs[i], rs[i], w, rows, eps), ns)[0]
-                best = min(times, key=times.get)
+                times, best, knobs = sweep(
+                    comp, "rmsnorm", cands, lambda c: c.defines(dtype, cols),
+                    lambda fns, c, i: launch_fused(fns, c, xs[i], rs[i], w, rows, eps), ns,
+                    args.knob_sets)
 
                 def torch_fused(i):
                     rs[i].add_(xs[i])
@@ -735,14 +783,13 @@ def bench_all(comp, args, l2, liger):
                 peers = {"torch": time_us(torch_fused, ns)[0]}
                 if lig_fused and 4 * elem >= 64 << 20:
                     peers["liger"] = time_us(lambda i: lig_fused.apply(xs[i], rs[i], w, eps), ns)[0]
-                if args.compile and 4 * elem >= 64 << 20:
+                if compiled:
                     def fused_eager(x, r, w):
                         r2 = x + r
                         return F.rms_norm(r2, (cols,), w, eps), r2
                     f = torch.compile(fused_eager)
                     peers["compile"] = time_us(lambda i: f(xs[i], rs[i], w), ns)[0]
-                add("fused_add_rmsnorm", dtype, rows, cols, 4 * elem, times[d], times[best], best,
-                    peers, d)
+                add("fused_add_rmsnorm", dtype, rows, cols, 4 * elem, times, best, knobs, peers, d)
                 del xs, rs
             except Exception:  # noqa: BLE001
                 traceback.print_exc()
@@ -750,6 +797,7 @@ def bench_all(comp, args, l2, liger):
 
 
 def decode_all(comp):
+    """Graph-replay time per launch of the default and of every candidate."""
     out = []
     empty = comp.get("empty", {})["empty_kernel"]
     t_empty = graph_us(lambda s: empty((1,), (32,), (), stream=s))
@@ -760,22 +808,34 @@ def decode_all(comp):
             try:
                 x = torch.randn(rows, cols, device="cuda", dtype=dt)
                 y = torch.empty_like(x)
+                w = torch.randn(cols, device="cuda", dtype=dt)
                 if kernel == "softmax":
-                    c = softmax_default(dtype, cols, rows)
-                    fns = comp.get("softmax", c.defines(dtype, cols, False))
-                    t = graph_us(lambda s: launch_softmax(fns, c, x, y, rows, 1.0, s))
+                    d = softmax_default(dtype, cols, rows)
+                    cands = softmax_candidates(dtype, cols, rows)
+                    comp.precompile([("softmax", c.defines(dtype, cols, False)) for c in cands])
+
+                    def run(c, s):
+                        fns = comp.get("softmax", c.defines(dtype, cols, False))
+                        launch_softmax(fns, c, x, y, rows, 1.0, s)
                 else:
-                    c = rms_default(dtype, cols, rows)
-                    fns = comp.get("rmsnorm", c.defines(dtype, cols))
-                    w = torch.randn(cols, device="cuda", dtype=dt)
-                    if kernel == "rmsnorm":
-                        t = graph_us(lambda s: launch_rmsnorm(fns, c, x, w, y, rows, 1e-6, s))
-                    else:
-                        t = graph_us(lambda s: launch_fused(fns, c, x, y, w, rows, 1e-6, s))
+                    d = rms_default(dtype, cols, rows)
+                    cands = rms_candidates(dtype, cols, rows)
+                    comp.precompile([("rmsnorm", c.defines(dtype, cols)) for c in cands])
+
+                    def run(c, s):
+                        fns = comp.get("rmsnorm", c.defines(dtype, cols))
+                        if kernel == "rmsnorm":
+                            launch_rmsnorm(fns, c, x, w, y, rows, 1e-6, s)
+                        else:
+                            launch_fused(fns, c, x, y, w, rows, 1e-6, s)
+                times = {c: graph_us(lambda s: run(c, s), n=32, reps=5) for c in cands}
+                best = min(times, key=times.get)
                 out.append({"kernel": kernel, "dtype": DNAME[dtype], "rows": rows, "cols": cols,
-                            "cfg": str(c), "us": t, "empty_us": t_empty, "over_empty_us": t - t_empty})
-                print(f"decode {kernel:18s} {rows:3d}x{cols}: {t:.2f} us ({c}), "
-                      f"{t - t_empty:+.2f} us over empty", flush=True)
+                            "default_cfg": str(d), "default_us": times[d], "best_cfg": str(best),
+                            "best_us": times[best], "empty_us": t_empty,
+                            "all_us": {str(c): t for c, t in sorted(times.items(), key=lambda kv: kv[1])}})
+                print(f"decode {kernel:18s} {rows:3d}x{cols:<6d}: default {times[d]:.2f} us ({d}); "
+                      f"best {times[best]:.2f} us ({best}); empty {t_empty:.2f}", flush=True)
             except Exception:  # noqa: BLE001
                 traceback.print_exc()
     return out
@@ -784,21 +844,34 @@ def decode_all(comp):
 # ---- main ----------------------------------------------------------------------------
 
 
+def parse_defines(text):
+    return {k: int(v) for k, v in (kv.split("=") for kv in text.split(",") if kv)}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--only", default="softmax,rmsnorm")
     ap.add_argument("--full", action="store_true", help="check every config of every space")
+    ap.add_argument("--sample", type=int, default=None, help="configs checked per (dtype, cols)")
     ap.add_argument("--skip-check", action="store_true")
     ap.add_argument("--skip-bench", action="store_true")
     ap.add_argument("--skip-decode", action="store_true")
     ap.add_argument("--compile", action="store_true", help="also time torch.compile peers")
     ap.add_argument("--dry-run", action="store_true", help="build variant lists and compile only")
     ap.add_argument("--arch", default=None, help="default: from the device (sm_90a on sm_90)")
+    ap.add_argument("--defines", default="", help="K=V,... added to every checked variant")
+    ap.add_argument("--knobs", default="KD_STREAM=1;KD_MIN_BLOCKS=1;KD_STREAM=1,KD_MIN_BLOCKS=1",
+                    help="';'-separated define sets timed against the plain build on each "
+                         "shape's 3 best configs ('' for none)")
     args = ap.parse_args()
+    EXTRA.update(parse_defines(args.defines))
+    if args.sample:
+        SAMPLE.update(softmax=args.sample, rmsnorm=args.sample)
+    args.knob_sets = [parse_defines(k) for k in args.knobs.split(";") if k]
     args.only = args.only.split(",")
     rng = random.Random(1234)
-    report = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "argv": sys.argv}
+    report = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "argv": sys.argv, "check_defines": EXTRA}
     t_start = time.time()
 
     if args.dry_run:
@@ -838,8 +911,9 @@ def main():
         try:
             cases_s = softmax_cases(args.full, rng) if "softmax" in args.only else []
             cases_r = rms_cases(args.full, rng) if "rmsnorm" in args.only else []
-            n, t = comp.precompile([("softmax", c.defines(d, cols, log)) for d, cols, c, log, _ in cases_s]
-                                   + [("rmsnorm", c.defines(d, cols)) for d, cols, c, _ in cases_r])
+            n, t = comp.precompile([("softmax", {**c.defines(d, cols, log), **EXTRA})
+                                    for d, cols, c, log, _ in cases_s]
+                                   + [("rmsnorm", {**c.defines(d, cols), **EXTRA}) for d, cols, c, _ in cases_r])
             print(f"check: compiled {n} variants in {t:.1f}s ({len(comp.errors)} failed)", flush=True)
             for k, log in comp.errors.items():
                 print("COMPILE FAIL", k, log[:3000])
@@ -897,13 +971,14 @@ def main():
         print(f"\ncopy {c['copy_tbs']:.3f} TB/s (1 GiB), {c['copy_256MiB_tbs']:.3f} TB/s (256 MiB)")
         print(f"{'kernel':18s} {'dtype':5s} {'shape':>14s} {'MiB':>6s} {'dflt TB/s':>9s} "
               f"{'best TB/s':>9s} {'best/copy':>9s} {'torch':>6s} {'liger':>6s} {'comp':>6s} "
-              f"{'x torch':>7s}  best config")
+              f"{'x torch':>7s} {'knob best':>9s}  best config")
         for r in report["bench"]:
             f2 = lambda v: f"{v:6.2f}" if v else "     -"  # noqa: E731
             print(f"{r['kernel']:18s} {r['dtype']:5s} {r['rows']:>6d}x{r['cols']:<7d} {r['MiB']:6.0f} "
                   f"{r['default_tbs']:9.3f} {r['best_tbs']:9.3f} {r['best_vs_copy']:9.3f} "
                   f"{f2(r.get('torch_tbs'))} {f2(r.get('liger_tbs'))} {f2(r.get('compile_tbs'))} "
-                  f"{r.get('best_vs_torch') or 0:7.2f}  {r['best_cfg']}")
+                  f"{r.get('best_vs_torch') or 0:7.2f} "
+                  f"{max([k['vs_copy'] for k in r['knobs'].values()], default=0):9.3f}  {r['best_cfg']}")
     print(f"\n{failures} failures; {report['seconds']:.0f}s", flush=True)
     return 1 if failures else 0
 

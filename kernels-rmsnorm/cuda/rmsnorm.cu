@@ -106,22 +106,30 @@ __device__ __forceinline__ void rmsnorm_rows(const T* in, long long in_stride, T
     };
 
     // Pass 1: read the row (fused: add the residual, store the rounded sum), sum x^2.
+    // The cached path touches x and the residual once (evict-first); the streaming
+    // path reads them again in pass 2, so it keeps them in L2.
     V buf[UNROLL];
     float ss = 0.f;
     for (int s = 0; s < STEPS; ++s) {
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u)
-            if (valid(s, u)) buf[u] = kd::load_vec<T, VEC>(xp + at(s, u));
+            if (valid(s, u)) buf[u] = CACHED ? kd::load_stream<T, VEC>(xp + at(s, u))
+                                             : kd::load_vec<T, VEC>(xp + at(s, u));
         if (FUSED) {
             V rb[UNROLL];
 #pragma unroll
             for (int u = 0; u < UNROLL; ++u)
-                if (valid(s, u)) rb[u] = kd::load_vec<T, VEC>(rp + at(s, u));
+                if (valid(s, u)) rb[u] = CACHED ? kd::load_stream<T, VEC>(rp + at(s, u))
+                                                : kd::load_vec<T, VEC>(rp + at(s, u));
 #pragma unroll
             for (int u = 0; u < UNROLL; ++u) {
                 if (!valid(s, u)) continue;
                 buf[u] = add_round(buf[u], rb[u]);
-                kd::store_vec<T, VEC>(rp + at(s, u), buf[u]);
+                if (CACHED) {
+                    kd::store_stream<T, VEC>(rp + at(s, u), buf[u]);
+                } else {
+                    kd::store_vec<T, VEC>(rp + at(s, u), buf[u]);
+                }
             }
         }
 #pragma unroll
@@ -142,7 +150,7 @@ __device__ __forceinline__ void rmsnorm_rows(const T* in, long long in_stride, T
         } else {
 #pragma unroll
             for (int u = 0; u < UNROLL; ++u)
-                if (valid(s, u)) buf[u] = kd::load_vec<T, VEC>(src + at(s, u));
+                if (valid(s, u)) buf[u] = kd::load_stream<T, VEC>(src + at(s, u));
         }
         V wb[UNROLL];
 #pragma unroll
@@ -150,17 +158,20 @@ __device__ __forceinline__ void rmsnorm_rows(const T* in, long long in_stride, T
             if (valid(s, u)) wb[u] = kd::load_vec<T, VEC>(wp + at(s, u));
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u)
-            if (valid(s, u)) kd::store_vec<T, VEC>(yp + at(s, u), normalise(buf[u], wb[u], rstd));
+            if (valid(s, u)) kd::store_stream<T, VEC>(yp + at(s, u), normalise(buf[u], wb[u], rstd));
     }
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS * ROWS)
+// Two resident blocks when the row leaves room: see kd::min_blocks.
+constexpr int MIN_BLOCKS = kd::min_blocks<THREADS * ROWS, UNROLL * int(sizeof(V)) / 4>;
+
+extern "C" __global__ void KD_LAUNCH_BOUNDS(THREADS * ROWS, MIN_BLOCKS)
     rmsnorm_kernel(const T* __restrict__ x, long long x_stride, const T* __restrict__ w,
                    T* __restrict__ y, long long y_stride, long long rows, float eps) {
     rmsnorm_rows<false>(x, x_stride, nullptr, 0, w, y, y_stride, rows, eps);
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS * ROWS)
+extern "C" __global__ void KD_LAUNCH_BOUNDS(THREADS * ROWS, MIN_BLOCKS)
     fused_add_rmsnorm_kernel(T* __restrict__ x, long long x_stride, T* __restrict__ residual,
                              long long r_stride, const T* __restrict__ w, long long rows,
                              float eps) {

@@ -140,7 +140,10 @@ struct Finish {
 constexpr int ITERS = (NVEC + THREADS - 1) / THREADS;
 static_assert(ITERS <= MAX_ITERS, "row strategy holds at most 16 vectors per thread");
 
-extern "C" __global__ void __launch_bounds__(THREADS * ROWS)
+// Two resident blocks when the row leaves room: see kd::min_blocks.
+constexpr int MIN_BLOCKS = kd::min_blocks<THREADS * ROWS, ITERS * int(sizeof(V)) / 4>;
+
+extern "C" __global__ void KD_LAUNCH_BOUNDS(THREADS * ROWS, MIN_BLOCKS)
     softmax_kernel(const T* x, T* y, long long rows, long long x_stride, long long y_stride,
                    float scale) {
     // Two slot sets: the sum's partials must not overwrite the max's before all read.
@@ -161,7 +164,7 @@ extern "C" __global__ void __launch_bounds__(THREADS * ROWS)
     V buf[ITERS];
 #pragma unroll
     for (int i = 0; i < ITERS; ++i)
-        if (valid(i)) buf[i] = kd::load_vec<T, VEC>(xp + i * THREADS * VEC);
+        if (valid(i)) buf[i] = kd::load_stream<T, VEC>(xp + i * THREADS * VEC);
 
     Stats st = part_stats(buf, k, valid);
     st.m = kd::group_max<THREADS>(st.m, red_max + group * WARPS);
@@ -175,7 +178,7 @@ extern "C" __global__ void __launch_bounds__(THREADS * ROWS)
     T* yp = y + at * y_stride + tid * VEC;
 #pragma unroll
     for (int i = 0; i < ITERS; ++i)
-        if (valid(i)) kd::store_vec<T, VEC>(yp + i * THREADS * VEC, finish(buf[i]));
+        if (valid(i)) kd::store_stream<T, VEC>(yp + i * THREADS * VEC, finish(buf[i]));
 }
 
 #elif STRATEGY == 1
@@ -186,7 +189,9 @@ constexpr int UNROLL = 64 / int(sizeof(V)) < 2 ? 2 : (64 / int(sizeof(V)) > 8 ? 
 constexpr int STEP = THREADS * UNROLL;  // vectors per block per step
 constexpr int STEPS = (NVEC + STEP - 1) / STEP;
 
-extern "C" __global__ void __launch_bounds__(THREADS)
+constexpr int MIN_BLOCKS = kd::min_blocks<THREADS, UNROLL * int(sizeof(V)) / 4>;
+
+extern "C" __global__ void KD_LAUNCH_BOUNDS(THREADS, MIN_BLOCKS)
     softmax_kernel(const T* x, T* y, long long rows, long long x_stride, long long y_stride,
                    float scale) {
     __shared__ float red_m[WARPS];
@@ -234,10 +239,10 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         V buf[UNROLL];
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u)
-            if (valid(u)) buf[u] = kd::load_vec<T, VEC>(xp + base + u * THREADS * VEC);
+            if (valid(u)) buf[u] = kd::load_stream<T, VEC>(xp + base + u * THREADS * VEC);
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u)
-            if (valid(u)) kd::store_vec<T, VEC>(yp + base + u * THREADS * VEC, finish(buf[u]));
+            if (valid(u)) kd::store_stream<T, VEC>(yp + base + u * THREADS * VEC, finish(buf[u]));
     }
 }
 
@@ -277,7 +282,9 @@ __device__ __forceinline__ float load_peer(const float* p, unsigned rank) {
     return v;
 }
 
-extern "C" __global__ void __cluster_dims__(SPLITS, 1, 1) __launch_bounds__(THREADS)
+constexpr int MIN_BLOCKS = kd::min_blocks<THREADS, ITERS * int(sizeof(V)) / 4>;
+
+extern "C" __global__ void __cluster_dims__(SPLITS, 1, 1) KD_LAUNCH_BOUNDS(THREADS, MIN_BLOCKS)
     softmax_kernel(const T* x, T* y, long long rows, long long x_stride, long long y_stride,
                    float scale) {
     __shared__ float red_max[WARPS];
@@ -298,7 +305,7 @@ extern "C" __global__ void __cluster_dims__(SPLITS, 1, 1) __launch_bounds__(THRE
     V buf[ITERS];
 #pragma unroll
     for (int i = 0; i < ITERS; ++i)
-        if (valid(i)) buf[i] = kd::load_vec<T, VEC>(xp + i * PASS);
+        if (valid(i)) buf[i] = kd::load_stream<T, VEC>(xp + i * PASS);
 
     Stats st = part_stats(buf, k, valid);
     st.m = kd::group_max<THREADS>(st.m, red_max);
@@ -326,7 +333,7 @@ extern "C" __global__ void __cluster_dims__(SPLITS, 1, 1) __launch_bounds__(THRE
     T* yp = y + row * y_stride + first * VEC;
 #pragma unroll
     for (int i = 0; i < ITERS; ++i)
-        if (valid(i)) kd::store_vec<T, VEC>(yp + i * PASS, finish(buf[i]));
+        if (valid(i)) kd::store_stream<T, VEC>(yp + i * PASS, finish(buf[i]));
     // Keep this block's `part` alive until every block has read it.
     cluster_wait();
 }
