@@ -861,7 +861,7 @@ def main():
     ap.add_argument("--dry-run", action="store_true", help="build variant lists and compile only")
     ap.add_argument("--arch", default=None, help="default: from the device (sm_90a on sm_90)")
     ap.add_argument("--defines", default="", help="K=V,... added to every checked variant")
-    ap.add_argument("--knobs", default="KD_STREAM=1;KD_MIN_BLOCKS=1;KD_STREAM=1,KD_MIN_BLOCKS=1",
+    ap.add_argument("--knobs", default="KD_MIN_BLOCKS=2;KD_MIN_BLOCKS=5",
                     help="';'-separated define sets timed against the plain build on each "
                          "shape's 3 best configs ('' for none)")
     args = ap.parse_args()

@@ -13,8 +13,8 @@
 //   Dtype<DTYPE>::T ............. 0 = float, 1 = f16, 2 = bf16 (the host's DTYPE define)
 //   Vec<T, N> ................... N elements in one aligned access (at most 16 bytes)
 //   load_vec / store_vec ........ one vector access; the address must be aligned to it
-//   load_stream / store_stream .. the same, evict-first (data touched once)
-//   KD_LAUNCH_BOUNDS, min_blocks  __launch_bounds__ with an optional blocks-per-SM floor
+//   load_stream / store_stream .. the same, evict-first (last use of the data)
+//   KD_LAUNCH_BOUNDS ............ __launch_bounds__ with an optional blocks-per-SM hint
 //   unpack / pack ............... a vector to floats and back (round to nearest even)
 //   opaque ...................... a register barrier for a vector held across passes
 //   fast_exp2 .................. 2^x on the special-function unit
@@ -184,16 +184,13 @@ __device__ __forceinline__ void unpack(const Vec<T, N>& v, float (&f)[N]) {
     for (int e = 0; e < N; ++e) f[e] = to_f32(v.v[e]);
 }
 
-// Streaming (evict-first) access for data a kernel touches once, so it does not push
-// out of L2 what will be read again (weights, a row's second pass). Plain accesses
-// on AMD. KD_STREAM=0 turns them into plain accesses everywhere.
-#ifndef KD_STREAM
-#define KD_STREAM 0
-#endif
-
+// Evict-first access (ld/st.global.cs) for the last use of data, so it does not push
+// out of L2 what another pass of the same kernel will read again. The "memory"
+// clobbers keep them in program order with the kernel's other accesses (a row's
+// second pass reads what its first pass stored). Plain accesses on AMD.
 template <typename T, int N>
 __device__ __forceinline__ Vec<T, N> load_stream(const T* p) {
-#if KD_STREAM && !defined(KD_AMD)
+#if !defined(KD_AMD)
     union {
         Vec<T, N> v;
         u32 w[4];
@@ -201,13 +198,13 @@ __device__ __forceinline__ Vec<T, N> load_stream(const T* p) {
     } u;
     if constexpr (sizeof(Vec<T, N>) == 16) {
         asm volatile("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(u.w[0]), "=r"(u.w[1]), "=r"(u.w[2]), "=r"(u.w[3]) : "l"(p));
+                     : "=r"(u.w[0]), "=r"(u.w[1]), "=r"(u.w[2]), "=r"(u.w[3]) : "l"(p) : "memory");
     } else if constexpr (sizeof(Vec<T, N>) == 8) {
-        asm volatile("ld.global.cs.v2.u32 {%0, %1}, [%2];" : "=r"(u.w[0]), "=r"(u.w[1]) : "l"(p));
+        asm volatile("ld.global.cs.v2.u32 {%0, %1}, [%2];" : "=r"(u.w[0]), "=r"(u.w[1]) : "l"(p) : "memory");
     } else if constexpr (sizeof(Vec<T, N>) == 4) {
-        asm volatile("ld.global.cs.u32 %0, [%1];" : "=r"(u.w[0]) : "l"(p));
+        asm volatile("ld.global.cs.u32 %0, [%1];" : "=r"(u.w[0]) : "l"(p) : "memory");
     } else {
-        asm volatile("ld.global.cs.u16 %0, [%1];" : "=h"(u.h) : "l"(p));
+        asm volatile("ld.global.cs.u16 %0, [%1];" : "=h"(u.h) : "l"(p) : "memory");
     }
     return u.v;
 #else
@@ -217,7 +214,7 @@ __device__ __forceinline__ Vec<T, N> load_stream(const T* p) {
 
 template <typename T, int N>
 __device__ __forceinline__ void store_stream(T* p, const Vec<T, N>& v) {
-#if KD_STREAM && !defined(KD_AMD)
+#if !defined(KD_AMD)
     union {
         Vec<T, N> v;
         u32 w[4];
@@ -239,23 +236,14 @@ __device__ __forceinline__ void store_stream(T* p, const Vec<T, N>& v) {
 #endif
 }
 
-// Blocks per SM to ask ptxas for (the second __launch_bounds__ argument). With
-// KD_MIN_BLOCKS=1: two when the part of a row a thread holds (ROW_REGS registers)
-// plus about 32 registers of bookkeeping leave room for two blocks of BLOCK threads
-// in the 64K-register file, so one block's reduction overlaps the other's loads.
-// Off by default: ptxas then takes all the registers that allows (see the notes).
-// (A variable template: NVRTC takes no unannotated constexpr function.)
-#ifndef KD_MIN_BLOCKS
-#define KD_MIN_BLOCKS 0
-#endif
-template <int BLOCK, int ROW_REGS>
-constexpr int min_blocks = 2 * BLOCK * (ROW_REGS + 32) <= 65536 ? 2 : 1;
-// Even an explicit minimum of 1 changes ptxas' register choices, so without the
-// knob the second argument is left out altogether.
-#if KD_MIN_BLOCKS
-#define KD_LAUNCH_BOUNDS(threads, min_blocks) __launch_bounds__(threads, min_blocks)
+// __launch_bounds__ for a kernel of `threads` threads. KD_MIN_BLOCKS=N (optional, a
+// compiler hint the host may add as a config variant) asks ptxas to fit N blocks per
+// SM, capping registers at 64K / (N * threads); without it the second argument is
+// left out, since even an explicit 1 changes ptxas' register choices.
+#if defined(KD_MIN_BLOCKS) && KD_MIN_BLOCKS > 0 && !defined(KD_AMD)
+#define KD_LAUNCH_BOUNDS(threads) __launch_bounds__(threads, KD_MIN_BLOCKS)
 #else
-#define KD_LAUNCH_BOUNDS(threads, min_blocks) __launch_bounds__(threads)
+#define KD_LAUNCH_BOUNDS(threads) __launch_bounds__(threads)
 #endif
 
 // Floats rounded into a vector (pairs at a time for 16-bit types).
