@@ -40,10 +40,13 @@ mod device;
 mod error;
 mod policy;
 mod select;
+mod shape;
 mod timing;
 mod tune_table;
 mod variant;
 
+#[cfg(feature = "cuda")]
+mod element;
 #[cfg(feature = "cuda")]
 mod ffi;
 #[cfg(feature = "cuda")]
@@ -64,6 +67,7 @@ pub use device::DeviceInfo;
 pub use error::{Error, Result};
 pub use policy::{resolve_in_order, Outcome, Policy, ResolutionSteps, Step, TUNING_ENV};
 pub use select::{median, select, Measured, NOISE_THRESHOLD};
+pub use shape::{check_disjoint, check_eps, Rows};
 pub use timing::{FlushL2, Timing, TimingOptions, MIN_REPS};
 pub use tune_table::{
     parse_shapes, today, tune_table, CandidateRecord, Progress, TableJob, TableOutcome, TuneRecord,
@@ -72,6 +76,8 @@ pub use variant::{KernelSource, Variant};
 
 #[cfg(feature = "cuda")]
 pub use device::Device;
+#[cfg(feature = "cuda")]
+pub use element::{alloc_random, decode, encode, pseudo_random, Element};
 #[cfg(feature = "cuda")]
 pub use launch::{Kernel, KernelArgs, Launch, LaunchDims, RawStream, MAX_KERNEL_ARGS};
 #[cfg(feature = "cuda")]

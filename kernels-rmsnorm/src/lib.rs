@@ -16,6 +16,8 @@
 
 pub mod config;
 pub mod heuristic;
+#[cfg(feature = "cuda")]
+pub mod ops;
 pub mod reference;
 pub mod schema;
 pub mod space;

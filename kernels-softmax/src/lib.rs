@@ -15,6 +15,8 @@
 
 pub mod config;
 pub mod heuristic;
+#[cfg(feature = "cuda")]
+pub mod ops;
 pub mod reference;
 pub mod schema;
 pub mod space;
@@ -32,47 +34,59 @@ mod baked {
 /// Fingerprint of the softmax kernel source this crate was built with.
 pub use baked::SOURCE_FINGERPRINT;
 
-/// The softmax kernel family (also serves log-softmax, which shares its tables).
-pub struct Softmax;
+macro_rules! softmax_kernel {
+    ($ty:ident, $doc:literal) => {
+        #[doc = $doc]
+        pub struct $ty;
 
-impl TunedKernel for Softmax {
-    type Key = SoftmaxKey;
-    type Config = SoftmaxConfig;
-    const SCHEMA: &'static KernelSchema = &schema::SOFTMAX;
-    const SOURCE_FINGERPRINT: &'static str = baked::SOURCE_FINGERPRINT;
+        impl TunedKernel for $ty {
+            type Key = SoftmaxKey;
+            type Config = SoftmaxConfig;
+            const SCHEMA: &'static KernelSchema = &schema::SOFTMAX;
+            const SOURCE_FINGERPRINT: &'static str = baked::SOURCE_FINGERPRINT;
 
-    fn key_values(key: &SoftmaxKey) -> KeyValues {
-        KeyValues::new().push(key.dtype.name()).push(key.cols as i64)
-    }
+            fn key_values(key: &SoftmaxKey) -> KeyValues {
+                KeyValues::new()
+                    .push(key.dtype.name())
+                    .push(key.cols as i64)
+            }
 
-    fn key_from_values(values: &[Value]) -> Result<SoftmaxKey, String> {
-        SoftmaxKey::from_values(values)
-    }
+            fn key_from_values(values: &[Value]) -> Result<SoftmaxKey, String> {
+                SoftmaxKey::from_values(values)
+            }
 
-    fn config_from_values(values: &[Value]) -> Result<SoftmaxConfig, String> {
-        SoftmaxConfig::from_values(values)
-    }
+            fn config_from_values(values: &[Value]) -> Result<SoftmaxConfig, String> {
+                SoftmaxConfig::from_values(values)
+            }
 
-    fn config_from_baked(values: &[Value]) -> Option<SoftmaxConfig> {
-        SoftmaxConfig::decode(values)
-    }
+            fn config_from_baked(values: &[Value]) -> Option<SoftmaxConfig> {
+                SoftmaxConfig::decode(values)
+            }
 
-    fn config_values(config: &SoftmaxConfig) -> Vec<Value> {
-        config.values()
-    }
+            fn config_values(config: &SoftmaxConfig) -> Vec<Value> {
+                config.values()
+            }
 
-    fn analytic_default(target: Target, key: &SoftmaxKey, batch: u64) -> SoftmaxConfig {
-        heuristic::analytic_default(target, key, batch)
-    }
+            fn analytic_default(target: Target, key: &SoftmaxKey, batch: u64) -> SoftmaxConfig {
+                heuristic::analytic_default(target, key, batch)
+            }
 
-    fn baked_table(target: Target) -> Option<&'static BakedTable> {
-        baked::softmax_table(target)
-    }
+            fn baked_table(target: Target) -> Option<&'static BakedTable> {
+                baked::softmax_table(target)
+            }
 
-    fn accepts(target: Target, key: &SoftmaxKey, _batch: u64, config: &SoftmaxConfig) -> bool {
-        space::fits(target, key, config)
-    }
+            fn accepts(target: Target, key: &SoftmaxKey, _batch: u64, config: &SoftmaxConfig) -> bool {
+                space::fits(target, key, config)
+            }
+        }
+    };
 }
+
+softmax_kernel!(Softmax, "Softmax over the last dimension (the `softmax` tables).");
+softmax_kernel!(
+    LogSoftmax,
+    "Log-softmax over the last dimension. It moves the same bytes as softmax and shares its tables."
+);
 
 /// The [`tuned::DynKernel`] of softmax, for tools that list kernels by name.
 pub static SOFTMAX: tuned::Dyn<Softmax> = tuned::Dyn::new();

@@ -122,6 +122,14 @@ enum TablesCommand {
         offline: bool,
         paths: Vec<PathBuf>,
     },
+    /// Drop entries that do not beat their analytic default by more than --margin
+    /// (default 0.02, the tuner's noise threshold), rewriting the files atomically.
+    Prune {
+        #[arg(long, default_value = "0.02")]
+        margin: String,
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
 }
 
 /// A bad argument: one line naming it, exit status 2.
@@ -345,6 +353,35 @@ fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {
             Ok(ExitCode::SUCCESS)
         }
         TablesCommand::Validate { paths } => check(paths, false),
+        TablesCommand::Prune { margin, paths } => {
+            let margin: f64 = arg("margin", &margin)?;
+            if !(0.0..1.0).contains(&margin) {
+                return Err(Usage(format!("--margin: must be in [0, 1), got {margin}")));
+            }
+            let files = tables::collect(&paths).map_err(|f| Usage(f.to_string()))?;
+            let mut failed = false;
+            for f in files {
+                match tables::prune(&f, margin) {
+                    Ok(p) => {
+                        println!("{}: kept {}, dropped {}", f.display(), p.kept, p.dropped.len());
+                        for (key, batch, us, default_us) in p.dropped {
+                            println!(
+                                "  dropped {key} batch {batch}: {us:.3} us vs default {default_us:.3} us"
+                            );
+                        }
+                    }
+                    Err(e) => {
+                        failed = true;
+                        println!("FAIL {e}");
+                    }
+                }
+            }
+            Ok(if failed {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
         TablesCommand::Check { offline, paths } => {
             if !offline {
                 return Err(Usage(

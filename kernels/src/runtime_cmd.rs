@@ -56,10 +56,13 @@ mod cuda {
     use super::{CmdResult, TuneArgs};
 
     /// Every kernel that implements `kernels_core::Tunable`, for `tune` and
-    /// `precompile`. A kernel crate exports a `TunableDyn` static when its `Tunable`
-    /// impl lands; list it here.
+    /// `precompile`. (Log-softmax shares softmax's tables, so `tune softmax` covers it.)
     pub fn tunables() -> Vec<&'static dyn DynTunable> {
-        Vec::new()
+        vec![
+            &kernels_softmax::ops::SOFTMAX_TUNABLE,
+            &kernels_rmsnorm::ops::RMSNORM_TUNABLE,
+            &kernels_rmsnorm::ops::FUSED_ADD_RMSNORM_TUNABLE,
+        ]
     }
 
     fn find(kernel: &str) -> Result<&'static dyn DynTunable, String> {
@@ -199,12 +202,16 @@ mod cuda {
             for ((key, batch), old, new) in &m.kept {
                 println!("kept     [{key}] batch {batch}: {old:.3} us (new run {new:.3} us)");
             }
+            for (key, batch) in &m.stale_dropped {
+                println!("dropped  [{key}] batch {batch}: measured against another kernel source");
+            }
             println!(
-                "wrote {} ({} added, {} replaced, {} kept; {} searched, {} from cache)",
+                "wrote {} ({} added, {} replaced, {} kept, {} stale dropped; {} searched, {} from cache)",
                 out.path.display(),
                 m.added.len(),
                 m.replaced.len(),
                 m.kept.len(),
+                m.stale_dropped.len(),
                 out.tuned,
                 out.cached
             );

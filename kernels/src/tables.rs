@@ -132,3 +132,44 @@ pub fn check_file(path: &Path, offline_check: bool) -> Vec<Finding> {
     }
     out
 }
+
+/// What [`prune`] did to one file.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pruned {
+    pub kept: usize,
+    /// (static key, batch, us, default_us) of each dropped entry.
+    pub dropped: Vec<(String, u64, f64, f64)>,
+}
+
+/// Drops every entry whose tuned time does not beat its analytic default's by more
+/// than `margin` (a fraction: 0.02 is 2%), and rewrites the file atomically. Such an
+/// entry buys nothing over the default, and a kept entry is a promise that the table
+/// is faster.
+pub fn prune(path: &Path, margin: f64) -> Result<Pruned, Finding> {
+    let file = path.display().to_string();
+    let finding = |entry, reason: String| Finding {
+        file: file.clone(),
+        entry,
+        reason,
+    };
+    let (kernel_name, _) = origin_of_path(path).map_err(|e| finding(None, e))?;
+    let kernel = crate::kernel(&kernel_name)
+        .ok_or_else(|| finding(None, format!("no kernel named `{kernel_name}`")))?;
+    let mut table = TableFile::read(path, Some(kernel.schema())).map_err(|e| finding(e.entry, e.reason))?;
+    let (keep, drop): (Vec<_>, Vec<_>) = table
+        .entries
+        .into_iter()
+        .partition(|e| e.us < e.default_us * (1.0 - margin));
+    table.entries = keep;
+    let pruned = Pruned {
+        kept: table.entries.len(),
+        dropped: drop
+            .iter()
+            .map(|e| (e.key.to_string(), e.batch, e.us, e.default_us))
+            .collect(),
+    };
+    table
+        .write(path)
+        .map_err(|e| finding(None, format!("cannot write: {e}")))?;
+    Ok(pruned)
+}

@@ -308,3 +308,21 @@ fn tables_list_runs() {
         assert!(t["kernel"].is_string() && t["entries"].is_u64() && t["stale"].is_boolean());
     }
 }
+
+#[test]
+fn prune_drops_entries_that_do_not_beat_the_default() {
+    let dir = std::env::temp_dir().join(format!("kernels-prune-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("rmsnorm")).unwrap();
+    // Entry 0 (batch 1): 2.0 vs 2.5 stays; make batch 16 lose (3.49 vs 3.5 is within 2%).
+    let text = std::fs::read_to_string(fixtures().join("tables/rmsnorm/sm90.json"))
+        .unwrap()
+        .replacen("\"us\": 3.0", "\"us\": 3.49", 1);
+    let file = dir.join("rmsnorm/sm90.json");
+    std::fs::write(&file, text).unwrap();
+    let o = kernels(&["tables", "prune", file.to_str().unwrap()]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("kept 4, dropped 1"), "{}", stdout(&o));
+    let t = tuned::TableFile::read(&file, None).unwrap();
+    assert!(t.entries.iter().all(|e| e.batch != 16));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -38,7 +38,9 @@ pub use atomic::write_atomic;
 pub use baked::{log2_distance, nearest, nearest_entry, BakedEntry, BakedTable, TableHit};
 pub use dtype::{DType, DTypeError};
 pub use fingerprint::{fingerprint, fnv1a64};
-pub use key::{write_canonical, KeyBuf, KeyFormatError, KeyPart, KeySink, KeyValues, StaticKey, MAX_KEY_FIELDS};
+pub use key::{
+    write_canonical, KeyBuf, KeyFormatError, KeyPart, KeySink, KeyValues, StaticKey, MAX_KEY_FIELDS,
+};
 pub use resolve::{resolve_serve, Dyn, DynKernel, PreparedKey, Resolution, Resolved, Source, TunedKernel};
 pub use schema::{dtype_key, int_key, int_param, name_param, param_index, Field, FieldKind, KernelSchema};
 pub use table::{

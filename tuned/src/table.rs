@@ -307,8 +307,18 @@ impl TableFile {
 
     /// Merges `newer` into `self`, keeping the faster entry of each (key, batch).
     /// The header (provenance) becomes `newer`'s when any of its entries is kept.
+    /// Entries measured against another kernel source than `newer`'s are dropped
+    /// (listed in [`MergeReport::stale_dropped`]): a table carries one fingerprint, and
+    /// its entries must all have been measured with that source.
     pub fn merge(&mut self, newer: TableFile) -> MergeReport {
         let mut report = MergeReport::default();
+        if self.header.source_fingerprint != newer.header.source_fingerprint {
+            report.stale_dropped = std::mem::take(&mut self.entries)
+                .into_iter()
+                .map(|e| (e.key, e.batch))
+                .collect();
+            self.header = newer.header.clone();
+        }
         let mut by_slot: BTreeMap<(StaticKey, u64), TableEntry> = std::mem::take(&mut self.entries)
             .into_iter()
             .map(|e| ((e.key.clone(), e.batch), e))
@@ -348,6 +358,8 @@ pub struct MergeReport {
     pub replaced: Vec<((StaticKey, u64), f64, f64)>,
     /// (slot, old us, new us): the existing entry was at least as fast.
     pub kept: Vec<((StaticKey, u64), f64, f64)>,
+    /// Existing entries dropped because they were measured against another source.
+    pub stale_dropped: Vec<(StaticKey, u64)>,
 }
 
 fn round_us(us: f64) -> String {

@@ -1,0 +1,425 @@
+//! Launching softmax and log-softmax: the device source, the [`Tunable`]
+//! implementations the runtime compiles, launches and tunes, and the ops engines call
+//! (safe ones on cudarc buffers, raw ones on device pointers).
+//!
+//! Every op validates shapes, lengths, strides, `scale`, aliasing and alignment
+//! before anything is launched and returns an error naming the bad argument.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use kernels_core::cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut};
+use kernels_core::{
+    alloc_random, check_disjoint, AlignClass, BufferRole, DeviceInfo, Element, Error, Kernel, KernelArgs,
+    KernelSource, LaunchDims, RawStream, Result, Rows, Runtime, Tunable, TunableDyn, TuneBuffer, Variant,
+};
+use tuned::{DType, Resolved, Target};
+
+use crate::{space, LogSoftmax, Softmax, SoftmaxConfig, SoftmaxKey, Strategy};
+
+/// The device source: the shared prelude followed by `cuda/softmax.cu`.
+pub static SOURCE: KernelSource = KernelSource::new(
+    "softmax",
+    concat!(
+        include_str!("../../kernels-core/cuda/prelude.cuh"),
+        include_str!("../cuda/softmax.cu")
+    ),
+    crate::SOURCE_FINGERPRINT,
+);
+
+fn dtype_code(dtype: DType) -> u32 {
+    match dtype {
+        DType::F32 => 0,
+        DType::F16 => 1,
+        DType::Bf16 => 2,
+    }
+}
+
+/// One softmax call, as device addresses. `y` may be `x` itself (in place, with equal
+/// strides). Build it with [`SoftmaxProblem::new`] or [`SoftmaxProblem::raw`].
+#[derive(Clone, Copy, Debug)]
+pub struct SoftmaxProblem<'a> {
+    key: SoftmaxKey,
+    rows: u64,
+    x: u64,
+    x_stride: u64,
+    y: u64,
+    y_stride: u64,
+    scale: f32,
+    _buffers: PhantomData<&'a mut [u8]>,
+}
+
+impl<'a> SoftmaxProblem<'a> {
+    /// `y = softmax(x * scale)` per row over device addresses.
+    ///
+    /// # Safety
+    /// `x` and `y` must be device allocations of the runtime's context holding `x_len`
+    /// and `y_len` elements of `dtype`, valid for `'a`.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn raw(
+        dtype: DType,
+        x: u64,
+        x_len: usize,
+        x_rows: Rows,
+        y: u64,
+        y_len: usize,
+        y_rows: Rows,
+        scale: f32,
+    ) -> Result<SoftmaxProblem<'a>> {
+        x_rows.check("x", x_len)?;
+        y_rows.check("y", y_len)?;
+        if (y_rows.rows, y_rows.cols) != (x_rows.rows, x_rows.cols) {
+            return Err(Error::invalid(
+                "y",
+                format!(
+                    "is [{}, {}] but `x` is [{}, {}]",
+                    y_rows.rows, y_rows.cols, x_rows.rows, x_rows.cols
+                ),
+            ));
+        }
+        if !scale.is_finite() {
+            return Err(Error::invalid("scale", format!("must be finite, got {scale}")));
+        }
+        for (name, p) in [("x", x), ("y", y)] {
+            if p == 0 {
+                return Err(Error::invalid(name, "is a null device pointer"));
+            }
+            if p % dtype.size() as u64 != 0 {
+                return Err(Error::invalid(
+                    name,
+                    format!("address {p:#x} is not aligned to its {dtype} elements"),
+                ));
+            }
+        }
+        // In place is fine (each row is read before it is written); partial overlap is not.
+        if !(x == y && x_rows.stride == y_rows.stride) {
+            check_disjoint(
+                ("x", x_rows.byte_range(x, dtype)),
+                ("y", y_rows.byte_range(y, dtype)),
+            )?;
+        }
+        Ok(SoftmaxProblem {
+            key: SoftmaxKey {
+                dtype,
+                cols: x_rows.cols as u32,
+            },
+            rows: x_rows.rows as u64,
+            x,
+            x_stride: x_rows.stride as u64,
+            y,
+            y_stride: y_rows.stride as u64,
+            scale,
+            _buffers: PhantomData,
+        })
+    }
+
+    /// `y = softmax(x * scale)` per row on cudarc buffers.
+    pub fn new<T: Element>(
+        stream: &CudaStream,
+        x: &'a CudaView<'_, T>,
+        x_rows: Rows,
+        y: &'a mut CudaViewMut<'_, T>,
+        y_rows: Rows,
+        scale: f32,
+    ) -> Result<SoftmaxProblem<'a>> {
+        let y_len = y.len();
+        let (xp, _gx) = x.device_ptr(stream);
+        let (yp, _gy) = y.device_ptr_mut(stream);
+        // Safe: the borrows keep the buffers alive for 'a and Rust forbids them aliasing.
+        unsafe { Self::raw(T::DTYPE, xp, x.len(), x_rows, yp, y_len, y_rows, scale) }
+    }
+
+    /// Softmax of `x` in place.
+    pub fn in_place<T: Element>(
+        stream: &CudaStream,
+        x: &'a mut CudaViewMut<'_, T>,
+        rows: Rows,
+        scale: f32,
+    ) -> Result<SoftmaxProblem<'a>> {
+        let len = x.len();
+        let (xp, _gx) = x.device_ptr_mut(stream);
+        // Safe: the mutable borrow keeps the buffer alive and exclusive for 'a.
+        unsafe { Self::raw(T::DTYPE, xp, len, rows, xp, len, rows, scale) }
+    }
+
+    pub fn key(&self) -> SoftmaxKey {
+        self.key
+    }
+
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    fn span_bytes(&self, stride: u64) -> usize {
+        (((self.rows - 1) * stride + self.key.cols as u64) * self.key.dtype.size() as u64) as usize
+    }
+
+    fn alignment(&self) -> AlignClass {
+        let s = self.key.dtype.size() as u64;
+        AlignClass::of([self.x, self.y, self.x_stride * s, self.y_stride * s])
+    }
+}
+
+/// Buffers the tuner allocates for a problem of its own.
+pub struct SoftmaxBuffers {
+    key: SoftmaxKey,
+    rows: u64,
+    x: CudaSlice<u8>,
+    y: CudaSlice<u8>,
+    stream: Arc<CudaStream>,
+}
+
+impl SoftmaxBuffers {
+    fn alloc(stream: &Arc<CudaStream>, key: &SoftmaxKey, rows: u64) -> Result<SoftmaxBuffers> {
+        let n = rows as usize * key.cols as usize;
+        Ok(SoftmaxBuffers {
+            key: *key,
+            rows,
+            x: alloc_random(stream, key.dtype, n, 11, 8.0, 0.0)?,
+            y: alloc_random(stream, key.dtype, n, 12, 1.0, 0.0)?,
+            stream: stream.clone(),
+        })
+    }
+
+    fn problem(&mut self) -> SoftmaxProblem<'_> {
+        let (x, _) = self.x.device_ptr(&self.stream);
+        let (y, _) = self.y.device_ptr(&self.stream);
+        let cols = self.key.cols as u64;
+        SoftmaxProblem {
+            key: self.key,
+            rows: self.rows,
+            x,
+            x_stride: cols,
+            y,
+            y_stride: cols,
+            scale: 1.0,
+            _buffers: PhantomData,
+        }
+    }
+}
+
+/// The config with its vector narrowed to what the buffers' alignment allows; a
+/// narrower vector needs more vectors per thread, so a register strategy that no
+/// longer fits moves to `online`, which takes any length.
+fn fit(target: Target, key: &SoftmaxKey, mut c: SoftmaxConfig, align: AlignClass) -> SoftmaxConfig {
+    let size = key.dtype.size() as u32;
+    let before = c.vec;
+    while c.vec > 1 && (c.vec * size > align.bytes() || !key.cols.is_multiple_of(c.vec)) {
+        c.vec /= 2;
+    }
+    if c.vec != before && !space::fits(target, key, &c) {
+        c = SoftmaxConfig {
+            strategy: Strategy::Online,
+            threads: c.threads.max(target.warp_size()),
+            vec: c.vec,
+            rows: 1,
+            splits: 1,
+        };
+        if !space::fits(target, key, &c) {
+            // Rows this short fit one warp's registers whatever the vector.
+            c = SoftmaxConfig {
+                strategy: Strategy::Row,
+                threads: target.warp_size(),
+                vec: c.vec,
+                rows: 1,
+                splits: 1,
+            };
+        }
+    }
+    c
+}
+
+fn variant(key: &SoftmaxKey, c: &SoftmaxConfig, log: bool) -> Variant {
+    let strategy = match c.strategy {
+        Strategy::Row => 0,
+        Strategy::Online => 1,
+        Strategy::Cluster => 2,
+    };
+    Variant::new("softmax_kernel")
+        .define("DTYPE", dtype_code(key.dtype))
+        .define("COLS", key.cols)
+        .define("THREADS", c.threads)
+        .define("VEC", c.vec)
+        .define("ROWS", c.rows)
+        .define("STRATEGY", strategy)
+        .define("SPLITS", c.splits)
+        .define("LOG_SOFTMAX", u32::from(log))
+}
+
+fn launch(kernel: &Kernel, stream: &CudaStream, c: &SoftmaxConfig, p: &SoftmaxProblem<'_>) -> Result<()> {
+    let align = p.alignment();
+    if c.vec * p.key.dtype.size() as u32 > align.bytes() {
+        return Err(Error::invalid(
+            "x",
+            format!(
+                "buffers aligned to {align} do not allow {}-element vectors",
+                c.vec
+            ),
+        ));
+    }
+    let (blocks, threads) = match c.strategy {
+        Strategy::Row => (p.rows.div_ceil(c.rows as u64), c.block_threads()),
+        Strategy::Online => (p.rows, c.threads),
+        Strategy::Cluster => (p.rows.saturating_mul(c.splits as u64), c.threads),
+    };
+    if blocks > i32::MAX as u64 {
+        return Err(Error::invalid(
+            "rows",
+            format!("{} rows need more than 2^31 - 1 blocks", p.rows),
+        ));
+    }
+    let mut args = KernelArgs::new();
+    args.ptr(p.x)
+        .ptr(p.y)
+        .i64(p.rows as i64)
+        .i64(p.x_stride as i64)
+        .i64(p.y_stride as i64)
+        .f32(p.scale);
+    // Safe: the arguments follow cuda/softmax.cu's ABI and the problem was validated
+    // against the buffers' lengths when it was built.
+    unsafe {
+        kernel.launch_raw(
+            RawStream::of(stream),
+            LaunchDims::linear(blocks as u32, threads),
+            &args,
+        )
+    }
+}
+
+macro_rules! tunable {
+    ($ty:ident, $log:literal, $dyn:ident) => {
+        // Safety: `buffers` lists x and y with their full spans, and `launch` passes
+        // exactly those to the kernel, which stays within them.
+        unsafe impl Tunable for $ty {
+            type Problem<'a> = SoftmaxProblem<'a>;
+            type Owned = SoftmaxBuffers;
+            const SOURCE: &'static KernelSource = &SOURCE;
+
+            fn search_space(device: &DeviceInfo, key: &SoftmaxKey, _batch: u64) -> Vec<SoftmaxConfig> {
+                space::search_space(device.tuning_target(), key)
+            }
+
+            fn variant(_: &DeviceInfo, key: &SoftmaxKey, c: &SoftmaxConfig) -> Variant {
+                variant(key, c, $log)
+            }
+
+            fn problem_shape(p: &SoftmaxProblem<'_>) -> (SoftmaxKey, u64) {
+                (p.key, p.rows)
+            }
+
+            fn buffers(p: &SoftmaxProblem<'_>) -> Vec<TuneBuffer> {
+                if p.x == p.y {
+                    // In place: every run must start from the caller's input.
+                    return vec![TuneBuffer {
+                        name: "x",
+                        ptr: p.x,
+                        bytes: p.span_bytes(p.x_stride),
+                        role: BufferRole::Restore,
+                    }];
+                }
+                vec![
+                    TuneBuffer {
+                        name: "x",
+                        ptr: p.x,
+                        bytes: p.span_bytes(p.x_stride),
+                        role: BufferRole::Read,
+                    },
+                    TuneBuffer {
+                        name: "y",
+                        ptr: p.y,
+                        bytes: p.span_bytes(p.y_stride),
+                        role: BufferRole::Write,
+                    },
+                ]
+            }
+
+            fn alignment(p: &SoftmaxProblem<'_>) -> AlignClass {
+                p.alignment()
+            }
+
+            fn fit_alignment(key: &SoftmaxKey, c: SoftmaxConfig, align: AlignClass) -> SoftmaxConfig {
+                let target = if c.strategy == Strategy::Cluster {
+                    Target::Sm90
+                } else {
+                    Target::Sm80
+                };
+                fit(target, key, c, align)
+            }
+
+            fn launch(
+                kernel: &Kernel,
+                stream: &Arc<CudaStream>,
+                c: &SoftmaxConfig,
+                p: &SoftmaxProblem<'_>,
+            ) -> Result<()> {
+                launch(kernel, stream, c, p)
+            }
+
+            fn alloc_problem(
+                stream: &Arc<CudaStream>,
+                key: &SoftmaxKey,
+                batch: u64,
+            ) -> Result<SoftmaxBuffers> {
+                SoftmaxBuffers::alloc(stream, key, batch)
+            }
+
+            fn borrow_problem(owned: &mut SoftmaxBuffers) -> SoftmaxProblem<'_> {
+                owned.problem()
+            }
+        }
+
+        #[doc = concat!("The `kernels tune` view of [`", stringify!($ty), "`].")]
+        pub static $dyn: TunableDyn<$ty> = TunableDyn::new();
+    };
+}
+
+tunable!(Softmax, false, SOFTMAX_TUNABLE);
+tunable!(LogSoftmax, true, LOG_SOFTMAX_TUNABLE);
+
+/// `y = softmax(x * scale)` over the last dimension, with the config the runtime's
+/// policy resolves. Returns that config and where it came from.
+pub fn softmax<T: Element>(
+    rt: &Runtime,
+    stream: &Arc<CudaStream>,
+    x: &CudaView<'_, T>,
+    x_rows: Rows,
+    y: &mut CudaViewMut<'_, T>,
+    y_rows: Rows,
+    scale: f32,
+) -> Result<Resolved<SoftmaxConfig>> {
+    let p = SoftmaxProblem::new(stream, x, x_rows, y, y_rows, scale)?;
+    Ok(rt.run::<Softmax>(stream, &p)?.resolved)
+}
+
+/// `y = log_softmax(x * scale)` over the last dimension.
+pub fn log_softmax<T: Element>(
+    rt: &Runtime,
+    stream: &Arc<CudaStream>,
+    x: &CudaView<'_, T>,
+    x_rows: Rows,
+    y: &mut CudaViewMut<'_, T>,
+    y_rows: Rows,
+    scale: f32,
+) -> Result<Resolved<SoftmaxConfig>> {
+    let p = SoftmaxProblem::new(stream, x, x_rows, y, y_rows, scale)?;
+    Ok(rt.run::<LogSoftmax>(stream, &p)?.resolved)
+}
+
+/// Launches `problem` with an explicit config (tests, benchmarks, A/B runs); the
+/// config must fit the problem on this device.
+pub fn launch_with<K: Tunable<Key = SoftmaxKey, Config = SoftmaxConfig>>(
+    rt: &Runtime,
+    stream: &Arc<CudaStream>,
+    config: &SoftmaxConfig,
+    problem: &K::Problem<'_>,
+) -> Result<()> {
+    let (key, _) = K::problem_shape(problem);
+    if !space::fits(rt.device().info().tuning_target(), &key, config) {
+        return Err(Error::invalid(
+            "config",
+            format!("{config:?} does not fit {key:?} on this device"),
+        ));
+    }
+    let kernel = rt.kernel(stream, K::SOURCE, &K::variant(rt.device().info(), &key, config))?;
+    K::launch(&kernel, stream, config, problem)
+}

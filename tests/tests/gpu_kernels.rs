@@ -1,0 +1,613 @@
+//! Softmax, log-softmax, RMSNorm and fused residual-add RMSNorm on the GPU against the
+//! CPU references, for EVERY config of each search space on awkward shapes: 1, odd
+//! and prime columns, one row, row strides above cols, buffers not 16-byte aligned,
+//! inf and NaN inputs, rows long enough for the streaming paths. Outputs are poisoned
+//! before each run; padding between rows must come back untouched.
+//!
+//! Skips with a message where no GPU is found; fails there when KERNELS_REQUIRE_GPU=1.
+
+use std::sync::Arc;
+
+use kernels::core::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use kernels::core::Rows;
+use kernels::core::{
+    decode, encode, pseudo_random, AlignClass, Device, DiskCache, Policy, Runtime, RuntimeOptions, Tunable,
+    TuneOptions,
+};
+use kernels::rmsnorm::ops::{self as norm_ops, NormProblem};
+use kernels::rmsnorm::{reference as norm_ref, FusedAddRmsNorm, RmsNorm, RmsNormKey};
+use kernels::softmax::ops::{self as sm_ops, SoftmaxProblem};
+use kernels::softmax::{reference as sm_ref, LogSoftmax, Softmax, SoftmaxKey};
+use tuned::DType;
+
+fn runtime(test: &str) -> Option<(Runtime, Arc<CudaStream>)> {
+    let dev = match Device::open(0) {
+        Ok(d) => d,
+        Err(e) => {
+            if std::env::var("KERNELS_REQUIRE_GPU").as_deref() == Ok("1") {
+                panic!("{test}: KERNELS_REQUIRE_GPU=1 but no GPU could be opened: {e}");
+            }
+            // Written to stderr directly, past the test harness's output capture, so the
+            // skip shows in every run's output instead of passing silently.
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr(), "SKIPPED {test}: no CUDA GPU found ({e})");
+            return None;
+        }
+    };
+    let opts = RuntimeOptions {
+        policy: Policy::DefaultOnly,
+        cache: DiskCache::from_env(),
+        tune: TuneOptions::default(),
+    };
+    let rt = Runtime::with_options(dev, opts).expect("runtime");
+    let stream = rt.device().new_stream().expect("stream");
+    Some((rt, stream))
+}
+
+/// A device buffer of `total` elements of `dtype` whose usable part starts `offset`
+/// elements in (to make it not 16-byte aligned).
+struct Buf {
+    slice: CudaSlice<u8>,
+    dtype: DType,
+    offset: usize,
+}
+
+impl Buf {
+    fn new(stream: &Arc<CudaStream>, dtype: DType, host: &[f32], offset: usize) -> Buf {
+        let mut all = vec![0.0f32; offset];
+        all.extend_from_slice(host);
+        let slice = stream.clone_htod(&encode(dtype, &all)).expect("htod");
+        Buf { slice, dtype, offset }
+    }
+    fn ptr(&self, stream: &CudaStream) -> u64 {
+        self.slice.device_ptr(stream).0 + (self.offset * self.dtype.size()) as u64
+    }
+    fn write(&mut self, stream: &Arc<CudaStream>, host: &[f32]) {
+        let mut all = vec![0.0f32; self.offset];
+        all.extend_from_slice(host);
+        stream
+            .memcpy_htod(&encode(self.dtype, &all), &mut self.slice)
+            .expect("htod");
+    }
+    fn read(&self, stream: &Arc<CudaStream>) -> Vec<f32> {
+        let bytes = stream.clone_dtoh(&self.slice).expect("dtoh");
+        decode(self.dtype, &bytes)[self.offset..].to_vec()
+    }
+}
+
+/// Fails unless `got` matches `want` within `(atol, rtol)` on the rows' columns (NaN
+/// where the reference is NaN, equal infinities) and equals it exactly elsewhere (the
+/// padding between rows, which the kernels must not write; the references leave it
+/// as it was).
+fn compare(what: &str, got: &[f32], want: &[f32], shape: Rows, tol: (f64, f64)) -> Result<(), String> {
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let (r, c) = (i / shape.stride, i % shape.stride);
+        if r >= shape.rows || c >= shape.cols {
+            if g.to_bits() != w.to_bits() && !(g.is_nan() && w.is_nan()) {
+                return Err(format!("{what}: padding element {i} was written ({g}, was {w})"));
+            }
+            continue;
+        }
+        let ok = if w.is_nan() {
+            g.is_nan()
+        } else if w.is_infinite() {
+            g == w
+        } else {
+            ((g as f64) - (w as f64)).abs() <= tol.0 + tol.1 * (w as f64).abs()
+        };
+        if !ok {
+            return Err(format!("{what}: row {r} col {c}: got {g}, want {w}"));
+        }
+    }
+    Ok(())
+}
+
+fn round_all(dtype: DType, v: &mut [f32]) {
+    for x in v.iter_mut() {
+        *x = norm_ref::round_to(dtype, *x);
+    }
+}
+
+struct Case {
+    dtype: DType,
+    cols: usize,
+    rows: usize,
+    pad: usize,
+    /// Elements by which every buffer is shifted off 16-byte alignment.
+    offset: usize,
+    specials: bool,
+}
+
+fn cases() -> Vec<Case> {
+    let c = |dtype, cols, rows, pad, offset, specials| Case {
+        dtype,
+        cols,
+        rows,
+        pad,
+        offset,
+        specials,
+    };
+    vec![
+        c(DType::Bf16, 1, 1, 0, 0, false),
+        c(DType::Bf16, 97, 5, 3, 1, false),
+        c(DType::Bf16, 1000, 37, 8, 0, true),
+        c(DType::Bf16, 4096, 9, 8, 0, true),
+        c(DType::Bf16, 4096, 3, 0, 1, false),
+        c(DType::Bf16, 40000, 3, 8, 0, false),
+        c(DType::F16, 3, 7, 1, 1, false),
+        c(DType::F16, 2048, 5, 0, 0, true),
+        c(DType::F32, 7, 4, 2, 0, false),
+        c(DType::F32, 4096, 3, 4, 2, true),
+    ]
+}
+
+fn input(case: &Case, seed: u64, scale: f32, softmax: bool) -> (Vec<f32>, Rows) {
+    let shape = Rows::strided(case.rows, case.cols, case.cols + case.pad);
+    let n = shape.span().unwrap();
+    let mut x = pseudo_random(n, seed, scale, 0.0);
+    if case.specials && case.rows >= 5 {
+        let at = |r: usize, c: usize| r * shape.stride + c;
+        x[at(1, case.cols / 2)] = f32::INFINITY;
+        x[at(2, 0)] = f32::NAN;
+        if softmax {
+            x[at(3, 1)] = f32::NEG_INFINITY;
+            for c in 0..case.cols {
+                x[at(4, c)] = f32::NEG_INFINITY;
+            }
+        } else {
+            x[at(3, 1)] = f32::NEG_INFINITY;
+        }
+    }
+    round_all(case.dtype, &mut x);
+    (x, shape)
+}
+
+#[test]
+fn rmsnorm_every_config_matches_reference() {
+    let Some((rt, stream)) = runtime("rmsnorm_every_config_matches_reference") else {
+        return;
+    };
+    let target = rt.device().info().tuning_target();
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for case in cases() {
+        let key = RmsNormKey {
+            dtype: case.dtype,
+            cols: case.cols as u32,
+        };
+        let (x, shape) = input(&case, 7, 2.0, false);
+        let (res, _) = input(&case, 8, 2.0, false);
+        let mut w = pseudo_random(case.cols, 9, 0.5, 1.0);
+        round_all(case.dtype, &mut w);
+        let eps = 1e-6;
+        let poison = f32::NAN;
+        let mut y_want = vec![poison; x.len()];
+        norm_ref::rmsnorm(&x, shape.stride, &w, &mut y_want, shape.stride, case.rows, eps);
+        let (mut fx_want, mut fr_want) = (x.clone(), res.clone());
+        norm_ref::fused_add_rmsnorm(
+            &mut fx_want,
+            shape.stride,
+            &mut fr_want,
+            shape.stride,
+            &w,
+            case.rows,
+            eps,
+            case.dtype,
+        );
+
+        let xb = Buf::new(&stream, case.dtype, &x, case.offset);
+        let wb = Buf::new(&stream, case.dtype, &w, case.offset);
+        let mut yb = Buf::new(&stream, case.dtype, &vec![poison; x.len()], case.offset);
+        let mut fx = Buf::new(&stream, case.dtype, &x, case.offset);
+        let mut fr = Buf::new(&stream, case.dtype, &res, case.offset);
+
+        let space = kernels::rmsnorm::space::search_space(target, &key);
+        assert!(!space.is_empty(), "{key:?}: empty space");
+        let align = AlignClass::of([xb.ptr(&stream), (shape.stride * case.dtype.size()) as u64]);
+        let info = rt.device().info();
+        let mut configs: Vec<_> = space
+            .iter()
+            .map(|c| RmsNorm::fit_alignment(&key, *c, align))
+            .collect();
+        configs.dedup();
+        let jobs: Vec<_> = configs
+            .iter()
+            .flat_map(|c| {
+                [
+                    (norm_ops::SOURCE, RmsNorm::variant(info, &key, c)),
+                    (norm_ops::SOURCE, FusedAddRmsNorm::variant(info, &key, c)),
+                ]
+            })
+            .collect();
+        for r in rt.precompile(&jobs) {
+            r.expect("every variant of the space compiles");
+        }
+        for c in &configs {
+            let what = format!(
+                "rmsnorm {:?} cols={} rows={} offset={} {c:?}",
+                case.dtype, case.cols, case.rows, case.offset
+            );
+            yb.write(&stream, &vec![poison; x.len()]);
+            let p = unsafe {
+                NormProblem::rmsnorm_raw(
+                    case.dtype,
+                    xb.ptr(&stream),
+                    x.len(),
+                    shape,
+                    wb.ptr(&stream),
+                    w.len(),
+                    yb.ptr(&stream),
+                    x.len(),
+                    shape,
+                    eps,
+                )
+            }
+            .expect("valid problem");
+            norm_ops::launch_with::<RmsNorm>(&rt, &stream, c, &p).expect("launch");
+            if let Err(e) = compare(
+                &what,
+                &yb.read(&stream),
+                &y_want,
+                shape,
+                norm_ref::tolerance(case.dtype),
+            ) {
+                failures.push(e);
+            }
+
+            let what = what.replacen("rmsnorm", "fused_add_rmsnorm", 1);
+            fx.write(&stream, &x);
+            fr.write(&stream, &res);
+            let p = unsafe {
+                NormProblem::fused_add_rmsnorm_raw(
+                    case.dtype,
+                    fx.ptr(&stream),
+                    x.len(),
+                    shape,
+                    fr.ptr(&stream),
+                    x.len(),
+                    shape,
+                    wb.ptr(&stream),
+                    w.len(),
+                    eps,
+                )
+            }
+            .expect("valid problem");
+            norm_ops::launch_with::<FusedAddRmsNorm>(&rt, &stream, c, &p).expect("launch");
+            if let Err(e) = compare(
+                &format!("{what} x"),
+                &fx.read(&stream),
+                &fx_want,
+                shape,
+                norm_ref::tolerance(case.dtype),
+            )
+            .and_then(|_| {
+                compare(
+                    &format!("{what} residual"),
+                    &fr.read(&stream),
+                    &fr_want,
+                    shape,
+                    (0.0, 0.0),
+                )
+            }) {
+                failures.push(e);
+            }
+            checked += 2;
+        }
+    }
+    println!(
+        "rmsnorm: {checked} (config, shape) runs checked, {} failed",
+        failures.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} failures, first: {}",
+        failures.len(),
+        failures[..failures.len().min(10)].join("\n")
+    );
+}
+
+#[test]
+fn softmax_every_config_matches_reference() {
+    let Some((rt, stream)) = runtime("softmax_every_config_matches_reference") else {
+        return;
+    };
+    let target = rt.device().info().tuning_target();
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    let mut cases = cases();
+    cases.push(Case {
+        dtype: DType::Bf16,
+        cols: 151936,
+        rows: 3,
+        pad: 8,
+        offset: 0,
+        specials: false,
+    });
+    cases.push(Case {
+        dtype: DType::Bf16,
+        cols: 262144,
+        rows: 2,
+        pad: 0,
+        offset: 0,
+        specials: false,
+    });
+    for case in cases {
+        let key = SoftmaxKey {
+            dtype: case.dtype,
+            cols: case.cols as u32,
+        };
+        let (x, shape) = input(&case, 17, 6.0, true);
+        let scale = 0.7;
+        let poison = f32::NAN;
+        let mut want = vec![poison; x.len()];
+        let mut want_log = vec![poison; x.len()];
+        sm_ref::softmax(
+            &x,
+            shape.stride,
+            &mut want,
+            shape.stride,
+            case.rows,
+            case.cols,
+            scale,
+        );
+        sm_ref::log_softmax(
+            &x,
+            shape.stride,
+            &mut want_log,
+            shape.stride,
+            case.rows,
+            case.cols,
+            scale,
+        );
+        let xb = Buf::new(&stream, case.dtype, &x, case.offset);
+        let mut yb = Buf::new(&stream, case.dtype, &vec![poison; x.len()], case.offset);
+
+        let space = kernels::softmax::space::search_space(target, &key);
+        assert!(!space.is_empty(), "{key:?}: empty space");
+        let align = AlignClass::of([xb.ptr(&stream), (shape.stride * case.dtype.size()) as u64]);
+        let info = rt.device().info();
+        let mut configs: Vec<_> = space
+            .iter()
+            .map(|c| Softmax::fit_alignment(&key, *c, align))
+            .collect();
+        configs.dedup();
+        let jobs: Vec<_> = configs
+            .iter()
+            .flat_map(|c| {
+                [
+                    (sm_ops::SOURCE, Softmax::variant(info, &key, c)),
+                    (sm_ops::SOURCE, LogSoftmax::variant(info, &key, c)),
+                ]
+            })
+            .collect();
+        for r in rt.precompile(&jobs) {
+            r.expect("every variant of the space compiles");
+        }
+        for c in &configs {
+            for log in [false, true] {
+                let what = format!(
+                    "{} {:?} cols={} rows={} offset={} {c:?}",
+                    if log { "log_softmax" } else { "softmax" },
+                    case.dtype,
+                    case.cols,
+                    case.rows,
+                    case.offset
+                );
+                yb.write(&stream, &vec![poison; x.len()]);
+                let p = unsafe {
+                    SoftmaxProblem::raw(
+                        case.dtype,
+                        xb.ptr(&stream),
+                        x.len(),
+                        shape,
+                        yb.ptr(&stream),
+                        x.len(),
+                        shape,
+                        scale,
+                    )
+                }
+                .expect("valid problem");
+                if log {
+                    sm_ops::launch_with::<LogSoftmax>(&rt, &stream, c, &p).expect("launch");
+                } else {
+                    sm_ops::launch_with::<Softmax>(&rt, &stream, c, &p).expect("launch");
+                }
+                let w = if log { &want_log } else { &want };
+                if let Err(e) = compare(
+                    &what,
+                    &yb.read(&stream),
+                    w,
+                    shape,
+                    sm_ref::tolerance(case.dtype, log),
+                ) {
+                    failures.push(e);
+                }
+                checked += 1;
+            }
+        }
+    }
+    println!(
+        "softmax: {checked} (config, shape) runs checked, {} failed",
+        failures.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} failures, first: {}",
+        failures.len(),
+        failures[..failures.len().min(10)].join("\n")
+    );
+}
+
+#[test]
+fn in_place_softmax_and_safe_ops() {
+    let Some((rt, stream)) = runtime("in_place_softmax_and_safe_ops") else {
+        return;
+    };
+    use half::bf16;
+    let (rows, cols) = (3usize, 4096usize);
+    let host: Vec<bf16> = pseudo_random(rows * cols, 5, 4.0, 0.0)
+        .into_iter()
+        .map(bf16::from_f32)
+        .collect();
+    let xf: Vec<f32> = host.iter().map(|v| v.to_f32()).collect();
+    let mut want = vec![0.0; rows * cols];
+    sm_ref::softmax(&xf, cols, &mut want, cols, rows, cols, 1.0);
+    let mut x = stream.clone_htod(&host).unwrap();
+    let shape = Rows::contiguous(rows, cols);
+    {
+        let mut v = x.as_view_mut();
+        let p = SoftmaxProblem::in_place(&stream, &mut v, shape, 1.0).unwrap();
+        rt.run::<Softmax>(&stream, &p).unwrap();
+    }
+    let got: Vec<f32> = stream
+        .clone_dtoh(&x)
+        .unwrap()
+        .iter()
+        .map(|v| v.to_f32())
+        .collect();
+    compare(
+        "in-place softmax",
+        &got,
+        &want,
+        shape,
+        sm_ref::tolerance(DType::Bf16, false),
+    )
+    .unwrap();
+
+    // The safe op: resolves (default-only here), launches, reports the source.
+    let w = stream.clone_htod(&vec![bf16::ONE; cols]).unwrap();
+    let mut y = stream.alloc_zeros::<bf16>(rows * cols).unwrap();
+    let used = norm_ops::rmsnorm(
+        &rt,
+        &stream,
+        &x.as_view(),
+        shape,
+        &w.as_view(),
+        &mut y.as_view_mut(),
+        shape,
+        1e-6,
+    )
+    .unwrap();
+    assert_eq!(used.source, tuned::Source::Default);
+    // Bad input is refused before launching and names the argument.
+    let err = norm_ops::rmsnorm(
+        &rt,
+        &stream,
+        &x.as_view(),
+        shape,
+        &w.as_view(),
+        &mut y.as_view_mut(),
+        shape,
+        0.0,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("eps"), "{err}");
+    let short = Rows::contiguous(rows + 1, cols);
+    let err = norm_ops::rmsnorm(
+        &rt,
+        &stream,
+        &x.as_view(),
+        short,
+        &w.as_view(),
+        &mut y.as_view_mut(),
+        short,
+        1e-6,
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("`x`") || err.to_string().contains("x:"),
+        "{err}"
+    );
+}
+
+#[test]
+fn fused_add_rmsnorm_tuned_online_leaves_one_plain_run() {
+    let test = "fused_add_rmsnorm_tuned_online_leaves_one_plain_run";
+    let Some((plain_rt, stream)) = runtime(test) else {
+        return;
+    };
+    let cache = std::env::temp_dir().join(format!("kernels-online-{}", std::process::id()));
+    let opts = RuntimeOptions {
+        policy: Policy::Online,
+        cache: DiskCache::at(&cache),
+        tune: TuneOptions::default(),
+    };
+    let rt = Runtime::with_options(Device::open(0).unwrap(), opts).unwrap();
+    let (rows, cols, dtype) = (64usize, 4096usize, DType::Bf16);
+    let case = Case {
+        dtype,
+        cols,
+        rows,
+        pad: 0,
+        offset: 0,
+        specials: false,
+    };
+    let (x, shape) = input(&case, 31, 2.0, false);
+    let (res, _) = input(&case, 32, 2.0, false);
+    let mut w = pseudo_random(cols, 33, 0.5, 1.0);
+    round_all(dtype, &mut w);
+    let xb = Buf::new(&stream, dtype, &x, 0);
+    let rb = Buf::new(&stream, dtype, &res, 0);
+    let wb = Buf::new(&stream, dtype, &w, 0);
+    let p = unsafe {
+        NormProblem::fused_add_rmsnorm_raw(
+            dtype,
+            xb.ptr(&stream),
+            x.len(),
+            shape,
+            rb.ptr(&stream),
+            res.len(),
+            shape,
+            wb.ptr(&stream),
+            cols,
+            1e-6,
+        )
+    }
+    .unwrap();
+    let used = rt.run::<FusedAddRmsNorm>(&stream, &p).expect("online run");
+    assert_eq!(
+        used.resolved.source,
+        tuned::Source::OnlineSearch,
+        "first call searches"
+    );
+    let (tuned_x, tuned_r) = (xb.read(&stream), rb.read(&stream));
+
+    // One plain run of the chosen config on fresh copies of the inputs.
+    let mut xb2 = Buf::new(&stream, dtype, &x, 0);
+    let mut rb2 = Buf::new(&stream, dtype, &res, 0);
+    xb2.write(&stream, &x);
+    rb2.write(&stream, &res);
+    let p2 = unsafe {
+        NormProblem::fused_add_rmsnorm_raw(
+            dtype,
+            xb2.ptr(&stream),
+            x.len(),
+            shape,
+            rb2.ptr(&stream),
+            res.len(),
+            shape,
+            wb.ptr(&stream),
+            cols,
+            1e-6,
+        )
+    }
+    .unwrap();
+    norm_ops::launch_with::<FusedAddRmsNorm>(&plain_rt, &stream, &used.resolved.config, &p2).unwrap();
+    let (plain_x, plain_r) = (xb2.read(&stream), rb2.read(&stream));
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    assert_eq!(
+        bits(&tuned_r),
+        bits(&plain_r),
+        "residual after online tuning is exactly one run's"
+    );
+    assert_eq!(
+        bits(&tuned_x),
+        bits(&plain_x),
+        "x after online tuning is exactly one run's"
+    );
+
+    // A second call is a memo hit: no search, one more plain run.
+    let again = rt.run::<FusedAddRmsNorm>(&stream, &p).unwrap();
+    assert_eq!(again.resolved.config, used.resolved.config);
+    let _ = std::fs::remove_dir_all(&cache);
+}
