@@ -27,7 +27,9 @@ pruning rules loosely and is no substitute for the list the Rust side derives.
 Examples:
     python3 scripts/nvrtc_check.py --smoke
     python3 scripts/nvrtc_check.py variants.json --arch sm_90a --arch sm_80 -v
-    kernels precompile --list | python3 scripts/nvrtc_check.py -
+    python3 scripts/nvrtc_check.py - < variants.json     # e.g. written by the Rust side
+
+Each variant may also carry "options" (extra NVRTC options, e.g. "-DKD_MIN_BLOCKS=2").
 """
 
 from __future__ import annotations
