@@ -13,12 +13,12 @@ use std::sync::Arc;
 use kernels::core::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use kernels::core::{
     alloc_random, time_runs, Device, KernelArgs, KernelSource, L2Flush, LaunchDims, RawStream, Rows, Runtime,
-    TimingOptions, Variant,
+    TimingOptions, Tunable, Variant,
 };
 use kernels::rmsnorm::ops::{self as norm_ops, NormProblem};
-use kernels::rmsnorm::{FusedAddRmsNorm, RmsNorm, RmsNormKey};
+use kernels::rmsnorm::{FusedAddRmsNorm, RmsNorm, RmsNormConfig, RmsNormKey};
 use kernels::softmax::ops::{self as sm_ops, SoftmaxProblem};
-use kernels::softmax::{Softmax, SoftmaxKey};
+use kernels::softmax::{Softmax, SoftmaxConfig, SoftmaxKey};
 use tuned::{resolve_serve, DType, Source, TunedKernel};
 
 static EMPTY: KernelSource = KernelSource::new(
@@ -47,7 +47,10 @@ struct Row {
     rows: usize,
     cols: usize,
     bytes: f64,
+    /// Graph-timed, per launch.
     tuned_us: f64,
+    /// One launch between events, L2 flushed.
+    tuned_single: f64,
     source: Source,
     default_us: f64,
 }
@@ -116,42 +119,70 @@ fn run(dev: Device, out_path: Option<String>) -> Result<(), Box<dyn std::error::
             .unwrap_or_default()
     };
     let dtype = DType::Bf16;
+    let l2 = info.l2_bytes as usize;
     let mut rows_out = Vec::new();
+
+    // The empty kernel in a graph: the decode floor for graph-timed numbers.
+    let empty_graph_us = graph_us(&stream, 1, &mut |_| unsafe {
+        empty.launch_raw(
+            RawStream::of(&stream),
+            LaunchDims::linear(1, 32),
+            &KernelArgs::new(),
+        )
+    })?;
+    println!("empty kernel in a CUDA graph: {empty_graph_us:.2} us per launch");
+    emit(serde_json::json!({"kind": "empty_graph", "us": empty_graph_us}));
 
     for (rows, cols) in list("softmax") {
         let key = SoftmaxKey {
             dtype,
             cols: cols as u32,
         };
-        let (x, y) = buffers(&stream, dtype, rows * cols)?;
+        let n = rows * cols;
+        let bytes = 2.0 * (n * 2) as f64;
+        let nb = rotation(bytes as usize, l2);
+        let bufs: Vec<_> = (0..nb)
+            .map(|_| buffers(&stream, dtype, n))
+            .collect::<Result<_, _>>()?;
         let shape = Rows::contiguous(rows, cols);
-        let (xp, yp) = (x.device_ptr(&stream).0, y.device_ptr(&stream).0);
-        let p = unsafe { SoftmaxProblem::raw(dtype, xp, rows * cols, shape, yp, rows * cols, shape, 1.0)? };
+        let problems: Vec<_> = bufs
+            .iter()
+            .map(|(x, y)| unsafe {
+                SoftmaxProblem::raw(
+                    dtype,
+                    x.device_ptr(&stream).0,
+                    n,
+                    shape,
+                    y.device_ptr(&stream).0,
+                    n,
+                    shape,
+                    1.0,
+                )
+            })
+            .collect::<Result<_, _>>()?;
         let tuned = resolve_serve::<Softmax>(target, &key, rows as u64);
         let default = Softmax::analytic_default(target, &key, rows as u64);
-        let time = |c: &kernels::softmax::SoftmaxConfig| {
-            let kernel = rt.kernel(
-                &stream,
-                &sm_ops::SOURCE,
-                &<Softmax as kernels::core::Tunable>::variant(&info, &key, c),
-            )?;
-            time_runs(&stream, &opts, Some(&flush), &mut || Ok(()), &mut || {
-                <Softmax as kernels::core::Tunable>::launch(&kernel, &stream, c, &p)
-            })
-            .map(|t| t.median_us)
+        let time = |c: &SoftmaxConfig| -> Result<(f64, f64), Box<dyn std::error::Error>> {
+            let kernel = rt.kernel(&stream, &sm_ops::SOURCE, &Softmax::variant(&info, &key, c))?;
+            let mut launch = |i: usize| <Softmax as Tunable>::launch(&kernel, &stream, c, &problems[i]);
+            let single =
+                time_runs(&stream, &opts, Some(&flush), &mut || Ok(()), &mut || launch(0))?.median_us;
+            let graph = graph_us(&stream, nb, &mut launch)?;
+            Ok((single, graph))
         };
-        let tuned_us = time(&tuned.config)?;
+        let (tuned_single, tuned_us) = time(&tuned.config)?;
         let default_us = if default == tuned.config {
             tuned_us
         } else {
-            time(&default)?
+            time(&default)?.1
         };
         rows_out.push(Row {
             kernel: "softmax",
             rows,
             cols,
-            bytes: 2.0 * (rows * cols * 2) as f64,
+            bytes,
             tuned_us,
+            tuned_single,
             source: tuned.source,
             default_us,
         });
@@ -162,23 +193,31 @@ fn run(dev: Device, out_path: Option<String>) -> Result<(), Box<dyn std::error::
                 dtype,
                 cols: cols as u32,
             };
-            let (x, out) = buffers(&stream, dtype, rows * cols)?;
-            let w = alloc_random(&stream, dtype, cols, 4, 0.5, 1.0)?;
-            let shape = Rows::contiguous(rows, cols);
-            let (xp, op, wp) = (
-                x.device_ptr(&stream).0,
-                out.device_ptr(&stream).0,
-                w.device_ptr(&stream).0,
-            );
-            let n = rows * cols;
             let fused = kernel == "fused_add_rmsnorm";
-            let p = unsafe {
-                if fused {
-                    NormProblem::fused_add_rmsnorm_raw(dtype, xp, n, shape, op, n, shape, wp, cols, 1e-6)?
-                } else {
-                    NormProblem::rmsnorm_raw(dtype, xp, n, shape, wp, cols, op, n, shape, 1e-6)?
-                }
-            };
+            let n = rows * cols;
+            let bytes = (n * 2) as f64 * if fused { 4.0 } else { 2.0 };
+            let nb = rotation(bytes as usize, l2);
+            let bufs: Vec<_> = (0..nb)
+                .map(|_| buffers(&stream, dtype, n))
+                .collect::<Result<_, _>>()?;
+            let w = alloc_random(&stream, dtype, cols, 4, 0.5, 1.0)?;
+            let wp = w.device_ptr(&stream).0;
+            let shape = Rows::contiguous(rows, cols);
+            let problems: Vec<_> = bufs
+                .iter()
+                .map(|(x, out)| {
+                    let (xp, op) = (x.device_ptr(&stream).0, out.device_ptr(&stream).0);
+                    unsafe {
+                        if fused {
+                            NormProblem::fused_add_rmsnorm_raw(
+                                dtype, xp, n, shape, op, n, shape, wp, cols, 1e-6,
+                            )
+                        } else {
+                            NormProblem::rmsnorm_raw(dtype, xp, n, shape, wp, cols, op, n, shape, 1e-6)
+                        }
+                    }
+                })
+                .collect::<Result<_, _>>()?;
             let (tuned, default) = if fused {
                 (
                     resolve_serve::<FusedAddRmsNorm>(target, &key, rows as u64),
@@ -190,44 +229,40 @@ fn run(dev: Device, out_path: Option<String>) -> Result<(), Box<dyn std::error::
                     RmsNorm::analytic_default(target, &key, rows as u64),
                 )
             };
-            let time = |c: &kernels::rmsnorm::RmsNormConfig| -> Result<f64, kernels::core::Error> {
-                // In place: each timed run normalises the previous run's output, which is
-                // the same amount of work on well-scaled data.
-                if fused {
-                    let k = rt.kernel(
-                        &stream,
-                        &norm_ops::SOURCE,
-                        &<FusedAddRmsNorm as kernels::core::Tunable>::variant(&info, &key, c),
-                    )?;
-                    time_runs(&stream, &opts, Some(&flush), &mut || Ok(()), &mut || {
-                        <FusedAddRmsNorm as kernels::core::Tunable>::launch(&k, &stream, c, &p)
-                    })
-                    .map(|t| t.median_us)
+            // In place (fused): each run normalises the previous run's output, the same
+            // amount of work on well-scaled data.
+            let time = |c: &RmsNormConfig| -> Result<(f64, f64), Box<dyn std::error::Error>> {
+                let variant = if fused {
+                    FusedAddRmsNorm::variant(&info, &key, c)
                 } else {
-                    let k = rt.kernel(
-                        &stream,
-                        &norm_ops::SOURCE,
-                        &<RmsNorm as kernels::core::Tunable>::variant(&info, &key, c),
-                    )?;
-                    time_runs(&stream, &opts, Some(&flush), &mut || Ok(()), &mut || {
-                        <RmsNorm as kernels::core::Tunable>::launch(&k, &stream, c, &p)
-                    })
-                    .map(|t| t.median_us)
-                }
+                    RmsNorm::variant(&info, &key, c)
+                };
+                let k = rt.kernel(&stream, &norm_ops::SOURCE, &variant)?;
+                let mut launch = |i: usize| {
+                    if fused {
+                        <FusedAddRmsNorm as Tunable>::launch(&k, &stream, c, &problems[i])
+                    } else {
+                        <RmsNorm as Tunable>::launch(&k, &stream, c, &problems[i])
+                    }
+                };
+                let single =
+                    time_runs(&stream, &opts, Some(&flush), &mut || Ok(()), &mut || launch(0))?.median_us;
+                let graph = graph_us(&stream, nb, &mut launch)?;
+                Ok((single, graph))
             };
-            let tuned_us = time(&tuned.config)?;
+            let (tuned_single, tuned_us) = time(&tuned.config)?;
             let default_us = if default == tuned.config {
                 tuned_us
             } else {
-                time(&default)?
+                time(&default)?.1
             };
-            let bytes = (n * 2) as f64 * if fused { 4.0 } else { 2.0 };
             rows_out.push(Row {
                 kernel,
                 rows,
                 cols,
                 bytes,
                 tuned_us,
+                tuned_single,
                 source: tuned.source,
                 default_us,
             });
@@ -235,14 +270,15 @@ fn run(dev: Device, out_path: Option<String>) -> Result<(), Box<dyn std::error::
     }
 
     println!();
+    println!("graph-timed per launch (as the peer script times torch and Liger); `single` is one launch between events with the L2 flushed");
     println!(
-        "{:<18} {:>6} {:>7} {:>10} {:>8} {:>7} {:>10} {:>9} {:<14}",
-        "kernel", "rows", "cols", "tuned us", "TB/s", "x copy", "default us", "vs empty", "source"
+        "{:<18} {:>6} {:>7} {:>9} {:>7} {:>7} {:>10} {:>9} {:>12} {:<14}",
+        "kernel", "rows", "cols", "us", "TB/s", "x copy", "default us", "single us", "single-empty", "source"
     );
     for r in &rows_out {
         let tbs = r.bytes / (r.tuned_us * 1e-6) / 1e12;
         println!(
-            "{:<18} {:>6} {:>7} {:>10.2} {:>8.3} {:>7.3} {:>10.2} {:>+9.2} {:<14}",
+            "{:<18} {:>6} {:>7} {:>9.2} {:>7.3} {:>7.3} {:>10.2} {:>9.2} {:>+12.2} {:<14}",
             r.kernel,
             r.rows,
             r.cols,
@@ -250,16 +286,62 @@ fn run(dev: Device, out_path: Option<String>) -> Result<(), Box<dyn std::error::
             tbs,
             tbs / copy_tbs,
             r.default_us,
-            r.tuned_us - empty_us,
+            r.tuned_single,
+            r.tuned_single - empty_us,
             r.source.name()
         );
         emit(serde_json::json!({
             "kind": "ours", "kernel": r.kernel, "rows": r.rows, "cols": r.cols, "bytes": r.bytes,
             "us": r.tuned_us, "tbs": tbs, "ratio_copy": tbs / copy_tbs, "default_us": r.default_us,
-            "source": r.source.name(), "minus_empty_us": r.tuned_us - empty_us,
+            "single_us": r.tuned_single, "single_minus_empty_us": r.tuned_single - empty_us,
+            "source": r.source.name(),
         }));
     }
     Ok(())
+}
+
+/// Median microseconds per launch of `launch(i)` (i cycles over `nbuf` buffer sets),
+/// captured at least 20 times in one CUDA graph and replayed: the way the peer script
+/// times torch and Liger, so the two compare like for like.
+fn graph_us(
+    stream: &Arc<CudaStream>,
+    nbuf: usize,
+    launch: &mut dyn FnMut(usize) -> Result<(), kernels::core::Error>,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    use kernels::core::cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let launches = nbuf.max(20);
+    for i in 0..3 {
+        launch(i % nbuf)?;
+    }
+    stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+    let mut captured = Ok(());
+    for i in 0..launches {
+        captured = captured.and_then(|_| launch(i % nbuf));
+    }
+    let graph = stream
+        .end_capture(CUgraphInstantiate_flags(0))?
+        .ok_or("empty graph")?;
+    captured?;
+    graph.launch()?;
+    stream.synchronize()?;
+    let ctx = stream.context();
+    let mut times = Vec::new();
+    for _ in 0..7 {
+        let a = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        let b = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        a.record(stream)?;
+        graph.launch()?;
+        b.record(stream)?;
+        b.synchronize()?;
+        times.push(a.elapsed_ms(&b)? as f64 * 1000.0 / launches as f64);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+/// Buffer sets to rotate over so the working set is at least 2x L2.
+fn rotation(bytes_per_call: usize, l2: usize) -> usize {
+    (2 * l2).div_ceil(bytes_per_call.max(1)).clamp(1, 64)
 }
 
 fn buffers(

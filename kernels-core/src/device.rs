@@ -47,6 +47,49 @@ impl DeviceInfo {
         })
     }
 
+    /// A representative device of an NVIDIA `target` (H200 for sm90, A100 for sm80),
+    /// for GPU-free work that needs limits: listing the variants a lookup can return,
+    /// compile checks in CI. `None` for AMD targets.
+    pub fn nominal(target: Target) -> Option<DeviceInfo> {
+        let (name, cc, sms, optin, smem_sm, l2, mem) = match target {
+            Target::Sm90 => (
+                "NVIDIA H200 (nominal)",
+                (9, 0),
+                132,
+                227 << 10,
+                228 << 10,
+                60u64 << 20,
+                141u64 << 30,
+            ),
+            Target::Sm80 => (
+                "NVIDIA A100 (nominal)",
+                (8, 0),
+                108,
+                163 << 10,
+                164 << 10,
+                40 << 20,
+                80 << 30,
+            ),
+            _ => return None,
+        };
+        Some(DeviceInfo {
+            ordinal: 0,
+            name: name.into(),
+            compute_capability: cc,
+            sm_count: sms,
+            max_threads_per_block: 1024,
+            max_smem_per_block: 48 << 10,
+            max_smem_per_block_optin: optin,
+            smem_per_sm: smem_sm,
+            regs_per_sm: 65536,
+            regs_per_block: 65536,
+            l2_bytes: l2,
+            warp_size: 32,
+            total_memory: mem,
+            max_grid: (i32::MAX as u32, 65535, 65535),
+        })
+    }
+
     /// The arch NVRTC compiles for: the target's (`sm_90a` on Hopper, so Hopper-only
     /// instructions are available), else `sm_<major><minor>` of the device itself.
     pub fn compile_arch(&self) -> String {

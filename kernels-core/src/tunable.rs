@@ -174,7 +174,7 @@ pub trait DynTunable: Sync {
         rt: &Runtime,
         stream: &Arc<CudaStream>,
         shapes: &[(StaticKey, u64)],
-    ) -> Vec<Result<()>>;
+    ) -> Vec<Result<tuned::Source>>;
 }
 
 /// The [`DynTunable`] of a [`Tunable`].
@@ -227,7 +227,7 @@ impl<K: Tunable> DynTunable for TunableDyn<K> {
         rt: &Runtime,
         stream: &Arc<CudaStream>,
         shapes: &[(StaticKey, u64)],
-    ) -> Vec<Result<()>> {
+    ) -> Vec<Result<tuned::Source>> {
         let keys: Vec<Result<(K::Key, u64)>> = shapes.iter().map(|(k, b)| Ok((Self::key(k)?, *b))).collect();
         let valid: Vec<(K::Key, u64)> = keys.iter().filter_map(|k| k.as_ref().ok().cloned()).collect();
         let mut warmed = rt.warm::<K>(stream, &valid).into_iter();
@@ -237,7 +237,7 @@ impl<K: Tunable> DynTunable for TunableDyn<K> {
                 Ok(_) => warmed
                     .next()
                     .unwrap_or_else(|| Err(Error::kernel(K::SCHEMA.kernel, "not warmed")))
-                    .map(|_| ()),
+                    .map(|p| p.resolved.source),
             })
             .collect()
     }

@@ -163,7 +163,7 @@ impl<'a> NormProblem<'a> {
 
     /// `residual += x; x = rmsnorm(residual) * weight`, in place, on cudarc buffers.
     #[allow(clippy::too_many_arguments)]
-pub fn fused_add_rmsnorm<T: Element>(
+    pub fn fused_add_rmsnorm<T: Element>(
         stream: &CudaStream,
         x: &'a mut CudaViewMut<'_, T>,
         x_rows: Rows,

@@ -11,6 +11,8 @@
 pub mod catalog;
 pub mod plan;
 pub mod tables;
+#[cfg(feature = "cuda")]
+pub mod variants;
 
 pub use kernels_core as core;
 pub use kernels_gemm as gemm;

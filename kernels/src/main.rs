@@ -61,6 +61,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Every compiled variant a lookup can return on an NVIDIA target (committed table
+    /// entries and analytic defaults over tuned/shapes), as JSON for scripts/nvrtc_check.py.
+    Variants {
+        #[arg(long, default_value = "sm90")]
+        target: String,
+        /// Shape sets folder (default: the source tree's tuned/shapes).
+        #[arg(long)]
+        shapes: Option<PathBuf>,
+    },
     /// Inspect and check tuned tables.
     Tables {
         #[command(subcommand)]
@@ -298,6 +307,7 @@ fn run(cli: Cli) -> Result<ExitCode, Usage> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Tables { command } => tables_command(command),
+        Command::Variants { target, shapes } => variants_command(&target, shapes),
         Command::Tune {
             kernel,
             shapes,
@@ -323,6 +333,24 @@ fn run(cli: Cli) -> Result<ExitCode, Usage> {
         } => runtime_cmd::precompile(kernel, shapes, device).map_err(Usage),
         Command::Info { device } => runtime_cmd::info(device).map_err(Usage),
     }
+}
+
+#[cfg(feature = "cuda")]
+fn variants_command(target: &str, shapes: Option<PathBuf>) -> Result<ExitCode, Usage> {
+    let target: Target = arg("target", target)?;
+    let dir = shapes.unwrap_or_else(kernels::variants::default_shapes_dir);
+    let jobs = kernels::variants::reachable(target, &dir).map_err(Usage)?;
+    let list: Vec<_> = jobs.iter().map(|j| j.to_json()).collect();
+    println!("{}", serde_json::to_string_pretty(&list).unwrap_or_default());
+    eprintln!("{} distinct variants for {target}", jobs.len());
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn variants_command(_: &str, _: Option<PathBuf>) -> Result<ExitCode, Usage> {
+    Err(Usage(
+        "variants: this binary was built without the `cuda` feature".into(),
+    ))
 }
 
 fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {

@@ -297,16 +297,23 @@ mod cuda {
         let results = k.precompile(&rt, &stream, &shapes);
         let secs = t.elapsed().as_secs_f64();
         let mut failed = 0;
+        let mut sources = std::collections::BTreeMap::<&str, usize>::new();
         for ((key, batch), r) in shapes.iter().zip(&results) {
-            if let Err(e) = r {
-                failed += 1;
-                println!("failed: [{key}] batch {batch}: {e}");
+            match r {
+                Ok(source) => *sources.entry(source.name()).or_default() += 1,
+                Err(e) => {
+                    failed += 1;
+                    println!("failed: [{key}] batch {batch}: {e}");
+                }
             }
         }
         let s = rt.stats();
+        let by_source: Vec<String> = sources.iter().map(|(k, n)| format!("{n} {k}")).collect();
         println!(
-            "{} shape(s) of {kernel} in {secs:.2} s: {} module(s) compiled, {} from the cache, {failed} failed (policy {})",
+            "{} shape(s) of {kernel} in {secs:.2} s: configs from [{}]; {} search(es); {} module(s) compiled, {} from the cache, {failed} failed (policy {})",
             shapes.len(),
+            by_source.join(", "),
+            s.searches,
             s.compiled,
             s.disk_hits,
             rt.policy()

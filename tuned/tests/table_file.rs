@@ -224,11 +224,20 @@ fn write_is_atomic_and_reads_back() {
 #[test]
 fn merge_drops_entries_of_another_source() {
     let mut old = parse(GOOD).unwrap();
-    let newer = parse(&GOOD.replace("fnv1a64:0000000000000001", "fnv1a64:0000000000000002").replace("\"us\": 3.5", "\"us\": 9.0")).unwrap();
+    let newer = parse(
+        &GOOD
+            .replace("fnv1a64:0000000000000001", "fnv1a64:0000000000000002")
+            .replace("\"us\": 3.5", "\"us\": 9.0"),
+    )
+    .unwrap();
     let mut newer_one = newer.clone();
     newer_one.entries.truncate(1);
     let report = old.merge(newer_one);
-    assert_eq!(report.stale_dropped.len(), 2, "both old entries were measured against the old source");
+    assert_eq!(
+        report.stale_dropped.len(),
+        2,
+        "both old entries were measured against the old source"
+    );
     assert_eq!(old.entries.len(), 1);
     assert_eq!(old.header.source_fingerprint, "fnv1a64:0000000000000002");
 }
