@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Side-by-side markdown table from one GPU run: our kernels (the `kernels` bench's
---out JSONL) against the peers (scripts/peers_bench.py's --out JSONL), per shape.
+--out JSONL) against the peers (scripts/peers_bench.py's --out JSONL), per shape;
+with --png DIR, one plot per kernel of TB/s against the copy bandwidth (matplotlib).
 
-    python3 scripts/report.py OURS.jsonl PEERS.jsonl > table.md
+    python3 scripts/report.py OURS.jsonl PEERS.jsonl [--png docs/report] > table.md
 
 Ratios use the device-to-device copy bandwidth the Rust bench measured in the same
 run (cudaMemcpy of 1 GiB, bytes read + written). All times are per launch from
@@ -16,10 +17,54 @@ def load(path):
     return [json.loads(line) for line in open(path) if line.strip()]
 
 
+def plot(ours, peers, copy, out_dir, prefix):
+    import os
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(out_dir, exist_ok=True)
+    for kernel in ["softmax", "rmsnorm", "fused_add_rmsnorm"]:
+        rows = [r for r in ours if r["kind"] == "ours" and r["kernel"] == kernel]
+        if not rows:
+            continue
+        labels = [f"{r['rows']}x{r['cols']}" for r in rows]
+        x = list(range(len(rows)))
+        fig, ax = plt.subplots(figsize=(11, 4.5))
+        ax.plot(x, [r["tbs"] for r in rows], "o-", label="ours (tuned table)", linewidth=2)
+        for name, style in [("torch", "s"), ("torch.compile", "^"), ("liger", "D")]:
+            pts = [(i, r["bytes"] / (p["us"] * 1e-6) / 1e12) for i, r in enumerate(rows)
+                   for p in peers if p.get("kind") == "peer" and p["peer"] == name and p["kernel"] == kernel
+                   and p["rows"] == r["rows"] and p["cols"] == r["cols"]]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=name, alpha=0.8)
+        ax.axhline(copy, color="k", linestyle=":", label=f"device copy {copy:.2f} TB/s")
+        ax.axhline(0.95 * copy, color="gray", linestyle=":", label="0.95 x copy")
+        ax.set_xticks(x)
+        ax.set_xticklabels(labels, rotation=35, ha="right", fontsize=8)
+        ax.set_ylabel("TB/s (bytes read + written / time)")
+        ax.set_title(f"{kernel}, bf16, H200: per-launch time from CUDA-graph replays")
+        ax.legend(fontsize=8, loc="upper left")
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out_dir, f"{prefix}-{kernel}.png"), dpi=110)
+        plt.close(fig)
+
+
 def main():
-    ours, peers = load(sys.argv[1]), load(sys.argv[2])
+    args = sys.argv[1:]
+    png = None
+    if "--png" in args:
+        i = args.index("--png")
+        png = args[i + 1]
+        del args[i:i + 2]
+    ours, peers = load(args[0]), load(args[1])
     copy = next(r["tbs"] for r in ours if r["kind"] == "copy")
     empty = next((r["us"] for r in ours if r["kind"] == "empty_graph"), None)
+    if png:
+        plot(ours, peers, copy, png, "h200")
     by_shape = {}
     for r in peers:
         if r["kind"] == "peer":

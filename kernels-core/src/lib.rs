@@ -85,7 +85,7 @@ pub use runtime::{ModuleOrigin, Prepared, Runtime, RuntimeOptions, Stats, CRATE_
 #[cfg(feature = "cuda")]
 pub use timing::{time_runs, L2Flush};
 #[cfg(feature = "cuda")]
-pub use tunable::{BufferRole, DynTunable, Tunable, TunableDyn, TuneBuffer};
+pub use tunable::{BufferRole, DynTunable, Recheck, Tunable, TunableDyn, TuneBuffer};
 #[cfg(feature = "cuda")]
 pub use tuner::{CandidateReport, TuneOptions, TuneReport};
 

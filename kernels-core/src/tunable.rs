@@ -175,6 +175,31 @@ pub trait DynTunable: Sync {
         stream: &Arc<CudaStream>,
         shapes: &[(StaticKey, u64)],
     ) -> Vec<Result<tuned::Source>>;
+    /// Re-measures a committed entry on a problem the kernel allocates: the entry's
+    /// config, the analytic default and `sample` configs spread evenly over the search
+    /// space (a quick search), all with the same timing routine. For `kernels tables
+    /// check` on a GPU.
+    #[allow(clippy::too_many_arguments)]
+    fn recheck(
+        &self,
+        rt: &Runtime,
+        stream: &Arc<CudaStream>,
+        key: &StaticKey,
+        batch: u64,
+        entry: &[tuned::Value],
+        sample: usize,
+        timing: &crate::TimingOptions,
+    ) -> Result<Recheck>;
+}
+
+/// What [`DynTunable::recheck`] measured, in microseconds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Recheck {
+    pub entry_us: f64,
+    pub default_us: f64,
+    /// The fastest sampled config and its time (the entry itself when nothing beat it).
+    pub best: Vec<tuned::Value>,
+    pub best_us: f64,
 }
 
 /// The [`DynTunable`] of a [`Tunable`].
@@ -220,6 +245,61 @@ impl<K: Tunable> DynTunable for TunableDyn<K> {
         let problem = K::borrow_problem(&mut owned);
         let report = rt.tune::<K>(stream, &problem, opts);
         rt.record_of::<K>(&report)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn recheck(
+        &self,
+        rt: &Runtime,
+        stream: &Arc<CudaStream>,
+        key: &StaticKey,
+        batch: u64,
+        entry: &[tuned::Value],
+        sample: usize,
+        timing: &crate::TimingOptions,
+    ) -> Result<Recheck> {
+        let k = Self::key(key)?;
+        let info = rt.device().info();
+        let entry_cfg = K::config_from_values(entry).map_err(|e| Error::kernel(K::SCHEMA.kernel, e))?;
+        let default = K::analytic_default(info.tuning_target(), &k, batch);
+        let space = K::search_space(info, &k, batch);
+        let step = (space.len() / sample.max(1)).max(1);
+        let sampled: Vec<K::Config> = space.into_iter().step_by(step).take(sample).collect();
+        let mut owned = K::alloc_problem(stream, &k, batch)?;
+        let problem = K::borrow_problem(&mut owned);
+        let align = K::alignment(&problem);
+        let flush = crate::L2Flush::new(stream, info)?;
+        let bytes: u64 = K::buffers(&problem).iter().map(|b| b.bytes as u64).sum();
+        let flush = timing.flush_l2.wanted(bytes, info.l2_bytes).then_some(&flush);
+        let time = |c: &K::Config| -> Result<f64> {
+            let c = K::fit_alignment(&k, c.clone(), align);
+            let kernel = rt.kernel(stream, K::SOURCE, &K::variant(info, &k, &c))?;
+            crate::time_runs(stream, timing, flush, &mut || Ok(()), &mut || {
+                K::launch(&kernel, stream, &c, &problem)
+            })
+            .map(|t| t.median_us)
+        };
+        let entry_us = time(&entry_cfg)?;
+        let default_us = if default == entry_cfg {
+            entry_us
+        } else {
+            time(&default)?
+        };
+        let (mut best, mut best_us) = (entry_cfg.clone(), entry_us);
+        for c in sampled {
+            // A sampled config that fails is no better than the entry; skip it.
+            if let Ok(us) = time(&c) {
+                if us < best_us {
+                    (best, best_us) = (c, us);
+                }
+            }
+        }
+        Ok(Recheck {
+            entry_us,
+            default_us,
+            best: K::config_values(&best),
+            best_us,
+        })
     }
 
     fn precompile(

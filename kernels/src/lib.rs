@@ -10,6 +10,7 @@
 
 pub mod catalog;
 pub mod plan;
+pub mod runtime_cmd;
 pub mod tables;
 #[cfg(feature = "cuda")]
 pub mod variants;

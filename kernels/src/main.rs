@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 use kernels::{catalog, plan, tables};
 use tuned::{DType, StaticKey, Target};
 
-mod runtime_cmd;
+use kernels::runtime_cmd;
 
 #[derive(Parser)]
 #[command(
@@ -129,6 +129,15 @@ enum TablesCommand {
     Check {
         #[arg(long)]
         offline: bool,
+        /// On a GPU: the allowed slowdown against the default or a quick search.
+        #[arg(long, default_value = "0.10")]
+        threshold: String,
+        /// On a GPU: configs sampled from the search space per entry.
+        #[arg(long, default_value = "12")]
+        sample: String,
+        /// On a GPU: only this kernel's table.
+        #[arg(long)]
+        kernel: Option<String>,
         paths: Vec<PathBuf>,
     },
     /// Drop entries that do not beat their analytic default by more than --margin
@@ -410,13 +419,24 @@ fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {
                 ExitCode::SUCCESS
             })
         }
-        TablesCommand::Check { offline, paths } => {
-            if !offline {
+        TablesCommand::Check {
+            offline,
+            threshold,
+            sample,
+            kernel,
+            paths,
+        } => {
+            if offline {
+                return check(paths, true);
+            }
+            if !paths.is_empty() {
                 return Err(Usage(
-                    "check: the on-GPU check is not built yet; run `kernels tables check --offline`".into(),
+                    "check: PATHS are for --offline; on a GPU the baked tables are re-measured".into(),
                 ));
             }
-            check(paths, true)
+            let threshold: f64 = arg("threshold", &threshold)?;
+            let sample: usize = arg("sample", &sample)?;
+            runtime_cmd::check_tables(threshold, sample, kernel).map_err(Usage)
         }
     }
 }

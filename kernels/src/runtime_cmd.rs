@@ -1,5 +1,5 @@
-//! `kernels tune`, `kernels precompile` and `kernels info`: the commands that need the
-//! GPU runtime (`kernels-core`). Shape files are described in
+//! `kernels tune`, `kernels precompile` and `kernels info`, the commands that need the
+//! GPU runtime (`kernels-core`); the retune bench calls [`tune`] too. Shape files are described in
 //! `kernels_core::tune_table` (a JSON array of `{key fields..., "batch": N or [N, ...]}`).
 
 use std::path::PathBuf;
@@ -25,7 +25,7 @@ pub struct TuneArgs {
 pub type CmdResult = Result<ExitCode, String>;
 
 #[cfg(feature = "cuda")]
-pub use cuda::{info, precompile, tune};
+pub use cuda::{check_tables, info, precompile, tunables, tune};
 
 #[cfg(not(feature = "cuda"))]
 pub fn tune(_: TuneArgs) -> CmdResult {
@@ -35,6 +35,11 @@ pub fn tune(_: TuneArgs) -> CmdResult {
 #[cfg(not(feature = "cuda"))]
 pub fn precompile(_: String, _: PathBuf, _: usize) -> CmdResult {
     Err("precompile: this binary was built without the `cuda` feature".into())
+}
+
+#[cfg(not(feature = "cuda"))]
+pub fn check_tables(_: f64, _: usize, _: Option<String>) -> CmdResult {
+    Err("check: this binary was built without the `cuda` feature; use --offline".into())
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -170,13 +175,14 @@ mod cuda {
                 AlignClass::A16,
             )
         };
+        let started = std::time::Instant::now();
         let result = tune_table(
             &job,
             &shapes,
             rt.cache(),
             &key_for,
             &mut |key, batch| k.search(&rt, &stream, key, batch, &opts),
-            &mut |p| print_progress(&p),
+            &mut |p| print_progress(&p, started),
         );
         let out = match result {
             Ok(o) => o,
@@ -225,7 +231,13 @@ mod cuda {
         })
     }
 
-    fn print_progress(p: &Progress<'_>) {
+    /// `[done/total]` per shape, and an ETA from the pace of the shapes done so far.
+    fn print_progress(p: &Progress<'_>, started: std::time::Instant) {
+        let eta = |index: usize, total: usize| {
+            let done = index + 1;
+            let per = started.elapsed().as_secs_f64() / done as f64;
+            format!("ETA {:.0} s", per * (total - done) as f64)
+        };
         match p {
             Progress::Searching {
                 index,
@@ -258,10 +270,11 @@ mod cuda {
                     None => "default failed".into(),
                 };
                 println!(
-                    "[{}/{total}] [{key}] batch {batch}: {from} [{}] {:.3} us ({vs})",
+                    "[{}/{total}] [{key}] batch {batch}: {from} [{}] {:.3} us ({vs}); {}",
                     index + 1,
                     cfg.join(" "),
-                    record.us
+                    record.us,
+                    eta(*index, *total)
                 );
             }
             Progress::Failed {
@@ -272,6 +285,88 @@ mod cuda {
                 error,
             } => println!("[{}/{total}] [{key}] batch {batch}: FAILED {error}", index + 1),
         }
+    }
+
+    /// `kernels tables check` on a GPU: re-measures every baked entry of the device's
+    /// target against the analytic default and a quick search (`sample` configs spread
+    /// over the space), prints what moved, and fails when an entry is more than
+    /// `threshold` slower than the default or than the quick search's best.
+    pub fn check_tables(threshold: f64, sample: usize, only: Option<String>) -> CmdResult {
+        let rt = match open(0) {
+            Ok(rt) => rt,
+            Err(e) => {
+                eprintln!("kernels: tables check: {e}");
+                return Ok(ExitCode::FAILURE);
+            }
+        };
+        let stream = match rt.device().new_stream() {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("kernels: tables check: {e}");
+                return Ok(ExitCode::FAILURE);
+            }
+        };
+        let Some(target) = rt.device().info().target() else {
+            eprintln!("kernels: tables check: this device has no table target");
+            return Ok(ExitCode::FAILURE);
+        };
+        let timing = kernels_core::TimingOptions::default();
+        let (mut checked, mut failed) = (0usize, 0usize);
+        println!(
+            "{:<18} {:<28} {:>6} {:>10} {:>10} {:>10} {:>10}  verdict",
+            "kernel", "static key", "batch", "table us", "now us", "default us", "search us"
+        );
+        for k in tunables() {
+            let name = k.schema().kernel;
+            if only.as_deref().is_some_and(|o| o != name) {
+                continue;
+            }
+            let Some(table) = crate::kernel(name).and_then(|d| d.baked_table(target)) else {
+                continue;
+            };
+            let mut entries: Vec<_> = table.entries.entries().collect();
+            entries.sort_by_key(|(key, _)| *key);
+            for (canonical, list) in entries {
+                let pairs = canonical.split(',').filter_map(|kv| kv.split_once('='));
+                let key = StaticKey::from_pairs(k.schema(), pairs)
+                    .map_err(|e| format!("table key `{canonical}`: {e}"))?;
+                for e in list.iter() {
+                    checked += 1;
+                    let r = match k.recheck(&rt, &stream, &key, e.batch, e.config, sample, &timing) {
+                        Ok(r) => r,
+                        Err(err) => {
+                            failed += 1;
+                            println!("{name:<18} {canonical:<28} {:>6}  FAIL: {err}", e.batch);
+                            continue;
+                        }
+                    };
+                    let slow_vs_default = r.entry_us > r.default_us * (1.0 + threshold);
+                    let beaten = r.best_us * (1.0 + threshold) < r.entry_us;
+                    let verdict = match (slow_vs_default, beaten) {
+                        (true, _) => "FAIL: slower than the default",
+                        (_, true) => "FAIL: a quick search beats it",
+                        _ if (r.entry_us / e.us - 1.0).abs() > threshold => "ok (moved since tuning)",
+                        _ => "ok",
+                    };
+                    if slow_vs_default || beaten {
+                        failed += 1;
+                    }
+                    println!(
+                        "{name:<18} {canonical:<28} {:>6} {:>10.3} {:>10.3} {:>10.3} {:>10.3}  {verdict}",
+                        e.batch, e.us, r.entry_us, r.default_us, r.best_us
+                    );
+                }
+            }
+        }
+        println!(
+            "{checked} entries re-measured on {target}, {failed} failed (threshold {:.0}%)",
+            threshold * 100.0
+        );
+        Ok(if failed == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        })
     }
 
     /// `kernels precompile KERNEL --shapes FILE`: resolves each shape under the policy

@@ -1,0 +1,60 @@
+//! Retune every kernel over its shape set on the current GPU and write the tables:
+//!
+//!     KERNELS_RETUNE=1 cargo bench -p benches --bench retune
+//!
+//! It does what `kernels tune KERNEL --shapes tuned/shapes/KERNEL.json` does for each
+//! tunable kernel in turn: progress with an ETA per shape, results persisted as they
+//! come (an interrupted run resumes from the tuning cache), tables merged into
+//! `tuned/tables/<kernel>/<target>.json` atomically. `KERNELS_RETUNE_ONLY=rmsnorm,...`
+//! limits the kernels; `KERNELS_RETUNE_FRESH=1` searches every shape again. Without
+//! `KERNELS_RETUNE=1`, or without a GPU, it says so in one line and does nothing.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use kernels::runtime_cmd::{tunables, tune, TuneArgs};
+
+fn main() -> ExitCode {
+    if std::env::var("KERNELS_RETUNE").as_deref() != Ok("1") {
+        println!("retune: skipped; set KERNELS_RETUNE=1 to retune every kernel's table on this GPU");
+        return ExitCode::SUCCESS;
+    }
+    if let Err(e) = kernels::core::Device::open(0) {
+        println!("retune: skipped: no CUDA GPU found ({e})");
+        return ExitCode::SUCCESS;
+    }
+    let only: Option<Vec<String>> = std::env::var("KERNELS_RETUNE_ONLY")
+        .ok()
+        .map(|v| v.split(',').map(|s| s.trim().to_string()).collect());
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut failed = false;
+    for k in tunables() {
+        let kernel = k.schema().kernel.to_string();
+        if only.as_ref().is_some_and(|o| !o.contains(&kernel)) {
+            continue;
+        }
+        println!("== retune {kernel}");
+        let args = TuneArgs {
+            shapes: root.join("tuned/shapes").join(format!("{kernel}.json")),
+            kernel,
+            target: "auto".into(),
+            tables: Some(root.join("tuned/tables")),
+            retune: std::env::var("KERNELS_RETUNE_FRESH").as_deref() == Ok("1"),
+            reps: None,
+            device: 0,
+        };
+        match tune(args) {
+            Ok(code) if code == ExitCode::SUCCESS => {}
+            Ok(_) => failed = true,
+            Err(e) => {
+                eprintln!("retune: {e}");
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
