@@ -26,7 +26,16 @@ fn main() -> ExitCode {
     let only: Option<Vec<String>> = std::env::var("KERNELS_RETUNE_ONLY")
         .ok()
         .map(|v| v.split(',').map(|s| s.trim().to_string()).collect());
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    // The repository root: where cargo runs benches (benches/), its parent, or the
+    // source tree this binary was built from.
+    let root = [
+        Path::new(".").to_path_buf(),
+        Path::new("..").to_path_buf(),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(".."),
+    ]
+    .into_iter()
+    .find(|p| p.join("tuned/shapes").is_dir())
+    .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".."));
     let mut failed = false;
     for k in tunables() {
         let kernel = k.schema().kernel.to_string();

@@ -157,6 +157,33 @@ impl DiskCache {
         tuned::write_atomic(&path, &bytes).map_err(|e| Error::io(&path, e))
     }
 
+    /// Every checked entry of `section` with its key text, sorted by file name; files
+    /// that fail their checks are returned as `(path, reason)` in the second list.
+    pub fn entries(&self, section: Section) -> Result<(Vec<(String, CacheEntry)>, Vec<(PathBuf, String)>)> {
+        let (mut good, mut bad) = (Vec::new(), Vec::new());
+        let Some(root) = &self.root else {
+            return Ok((good, bad));
+        };
+        let dir = root.join("v1").join(section.dir_name());
+        let mut paths: Vec<PathBuf> = match std::fs::read_dir(&dir) {
+            Ok(e) => e.filter_map(|e| e.ok().map(|e| e.path())).collect(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((good, bad)),
+            Err(e) => return Err(Error::io(&dir, e)),
+        };
+        paths.retain(|p| p.extension().and_then(|e| e.to_str()) == Some("kc"));
+        paths.sort();
+        for p in paths {
+            match std::fs::read(&p)
+                .map_err(|e| e.to_string())
+                .and_then(|b| decode_any(&b))
+            {
+                Ok(kv) => good.push(kv),
+                Err(reason) => bad.push((p, reason)),
+            }
+        }
+        Ok((good, bad))
+    }
+
     /// Number of cache files and their total size in bytes (0, 0 when disabled or empty).
     pub fn usage(&self) -> Result<(u64, u64)> {
         let Some(root) = &self.root else {
@@ -210,6 +237,15 @@ fn encode(key: &str, kind: &str, payload: &[u8]) -> Vec<u8> {
 }
 
 fn decode(bytes: &[u8], want_key: &str) -> Result<CacheEntry, String> {
+    let (key, entry) = decode_any(bytes)?;
+    if key != want_key {
+        return Err("holds a different key (hash collision); it will be replaced".into());
+    }
+    Ok(entry)
+}
+
+/// A checked file's key text and entry, whatever its key.
+fn decode_any(bytes: &[u8]) -> Result<(String, CacheEntry), String> {
     if bytes.len() < HEADER_LEN {
         return Err(format!(
             "truncated: {} bytes, shorter than the {HEADER_LEN}-byte header",
@@ -246,14 +282,15 @@ fn decode(bytes: &[u8], want_key: &str) -> Result<CacheEntry, String> {
     if checksum(key, kind, payload) != sum {
         return Err("checksum mismatch (corrupt file)".into());
     }
-    if key != want_key.as_bytes() {
-        return Err("holds a different key (hash collision); it will be replaced".into());
-    }
+    let key = std::str::from_utf8(key).map_err(|_| "key is not UTF-8".to_string())?;
     let kind = std::str::from_utf8(kind).map_err(|_| "kind is not UTF-8".to_string())?;
-    Ok(CacheEntry {
-        kind: kind.to_string(),
-        payload: payload.to_vec(),
-    })
+    Ok((
+        key.to_string(),
+        CacheEntry {
+            kind: kind.to_string(),
+            payload: payload.to_vec(),
+        },
+    ))
 }
 
 #[cfg(test)]

@@ -140,6 +140,16 @@ enum TablesCommand {
         kernel: Option<String>,
         paths: Vec<PathBuf>,
     },
+    /// Move online tuning results (KERNELS_TUNING=online) from the disk cache into the
+    /// committed tables, merged; results that cannot serve from a table are listed.
+    Promote {
+        /// Cache folder (default: KERNELS_CACHE_DIR, else the user's cache folder).
+        #[arg(long)]
+        cache: Option<PathBuf>,
+        /// Tables folder (default: the committed tuned/tables).
+        #[arg(long)]
+        tables: Option<PathBuf>,
+    },
     /// Drop entries that do not beat their analytic default by more than --margin
     /// (default 0.02, the tuner's noise threshold), rewriting the files atomically.
     Prune {
@@ -390,6 +400,34 @@ fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {
             Ok(ExitCode::SUCCESS)
         }
         TablesCommand::Validate { paths } => check(paths, false),
+        TablesCommand::Promote { cache, tables: dir } => {
+            let cache = match cache {
+                Some(c) => kernels::core::DiskCache::at(c),
+                None => kernels::core::DiskCache::from_env(),
+            };
+            let dir = dir.unwrap_or_else(tables::default_dir);
+            match tables::promote(&cache, &dir) {
+                Ok(p) => {
+                    for (path, added, replaced, kept) in &p.written {
+                        println!(
+                            "{}: {added} added, {replaced} replaced, {kept} kept",
+                            path.display()
+                        );
+                    }
+                    for (what, why) in &p.skipped {
+                        println!("skipped {what}: {why}");
+                    }
+                    if p.written.is_empty() {
+                        println!("nothing to promote");
+                    }
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(f) => {
+                    println!("FAIL {f}");
+                    Ok(ExitCode::FAILURE)
+                }
+            }
+        }
         TablesCommand::Prune { margin, paths } => {
             let margin: f64 = arg("margin", &margin)?;
             if !(0.0..1.0).contains(&margin) {

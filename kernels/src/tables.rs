@@ -173,3 +173,156 @@ pub fn prune(path: &Path, margin: f64) -> Result<Pruned, Finding> {
         .map_err(|e| finding(None, format!("cannot write: {e}")))?;
     Ok(pruned)
 }
+
+/// What [`promote`] did with each online tuning result.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Promoted {
+    /// Table files written, with (added, replaced, kept) counts.
+    pub written: Vec<(PathBuf, usize, usize, usize)>,
+    /// (cache file or key, why it was left out).
+    pub skipped: Vec<(String, String)>,
+}
+
+/// One `name = value` line of a cache key's text; string values are JSON-quoted.
+fn key_field<'a>(text: &'a str, name: &str) -> Option<std::borrow::Cow<'a, str>> {
+    let raw = text
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.trim_start().strip_prefix('='))?
+        .trim();
+    if raw.starts_with('"') {
+        serde_json::from_str::<String>(raw)
+            .ok()
+            .map(std::borrow::Cow::Owned)
+    } else {
+        Some(std::borrow::Cow::Borrowed(raw))
+    }
+}
+
+/// Moves online tuning results from the disk cache into committed tables
+/// (`<tables>/<kernel>/<target>.json`, merged: the faster entry of each (key, batch)
+/// wins). Only results that can serve from a table are promoted: measured on 16-byte
+/// aligned buffers, against the kernel source this binary was built from, and faster
+/// than the analytic default; the rest are listed with the reason.
+pub fn promote(cache: &kernels_core::DiskCache, tables: &Path) -> Result<Promoted, Finding> {
+    use std::collections::BTreeMap;
+    use tuned::{StaticKey, TableEntry, TableHeader};
+
+    let mut out = Promoted::default();
+    let (entries, corrupt) = cache
+        .entries(kernels_core::Section::Tuning)
+        .map_err(|e| Finding {
+            file: "cache".into(),
+            entry: None,
+            reason: e.to_string(),
+        })?;
+    for (path, reason) in corrupt {
+        out.skipped.push((path.display().to_string(), reason));
+    }
+    let mut by_table: BTreeMap<(String, Target), (TableHeader, Vec<TableEntry>)> = BTreeMap::new();
+    for (text, entry) in entries {
+        let field = |n: &str| key_field(&text, n).map(|v| v.into_owned()).unwrap_or_default();
+        let (kernel_name, static_key, batch) = (field("kernel"), field("static_key"), field("batch"));
+        let label = format!("{kernel_name} [{static_key}] batch {batch}");
+        let mut skip = |why: String| out.skipped.push((label.clone(), why));
+        let Some(kernel) = crate::kernel(&kernel_name) else {
+            skip(format!("no kernel named `{kernel_name}`"));
+            continue;
+        };
+        if field("alignment") != "16" {
+            skip(format!(
+                "tuned on {}-byte aligned buffers; tables serve 16-byte aligned ones",
+                field("alignment")
+            ));
+            continue;
+        }
+        let fingerprint = field("source_fingerprint");
+        if fingerprint != kernel.source_fingerprint() {
+            skip(format!(
+                "tuned against source {fingerprint}, the kernel is now {}",
+                kernel.source_fingerprint()
+            ));
+            continue;
+        }
+        let Ok(target) = field("arch").parse::<Target>() else {
+            skip(format!("arch `{}` has no table target", field("arch")));
+            continue;
+        };
+        let record = match std::str::from_utf8(&entry.payload)
+            .map_err(|e| e.to_string())
+            .and_then(|t| kernels_core::TuneRecord::from_json(t))
+        {
+            Ok(r) => r,
+            Err(e) => {
+                skip(format!("unreadable record: {e}"));
+                continue;
+            }
+        };
+        let Some(default_us) = record.default_us.filter(|d| record.us < *d) else {
+            skip("does not beat the analytic default".into());
+            continue;
+        };
+        let pairs = static_key.split(',').filter_map(|kv| kv.split_once('='));
+        let key = match StaticKey::from_pairs(kernel.schema(), pairs) {
+            Ok(k) => k,
+            Err(e) => {
+                skip(e);
+                continue;
+            }
+        };
+        let (Ok(batch), Ok(())) = (batch.parse::<u64>(), kernel.check_config(&record.config)) else {
+            skip("bad batch or a config outside the current search space".into());
+            continue;
+        };
+        let schema = kernel.schema();
+        let slot = by_table.entry((kernel_name.clone(), target)).or_insert_with(|| {
+            (
+                TableHeader {
+                    kernel: kernel_name.clone(),
+                    target,
+                    device: record.device.clone(),
+                    compiler: record.compiler.clone(),
+                    source_fingerprint: fingerprint.clone(),
+                    tuned_at: record.tuned_at.clone(),
+                    key_fields: schema.key_names().map(str::to_string).collect(),
+                    params: schema.param_names().map(str::to_string).collect(),
+                },
+                Vec::new(),
+            )
+        });
+        slot.0.tuned_at = slot.0.tuned_at.clone().max(record.tuned_at.clone());
+        slot.1.push(TableEntry {
+            key,
+            batch,
+            config: record.config,
+            us: record.us,
+            default_us,
+        });
+    }
+    for ((kernel, target), (header, mut entries)) in by_table {
+        let path = tables.join(&kernel).join(format!("{}.json", target.name()));
+        let file = path.display().to_string();
+        entries.sort_by(|a, b| (&a.key, a.batch).cmp(&(&b.key, b.batch)));
+        entries.dedup_by(|a, b| a.key == b.key && a.batch == b.batch);
+        let newer = TableFile { header, entries };
+        let (table, added, replaced, kept) = if path.exists() {
+            let schema = crate::kernel(&kernel).map(|k| k.schema());
+            let mut existing = TableFile::read(&path, schema).map_err(|e| Finding {
+                file: file.clone(),
+                entry: e.entry,
+                reason: e.reason,
+            })?;
+            let r = existing.merge(newer);
+            (existing, r.added.len(), r.replaced.len(), r.kept.len())
+        } else {
+            let n = newer.entries.len();
+            (newer, n, 0, 0)
+        };
+        table.write(&path).map_err(|e| Finding {
+            file: file.clone(),
+            entry: None,
+            reason: format!("cannot write: {e}"),
+        })?;
+        out.written.push((path, added, replaced, kept));
+    }
+    Ok(out)
+}

@@ -326,3 +326,82 @@ fn prune_drops_entries_that_do_not_beat_the_default() {
     assert!(t.entries.iter().all(|e| e.batch != 16));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn promote_moves_online_results_into_tables() {
+    use kernels::core::{cache_key, AlignClass, CacheKeyParts, Component, DiskCache, Section, TuneRecord};
+    use tuned::Value;
+    let dir = std::env::temp_dir().join(format!("kernels-promote-{}", std::process::id()));
+    let cache = DiskCache::at(dir.join("cache"));
+    let store = |fingerprint: &str, cols: u32, align: AlignClass, us: f64| {
+        let static_key = format!("dtype=bf16,cols={cols}");
+        let key = cache_key(&CacheKeyParts {
+            crate_version: "0.1.0",
+            kernel: "rmsnorm",
+            source_fingerprint: fingerprint,
+            compiler: "nvrtc 13.0",
+            arch: "sm_90a",
+            device_name: "NVIDIA H200",
+            sm_count: 132,
+            codegen_env: &[],
+            variant: Component::DoesNotApply,
+            static_key: Component::Applies(&static_key),
+            batch: Component::Applies(64),
+            alignment: Component::Applies(align),
+        });
+        let record = TuneRecord {
+            config: vec![Value::Int(256), Value::Int(8), Value::Int(1)],
+            us,
+            default_us: Some(4.0),
+            device: "NVIDIA H200".into(),
+            compiler: "nvrtc 13.0".into(),
+            tuned_at: "2026-11-30".into(),
+            candidates: vec![],
+        };
+        cache
+            .store(Section::Tuning, &key, "tune", record.to_json().as_bytes())
+            .unwrap();
+    };
+    let current = kernels::rmsnorm::SOURCE_FINGERPRINT;
+    store(current, 5120, AlignClass::A16, 3.0); // promoted
+    store(current, 6144, AlignClass::A2, 3.0); // misaligned: skipped
+    store("fnv1a64:0000000000000000", 7168, AlignClass::A16, 3.0); // stale: skipped
+    store(current, 9216, AlignClass::A16, 4.5); // slower than the default: skipped
+    let tables = dir.join("tables");
+    let o = kernels(&[
+        "tables",
+        "promote",
+        "--cache",
+        dir.join("cache").to_str().unwrap(),
+        "--tables",
+        tables.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("1 added"), "{out}");
+    assert!(
+        out.contains("cols=6144] batch 64: tuned on 2-byte aligned buffers"),
+        "{out}"
+    );
+    assert!(
+        out.contains("cols=7168] batch 64: tuned against source fnv1a64:0000000000000000"),
+        "{out}"
+    );
+    assert!(
+        out.contains("cols=9216] batch 64: does not beat the analytic default"),
+        "{out}"
+    );
+    let t = tuned::TableFile::read(&tables.join("rmsnorm/sm90.json"), None).unwrap();
+    assert_eq!(t.entries.len(), 1);
+    assert_eq!(t.entries[0].key.as_str(), "dtype=bf16,cols=5120");
+    assert_eq!(t.header.source_fingerprint, current);
+    // The promoted file validates against the kernel and passes the offline guard.
+    let o = kernels(&[
+        "tables",
+        "check",
+        "--offline",
+        tables.join("rmsnorm/sm90.json").to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stdout(&o));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
