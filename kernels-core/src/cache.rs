@@ -71,6 +71,10 @@ pub enum Lookup {
     Corrupt { path: PathBuf, reason: String },
 }
 
+/// [`DiskCache::entries`]: checked entries with their key text, and the files that
+/// failed their checks with the reason.
+pub type SectionEntries = (Vec<(String, CacheEntry)>, Vec<(PathBuf, String)>);
+
 /// The on-disk cache. Cheap to clone; holds only its folder.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DiskCache {
@@ -159,7 +163,7 @@ impl DiskCache {
 
     /// Every checked entry of `section` with its key text, sorted by file name; files
     /// that fail their checks are returned as `(path, reason)` in the second list.
-    pub fn entries(&self, section: Section) -> Result<(Vec<(String, CacheEntry)>, Vec<(PathBuf, String)>)> {
+    pub fn entries(&self, section: Section) -> Result<SectionEntries> {
         let (mut good, mut bad) = (Vec::new(), Vec::new());
         let Some(root) = &self.root else {
             return Ok((good, bad));
