@@ -249,7 +249,7 @@ pub fn promote(cache: &kernels_core::DiskCache, tables: &Path) -> Result<Promote
         };
         let record = match std::str::from_utf8(&entry.payload)
             .map_err(|e| e.to_string())
-            .and_then(|t| kernels_core::TuneRecord::from_json(t))
+            .and_then(kernels_core::TuneRecord::from_json)
         {
             Ok(r) => r,
             Err(e) => {
