@@ -588,6 +588,27 @@ impl Runtime {
         Ok(p)
     }
 
+    /// Launches `problem` with an explicit `config`, bypassing resolution (tests,
+    /// benchmarks, A/B runs); its variant is compiled on first use. A config the kernel
+    /// does not accept for this problem on this device is an error naming `config`.
+    pub fn launch_config<K: Tunable>(
+        &self,
+        stream: &Arc<CudaStream>,
+        config: &K::Config,
+        problem: &K::Problem<'_>,
+    ) -> Result<()> {
+        let (key, batch) = K::problem_shape(problem);
+        let info = self.device.info();
+        if !K::accepts(info.tuning_target(), &key, batch, config) {
+            return Err(Error::invalid(
+                "config",
+                format!("{config:?} does not fit {key:?} on {}", info.name),
+            ));
+        }
+        let kernel = self.kernel(stream, K::SOURCE, &K::variant(info, &key, config))?;
+        K::launch(&kernel, stream, config, problem)
+    }
+
     /// Warms every shape a model needs at start-up: resolves each under the policy,
     /// then compiles all distinct variants in parallel and memoizes them, so later
     /// launches (and graph captures) compile nothing. One result per shape.

@@ -506,22 +506,3 @@ pub fn fused_add_rmsnorm<T: Element>(
     let p = NormProblem::fused_add_rmsnorm(stream, x, x_rows, residual, residual_rows, weight, eps)?;
     Ok(rt.run::<FusedAddRmsNorm>(stream, &p)?.resolved)
 }
-
-/// Launches `problem` with an explicit config (tests, benchmarks, A/B runs); the
-/// config must fit the problem.
-pub fn launch_with<K: Tunable<Key = RmsNormKey, Config = RmsNormConfig>>(
-    rt: &Runtime,
-    stream: &Arc<CudaStream>,
-    config: &RmsNormConfig,
-    problem: &K::Problem<'_>,
-) -> Result<()> {
-    let (key, _) = K::problem_shape(problem);
-    if !space::fits(rt.device().info().tuning_target(), &key, config) {
-        return Err(Error::invalid(
-            "config",
-            format!("{config:?} does not fit {key:?}"),
-        ));
-    }
-    let kernel = rt.kernel(stream, K::SOURCE, &K::variant(rt.device().info(), &key, config))?;
-    K::launch(&kernel, stream, config, problem)
-}

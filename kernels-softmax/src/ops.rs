@@ -404,22 +404,3 @@ pub fn log_softmax<T: Element>(
     let p = SoftmaxProblem::new(stream, x, x_rows, y, y_rows, scale)?;
     Ok(rt.run::<LogSoftmax>(stream, &p)?.resolved)
 }
-
-/// Launches `problem` with an explicit config (tests, benchmarks, A/B runs); the
-/// config must fit the problem on this device.
-pub fn launch_with<K: Tunable<Key = SoftmaxKey, Config = SoftmaxConfig>>(
-    rt: &Runtime,
-    stream: &Arc<CudaStream>,
-    config: &SoftmaxConfig,
-    problem: &K::Problem<'_>,
-) -> Result<()> {
-    let (key, _) = K::problem_shape(problem);
-    if !space::fits(rt.device().info().tuning_target(), &key, config) {
-        return Err(Error::invalid(
-            "config",
-            format!("{config:?} does not fit {key:?} on this device"),
-        ));
-    }
-    let kernel = rt.kernel(stream, K::SOURCE, &K::variant(rt.device().info(), &key, config))?;
-    K::launch(&kernel, stream, config, problem)
-}

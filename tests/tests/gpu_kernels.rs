@@ -243,7 +243,7 @@ fn rmsnorm_every_config_matches_reference() {
                 )
             }
             .expect("valid problem");
-            norm_ops::launch_with::<RmsNorm>(&rt, &stream, c, &p).expect("launch");
+            rt.launch_config::<RmsNorm>(&stream, c, &p).expect("launch");
             if let Err(e) = compare(
                 &what,
                 &yb.read(&stream),
@@ -272,7 +272,7 @@ fn rmsnorm_every_config_matches_reference() {
                 )
             }
             .expect("valid problem");
-            norm_ops::launch_with::<FusedAddRmsNorm>(&rt, &stream, c, &p).expect("launch");
+            rt.launch_config::<FusedAddRmsNorm>(&stream, c, &p).expect("launch");
             if let Err(e) = compare(
                 &format!("{what} x"),
                 &fx.read(&stream),
@@ -408,9 +408,9 @@ fn softmax_every_config_matches_reference() {
                 }
                 .expect("valid problem");
                 if log {
-                    sm_ops::launch_with::<LogSoftmax>(&rt, &stream, c, &p).expect("launch");
+                    rt.launch_config::<LogSoftmax>(&stream, c, &p).expect("launch");
                 } else {
-                    sm_ops::launch_with::<Softmax>(&rt, &stream, c, &p).expect("launch");
+                    rt.launch_config::<Softmax>(&stream, c, &p).expect("launch");
                 }
                 let w = if log { &want_log } else { &want };
                 if let Err(e) = compare(
@@ -592,7 +592,7 @@ fn fused_add_rmsnorm_tuned_online_leaves_one_plain_run() {
         )
     }
     .unwrap();
-    norm_ops::launch_with::<FusedAddRmsNorm>(&plain_rt, &stream, &used.resolved.config, &p2).unwrap();
+    plain_rt.launch_config::<FusedAddRmsNorm>(&stream, &used.resolved.config, &p2).unwrap();
     let (plain_x, plain_r) = (xb2.read(&stream), rb2.read(&stream));
     let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
     assert_eq!(
