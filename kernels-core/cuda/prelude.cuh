@@ -4,7 +4,10 @@
 // (NVRTC on NVIDIA, hipRTC or clang -x hip on AMD); kernel sources never #include
 // it. It needs no header: NVRTC 13 does not find cuda_fp16.h / cuda_bf16.h on a
 // machine with only the driver, so the 16-bit types, their conversions, vector
-// loads and warp reductions are defined here.
+// loads and warp reductions are defined here. On AMD it needs HIP's runtime header,
+// which hipRTC includes by itself; with clang add `-x hip -include hip/hip_runtime.h`
+// (device-only compiles for gfx90a and gfx942 seen working with clang 19 and Debian's
+// libamdhip64-dev 5.2, not run on AMD hardware).
 //
 // Contents (namespace kd):
 //   u16 u32 u64 i32 i64 ........ fixed-width integers (no <cstdint>)
@@ -270,6 +273,25 @@ __device__ __forceinline__ Vec<T, N> pack(const float (&f)[N]) {
 // doubles the registers a 16-bit row takes; it re-unpacks instead (a shift each).
 template <typename T, int N>
 __device__ __forceinline__ void opaque(Vec<T, N>& v) {
+#if defined(KD_AMD)
+    // AMD: "v" (a vector register) on 32-bit containers.
+#pragma unroll
+    for (int e = 0; e < N; e += (sizeof(T) == 4 ? 1 : 2)) {
+        u32 w;
+        if constexpr (sizeof(T) == 4) {
+            w = f32_bits(v.v[e]);
+        } else {
+            w = u32(v.v[e].bits) | (e + 1 < N ? u32(v.v[e + 1].bits) << 16 : 0u);
+        }
+        asm volatile("" : "+v"(w));
+        if constexpr (sizeof(T) == 4) {
+            v.v[e] = bits_f32(w);
+        } else {
+            v.v[e].bits = u16(w);
+            if (e + 1 < N) v.v[e + 1].bits = u16(w >> 16);
+        }
+    }
+#else
     if constexpr (sizeof(T) == 4) {
 #pragma unroll
         for (int e = 0; e < N; ++e) asm volatile("" : "+f"(v.v[e]));
@@ -284,6 +306,7 @@ __device__ __forceinline__ void opaque(Vec<T, N>& v) {
     } else {
         asm volatile("" : "+h"(v.v[0].bits));
     }
+#endif
 }
 
 // ---- math -----------------------------------------------------------------------

@@ -20,11 +20,13 @@
 //   THREADS threads per row, a multiple of the warp      ROWS rows per block
 //   VEC elements per vector access, VEC * sizeof(T) <= 16, COLS % VEC == 0; every
 //       pointer and stride aligned to VEC elements
-// Grid: ceil(rows / ROWS) blocks of THREADS * ROWS threads, no dynamic shared memory.
+//   KD_MIN_BLOCKS (optional compiler hint, NVIDIA) blocks per SM for __launch_bounds__
+// Grid: ceil(rows / ROWS) (at most 2^31 - 1) blocks of THREADS * ROWS threads, no
+//   dynamic shared memory.
 //   Each thread handles ITERS = ceil(COLS / (THREADS * VEC)) vectors of its row. With
 //   ITERS <= 16 the row stays in registers between the reduction and the write (one
 //   pass over HBM); longer rows are read a second time, last part first so that the
-//   re-read starts with what is still in L2.
+//   re-read starts with what is still in L2, evict-first (as is the write of y).
 // Special values: they propagate as in torch (an inf in a row makes its sum of squares
 // inf, so that row's outputs are 0 and NaN where x is inf).
 

@@ -17,13 +17,14 @@
 //   ROWS rows per block (row strategy; 1 otherwise)
 //   STRATEGY 0 = row, 1 = online, 2 = cluster (sm_90)   SPLITS blocks per row (cluster)
 //   LOG_SOFTMAX 0 or 1
-// Grid (1D, blocks of the given size, no dynamic shared memory)
+//   KD_MIN_BLOCKS (optional compiler hint, NVIDIA) blocks per SM for __launch_bounds__
+// Grid (1D, at most 2^31 - 1 blocks, blocks of the given size, no dynamic shared memory)
 //   row:     ceil(rows / ROWS) blocks of THREADS * ROWS threads. THREADS threads own
 //            one row, held in registers: ceil(COLS / (THREADS * VEC)) <= 16 vectors
 //            per thread. One pass over HBM.
 //   online:  rows blocks of THREADS threads, any COLS. Pass 1 reads the row keeping a
 //            running (max, sum); pass 2 reads it again, back to front so its first
-//            reads hit what pass 1 left in L2, and writes.
+//            reads hit what pass 1 left in L2, and writes, both evict-first.
 //   cluster: rows * SPLITS blocks of THREADS threads; __cluster_dims__(SPLITS, 1, 1) is
 //            compiled in, so a plain launch forms the clusters. Each block holds
 //            1/SPLITS of the row in registers (<= 16 vectors per thread); the blocks
