@@ -61,8 +61,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Every compiled variant a lookup can return on an NVIDIA target (committed table
-    /// entries and analytic defaults over tuned/shapes), as JSON for scripts/nvrtc_check.py.
+    /// Every compiled variant a lookup can return on a target (committed table entries and
+    /// analytic defaults over tuned/shapes), as JSON for scripts/nvrtc_check.py (NVIDIA)
+    /// or scripts/hip_check.py (AMD).
     Variants {
         #[arg(long, default_value = "sm90")]
         target: String,

@@ -1,7 +1,8 @@
-//! Every compiled variant a lookup can return for an NVIDIA target: each committed
-//! table entry, and the analytic default over each shape set (`tuned/shapes`). CI
-//! compiles the list with NVRTC (`scripts/nvrtc_check.py`) on a machine with no GPU,
-//! so a table entry or default that does not compile fails before it ships.
+//! Every compiled variant a lookup can return for a target: each committed table
+//! entry, and the analytic default over each shape set (`tuned/shapes`). CI compiles
+//! the lists on a machine with no GPU, NVIDIA targets with NVRTC
+//! (`scripts/nvrtc_check.py`) and AMD ones with clang (`scripts/hip_check.py`), so a
+//! table entry or default that does not compile fails before it ships.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -42,13 +43,13 @@ impl VariantJob {
 const PRELUDE: &str = "kernels-core/cuda/prelude.cuh";
 
 fn jobs_of<K: Tunable>(
+    target: Target,
     info: &DeviceInfo,
     source: &'static str,
     shapes_dir: &Path,
     shape_file: &str,
     out: &mut BTreeSet<VariantJob>,
 ) -> Result<(), String> {
-    let target = info.tuning_target();
     let kernel = K::SCHEMA.kernel;
     let mut push = |origin: String, key: &K::Key, config: &K::Config| {
         let v: Variant = K::variant(info, key, config);
@@ -57,7 +58,7 @@ fn jobs_of<K: Tunable>(
             sources: vec![PRELUDE, source],
             entry: v.entry().to_string(),
             defines: v.defines().to_vec(),
-            arch: info.compile_arch(),
+            arch: target.compile_arch().to_string(),
         });
     };
     if let Some(table) = K::baked_table(target) {
@@ -88,38 +89,36 @@ fn jobs_of<K: Tunable>(
     Ok(())
 }
 
-/// The variants of every tunable kernel reachable on `target` (sm80 or sm90), from the
-/// baked tables and the shape sets in `shapes_dir`. Deduplicated by (entry, defines).
+/// The variants of every tunable kernel reachable on `target`, from its baked tables
+/// and the analytic defaults over the shape sets in `shapes_dir`. Deduplicated by
+/// (entry, defines, arch). AMD targets get the same kinds of defines; they compile
+/// with clang for the gfx arch (`scripts/hip_check.py`).
 pub fn reachable(target: Target, shapes_dir: &Path) -> Result<Vec<VariantJob>, String> {
-    let info =
-        DeviceInfo::nominal(target).ok_or_else(|| format!("--target: {target} is not an NVIDIA target"))?;
+    // These kernels' variants depend on key and config only; `Tunable::variant` takes a
+    // device description, so a nominal one stands in (with AMD's 64-lane wavefront).
+    let info = match target.vendor() {
+        tuned::Vendor::Nvidia => DeviceInfo::nominal(target),
+        tuned::Vendor::Amd => DeviceInfo::nominal(Target::Sm90).map(|d| DeviceInfo {
+            name: format!("AMD {} (nominal)", target.name()),
+            warp_size: 64,
+            ..d
+        }),
+    }
+    .ok_or_else(|| format!("--target: no nominal device for {target}"))?;
     let mut jobs = BTreeSet::new();
     use kernels_rmsnorm::{FusedAddRmsNorm, RmsNorm};
     use kernels_softmax::{LogSoftmax, Softmax};
-    jobs_of::<Softmax>(
-        &info,
+    let (softmax, rmsnorm) = (
         "kernels-softmax/cuda/softmax.cu",
-        shapes_dir,
-        "softmax.json",
-        &mut jobs,
-    )?;
-    jobs_of::<LogSoftmax>(
-        &info,
-        "kernels-softmax/cuda/softmax.cu",
-        shapes_dir,
-        "softmax.json",
-        &mut jobs,
-    )?;
-    jobs_of::<RmsNorm>(
-        &info,
         "kernels-rmsnorm/cuda/rmsnorm.cu",
-        shapes_dir,
-        "rmsnorm.json",
-        &mut jobs,
-    )?;
+    );
+    jobs_of::<Softmax>(target, &info, softmax, shapes_dir, "softmax.json", &mut jobs)?;
+    jobs_of::<LogSoftmax>(target, &info, softmax, shapes_dir, "softmax.json", &mut jobs)?;
+    jobs_of::<RmsNorm>(target, &info, rmsnorm, shapes_dir, "rmsnorm.json", &mut jobs)?;
     jobs_of::<FusedAddRmsNorm>(
+        target,
         &info,
-        "kernels-rmsnorm/cuda/rmsnorm.cu",
+        rmsnorm,
         shapes_dir,
         "fused_add_rmsnorm.json",
         &mut jobs,

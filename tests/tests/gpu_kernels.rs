@@ -272,7 +272,8 @@ fn rmsnorm_every_config_matches_reference() {
                 )
             }
             .expect("valid problem");
-            rt.launch_config::<FusedAddRmsNorm>(&stream, c, &p).expect("launch");
+            rt.launch_config::<FusedAddRmsNorm>(&stream, c, &p)
+                .expect("launch");
             if let Err(e) = compare(
                 &format!("{what} x"),
                 &fx.read(&stream),
@@ -592,7 +593,9 @@ fn fused_add_rmsnorm_tuned_online_leaves_one_plain_run() {
         )
     }
     .unwrap();
-    plain_rt.launch_config::<FusedAddRmsNorm>(&stream, &used.resolved.config, &p2).unwrap();
+    plain_rt
+        .launch_config::<FusedAddRmsNorm>(&stream, &used.resolved.config, &p2)
+        .unwrap();
     let (plain_x, plain_r) = (xb2.read(&stream), rb2.read(&stream));
     let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
     assert_eq!(
