@@ -23,7 +23,7 @@ pub mod schema;
 pub mod space;
 
 pub use config::{RmsNormConfig, RmsNormKey};
-pub use heuristic::analytic_default;
+pub use heuristic::{analytic_default, analytic_default_fused};
 
 use tuned::{BakedTable, KernelSchema, KeyValues, Target, TunedKernel, Value};
 
@@ -36,7 +36,7 @@ mod baked {
 pub use baked::SOURCE_FINGERPRINT;
 
 macro_rules! rmsnorm_kernel {
-    ($ty:ident, $schema:expr, $table:path, $dyn:ident, $doc:literal) => {
+    ($ty:ident, $schema:expr, $table:path, $default:path, $dyn:ident, $doc:literal) => {
         #[doc = $doc]
         pub struct $ty;
 
@@ -69,7 +69,7 @@ macro_rules! rmsnorm_kernel {
             }
 
             fn analytic_default(target: Target, key: &RmsNormKey, batch: u64) -> RmsNormConfig {
-                heuristic::analytic_default(target, key, batch)
+                $default(target, key, batch)
             }
 
             fn baked_table(target: Target) -> Option<&'static BakedTable> {
@@ -90,6 +90,7 @@ rmsnorm_kernel!(
     RmsNorm,
     schema::RMSNORM,
     baked::rmsnorm_table,
+    heuristic::analytic_default,
     RMSNORM,
     "RMSNorm: `y = x / rms(x) * weight`."
 );
@@ -97,6 +98,7 @@ rmsnorm_kernel!(
     FusedAddRmsNorm,
     schema::FUSED_ADD_RMSNORM,
     baked::fused_add_rmsnorm_table,
+    heuristic::analytic_default_fused,
     FUSED_ADD_RMSNORM,
     "Fused residual-add RMSNorm, in place: `residual += x; x = rmsnorm(residual) * weight`."
 );
@@ -128,9 +130,10 @@ mod tests {
                     1 << 20,
                 ] {
                     let key = RmsNormKey { dtype, cols };
-                    let c = analytic_default(t, &key, 1);
-                    assert!(space::fits(t, &key, &c), "{t} {dtype} cols={cols}: {c:?}");
-                    assert!(schema::check_config(&c.values()).is_ok(), "{c:?}");
+                    for c in [analytic_default(t, &key, 1), analytic_default_fused(t, &key, 1)] {
+                        assert!(space::fits(t, &key, &c), "{t} {dtype} cols={cols}: {c:?}");
+                        assert!(schema::check_config(&c.values()).is_ok(), "{c:?}");
+                    }
                 }
             }
         }

@@ -1,10 +1,12 @@
 //! The analytic default: a softmax config from target, key and batch, no search.
 //!
-//! The ladder is a first cut from the kernel's structure (16-byte vectors, a few
-//! vectors per thread, enough blocks to fill the GPU); the H200 tuning run replaces
-//! its thresholds with measured ones.
+//! A ladder from the kernel's structure (16-byte vectors, the row in registers when it
+//! fits, enough blocks to fill the GPU) with thresholds measured on the H200 (bf16 and
+//! f32, 2026-11-30, the device-code harness `scripts/gpu_check.py`;
+//! docs/results/device-code-notes.md). Tables replace the default wherever a model's
+//! shape was tuned.
 
-use tuned::Target;
+use tuned::{DType, Target};
 
 use crate::config::{SoftmaxConfig, SoftmaxKey, Strategy};
 use crate::schema::MAX_ITERS;
@@ -14,9 +16,61 @@ use crate::space::fits;
 pub fn analytic_default(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxConfig {
     let vec = widest_vec(key);
     let warp = target.warp_size();
+    let sms: u64 = match target {
+        Target::Sm90 => 132,
+        Target::Sm80 => 108,
+        _ => 304,
+    };
+    let cluster = |threads: u32| {
+        [8, 4, 2]
+            .into_iter()
+            .map(|splits| SoftmaxConfig {
+                strategy: Strategy::Cluster,
+                threads,
+                vec,
+                rows: 1,
+                splits,
+            })
+            .find(|c| fits(target, key, c))
+    };
+    // Few long rows (decode-time sampling over a vocabulary): split each row over a
+    // cluster of 8 so more SMs stream it. 256 threads per block beat 1024 (64x128256:
+    // 2.02 against 1.36 TB/s; 1 row: 4.6 against 5.6 us); 128 at 32000 columns (1 row:
+    // 3.0 us against 5.6 for a block per row).
+    if target == Target::Sm90 && rows < sms / 2 && key.cols >= 16384 {
+        if let Some(c) = cluster(if key.cols <= 32768 { 128 } else { 256 }) {
+            return c;
+        }
+    }
+    // Rows of 64K columns and more at larger batches: a row held by 1024 threads spills
+    // (2.1-2.4 TB/s at 128256), so stream it: online with 1024 threads for 16-bit types
+    // (3.32-3.61 TB/s at 1024-4096 rows x 128256), a cluster of 8 x 256 for f32 (3.73
+    // against 2.86 for online at 1024x128256).
+    if key.cols >= 65536 {
+        if key.dtype == DType::F32 && target == Target::Sm90 {
+            if let Some(c) = cluster(256) {
+                return c;
+            }
+        }
+        let c = SoftmaxConfig {
+            strategy: Strategy::Online,
+            threads: 1024,
+            vec,
+            rows: 1,
+            splits: 1,
+        };
+        if fits(target, key, &c) {
+            return c;
+        }
+    }
+    // Rows in registers: about 4 vectors per thread, at most 256 threads unless the row
+    // needs more to stay within MAX_ITERS vectors each (4096x32000: t256 3.95 TB/s
+    // against t1024 2.80).
     let vectors = key.cols.div_ceil(vec);
-    // Aim for about 4 vectors per thread: enough loads in flight per thread, few idle lanes.
-    let threads = (vectors / 4).next_power_of_two().clamp(warp, 1024);
+    let mut threads = (vectors / 4).next_power_of_two().clamp(warp, 256.max(warp));
+    while threads < 1024 && vectors.div_ceil(threads) as i64 > MAX_ITERS {
+        threads *= 2;
+    }
     let mut c = SoftmaxConfig {
         strategy: Strategy::Row,
         threads,
@@ -28,38 +82,24 @@ pub fn analytic_default(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxC
     if threads < 128 {
         c.rows = (128 / threads).min(16);
     }
-    let sms = match target {
-        Target::Sm90 => 132,
-        Target::Sm80 => 108,
-        _ => 304,
-    };
-    // Few long rows: split each row over a cluster so more SMs stream it.
-    if target == Target::Sm90 && rows < sms / 2 && c.iters(key.cols) as i64 > 4 {
-        for splits in [8, 4, 2] {
-            let cl = SoftmaxConfig {
-                strategy: Strategy::Cluster,
-                threads: 1024,
-                vec,
-                rows: 1,
-                splits,
-            };
-            if fits(target, key, &cl) {
-                return cl;
-            }
-        }
+    if fits(target, key, &c) {
+        return c;
     }
-    if c.iters(key.cols) as i64 > MAX_ITERS || !fits(target, key, &c) {
+    c = SoftmaxConfig {
+        strategy: Strategy::Online,
+        threads: 1024.max(warp),
+        vec,
+        rows: 1,
+        splits: 1,
+    };
+    if !fits(target, key, &c) {
         c = SoftmaxConfig {
-            strategy: Strategy::Online,
-            threads: 1024.max(warp),
-            vec,
+            strategy: Strategy::Row,
+            threads: warp,
+            vec: 1,
             rows: 1,
             splits: 1,
         };
-        if !fits(target, key, &c) {
-            c.threads = warp;
-            c.vec = 1;
-        }
     }
     c
 }
