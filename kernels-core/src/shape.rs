@@ -81,10 +81,15 @@ impl Rows {
         Ok(())
     }
 
+    /// Bytes from the first to one past the last element (0 for a span that
+    /// overflows, which [`Rows::check`] refuses).
+    pub fn span_bytes(&self, dtype: DType) -> usize {
+        self.span().and_then(|s| s.checked_mul(dtype.size())).unwrap_or(0)
+    }
+
     /// The byte range `[start, end)` the operand covers from device address `ptr`.
     pub fn byte_range(&self, ptr: u64, dtype: DType) -> (u64, u64) {
-        let bytes = self.span().unwrap_or(0) as u64 * dtype.size() as u64;
-        (ptr, ptr.saturating_add(bytes))
+        (ptr, ptr.saturating_add(self.span_bytes(dtype) as u64))
     }
 }
 

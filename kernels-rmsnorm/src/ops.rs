@@ -254,7 +254,7 @@ impl<'a> NormProblem<'a> {
     }
 
     fn span_bytes(&self, stride: u64) -> usize {
-        (((self.rows - 1) * stride + self.key.cols as u64) * self.key.dtype.size() as u64) as usize
+        Rows::strided(self.rows as usize, self.key.cols as usize, stride as usize).span_bytes(self.key.dtype)
     }
 
     fn alignment(&self) -> AlignClass {
