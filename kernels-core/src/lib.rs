@@ -33,6 +33,7 @@
 //! Everything except the CUDA runtime itself (cache keys, the disk cache, selection,
 //! policies, shape files and table writing) works and is tested without a GPU.
 
+mod args;
 mod cache;
 mod cache_key;
 mod compile;
@@ -58,6 +59,7 @@ mod tunable;
 #[cfg(feature = "cuda")]
 mod tuner;
 
+pub use args::{KernelArgs, LaunchDims, MAX_KERNEL_ARGS};
 pub use cache::{default_cache_dir, CacheEntry, DiskCache, Lookup, Section, CACHE_DIR_ENV};
 pub use cache_key::{
     cache_key, codegen_env, AlignClass, CacheKey, CacheKeyParts, Component, CODEGEN_ENV_VARS,
@@ -79,7 +81,7 @@ pub use device::Device;
 #[cfg(feature = "cuda")]
 pub use element::{alloc_random, decode, encode, pseudo_random, Element};
 #[cfg(feature = "cuda")]
-pub use launch::{Kernel, KernelArgs, Launch, LaunchDims, RawStream, MAX_KERNEL_ARGS};
+pub use launch::{Kernel, Launch, RawStream};
 #[cfg(feature = "cuda")]
 pub use runtime::{ModuleOrigin, Prepared, Runtime, RuntimeOptions, Stats, CRATE_VERSION};
 #[cfg(feature = "cuda")]

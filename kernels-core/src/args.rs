@@ -1,0 +1,159 @@
+//! What a launch is made of, whatever the backend: its dimensions ([`LaunchDims`]) and
+//! its arguments as raw device pointers and scalars ([`KernelArgs`]).
+
+use crate::{DeviceInfo, Error, Result};
+
+/// Grid, block and dynamic shared memory of one launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchDims {
+    pub grid: (u32, u32, u32),
+    pub block: (u32, u32, u32),
+    /// Dynamic shared memory per block, bytes.
+    pub smem_bytes: u32,
+}
+
+impl LaunchDims {
+    /// A 1-D launch of `grid` blocks of `block` threads, no dynamic shared memory.
+    pub const fn linear(grid: u32, block: u32) -> LaunchDims {
+        LaunchDims {
+            grid: (grid, 1, 1),
+            block: (block, 1, 1),
+            smem_bytes: 0,
+        }
+    }
+
+    /// The same launch with `bytes` of dynamic shared memory per block.
+    pub const fn with_smem(self, bytes: u32) -> LaunchDims {
+        LaunchDims {
+            smem_bytes: bytes,
+            ..self
+        }
+    }
+
+    /// Checks the launch against the device's limits; the error names `grid`, `block`
+    /// or `smem_bytes` and the limit.
+    pub fn validate(&self, info: &DeviceInfo) -> Result<()> {
+        let (gx, gy, gz) = self.grid;
+        let (bx, by, bz) = self.block;
+        if gx == 0 || gy == 0 || gz == 0 {
+            return Err(Error::invalid(
+                "grid",
+                format!("{:?} has a zero dimension", self.grid),
+            ));
+        }
+        let (mx, my, mz) = info.max_grid;
+        if gx > mx || gy > my || gz > mz {
+            return Err(Error::invalid(
+                "grid",
+                format!("{:?} exceeds the device's {:?}", self.grid, info.max_grid),
+            ));
+        }
+        let threads = bx as u64 * by as u64 * bz as u64;
+        if threads == 0 || threads > info.max_threads_per_block as u64 {
+            return Err(Error::invalid(
+                "block",
+                format!(
+                    "{:?} is {threads} threads; the device allows 1..={}",
+                    self.block, info.max_threads_per_block
+                ),
+            ));
+        }
+        if self.smem_bytes > info.max_smem_per_block_optin {
+            return Err(Error::invalid(
+                "smem_bytes",
+                format!(
+                    "{} bytes exceeds the device's {} bytes per block",
+                    self.smem_bytes, info.max_smem_per_block_optin
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Most arguments [`KernelArgs`] holds.
+pub const MAX_KERNEL_ARGS: usize = 24;
+
+/// Kernel arguments for [`Kernel::launch_raw`], held inline (no allocation): raw
+/// device pointers and scalars, in the kernel's parameter order.
+///
+/// ```
+/// use kernels_core::KernelArgs;
+/// let mut a = KernelArgs::new();
+/// a.ptr(0x7f00_0000_0000).ptr(0x7f00_0010_0000).i32(4096).f32(1e-6);
+/// assert_eq!(a.len(), 4);
+/// ```
+#[derive(Clone, Debug)]
+pub struct KernelArgs {
+    // Each argument sits in its own 8-byte slot; the driver reads `sizeof(param)`
+    // bytes from the slot's address, which on little-endian targets is the value.
+    pub(crate) slots: [u64; MAX_KERNEL_ARGS],
+    pub(crate) len: usize,
+    pub(crate) overflow: bool,
+}
+
+impl Default for KernelArgs {
+    fn default() -> Self {
+        KernelArgs::new()
+    }
+}
+
+impl KernelArgs {
+    /// No arguments.
+    pub const fn new() -> KernelArgs {
+        KernelArgs {
+            slots: [0; MAX_KERNEL_ARGS],
+            len: 0,
+            overflow: false,
+        }
+    }
+
+    fn push(&mut self, bits: u64) -> &mut Self {
+        if self.len < MAX_KERNEL_ARGS {
+            self.slots[self.len] = bits;
+            self.len += 1;
+        } else {
+            self.overflow = true;
+        }
+        self
+    }
+
+    /// A device pointer (`T*` parameter).
+    pub fn ptr(&mut self, device_ptr: u64) -> &mut Self {
+        self.push(device_ptr)
+    }
+    /// An `int` parameter.
+    pub fn i32(&mut self, v: i32) -> &mut Self {
+        self.push(v as u32 as u64)
+    }
+    /// An `unsigned int` parameter.
+    pub fn u32(&mut self, v: u32) -> &mut Self {
+        self.push(v as u64)
+    }
+    /// A `long long` parameter.
+    pub fn i64(&mut self, v: i64) -> &mut Self {
+        self.push(v as u64)
+    }
+    /// An `unsigned long long` / `size_t` parameter.
+    pub fn u64(&mut self, v: u64) -> &mut Self {
+        self.push(v)
+    }
+    /// A `float` parameter.
+    pub fn f32(&mut self, v: f32) -> &mut Self {
+        self.push(v.to_bits() as u64)
+    }
+    /// A `double` parameter.
+    pub fn f64(&mut self, v: f64) -> &mut Self {
+        self.push(v.to_bits())
+    }
+
+    /// Number of arguments pushed.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no argument was pushed.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
