@@ -506,3 +506,109 @@ pub fn fused_add_rmsnorm<T: Element>(
     let p = NormProblem::fused_add_rmsnorm(stream, x, x_rows, residual, residual_rows, weight, eps)?;
     Ok(rt.run::<FusedAddRmsNorm>(stream, &p)?.resolved)
 }
+
+#[cfg(test)]
+mod tests {
+    //! Argument checks run before anything touches a device, so they are tested here
+    //! with made-up (never dereferenced) device addresses.
+    use super::*;
+
+    const X: u64 = 0x7f00_0000_0000;
+    const W: u64 = 0x7f10_0000_0000;
+    const Y: u64 = 0x7f20_0000_0000;
+
+    fn bad_arg(r: Result<NormProblem<'static>>) -> String {
+        match r {
+            Err(Error::InvalidArgument { name, .. }) => name,
+            Err(e) => panic!("not an argument error: {e}"),
+            Ok(_) => panic!("bad input was accepted"),
+        }
+    }
+
+    fn rms(
+        x: u64,
+        x_len: usize,
+        rows: Rows,
+        w_len: usize,
+        y: u64,
+        y_rows: Rows,
+        eps: f32,
+    ) -> Result<NormProblem<'static>> {
+        let y_len = y_rows.span().unwrap_or(0);
+        unsafe { NormProblem::rmsnorm_raw(DType::Bf16, x, x_len, rows, W, w_len, y, y_len, y_rows, eps) }
+    }
+
+    #[test]
+    fn good_problems_pass() {
+        let s = Rows::contiguous(7, 4096);
+        let p = rms(X, 7 * 4096, s, 4096, Y, s, 1e-6).unwrap();
+        assert_eq!((p.key().cols, p.rows()), (4096, 7));
+        let strided = Rows::strided(3, 97, 104);
+        assert!(rms(X, strided.span().unwrap(), strided, 97, Y, strided, 1e-5).is_ok());
+    }
+
+    #[test]
+    fn each_bad_argument_is_named() {
+        let s = Rows::contiguous(4, 64);
+        assert_eq!(bad_arg(rms(X, 4 * 64, s, 64, Y, s, 0.0)), "eps");
+        assert_eq!(bad_arg(rms(X, 4 * 64, s, 64, Y, s, f32::NAN)), "eps");
+        assert_eq!(bad_arg(rms(X, 4 * 64, s, 63, Y, s, 1e-6)), "weight");
+        assert_eq!(bad_arg(rms(X, 4 * 64 - 1, s, 64, Y, s, 1e-6)), "x");
+        assert_eq!(
+            bad_arg(rms(X, 0, Rows::contiguous(0, 64), 64, Y, s, 1e-6)),
+            "rows"
+        );
+        assert_eq!(
+            bad_arg(rms(X, 4 * 64, Rows::contiguous(4, 0), 0, Y, s, 1e-6)),
+            "cols"
+        );
+        assert_eq!(
+            bad_arg(rms(X, 4 * 64, s, 64, Y, Rows::contiguous(5, 64), 1e-6)),
+            "y"
+        );
+        assert_eq!(
+            bad_arg(rms(X, 4 * 64, Rows::strided(4, 64, 32), 64, Y, s, 1e-6)),
+            "x_stride"
+        );
+        assert_eq!(bad_arg(rms(0, 4 * 64, s, 64, Y, s, 1e-6)), "x");
+        assert_eq!(
+            bad_arg(rms(X + 1, 4 * 64, s, 64, Y, s, 1e-6)),
+            "x",
+            "odd address for 2-byte elements"
+        );
+        // y overlapping x, and the fused kernel's x overlapping residual.
+        assert_eq!(bad_arg(rms(X, 4 * 64, s, 64, X + 64, s, 1e-6)), "y");
+        let fused =
+            unsafe { NormProblem::fused_add_rmsnorm_raw(DType::Bf16, X, 256, s, X + 2, 256, s, W, 64, 1e-6) };
+        assert_eq!(bad_arg(fused), "residual");
+    }
+
+    #[test]
+    fn alignment_narrows_the_vector() {
+        let key = RmsNormKey {
+            dtype: DType::Bf16,
+            cols: 4096,
+        };
+        let c = RmsNormConfig {
+            threads: 256,
+            vec: 8,
+            rows: 1,
+        };
+        assert_eq!(fit(&key, c, AlignClass::A16).vec, 8);
+        assert_eq!(fit(&key, c, AlignClass::A4).vec, 2);
+        assert_eq!(fit(&key, c, AlignClass::A2).vec, 1);
+        // An odd row length never takes a vector wider than 1.
+        assert_eq!(
+            fit(
+                &RmsNormKey {
+                    dtype: DType::Bf16,
+                    cols: 97
+                },
+                c,
+                AlignClass::A16
+            )
+            .vec,
+            1
+        );
+    }
+}

@@ -404,3 +404,80 @@ pub fn log_softmax<T: Element>(
     let p = SoftmaxProblem::new(stream, x, x_rows, y, y_rows, scale)?;
     Ok(rt.run::<LogSoftmax>(stream, &p)?.resolved)
 }
+
+#[cfg(test)]
+mod tests {
+    //! Argument checks run before anything touches a device, so they are tested here
+    //! with made-up (never dereferenced) device addresses.
+    use super::*;
+
+    const X: u64 = 0x7f00_0000_0000;
+    const Y: u64 = 0x7f20_0000_0000;
+
+    fn raw(x: u64, x_len: usize, xr: Rows, y: u64, yr: Rows, scale: f32) -> Result<SoftmaxProblem<'static>> {
+        let y_len = yr.span().unwrap_or(0);
+        unsafe { SoftmaxProblem::raw(DType::F32, x, x_len, xr, y, y_len, yr, scale) }
+    }
+
+    fn bad_arg(r: Result<SoftmaxProblem<'static>>) -> String {
+        match r {
+            Err(Error::InvalidArgument { name, .. }) => name,
+            Err(e) => panic!("not an argument error: {e}"),
+            Ok(_) => panic!("bad input was accepted"),
+        }
+    }
+
+    #[test]
+    fn in_place_is_allowed_partial_overlap_is_not() {
+        let s = Rows::contiguous(8, 1000);
+        assert!(
+            raw(X, 8000, s, X, s, 1.0).is_ok(),
+            "y == x with equal strides is in place"
+        );
+        assert_eq!(bad_arg(raw(X, 8000, s, X + 4, s, 1.0)), "y");
+        assert_eq!(
+            bad_arg(raw(X, 8000, s, X, Rows::strided(8, 1000, 1004), 1.0)),
+            "y"
+        );
+    }
+
+    #[test]
+    fn each_bad_argument_is_named() {
+        let s = Rows::contiguous(8, 1000);
+        assert!(raw(X, 8000, s, Y, s, 0.5).is_ok());
+        assert_eq!(bad_arg(raw(X, 8000, s, Y, s, f32::INFINITY)), "scale");
+        assert_eq!(bad_arg(raw(X, 7999, s, Y, s, 1.0)), "x");
+        assert_eq!(bad_arg(raw(X, 8000, s, Y, Rows::contiguous(8, 999), 1.0)), "y");
+        assert_eq!(
+            bad_arg(raw(X + 2, 8000, s, Y, s, 1.0)),
+            "x",
+            "2-byte offset for 4-byte elements"
+        );
+        assert_eq!(bad_arg(raw(X, 0, Rows::contiguous(0, 1000), Y, s, 1.0)), "rows");
+    }
+
+    #[test]
+    fn alignment_narrows_the_vector_and_keeps_the_config_valid() {
+        let key = SoftmaxKey {
+            dtype: DType::Bf16,
+            cols: 128256,
+        };
+        // A cluster config holding its row slice in registers at 8-wide vectors.
+        let c = SoftmaxConfig {
+            strategy: Strategy::Cluster,
+            threads: 256,
+            vec: 8,
+            rows: 1,
+            splits: 8,
+        };
+        assert!(space::fits(Target::Sm90, &key, &c));
+        for align in [AlignClass::A16, AlignClass::A8, AlignClass::A4, AlignClass::A2] {
+            let f = fit(Target::Sm90, &key, c, align);
+            assert!(f.vec * 2 <= align.bytes(), "{align}: {f:?}");
+            assert!(
+                space::fits(Target::Sm90, &key, &f),
+                "{align}: {f:?} must still fit"
+            );
+        }
+    }
+}
