@@ -69,7 +69,7 @@ pub use device::DeviceInfo;
 pub use error::{Error, Result};
 pub use policy::{resolve_in_order, Outcome, Policy, ResolutionSteps, Step, TUNING_ENV};
 pub use select::{median, select, Measured, NOISE_THRESHOLD};
-pub use shape::{check_disjoint, check_eps, Rows};
+pub use shape::{check_disjoint, check_eps, dtype_define, widest_vector, Rows};
 pub use timing::{FlushL2, Timing, TimingOptions, MIN_REPS};
 pub use tune_table::{
     parse_shapes, today, tune_table, CandidateRecord, Progress, TableJob, TableOutcome, TuneRecord,

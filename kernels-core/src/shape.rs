@@ -93,6 +93,24 @@ impl Rows {
     }
 }
 
+/// The `DTYPE` define of the shared prelude (`kd::Dtype<DTYPE>`): 0 f32, 1 f16, 2 bf16.
+pub fn dtype_define(dtype: DType) -> u32 {
+    match dtype {
+        DType::F32 => 0,
+        DType::F16 => 1,
+        DType::Bf16 => 2,
+    }
+}
+
+/// The widest vector, in elements, of at most 16 bytes that divides a row of `cols`.
+pub fn widest_vector(dtype: DType, cols: u32) -> u32 {
+    let mut vec = (16 / dtype.size()) as u32;
+    while vec > 1 && !cols.is_multiple_of(vec) {
+        vec /= 2;
+    }
+    vec
+}
+
 /// Fails, naming `b`, when two operands' byte ranges overlap.
 pub fn check_disjoint(a: (&str, (u64, u64)), b: (&str, (u64, u64))) -> Result<()> {
     let ((an, (a0, a1)), (bn, (b0, b1))) = (a, b);

@@ -10,15 +10,6 @@ use tuned::Target;
 use crate::config::{RmsNormConfig, RmsNormKey};
 use crate::schema::MAX_ITERS;
 
-/// The widest vector (at most 16 bytes) that divides the row.
-fn widest_vec(key: &RmsNormKey) -> u32 {
-    let mut vec = (16 / key.dtype.size()) as u32;
-    while vec > 1 && !key.cols.is_multiple_of(vec) {
-        vec /= 2;
-    }
-    vec
-}
-
 /// Threads for `per_thread` vectors per thread, within one warp and 1024.
 fn threads_for(target: Target, vectors: u32, per_thread: u32) -> u32 {
     (vectors / per_thread)
@@ -28,7 +19,7 @@ fn threads_for(target: Target, vectors: u32, per_thread: u32) -> u32 {
 
 /// The default for plain RMSNorm on `rows` rows of `key`.
 pub fn analytic_default(target: Target, key: &RmsNormKey, _rows: u64) -> RmsNormConfig {
-    let vec = widest_vec(key);
+    let vec = kernels_core::widest_vector(key.dtype, key.cols);
     let vectors = key.cols.div_ceil(vec);
     // About 4 vectors per thread: hidden 4096 in bf16 -> 128 threads of 4 x 16 bytes.
     let mut threads = threads_for(target, vectors, 4);
@@ -52,7 +43,7 @@ pub fn analytic_default(target: Target, key: &RmsNormKey, _rows: u64) -> RmsNorm
 /// vectors per thread (f16 32768x4096: t256 4.14 TB/s against t128 3.84; 16384x2048
 /// bf16: t256 3.96 against t64 r2 3.77).
 pub fn analytic_default_fused(target: Target, key: &RmsNormKey, _rows: u64) -> RmsNormConfig {
-    let vec = widest_vec(key);
+    let vec = kernels_core::widest_vector(key.dtype, key.cols);
     let vectors = key.cols.div_ceil(vec);
     let mut threads = threads_for(target, vectors, 2);
     // Above 16K the register-held row spills at 1024 threads; 128 threads reading the row

@@ -28,15 +28,6 @@ pub static SOURCE: KernelSource = KernelSource::new(
     crate::SOURCE_FINGERPRINT,
 );
 
-/// The `DTYPE` define of the device source.
-pub(crate) fn dtype_code(dtype: DType) -> u32 {
-    match dtype {
-        DType::F32 => 0,
-        DType::F16 => 1,
-        DType::Bf16 => 2,
-    }
-}
-
 /// One RMSNorm call, as device addresses: `out` is `y` for [`RmsNorm`] and
 /// `residual` for [`FusedAddRmsNorm`]. Build it with [`NormProblem::rmsnorm`],
 /// [`NormProblem::fused_add_rmsnorm`] or their raw forms, which validate everything.
@@ -316,7 +307,7 @@ fn fit(key: &RmsNormKey, mut c: RmsNormConfig, align: AlignClass) -> RmsNormConf
 
 fn variant(entry: &str, key: &RmsNormKey, c: &RmsNormConfig) -> Variant {
     Variant::new(entry)
-        .define("DTYPE", dtype_code(key.dtype))
+        .define("DTYPE", kernels_core::dtype_define(key.dtype))
         .define("COLS", key.cols)
         .define("THREADS", c.threads)
         .define("VEC", c.vec)

@@ -14,7 +14,7 @@ use crate::space::fits;
 
 /// The default config for `rows` rows of `key` on `target`.
 pub fn analytic_default(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxConfig {
-    let vec = widest_vec(key);
+    let vec = kernels_core::widest_vector(key.dtype, key.cols);
     let warp = target.warp_size();
     let sms: u64 = match target {
         Target::Sm90 => 132,
@@ -102,13 +102,4 @@ pub fn analytic_default(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxC
         };
     }
     c
-}
-
-/// The widest vector (at most 16 bytes) that divides the row.
-pub fn widest_vec(key: &SoftmaxKey) -> u32 {
-    let mut vec = (16 / key.dtype.size()) as u32;
-    while vec > 1 && !key.cols.is_multiple_of(vec) {
-        vec /= 2;
-    }
-    vec
 }

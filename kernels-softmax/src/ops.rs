@@ -27,14 +27,6 @@ pub static SOURCE: KernelSource = KernelSource::new(
     crate::SOURCE_FINGERPRINT,
 );
 
-fn dtype_code(dtype: DType) -> u32 {
-    match dtype {
-        DType::F32 => 0,
-        DType::F16 => 1,
-        DType::Bf16 => 2,
-    }
-}
-
 /// One softmax call, as device addresses. `y` may be `x` itself (in place, with equal
 /// strides). Build it with [`SoftmaxProblem::new`] or [`SoftmaxProblem::raw`].
 #[derive(Clone, Copy, Debug)]
@@ -236,7 +228,7 @@ fn variant(key: &SoftmaxKey, c: &SoftmaxConfig, log: bool) -> Variant {
         Strategy::Cluster => 2,
     };
     Variant::new("softmax_kernel")
-        .define("DTYPE", dtype_code(key.dtype))
+        .define("DTYPE", kernels_core::dtype_define(key.dtype))
         .define("COLS", key.cols)
         .define("THREADS", c.threads)
         .define("VEC", c.vec)

@@ -327,8 +327,7 @@ mod cuda {
             let mut entries: Vec<_> = table.entries.entries().collect();
             entries.sort_by_key(|(key, _)| *key);
             for (canonical, list) in entries {
-                let pairs = canonical.split(',').filter_map(|kv| kv.split_once('='));
-                let key = StaticKey::from_pairs(k.schema(), pairs)
+                let key = StaticKey::parse(k.schema(), canonical)
                     .map_err(|e| format!("table key `{canonical}`: {e}"))?;
                 for e in list.iter() {
                     checked += 1;

@@ -261,8 +261,7 @@ pub fn promote(cache: &kernels_core::DiskCache, tables: &Path) -> Result<Promote
             skip("does not beat the analytic default".into());
             continue;
         };
-        let pairs = static_key.split(',').filter_map(|kv| kv.split_once('='));
-        let key = match StaticKey::from_pairs(kernel.schema(), pairs) {
+        let key = match StaticKey::parse(kernel.schema(), &static_key) {
             Ok(k) => k,
             Err(e) => {
                 skip(e);

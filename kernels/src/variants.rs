@@ -63,8 +63,7 @@ fn jobs_of<K: Tunable>(
     };
     if let Some(table) = K::baked_table(target) {
         for (canonical, entries) in table.entries.entries() {
-            let pairs = canonical.split(',').filter_map(|kv| kv.split_once('='));
-            let key = tuned::StaticKey::from_pairs(K::SCHEMA, pairs)
+            let key = tuned::StaticKey::parse(K::SCHEMA, canonical)
                 .and_then(|k| K::key_from_values(k.values()))
                 .map_err(|e| format!("{kernel} table key `{canonical}`: {e}"))?;
             for e in entries.iter() {

@@ -269,6 +269,22 @@ impl StaticKey {
         StaticKey::new(schema, values)
     }
 
+    /// Parses a key written in the canonical form (`dtype=bf16,cols=4096`, fields in
+    /// the schema's order), as baked tables and caches hold it; any other form is refused.
+    pub fn parse(schema: &KernelSchema, canonical: &str) -> Result<StaticKey, String> {
+        let pairs = canonical
+            .split(',')
+            .map(|kv| kv.split_once('=').unwrap_or((kv, "")));
+        let key = StaticKey::from_pairs(schema, pairs)?;
+        if key.canonical != canonical {
+            return Err(format!(
+                "`{canonical}` is not in canonical form (`{}`)",
+                key.canonical
+            ));
+        }
+        Ok(key)
+    }
+
     pub fn as_str(&self) -> &str {
         &self.canonical
     }
@@ -328,6 +344,16 @@ mod tests {
         assert!(e.contains("`dtype` must be a dtype"), "{e}");
         let e = StaticKey::from_pairs(&S, [("dtype", "f16"), ("dtype", "f16")]).unwrap_err();
         assert!(e.contains("given twice"), "{e}");
+    }
+
+    #[test]
+    fn parse_accepts_only_the_canonical_form() {
+        let k = StaticKey::parse(&S, "dtype=bf16,layout=nt,n=6144,k=4096").unwrap();
+        assert_eq!(k.values()[2], Value::Int(6144));
+        assert!(StaticKey::parse(&S, "layout=nt,dtype=bf16,n=6144,k=4096")
+            .unwrap_err()
+            .contains("canonical"));
+        assert!(StaticKey::parse(&S, "dtype=bf16,layout=nt,n=6144").is_err());
     }
 
     #[test]
