@@ -11,6 +11,8 @@ pub enum ImageKind {
     Cubin,
     /// NUL-terminated PTX, JIT-compiled by the driver at load (fallback only).
     Ptx,
+    /// An AMD code object (an ELF `.hsaco` for one gfx arch), what hipRTC gives.
+    CodeObject,
 }
 
 impl ImageKind {
@@ -19,6 +21,7 @@ impl ImageKind {
         match self {
             ImageKind::Cubin => "cubin",
             ImageKind::Ptx => "ptx",
+            ImageKind::CodeObject => "hsaco",
         }
     }
 
@@ -27,6 +30,7 @@ impl ImageKind {
         match name {
             "cubin" => Some(ImageKind::Cubin),
             "ptx" => Some(ImageKind::Ptx),
+            "hsaco" => Some(ImageKind::CodeObject),
             _ => None,
         }
     }

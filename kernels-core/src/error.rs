@@ -88,6 +88,35 @@ pub enum Error {
     #[error("kernel `{kernel}`: {reason}")]
     Kernel { kernel: String, reason: String },
 
+    /// No usable HIP (AMD) device: the runtime reports none, or reports an error.
+    #[error("no HIP device: {0}")]
+    NoHipDevice(String),
+
+    /// hipRTC could not be loaded: every library tried, and why each was not used.
+    #[error("no hipRTC library found: tried {0} (install ROCm's hipRTC, or put its lib folder on LD_LIBRARY_PATH)")]
+    NoHipRtc(String),
+
+    /// A HIP runtime call returned an error.
+    #[error("HIP call `{call}` failed: {message}")]
+    Hip { call: &'static str, message: String },
+
+    /// hipRTC rejected a kernel source: the variant that failed and the compiler's log.
+    #[error("hipRTC could not compile kernel `{kernel}` variant [{variant}] for {arch}:\n{log}")]
+    HipCompile {
+        kernel: String,
+        variant: String,
+        arch: String,
+        log: String,
+    },
+
+    /// A hipRTC call other than the compile itself failed.
+    #[error("hipRTC call `{call}` failed for kernel `{kernel}`: {message}")]
+    HipRtc {
+        call: &'static str,
+        kernel: String,
+        message: String,
+    },
+
     /// A tuning run could not produce a result.
     #[error("tuning kernel `{kernel}` [{key}] batch {batch}: {reason}")]
     Tune {

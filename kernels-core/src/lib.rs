@@ -20,6 +20,9 @@
 //!   raw stream ([`Kernel::launch_raw`]).
 //! - [`time_runs`]: the one timing routine. [`select`]: the one selection rule.
 //! - [`tune_table`]: `kernels tune`'s resumable driver writing committed tables.
+//! - With the `rocm` feature, the AMD backend: `HipDevice`, `HipCompiler` (hipRTC),
+//!   `HipRuntime` (the same module cache and key), `HipKernel`, `time_hip_runs`
+//!   (docs/amd.md).
 //!
 //! A kernel family implements [`Tunable`] (on top of `tuned::TunedKernel`); an op
 //! then calls [`Runtime::run`]:
@@ -59,6 +62,9 @@ mod tunable;
 #[cfg(feature = "cuda")]
 mod tuner;
 
+#[cfg(feature = "rocm")]
+mod hip;
+
 pub use args::{KernelArgs, LaunchDims, MAX_KERNEL_ARGS};
 pub use cache::{default_cache_dir, CacheEntry, DiskCache, Lookup, Section, CACHE_DIR_ENV};
 pub use cache_key::{
@@ -90,6 +96,12 @@ pub use timing::{time_runs, L2Flush};
 pub use tunable::{BufferRole, DynTunable, Recheck, Tunable, TunableDyn, TuneBuffer};
 #[cfg(feature = "cuda")]
 pub use tuner::{CandidateReport, TuneOptions, TuneReport};
+
+#[cfg(feature = "rocm")]
+pub use hip::{
+    hip_module_key, time_hip_runs, DeviceCopy, HipBuffer, HipCompiler, HipDevice, HipDeviceInfo, HipEvent,
+    HipKernel, HipL2Flush, HipModuleOrigin, HipRuntime, HipStats, HipStream,
+};
 
 /// cudarc, re-exported so kernel crates name the same version.
 #[cfg(feature = "cuda")]

@@ -1,0 +1,444 @@
+//! Tests of the AMD backend (feature `rocm`).
+//!
+//! GPU-free tests run everywhere: the no-device error, cache keys, the code object
+//! kind, and hipRTC compiles where hipRTC loads (it needs no GPU). Tests that need an
+//! AMD GPU, or a hipRTC that can compile for an arch, print `SKIPPED ...` to stderr
+//! when they cannot run, unless `KERNELS_REQUIRE_GPU=1`, where they fail instead.
+
+use kernels_core::{
+    cache_key, hip_module_key, time_hip_runs, CacheKeyParts, Component, DiskCache, Error, HipCompiler,
+    HipDevice, HipDeviceInfo, HipModuleOrigin, HipRuntime, ImageKind, KernelArgs, KernelSource, LaunchDims,
+    Section, TimingOptions, Variant, PRELUDE,
+};
+use tuned::Target;
+
+// ---- harness ------------------------------------------------------------------------
+
+fn require_gpu() -> bool {
+    std::env::var("KERNELS_REQUIRE_GPU").as_deref() == Ok("1")
+}
+
+/// Prints a skip past the harness's output capture, or fails under
+/// `KERNELS_REQUIRE_GPU=1`.
+fn skip(test: &str, why: &str) {
+    if require_gpu() {
+        panic!("{test}: KERNELS_REQUIRE_GPU=1 but {why}");
+    }
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
+}
+
+fn gpu(test: &str) -> Option<HipDevice> {
+    match HipDevice::open(0) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            skip(test, &format!("no HIP device could be opened ({e})"));
+            None
+        }
+    }
+}
+
+fn compiler(test: &str) -> Option<HipCompiler> {
+    match HipCompiler::detect() {
+        Ok(c) => Some(c),
+        Err(e) => {
+            skip(test, &format!("hipRTC could not be loaded ({e})"));
+            None
+        }
+    }
+}
+
+fn temp_dir(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("kernels-core-hip-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+// ---- sources ------------------------------------------------------------------------
+
+/// A tiny kernel over the shared prelude, passed as a header: each wavefront sums its
+/// 64 (WARP) inputs with `kd::warp_sum` and writes `x * a + sum` per element.
+const TINY: &str = r#"
+#include "prelude.cuh"
+#ifdef BROKEN
+#error "deliberately broken variant"
+#endif
+extern "C" __global__ void axpy_sum(float* x, unsigned int n, float a) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float v = i < n ? x[i] : 0.0f;
+    float s = kd::warp_sum(v);
+    if (i < n) x[i] = v * a + s;
+}
+"#;
+
+static TINY_SOURCE: KernelSource =
+    KernelSource::new("hip_tiny", TINY, "fnv1a64:hip-tiny-v1").with_headers(&[("prelude.cuh", PRELUDE)]);
+
+/// A kernel with no prelude, its constant from a header passed to hipRTC by name: the
+/// compile pipeline itself (headers, defines, code object) on any hipRTC.
+const PLAIN: &str = r#"
+#include "scale.h"
+extern "C" __global__ void scale(float* x, unsigned int n) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= SCALE * FACTOR;
+}
+"#;
+
+static PLAIN_SOURCE: KernelSource = KernelSource::new("hip_plain", PLAIN, "fnv1a64:hip-plain-v1")
+    .with_headers(&[("scale.h", "#define SCALE 2.0f\n")]);
+
+/// A real kernel family's device source, assembled as its crate does: the prelude
+/// followed by the kernel file.
+static RMSNORM_SOURCE: KernelSource = KernelSource::new(
+    "rmsnorm",
+    concat!(
+        include_str!("../cuda/prelude.cuh"),
+        include_str!("../../kernels-rmsnorm/cuda/rmsnorm.cu")
+    ),
+    "fnv1a64:test-rmsnorm",
+);
+
+/// The defines of a bf16 rmsnorm variant over 4096 columns, as kernels-rmsnorm builds
+/// them (DTYPE 2 = bf16).
+fn rmsnorm_variant(entry: &str) -> Variant {
+    Variant::new(entry)
+        .define("DTYPE", 2)
+        .define("COLS", 4096)
+        .define("THREADS", 256)
+        .define("VEC", 8)
+        .define("ROWS", 1)
+}
+
+// ---- GPU-free -----------------------------------------------------------------------
+
+#[test]
+fn no_hip_device_is_a_clear_error_not_a_panic() {
+    match HipDevice::count() {
+        Err(e) => {
+            assert!(matches!(e, Error::NoHipDevice(_)), "{e:?}");
+            assert!(e.to_string().starts_with("no HIP device"), "{e}");
+            let open = HipDevice::open(0).unwrap_err();
+            assert!(matches!(open, Error::NoHipDevice(_)), "{open:?}");
+            assert!(open.to_string().starts_with("no HIP device"), "{open}");
+            eprintln!("no HIP device here, as expected on a GPU-free machine: {e}");
+        }
+        Ok(n) => {
+            // An AMD machine: the ordinal past the last device is a named error.
+            let e = HipDevice::open(n).unwrap_err();
+            assert!(e.to_string().contains("invalid argument `ordinal`"), "{e}");
+            let d = HipDevice::open(0).expect("device 0 of a machine that reports devices");
+            assert!(d.info().arch().starts_with("gfx"), "{:?}", d.info());
+        }
+    }
+}
+
+#[test]
+fn code_object_kind_round_trips_its_name() {
+    assert_eq!(ImageKind::CodeObject.name(), "hsaco");
+    assert_eq!(ImageKind::from_name("hsaco"), Some(ImageKind::CodeObject));
+    let names = [ImageKind::Cubin, ImageKind::Ptx, ImageKind::CodeObject].map(ImageKind::name);
+    assert_eq!(names, ["cubin", "ptx", "hsaco"]);
+}
+
+fn hip_key(compiler: &HipCompiler, arch: &str, device: &str, cus: u32, variant: &Variant) -> String {
+    hip_module_key(compiler, arch, device, cus, &TINY_SOURCE, variant)
+        .text()
+        .to_string()
+}
+
+#[test]
+fn hip_module_keys_differ_from_cuda_and_by_each_component() {
+    let v = Variant::new("axpy_sum").define("A", 1);
+    let hiprtc = HipCompiler::described((9, 0), (5, 2, 21153));
+    let mi300 = HipDeviceInfo::nominal(Target::Gfx942).unwrap();
+    let hip = hip_key(&hiprtc, mi300.arch(), &mi300.name, mi300.cu_count, &v);
+    assert!(hip.contains("compiler = \"hiprtc 9.0 (HIP 5.2.21153)\""), "{hip}");
+    assert!(hip.contains("arch = \"gfx942\""), "{hip}");
+    assert!(hip.contains("--offload-arch=gfx942"), "{hip}");
+
+    // The key CUDA's runtime builds for the same source and variant on an H200.
+    let nvrtc_compile = format!("axpy_sum\n{}", v.nvrtc_options("sm_90a", &[]).join("\n"));
+    let cuda = cache_key(&CacheKeyParts {
+        crate_version: env!("CARGO_PKG_VERSION"),
+        kernel: TINY_SOURCE.name,
+        source_fingerprint: TINY_SOURCE.fingerprint,
+        compiler: "nvrtc 13.0",
+        arch: "sm_90a",
+        device_name: "NVIDIA H200",
+        sm_count: 132,
+        codegen_env: &[],
+        variant: Component::Applies(&nvrtc_compile),
+        static_key: Component::DoesNotApply,
+        batch: Component::DoesNotApply,
+        alignment: Component::DoesNotApply,
+    });
+    assert_ne!(hip, cuda.text());
+    // The compiler and arch components are where they differ.
+    for (line, hip_has) in [
+        (
+            "compiler = \"nvrtc 13.0\"",
+            "compiler = \"hiprtc 9.0 (HIP 5.2.21153)\"",
+        ),
+        ("arch = \"sm_90a\"", "arch = \"gfx942\""),
+    ] {
+        assert!(cuda.text().contains(line) && !hip.contains(line), "{line}");
+        assert!(hip.contains(hip_has), "{hip_has}");
+    }
+
+    // Every HIP component changes the key.
+    let others = [
+        hip_key(&hiprtc, "gfx90a", &mi300.name, mi300.cu_count, &v),
+        hip_key(
+            &HipCompiler::described((9, 0), (6, 2, 41133)),
+            "gfx942",
+            &mi300.name,
+            mi300.cu_count,
+            &v,
+        ),
+        hip_key(&hiprtc, "gfx942", "AMD Instinct MI325X", mi300.cu_count, &v),
+        hip_key(&hiprtc, "gfx942", &mi300.name, 228, &v),
+        hip_key(
+            &hiprtc,
+            "gfx942",
+            &mi300.name,
+            mi300.cu_count,
+            &v.clone().define("B", 2),
+        ),
+    ];
+    for (i, k) in others.iter().enumerate() {
+        assert_ne!(&hip, k, "component {i} did not change the key");
+    }
+    // And it is stable.
+    assert_eq!(hip, hip_key(&hiprtc, "gfx942", &mi300.name, mi300.cu_count, &v));
+}
+
+#[test]
+fn hiprtc_missing_or_found_is_reported_clearly() {
+    match HipCompiler::detect() {
+        Ok(c) => {
+            assert!(HipCompiler::LIBRARIES.contains(&c.library()), "{}", c.library());
+            assert!(c.id().starts_with("hiprtc "), "{}", c.id());
+            eprintln!("hipRTC loaded from {}: {}", c.library(), c.id());
+        }
+        Err(e) => {
+            let msg = e.to_string();
+            assert!(matches!(e, Error::NoHipRtc(_)), "{e:?}");
+            for lib in HipCompiler::LIBRARIES {
+                assert!(msg.contains(lib), "{msg} does not name {lib}");
+            }
+        }
+    }
+}
+
+/// Compiles `variant` of `source` for each arch; returns how many compiled. An arch
+/// this hipRTC's code object manager does not know is reported on stderr (or fails the
+/// test under `KERNELS_REQUIRE_GPU=1`). With `uses_prelude`, a compile error on a HIP 5
+/// hipRTC is reported the same way: the prelude is written for the clang of ROCm 6 and
+/// later (and clang 19 in CI); on ROCm 6 and later it fails the test.
+fn compile_for_archs(
+    test: &str,
+    c: &HipCompiler,
+    source: &KernelSource,
+    variant: &Variant,
+    uses_prelude: bool,
+) -> usize {
+    let mut compiled = 0;
+    for arch in ["gfx90a", "gfx942"] {
+        match c.compile(source, variant, arch) {
+            Ok(image) => {
+                assert_eq!(image.kind, ImageKind::CodeObject);
+                assert_eq!(&image.bytes[..4], b"\x7fELF", "{arch}: not an ELF code object");
+                let entry = variant.entry().as_bytes();
+                assert!(
+                    image.bytes.windows(entry.len()).any(|w| w == entry),
+                    "{arch}: the code object has no symbol `{}`",
+                    variant.entry()
+                );
+                compiled += 1;
+            }
+            Err(Error::HipCompile { log, .. }) if log.contains("does not know") => {
+                skip(
+                    &format!("{test} [{arch}]"),
+                    &format!("this hipRTC cannot target {arch}: {log}"),
+                );
+            }
+            Err(Error::HipCompile { log, .. }) if uses_prelude && c.hip_version().0 < 6 => {
+                let first_error = log.lines().find(|l| l.contains("error")).unwrap_or(&log);
+                skip(
+                    &format!("{test} [{arch}] {}", variant.entry()),
+                    &format!(
+                        "the prelude does not compile with this HIP 5 hipRTC ({}): {first_error}",
+                        c.id()
+                    ),
+                );
+            }
+            Err(e) => panic!("{test} [{arch}]: {e}"),
+        }
+    }
+    compiled
+}
+
+#[test]
+fn hiprtc_compiles_a_kernel_with_a_header_and_defines() {
+    let test = "hiprtc_compiles_a_kernel_with_a_header_and_defines";
+    let Some(c) = compiler(test) else { return };
+    let v = Variant::new("scale").define("FACTOR", "3.0f");
+    if compile_for_archs(test, &c, &PLAIN_SOURCE, &v, false) == 0 {
+        skip(
+            test,
+            "hipRTC loaded but can target neither gfx90a nor gfx942 here",
+        );
+    }
+}
+
+#[test]
+fn hiprtc_compiles_the_prelude_and_a_real_variant() {
+    let test = "hiprtc_compiles_the_prelude_and_a_real_variant";
+    let Some(c) = compiler(test) else { return };
+    let mut compiled = compile_for_archs(test, &c, &TINY_SOURCE, &Variant::new("axpy_sum"), true);
+    for entry in ["rmsnorm_kernel", "fused_add_rmsnorm_kernel"] {
+        compiled += compile_for_archs(test, &c, &RMSNORM_SOURCE, &rmsnorm_variant(entry), true);
+    }
+    if compiled == 0 {
+        skip(
+            test,
+            "hipRTC loaded but compiled none of the prelude's kernels here (see above)",
+        );
+    }
+}
+
+#[test]
+fn hiprtc_compile_errors_carry_the_log_and_variant() {
+    let test = "hiprtc_compile_errors_carry_the_log_and_variant";
+    let Some(c) = compiler(test) else { return };
+    let broken = Variant::new("axpy_sum").define("BROKEN", 1);
+    let mut checked = 0;
+    for arch in ["gfx90a", "gfx942"] {
+        match c.compile(&TINY_SOURCE, &broken, arch) {
+            Err(Error::HipCompile { log, .. }) if log.contains("does not know") => {}
+            Err(e @ Error::HipCompile { .. }) => {
+                let msg = e.to_string();
+                assert!(
+                    msg.starts_with("hipRTC could not compile kernel `hip_tiny`"),
+                    "{msg}"
+                );
+                assert!(msg.contains("-DBROKEN=1"), "the variant is missing: {msg}");
+                assert!(
+                    msg.contains("deliberately broken variant"),
+                    "the log is missing: {msg}"
+                );
+                checked += 1;
+            }
+            other => panic!("{arch}: expected a compile error, got {other:?}"),
+        }
+    }
+    if checked == 0 {
+        skip(
+            test,
+            "hipRTC loaded but can target neither gfx90a nor gfx942 here",
+        );
+    }
+}
+
+// ---- GPU ----------------------------------------------------------------------------
+
+#[test]
+fn gpu_compile_cache_launch_and_time() {
+    let test = "gpu_compile_cache_launch_and_time";
+    let Some(dev) = gpu(test) else { return };
+    let info = dev.info().clone();
+    assert_eq!(info.warp_size, 64, "{info:?}");
+    let dir = temp_dir("launch");
+    let rt = HipRuntime::with_cache(dev.clone(), DiskCache::at(&dir))
+        .expect("an AMD GPU machine must have hipRTC");
+    let v = Variant::new("axpy_sum");
+
+    let (k, origin) = rt.kernel_with_origin(&TINY_SOURCE, &v).unwrap();
+    assert_eq!(origin, HipModuleOrigin::Compiled);
+    assert_eq!(
+        rt.kernel_with_origin(&TINY_SOURCE, &v).unwrap().1,
+        HipModuleOrigin::Memo
+    );
+
+    // Launch: 4 wavefronts of 64 over 256 floats; x[i] = x[i] * 2 + (sum of its wavefront).
+    let n = 256usize;
+    let host: Vec<f32> = (0..n).map(|i| (i % 7) as f32).collect();
+    let x = dev.from_host(&host).unwrap();
+    let stream = dev.new_stream().unwrap();
+    let mut args = KernelArgs::new();
+    args.ptr(x.device_ptr()).u32(n as u32).f32(2.0);
+    let dims = LaunchDims::linear((n / 64) as u32, 64);
+    // SAFETY: the arguments match axpy_sum(float*, unsigned int, float); x holds n floats.
+    unsafe { k.launch(&stream, dims, &args) }.unwrap();
+    stream.synchronize().unwrap();
+    let got = x.to_vec().unwrap();
+    for (w, chunk) in host.chunks(64).enumerate() {
+        let sum: f32 = chunk.iter().sum();
+        for (j, &h) in chunk.iter().enumerate() {
+            let want = h * 2.0 + sum;
+            assert_eq!(got[w * 64 + j], want, "element {}", w * 64 + j);
+        }
+    }
+
+    // More LDS than a workgroup has is refused by name, before any launch.
+    let too_much = dims.with_smem(info.max_lds_per_block + 1);
+    // SAFETY: as above; the launch is refused before reaching the runtime.
+    let e = unsafe { k.launch(&stream, too_much, &args) }.unwrap_err();
+    assert!(e.to_string().contains("smem_bytes"), "{e}");
+
+    // Timing with events: warm-up, reps, median.
+    let mut run = || {
+        // SAFETY: as above.
+        unsafe { k.launch(&stream, dims, &args) }
+    };
+    let t = time_hip_runs(
+        &dev,
+        &stream,
+        &TimingOptions::default(),
+        None,
+        &mut || Ok(()),
+        &mut run,
+    )
+    .unwrap();
+    assert!(
+        t.median_us > 0.0 && t.min_us <= t.median_us && t.median_us <= t.max_us,
+        "{t:?}"
+    );
+    eprintln!(
+        "axpy_sum on {} ({}): median {:.2} us",
+        info.name,
+        info.arch(),
+        t.median_us
+    );
+
+    // A second runtime reads the module from disk; a corrupt file is recompiled.
+    let rt2 = HipRuntime::with_cache(dev.clone(), DiskCache::at(&dir)).unwrap();
+    assert_eq!(
+        rt2.kernel_with_origin(&TINY_SOURCE, &v).unwrap().1,
+        HipModuleOrigin::Disk
+    );
+    let key = rt2.module_key(&TINY_SOURCE, &v);
+    let path = rt2.cache().path_for(Section::Modules, &key).unwrap();
+    let mut bytes = std::fs::read(&path).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&path, bytes).unwrap();
+    let rt3 = HipRuntime::with_cache(dev, DiskCache::at(&dir)).unwrap();
+    assert_eq!(
+        rt3.kernel_with_origin(&TINY_SOURCE, &v).unwrap().1,
+        HipModuleOrigin::Compiled
+    );
+    assert_eq!((rt3.stats().corrupt_files, rt3.stats().compiled), (1, 1));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn gpu_real_variant_loads_on_the_device() {
+    let test = "gpu_real_variant_loads_on_the_device";
+    let Some(dev) = gpu(test) else { return };
+    let rt = HipRuntime::with_cache(dev, DiskCache::disabled()).expect("an AMD GPU machine must have hipRTC");
+    for entry in ["rmsnorm_kernel", "fused_add_rmsnorm_kernel"] {
+        let k = rt.kernel(&RMSNORM_SOURCE, &rmsnorm_variant(entry)).unwrap();
+        assert_eq!(k.name(), "rmsnorm");
+    }
+}
