@@ -314,7 +314,11 @@ __device__ __forceinline__ void opaque(Vec<T, N>& v) {
 // 2^x with the hardware approximation (about 2 ulp); exp2(-inf) = 0, exp2(NaN) = NaN.
 __device__ __forceinline__ float fast_exp2(float x) {
 #if defined(KD_AMD)
+#if __has_builtin(__builtin_amdgcn_exp2f)
     return __builtin_amdgcn_exp2f(x);
+#else
+    return exp2f(x);  // older hipRTC (ROCm 5) lacks the builtin
+#endif
 #else
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));

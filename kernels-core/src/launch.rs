@@ -116,6 +116,11 @@ impl Kernel {
         &self.variant
     }
 
+    /// The device this kernel is loaded on.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
     /// cudarc's function handle.
     pub fn function(&self) -> &CudaFunction {
         &self.function

@@ -25,7 +25,7 @@
 //   dynamic shared memory.
 //   Each thread handles ITERS = ceil(COLS / (THREADS * VEC)) vectors of its row. With
 //   ITERS <= 16 the row stays in registers between the reduction and the write (one
-//   pass over HBM); longer rows are read a second time, last part first so that the
+//   pass over HBM; with ITERS <= 8 the weights are loaded with the row); longer rows are read a second time, last part first so that the
 //   re-read starts with what is still in L2, evict-first (as is the write of y).
 // Special values: they propagate as in torch (an inf in a row makes its sum of squares
 // inf, so that row's outputs are 0 and NaN where x is inf).
@@ -42,6 +42,9 @@ constexpr int WARPS = THREADS / kd::WARP;  // warps per row group
 constexpr int MAX_ITERS = 16;              // schema::MAX_ITERS
 constexpr int ITERS = (NVEC + THREADS - 1) / THREADS;
 constexpr bool CACHED = ITERS <= MAX_ITERS;  // the row fits in registers
+// Short cached rows load their weights with the row, before the reduction, so the
+// weights' latency is not paid after it (the barrier keeps later loads after it).
+constexpr bool EARLY_W = CACHED && ITERS <= 8;
 // Streaming path (long rows): vectors per thread per step, about 64 bytes in flight.
 constexpr int UNROLL = CACHED ? ITERS : (64 / int(sizeof(V)) > 8 ? 8 : 64 / int(sizeof(V)));
 constexpr int STEP = THREADS * UNROLL;  // vectors per row group per step
@@ -109,11 +112,17 @@ __device__ __forceinline__ void rmsnorm_rows(const T* in, long long in_stride, T
 
     // Pass 1: read the row (fused: add the residual, store the rounded sum), sum x^2.
     V buf[UNROLL];
+    V wb[UNROLL];
     float ss = 0.f;
     for (int s = 0; s < STEPS; ++s) {
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u)
             if (valid(s, u)) buf[u] = kd::load_vec<T, VEC>(xp + at(s, u));
+        if (EARLY_W) {
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u)
+                if (valid(s, u)) wb[u] = kd::load_vec<T, VEC>(wp + at(s, u));
+        }
         if (FUSED) {
             V rb[UNROLL];
 #pragma unroll
@@ -153,10 +162,11 @@ __device__ __forceinline__ void rmsnorm_rows(const T* in, long long in_stride, T
             for (int u = 0; u < UNROLL; ++u)
                 if (valid(s, u)) buf[u] = kd::load_stream<T, VEC>(src + at(s, u));
         }
-        V wb[UNROLL];
+        if (!EARLY_W) {
 #pragma unroll
-        for (int u = 0; u < UNROLL; ++u)
-            if (valid(s, u)) wb[u] = kd::load_vec<T, VEC>(wp + at(s, u));
+            for (int u = 0; u < UNROLL; ++u)
+                if (valid(s, u)) wb[u] = kd::load_vec<T, VEC>(wp + at(s, u));
+        }
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u)
             if (valid(s, u)) {

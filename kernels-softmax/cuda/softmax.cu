@@ -15,10 +15,12 @@
 //   VEC elements per vector access, VEC * sizeof(T) <= 16, COLS % VEC == 0; x, y
 //       and both strides aligned to VEC elements
 //   ROWS rows per block (row strategy; 1 otherwise)
-//   STRATEGY 0 = row, 1 = online, 2 = cluster (sm_90)   SPLITS blocks per row (cluster)
+//   STRATEGY 0 = row, 1 = online, 2 = cluster (sm_90), 3 = staged
+//   SPLITS blocks per row (cluster; staged: 1, or a cluster of 2..8 on sm_90)
 //   LOG_SOFTMAX 0 or 1
 //   KD_MIN_BLOCKS (optional compiler hint, NVIDIA) blocks per SM for __launch_bounds__
-// Grid (1D, at most 2^31 - 1 blocks, blocks of the given size, no dynamic shared memory)
+// Grid (1D, at most 2^31 - 1 blocks, blocks of the given size; dynamic shared memory
+// for the staged strategy only)
 //   row:     ceil(rows / ROWS) blocks of THREADS * ROWS threads. THREADS threads own
 //            one row, held in registers: ceil(COLS / (THREADS * VEC)) <= 16 vectors
 //            per thread. One pass over HBM.
@@ -29,6 +31,19 @@
 //            compiled in, so a plain launch forms the clusters. Each block holds
 //            1/SPLITS of the row in registers (<= 16 vectors per thread); the blocks
 //            swap (max, sum) through distributed shared memory. One pass over HBM.
+//   staged:  rows * SPLITS blocks of THREADS threads with STAGE_VECS * sizeof(vector)
+//            bytes of dynamic shared memory; sm_80+ (cp.async), vectors of 4 bytes or
+//            more. Block `rank` of a row owns the contiguous slice of SLICE_VECS =
+//            ceil(COLS / VEC / SPLITS) vectors from vector rank * SLICE_VECS. It issues
+//            cp.async copies of the first STAGE_VECS vectors of its slice (all of it
+//            when it fits; else whole steps, see below) into shared memory at once (no
+//            registers held, all in flight), reads the rest (the tail) into registers
+//            (at most 6 vectors per thread; a longer tail streams and is read again in
+//            pass 2), folds each part into a running (max, sum), the blocks merge
+//            (max, sum) (through distributed shared memory when SPLITS > 1:
+//            __cluster_dims__(SPLITS, 1, 1), sm_90), and pass 2 writes everything.
+//            One pass over HBM unless the tail is long.
+//            STAGE_VECS (define): SLICE_VECS, or a multiple of THREADS below it.
 //
 // Special values, as torch.softmax: -inf contributes 0; a row of only -inf gives NaN
 // everywhere; a NaN anywhere in a row makes the whole row NaN; so does +inf (its
@@ -134,6 +149,50 @@ struct Finish {
         return kd::pack<T, VEC>(f);
     }
 };
+
+// ---- thread-block clusters (sm_90): rank, barrier, remote shared memory ----------
+
+#define KD_CLUSTER (STRATEGY == 2 || (STRATEGY == 3 && SPLITS > 1))
+#if KD_CLUSTER
+#if defined(KD_AMD) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900)
+#error "the cluster and split staged strategies need thread-block clusters (sm_90)"
+#endif
+
+__device__ __forceinline__ unsigned cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+
+// Split cluster barrier. arrive.release publishes this thread's shared-memory writes;
+// wait.acquire returns once every thread of every block of the cluster has arrived.
+__device__ __forceinline__ void cluster_arrive() {
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// Reads a float at `p` (this block's shared memory) in block `rank` of the cluster.
+__device__ __forceinline__ float load_peer(const float* p, unsigned rank) {
+    unsigned local, remote;
+    asm("{ .reg .u64 g; cvta.to.shared.u64 g, %1; cvt.u32.u64 %0, g; }" : "=r"(local) : "l"(p));
+    asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+    return v;
+}
+
+// The row's (max, sum) from each block's `part` (this block's included): lane r of
+// each warp reads block r's part; the warp merges and broadcasts.
+__device__ __forceinline__ Stats cluster_stats(const float* part) {
+    const int lane = kd::lane_id();
+    Stats all = {kd::neg_inf(), 0.f};
+    if (lane < SPLITS) all = {load_peer(&part[0], lane), load_peer(&part[1], lane)};
+    all = warp_merge<SPLITS>(all);
+    return {kd::shfl(all.m, 0), kd::shfl(all.s, 0)};
+}
+#endif  // KD_CLUSTER
 
 #if STRATEGY == 0
 // ---- row: THREADS threads per row, ROWS rows per block, row in registers ----------
@@ -247,38 +306,10 @@ extern "C" __global__ void KD_LAUNCH_BOUNDS(THREADS)
 #elif STRATEGY == 2
 // ---- cluster: SPLITS blocks per row, each part in registers, stats over DSMEM -----
 
-#if defined(KD_AMD) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900)
-#error "the cluster strategy needs thread-block clusters (sm_90)"
-#endif
 static_assert(SPLITS >= 2 && SPLITS <= 8, "a portable cluster has 2..8 blocks");
 
 constexpr int ITERS = (NVEC + THREADS * SPLITS - 1) / (THREADS * SPLITS);
 static_assert(ITERS <= MAX_ITERS, "cluster strategy holds at most 16 vectors per thread");
-
-__device__ __forceinline__ unsigned cluster_rank() {
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-
-// Split cluster barrier. arrive.release publishes this thread's shared-memory writes;
-// wait.acquire returns once every thread of every block of the cluster has arrived.
-__device__ __forceinline__ void cluster_arrive() {
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait() {
-    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-
-// Reads a float at `p` (this block's shared memory) in block `rank` of the cluster.
-__device__ __forceinline__ float load_peer(const float* p, unsigned rank) {
-    unsigned local, remote;
-    asm("{ .reg .u64 g; cvta.to.shared.u64 g, %1; cvt.u32.u64 %0, g; }" : "=r"(local) : "l"(p));
-    asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-    float v;
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
-    return v;
-}
 
 extern "C" __global__ void __cluster_dims__(SPLITS, 1, 1) KD_LAUNCH_BOUNDS(THREADS)
     softmax_kernel(const T* x, T* y, long long rows, long long x_stride, long long y_stride,
@@ -316,12 +347,7 @@ extern "C" __global__ void __cluster_dims__(SPLITS, 1, 1) KD_LAUNCH_BOUNDS(THREA
     // Every block's `part` is written (and every block has started) after this.
     cluster_arrive();
     cluster_wait();
-    // Lane r of each warp reads block r's part; the warp merges and broadcasts.
-    const int lane = kd::lane_id();
-    Stats all = {kd::neg_inf(), 0.f};
-    if (lane < SPLITS) all = {load_peer(&part[0], lane), load_peer(&part[1], lane)};
-    all = warp_merge<SPLITS>(all);
-    all = {kd::shfl(all.m, 0), kd::shfl(all.s, 0)};
+    const Stats all = cluster_stats(part);
     // Done reading the others' shared memory: they may exit once all have arrived.
     cluster_arrive();
 
@@ -334,6 +360,199 @@ extern "C" __global__ void __cluster_dims__(SPLITS, 1, 1) KD_LAUNCH_BOUNDS(THREA
     cluster_wait();
 }
 
+#elif STRATEGY == 3
+// ---- staged: SPLITS blocks per row, each copies its slice into shared memory -----
+
+#if defined(KD_AMD) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800)
+#error "the staged strategy needs cp.async (sm_80)"
+#endif
+static_assert(SPLITS == 1 || (SPLITS >= 2 && SPLITS <= 8), "SPLITS: 1, or a cluster of 2..8");
+static_assert(sizeof(V) >= 4, "cp.async copies 4, 8 or 16 bytes");
+#ifndef STAGE_VECS
+#error "the staged strategy needs STAGE_VECS"
+#endif
+constexpr int SLICE_VECS = (NVEC + SPLITS - 1) / SPLITS;  // vectors per block (the last: fewer)
+// Vectors per thread per step (one cp.async group): about 64 bytes per thread.
+constexpr int UNROLL = 64 / int(sizeof(V)) < 2 ? 2 : (64 / int(sizeof(V)) > 8 ? 8 : 64 / int(sizeof(V)));
+constexpr int STEP = THREADS * UNROLL;
+// The first STAGE_VECS vectors of the slice go to shared memory in CSTEPS copy groups.
+constexpr int CSTEPS = (STAGE_VECS + STEP - 1) / STEP;
+static_assert(STAGE_VECS >= 1 && STAGE_VECS <= SLICE_VECS, "STAGE_VECS: 1 .. the slice");
+static_assert(STAGE_VECS == SLICE_VECS || STAGE_VECS % THREADS == 0, "a partial stage: whole rounds of threads");
+// The rest, the tail: vector i of a thread is STAGE_VECS + i * THREADS + tid. At most
+// 6 per thread stay in registers between the passes (the slice is read once); a
+// longer tail streams UNROLL at a time and is read again in pass 2.
+constexpr int TAIL_ITERS = (SLICE_VECS - STAGE_VECS + THREADS - 1) / THREADS;
+constexpr bool REG_TAIL = TAIL_ITERS <= 6;
+
+#if SPLITS > 1
+#define KD_STAGED_CLUSTER __cluster_dims__(SPLITS, 1, 1)
 #else
-#error "STRATEGY must be 0 (row), 1 (online) or 2 (cluster)"
+#define KD_STAGED_CLUSTER
+#endif
+
+// Asynchronous copy of one vector from global to shared memory (no registers held).
+__device__ __forceinline__ void copy_async(V* dst, const T* src) {
+    unsigned s;
+    asm("{ .reg .u64 g; cvta.to.shared.u64 g, %1; cvt.u32.u64 %0, g; }" : "=r"(s) : "l"(dst));
+    if (sizeof(V) == 16) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src) : "memory");
+    } else {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(s), "l"(src), "n"(int(sizeof(V)))
+                     : "memory");
+    }
+}
+__device__ __forceinline__ void copy_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Waits until at most `n` of this thread's copy groups are pending (more than 7:
+// waits as for 7, which is only stricter). Unrolled callers pass a constant.
+__device__ __forceinline__ void copy_wait(int n) {
+    switch (n < 7 ? n : 7) {
+        case 0: asm volatile("cp.async.wait_group 0;" ::: "memory"); break;
+        case 1: asm volatile("cp.async.wait_group 1;" ::: "memory"); break;
+        case 2: asm volatile("cp.async.wait_group 2;" ::: "memory"); break;
+        case 3: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
+        case 4: asm volatile("cp.async.wait_group 4;" ::: "memory"); break;
+        case 5: asm volatile("cp.async.wait_group 5;" ::: "memory"); break;
+        case 6: asm volatile("cp.async.wait_group 6;" ::: "memory"); break;
+        default: asm volatile("cp.async.wait_group 7;" ::: "memory"); break;
+    }
+}
+
+extern "C" __global__ void KD_STAGED_CLUSTER KD_LAUNCH_BOUNDS(THREADS)
+    softmax_kernel(const T* x, T* y, long long rows, long long x_stride, long long y_stride,
+                   float scale) {
+    extern __shared__ __align__(16) unsigned char stage_bytes[];
+    V* stage = reinterpret_cast<V*>(stage_bytes);
+    __shared__ float red_m[WARPS];
+    __shared__ float red_s[WARPS];
+#if SPLITS > 1
+    __shared__ float part[2];  // this block's (max, sum), read by the other blocks
+    const int rank = int(cluster_rank());
+#else
+    const int rank = 0;
+#endif
+    const int tid = int(threadIdx.x);
+    const long long row = blockIdx.x / SPLITS;  // a cluster is SPLITS consecutive blocks
+    if (SPLITS == 1 && row >= rows) return;  // whole block; clusters never exceed rows
+    const int first = rank * SLICE_VECS;  // this block's first vector of the row
+    // Vectors in this slice: SLICE_VECS except for the last block (space::fits keeps
+    // every slice non-empty), and how many of them are staged.
+    const int len = NVEC - first < SLICE_VECS ? NVEC - first : SLICE_VECS;
+    const int staged = len < STAGE_VECS ? len : STAGE_VECS;
+    const T* xp = x + row * x_stride + (long long)(first + tid) * VEC;
+    const float k = scale * kd::LOG2E;
+    // Thread tid owns staged vectors step * STEP + u * THREADS + tid: it copies them,
+    // reads them back and writes their results, so no barrier guards the stage.
+    auto in_stage = [&](int step, int u) {
+        const int left = staged - step * STEP;
+        return (u + 1) * THREADS <= left || u * THREADS + tid < left;
+    };
+    auto in_tail = [&](int i) { return STAGE_VECS + i * THREADS + tid < len; };
+
+    // The whole stage in flight at once: one copy group per step.
+#pragma unroll
+    for (int step = 0; step < CSTEPS; ++step) {
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u)
+            if (in_stage(step, u))
+                copy_async(stage + step * STEP + u * THREADS + tid, xp + (step * STEP + u * THREADS) * VEC);
+        copy_commit();
+    }
+
+    // Pass 1: a running (max, sum), one part at a time (the part's max, then one
+    // rescale). The tail first, from HBM while the copies land, then the stage as its
+    // copy groups land.
+    Stats st = {kd::neg_inf(), 0.f};
+    V tail[REG_TAIL && TAIL_ITERS > 0 ? TAIL_ITERS : 1];
+    if (REG_TAIL && TAIL_ITERS > 0) {
+#pragma unroll
+        for (int i = 0; i < TAIL_ITERS; ++i)
+            if (in_tail(i)) tail[i] = kd::load_vec<T, VEC>(xp + (STAGE_VECS + i * THREADS) * VEC);
+        st = part_stats(tail, k, in_tail);
+        forget(tail);
+        st.s = part_sum(tail, k, ref(st.m), in_tail);
+        forget(tail);
+    }
+    for (int i0 = 0; !REG_TAIL && i0 < TAIL_ITERS; i0 += UNROLL) {
+        V buf[UNROLL];
+        auto ok = [&](int u) { return i0 + u < TAIL_ITERS && in_tail(i0 + u); };
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u)
+            if (ok(u)) buf[u] = kd::load_vec<T, VEC>(xp + (STAGE_VECS + (i0 + u) * THREADS) * VEC);
+        Stats p = part_stats(buf, k, ok);
+        p.s = part_sum(buf, k, ref(p.m), ok);
+        st = merge(st, p);
+    }
+#pragma unroll
+    for (int step = 0; step < CSTEPS; ++step) {
+        copy_wait(CSTEPS - 1 - step);
+        V buf[UNROLL];
+        auto ok = [&](int u) { return in_stage(step, u); };
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u)
+            if (ok(u)) buf[u] = stage[step * STEP + u * THREADS + tid];
+        Stats p = part_stats(buf, k, ok);
+        p.s = part_sum(buf, k, ref(p.m), ok);
+        st = merge(st, p);
+    }
+
+    // Block merge: warps by shuffles, then the warps' parts through shared memory.
+    st = warp_merge<kd::WARP>(st);
+    if (WARPS > 1) {
+        if (kd::lane_id() == 0) {
+            red_m[tid / kd::WARP] = st.m;
+            red_s[tid / kd::WARP] = st.s;
+        }
+        __syncthreads();
+        const int l = kd::lane_id() % WARPS;
+        st = warp_merge<WARPS>({red_m[l], red_s[l]});
+    }
+#if SPLITS > 1
+    if (tid == 0) {
+        part[0] = st.m;
+        part[1] = st.s;
+    }
+    // Every block's `part` is written after this.
+    cluster_arrive();
+    cluster_wait();
+    st = cluster_stats(part);
+    // Done reading the others' shared memory: they may exit once all have arrived.
+    cluster_arrive();
+#endif
+
+    // Pass 2: the tail (from registers, or read again last part first, the likeliest
+    // still in L2), then the stage; stores evict-first, nothing reads y back here.
+    const Finish finish(k, st);
+    T* yp = y + row * y_stride + (long long)(first + tid) * VEC;
+    if (REG_TAIL && TAIL_ITERS > 0) {
+#pragma unroll
+        for (int i = 0; i < TAIL_ITERS; ++i)
+            if (in_tail(i)) kd::store_stream<T, VEC>(yp + (STAGE_VECS + i * THREADS) * VEC, finish(tail[i]));
+    }
+    for (int i0 = (TAIL_ITERS - 1) / UNROLL * UNROLL; !REG_TAIL && i0 >= 0; i0 -= UNROLL) {
+        V buf[UNROLL];
+        auto ok = [&](int u) { return i0 + u < TAIL_ITERS && in_tail(i0 + u); };
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u)
+            if (ok(u)) buf[u] = kd::load_stream<T, VEC>(xp + (STAGE_VECS + (i0 + u) * THREADS) * VEC);
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u)
+            if (ok(u)) kd::store_stream<T, VEC>(yp + (STAGE_VECS + (i0 + u) * THREADS) * VEC, finish(buf[u]));
+    }
+#pragma unroll
+    for (int step = 0; step < CSTEPS; ++step) {
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u)
+            if (in_stage(step, u))
+                kd::store_stream<T, VEC>(yp + (step * STEP + u * THREADS) * VEC,
+                                         finish(stage[step * STEP + u * THREADS + tid]));
+    }
+#if SPLITS > 1
+    // Keep this block's `part` alive until every block has read it.
+    cluster_wait();
+#endif
+}
+
+#else
+#error "STRATEGY must be 0 (row), 1 (online), 2 (cluster) or 3 (staged)"
 #endif

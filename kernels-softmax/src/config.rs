@@ -1,6 +1,6 @@
 //! The softmax key and launch configuration.
 
-use tuned::{DType, Value};
+use tuned::{DType, Target, Value};
 
 use crate::schema::{check_config, ROWS_AT, SOFTMAX, SPLITS_AT, STRATEGY_AT, THREADS_AT, VEC_AT};
 
@@ -17,6 +17,7 @@ pub enum Strategy {
     Row,
     Online,
     Cluster,
+    Staged,
 }
 
 impl Strategy {
@@ -25,6 +26,7 @@ impl Strategy {
             Strategy::Row => "row",
             Strategy::Online => "online",
             Strategy::Cluster => "cluster",
+            Strategy::Staged => "staged",
         }
     }
 }
@@ -39,7 +41,7 @@ pub struct SoftmaxConfig {
     pub vec: u32,
     /// Rows per block (`row` only).
     pub rows: u32,
-    /// Blocks per row (`cluster` only).
+    /// Blocks per row (`cluster`; `staged`: 1 or a cluster).
     pub splits: u32,
 }
 
@@ -57,6 +59,7 @@ impl SoftmaxConfig {
             "row" => Strategy::Row,
             "online" => Strategy::Online,
             "cluster" => Strategy::Cluster,
+            "staged" => Strategy::Staged,
             _ => return None,
         };
         Some(SoftmaxConfig {
@@ -83,6 +86,35 @@ impl SoftmaxConfig {
         self.threads * self.rows
     }
 
+    /// Vectors of a row each block owns: the row for `row` and `online`, 1/splits of
+    /// it (rounded up; the last block's is shorter) for `cluster` and `staged`.
+    pub fn slice_vectors(&self, key: &SoftmaxKey) -> u32 {
+        (key.cols / self.vec.max(1)).div_ceil(self.splits.max(1))
+    }
+
+    /// Vectors of its slice a `staged` block holds in shared memory on `target`: the
+    /// whole slice when it fits [`staged_smem_limit`], else as many whole rounds of
+    /// `threads` vectors as fit; the device code holds the rest in registers (or reads
+    /// it twice when long). 0 for the other strategies.
+    pub fn stage_vectors(&self, target: Target, key: &SoftmaxKey) -> u32 {
+        if self.strategy != Strategy::Staged {
+            return 0;
+        }
+        let vec_bytes = self.vec * key.dtype.size() as u32;
+        let slice = self.slice_vectors(key);
+        let cap = (staged_smem_limit(target) / vec_bytes as u64) as u32;
+        if slice <= cap {
+            return slice;
+        }
+        (cap / self.threads) * self.threads
+    }
+
+    /// Dynamic shared memory per block on `target`, bytes (the staged stage; 0 for
+    /// the other strategies).
+    pub fn smem_bytes(&self, target: Target, key: &SoftmaxKey) -> u64 {
+        self.stage_vectors(target, key) as u64 * self.vec as u64 * key.dtype.size() as u64
+    }
+
     /// Vectors each thread handles per row (per split for `cluster`).
     pub fn iters(&self, cols: u32) -> u32 {
         let per_pass = self.threads * self.vec * self.splits;
@@ -95,5 +127,16 @@ impl SoftmaxKey {
         let dtype = tuned::dtype_key(&SOFTMAX, values, "dtype")?;
         let cols = tuned::int_key(&SOFTMAX, values, "cols", 1, i32::MAX as i64)? as u32;
         Ok(SoftmaxKey { dtype, cols })
+    }
+}
+
+/// Dynamic shared memory a staged block may take on `target`: the opt-in limit per
+/// block (227 KiB on Hopper, 163 KiB on A100) less 1 KiB for the kernel's own
+/// reduction slots. 0 where the strategy does not run (AMD).
+pub const fn staged_smem_limit(target: Target) -> u64 {
+    match target {
+        Target::Sm90 => 232_448 - 1024,
+        Target::Sm80 => 166_912 - 1024,
+        _ => 0,
     }
 }

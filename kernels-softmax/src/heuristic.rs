@@ -42,6 +42,34 @@ pub fn analytic_default(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxC
             return c;
         }
     }
+    // Long rows at larger batches, staged in shared memory by cp.async (one pass over
+    // HBM), measured with `kernels tune` on the H200 (bf16, 2026-11-30): 32768 columns
+    // x 512 rows 22.6 us staged (256 threads) against 28.0 for a row in registers;
+    // 65536 x 4096 269.5 against 280.9 online; 128256 x 1024 142.8 against 157.3
+    // online. Rows too long for shared memory take 1024 threads so the part left in
+    // registers is short. Below 512 rows of 64K+ columns online stays ahead (65536 x
+    // 256: 24.5 against 26.7), and f32 rows of 64K+ keep the cluster below.
+    if key.cols >= 16384
+        && (key.cols < 65536 || rows >= 512)
+        && !(key.dtype == DType::F32 && key.cols >= 65536)
+    {
+        let mut c = SoftmaxConfig {
+            strategy: Strategy::Staged,
+            threads: 256,
+            vec,
+            rows: 1,
+            splits: 1,
+        };
+        let row_bytes = key.cols as u64 * key.dtype.size() as u64;
+        if row_bytes > crate::config::staged_smem_limit(target) {
+            c.threads = 1024;
+        } else if row_bytes >= 96 << 10 {
+            c.threads = 512;
+        }
+        if fits(target, key, &c) {
+            return c;
+        }
+    }
     // Rows of 64K columns and more at larger batches: a row held by 1024 threads spills
     // (2.1-2.4 TB/s at 128256), so stream it: online with 1024 threads for 16-bit types
     // (3.32-3.61 TB/s at 1024-4096 rows x 128256), a cluster of 8 x 256 for f32 (3.73

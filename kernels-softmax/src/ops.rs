@@ -221,13 +221,14 @@ fn fit(target: Target, key: &SoftmaxKey, mut c: SoftmaxConfig, align: AlignClass
     c
 }
 
-fn variant(key: &SoftmaxKey, c: &SoftmaxConfig, log: bool) -> Variant {
+fn variant(target: Target, key: &SoftmaxKey, c: &SoftmaxConfig, log: bool) -> Variant {
     let strategy = match c.strategy {
         Strategy::Row => 0,
         Strategy::Online => 1,
         Strategy::Cluster => 2,
+        Strategy::Staged => 3,
     };
-    Variant::new("softmax_kernel")
+    let v = Variant::new("softmax_kernel")
         .define("DTYPE", kernels_core::dtype_define(key.dtype))
         .define("COLS", key.cols)
         .define("THREADS", c.threads)
@@ -235,7 +236,11 @@ fn variant(key: &SoftmaxKey, c: &SoftmaxConfig, log: bool) -> Variant {
         .define("ROWS", c.rows)
         .define("STRATEGY", strategy)
         .define("SPLITS", c.splits)
-        .define("LOG_SOFTMAX", u32::from(log))
+        .define("LOG_SOFTMAX", u32::from(log));
+    match c.strategy {
+        Strategy::Staged => v.define("STAGE_VECS", c.stage_vectors(target, key)),
+        _ => v,
+    }
 }
 
 fn launch(kernel: &Kernel, stream: &CudaStream, c: &SoftmaxConfig, p: &SoftmaxProblem<'_>) -> Result<()> {
@@ -252,7 +257,7 @@ fn launch(kernel: &Kernel, stream: &CudaStream, c: &SoftmaxConfig, p: &SoftmaxPr
     let (blocks, threads) = match c.strategy {
         Strategy::Row => (p.rows.div_ceil(c.rows as u64), c.block_threads()),
         Strategy::Online => (p.rows, c.threads),
-        Strategy::Cluster => (p.rows.saturating_mul(c.splits as u64), c.threads),
+        Strategy::Cluster | Strategy::Staged => (p.rows.saturating_mul(c.splits as u64), c.threads),
     };
     if blocks > i32::MAX as u64 {
         return Err(Error::invalid(
@@ -260,6 +265,9 @@ fn launch(kernel: &Kernel, stream: &CudaStream, c: &SoftmaxConfig, p: &SoftmaxPr
             format!("{} rows need more than 2^31 - 1 blocks", p.rows),
         ));
     }
+    // At most the staged limit (space::fits); the launch checks it against the device.
+    let smem = u32::try_from(c.smem_bytes(kernel.info().tuning_target(), &p.key))
+        .map_err(|_| Error::invalid("config", "staged slice exceeds shared memory"))?;
     let mut args = KernelArgs::new();
     args.ptr(p.x)
         .ptr(p.y)
@@ -272,7 +280,7 @@ fn launch(kernel: &Kernel, stream: &CudaStream, c: &SoftmaxConfig, p: &SoftmaxPr
     unsafe {
         kernel.launch_raw(
             RawStream::of(stream),
-            LaunchDims::linear(blocks as u32, threads),
+            LaunchDims::linear(blocks as u32, threads).with_smem(smem),
             &args,
         )
     }
@@ -291,8 +299,8 @@ macro_rules! tunable {
                 space::search_space(device.tuning_target(), key)
             }
 
-            fn variant(_: &DeviceInfo, key: &SoftmaxKey, c: &SoftmaxConfig) -> Variant {
-                variant(key, c, $log)
+            fn variant(device: &DeviceInfo, key: &SoftmaxKey, c: &SoftmaxConfig) -> Variant {
+                variant(device.tuning_target(), key, c, $log)
             }
 
             fn problem_shape(p: &SoftmaxProblem<'_>) -> (SoftmaxKey, u64) {
@@ -330,7 +338,7 @@ macro_rules! tunable {
             }
 
             fn fit_alignment(key: &SoftmaxKey, c: SoftmaxConfig, align: AlignClass) -> SoftmaxConfig {
-                let target = if c.strategy == Strategy::Cluster {
+                let target = if matches!(c.strategy, Strategy::Cluster | Strategy::Staged) {
                     Target::Sm90
                 } else {
                     Target::Sm80

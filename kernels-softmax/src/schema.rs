@@ -23,7 +23,10 @@ pub static SOFTMAX: KernelSchema = KernelSchema {
 /// `online`: one block per row streams it twice (online max/sum, then write), for rows
 /// too long for registers. `cluster`: one row split over `splits` blocks of a Hopper
 /// thread-block cluster that exchange max and sum through distributed shared memory.
-pub const STRATEGIES: &[&str] = &["row", "online", "cluster"];
+/// `staged`: `splits` blocks per row (1, or a Hopper cluster), each streams its slice
+/// of the row into shared memory once and writes the result from there: one pass over
+/// HBM for rows too long for registers, as long as a slice fits shared memory.
+pub const STRATEGIES: &[&str] = &["row", "online", "cluster", "staged"];
 pub const THREADS: &[i64] = &[32, 64, 128, 256, 512, 1024];
 /// Elements per vector access (at most 16 bytes, which `space` checks per dtype).
 pub const VECS: &[i64] = &[1, 2, 4, 8];
@@ -55,7 +58,7 @@ pub fn check_config(values: &[Value]) -> Result<(), String> {
     }
     match strategy {
         "cluster" if splits < 2 => Err("strategy `cluster` needs splits >= 2".into()),
-        "cluster" | "online" if rows != 1 => Err(format!("strategy `{strategy}` takes rows = 1")),
+        "cluster" | "online" | "staged" if rows != 1 => Err(format!("strategy `{strategy}` takes rows = 1")),
         "row" | "online" if splits != 1 => Err(format!("strategy `{strategy}` takes splits = 1")),
         _ => Ok(()),
     }

@@ -8,7 +8,10 @@ use crate::schema::{MAX_ITERS, ROWS, SPLITS, THREADS, VECS};
 /// Whether `config` can run rows of `key` on `target`: a vector is at most 16 bytes
 /// and divides the row; `row` and `cluster` must hold the row in registers
 /// (at most `MAX_ITERS` vectors per thread); clusters exist on Hopper only; a warp
-/// (64 lanes on AMD) is the smallest thread group.
+/// (64 lanes on AMD) is the smallest thread group. `staged` runs on NVIDIA targets
+/// (cp.async; clusters of 2..8 blocks on Hopper only) with vectors of 4 bytes or more
+/// (what cp.async copies) and at least 128 threads, every slice non-empty and at least
+/// one step staged in shared memory.
 pub fn fits(target: Target, key: &SoftmaxKey, config: &SoftmaxConfig) -> bool {
     let vec_bytes = config.vec as usize * key.dtype.size();
     if vec_bytes > 16 || !key.cols.is_multiple_of(config.vec) {
@@ -28,6 +31,14 @@ pub fn fits(target: Target, key: &SoftmaxKey, config: &SoftmaxConfig) -> bool {
                 && target == Target::Sm90
                 && iters <= MAX_ITERS
                 && key.cols >= config.threads * config.vec * config.splits
+        }
+        Strategy::Staged => {
+            target.vendor() == Vendor::Nvidia
+                && (config.splits == 1 || target == Target::Sm90)
+                && config.threads >= 128
+                && vec_bytes >= 4
+                && key.cols as u64 >= config.threads as u64 * config.vec as u64 * config.splits as u64
+                && config.stage_vectors(target, key) >= 1
         }
     }
 }
@@ -62,6 +73,15 @@ pub fn search_space(target: Target, key: &SoftmaxKey) -> Vec<SoftmaxConfig> {
             for &splits in SPLITS.iter().filter(|&&s| s >= 2) {
                 out.push(SoftmaxConfig {
                     strategy: Strategy::Cluster,
+                    threads: threads as u32,
+                    vec: vec as u32,
+                    rows: 1,
+                    splits: splits as u32,
+                });
+            }
+            for &splits in SPLITS {
+                out.push(SoftmaxConfig {
+                    strategy: Strategy::Staged,
                     threads: threads as u32,
                     vec: vec as u32,
                     rows: 1,

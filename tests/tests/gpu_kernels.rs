@@ -324,6 +324,23 @@ fn softmax_every_config_matches_reference() {
         offset: 0,
         specials: false,
     });
+    // Long rows with special values and padded strides: the staged and online paths.
+    cases.push(Case {
+        dtype: DType::F32,
+        cols: 50001,
+        rows: 2,
+        pad: 3,
+        offset: 0,
+        specials: true,
+    });
+    cases.push(Case {
+        dtype: DType::F16,
+        cols: 65536,
+        rows: 3,
+        pad: 8,
+        offset: 0,
+        specials: true,
+    });
     cases.push(Case {
         dtype: DType::Bf16,
         cols: 262144,
