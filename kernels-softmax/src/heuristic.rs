@@ -49,9 +49,7 @@ pub fn analytic_default(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxC
     // online. Rows too long for shared memory take 1024 threads so the part left in
     // registers is short. Below 512 rows of 64K+ columns online stays ahead (65536 x
     // 256: 24.5 against 26.7), and f32 rows of 64K+ keep the cluster below.
-    if key.cols >= 16384
-        && (key.cols < 65536 || rows >= 512)
-        && !(key.dtype == DType::F32 && key.cols >= 65536)
+    if key.cols >= 16384 && (key.cols < 65536 || rows >= 512) && (key.dtype != DType::F32 || key.cols < 65536)
     {
         let mut c = SoftmaxConfig {
             strategy: Strategy::Staged,
