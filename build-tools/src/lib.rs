@@ -23,7 +23,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use tuned::{KernelSchema, TableError, TableFile, Target, Value};
+use tuned::{EntryConfig, KernelSchema, TableError, TableFile, Target, Value};
 
 /// A kernel to bake: its schema and the check its configs must pass.
 #[derive(Clone, Copy)]
@@ -192,8 +192,12 @@ impl Bake {
                     continue;
                 }
                 let table = TableFile::read(&path, Some(k.schema)).map_err(BakeError::Table)?;
+                // A default marker has no config to check: it serves the analytic default.
                 for (i, e) in table.entries.iter().enumerate() {
-                    (k.check_config)(&e.config).map_err(|reason| {
+                    let Some(config) = e.config.tuned() else {
+                        continue;
+                    };
+                    (k.check_config)(config).map_err(|reason| {
                         BakeError::Table(TableError {
                             file: path.display().to_string(),
                             entry: Some(i),
@@ -299,13 +303,16 @@ fn emit_table(code: &mut String, ident: &str, table: &TableFile, built_fingerpri
     // Entries are sorted by (key, batch), so each key's run is contiguous and sorted.
     let mut groups: Vec<(String, Vec<String>)> = Vec::new();
     for e in &table.entries {
-        let config: Vec<String> = e.config.iter().map(value_code).collect();
+        let config = match &e.config {
+            EntryConfig::Tuned(values) => {
+                let values: Vec<String> = values.iter().map(value_code).collect();
+                format!("::tuned::EntryConfig::Tuned(&[{}])", values.join(", "))
+            }
+            EntryConfig::Default => "::tuned::EntryConfig::Default".to_string(),
+        };
         let entry = format!(
-            "::tuned::BakedEntry {{ batch: {}, config: &[{}], us: {:?}, default_us: {:?} }}",
-            e.batch,
-            config.join(", "),
-            e.us,
-            e.default_us
+            "::tuned::BakedEntry {{ batch: {}, config: {config}, us: {:?}, default_us: {:?} }}",
+            e.batch, e.us, e.default_us
         );
         match groups.last_mut() {
             Some((k, v)) if k == e.key.as_str() => v.push(entry),

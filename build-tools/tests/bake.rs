@@ -107,3 +107,59 @@ fn missing_source_file_is_an_error() {
         .unwrap();
     assert!(err.to_string().contains("/nonexistent/k.cu"), "{err}");
 }
+
+/// A temporary tables folder holding the sm90 fixture with `edit` applied.
+fn edited_fixture(name: &str, edit: impl Fn(String) -> String) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("bake-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("rmsnorm")).unwrap();
+    let text = std::fs::read_to_string(fixtures().join("tables/rmsnorm/sm90.json")).unwrap();
+    std::fs::write(dir.join("rmsnorm/sm90.json"), edit(text)).unwrap();
+    dir
+}
+
+#[test]
+fn a_default_marker_is_baked_without_a_config_check() {
+    // Batch 16 of bf16/4096 becomes a marker; `check` would reject its (absent) config.
+    let dir = edited_fixture("marker", |t| {
+        t.replacen(
+            "\"config\": {\n    \"threads\": 256,\n    \"vec\": 8,\n    \"rows\": 1\n   },\n   \"us\": 3.0,",
+            "\"config\": \"default\",\n   \"us\": 3.5,",
+            1,
+        )
+    });
+    let code = bake().generate(&dir, &[Target::Sm90], &[], true).unwrap().code;
+    assert!(
+        code.contains(
+            "::tuned::BakedEntry { batch: 16, config: ::tuned::EntryConfig::Default, us: 3.5, default_us: 3.5 }"
+        ),
+        "{code}"
+    );
+    // Its neighbours keep their tuned configs.
+    assert!(
+        code.contains("batch: 1, config: ::tuned::EntryConfig::Tuned(&[::tuned::Value::Int(128)"),
+        "{code}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_marker_whose_time_is_not_the_defaults_fails_naming_the_entry() {
+    let dir = edited_fixture("bad-marker", |t| {
+        t.replacen(
+            "\"config\": {\n    \"threads\": 256,\n    \"vec\": 8,\n    \"rows\": 1\n   },\n   \"us\": 3.0,",
+            "\"config\": \"default\",\n   \"us\": 3.0,",
+            1,
+        )
+    });
+    let msg = bake()
+        .generate(&dir, &[Target::Sm90], &[], false)
+        .err()
+        .expect("a marker faster than the default it stands for must not bake")
+        .to_string();
+    assert!(msg.contains("rmsnorm/sm90.json: entry 1"), "{msg}");
+    assert!(
+        msg.contains("a default marker's `us` (3) must equal its `default_us` (3.5)"),
+        "{msg}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -178,7 +178,7 @@ pub trait DynTunable: Sync {
     /// Re-measures a committed entry on a problem the kernel allocates: the entry's
     /// config, the analytic default and `sample` configs spread evenly over the search
     /// space (a quick search), all with the same timing routine. For `kernels tables
-    /// check` on a GPU.
+    /// check` on a GPU. `entry` is a tuned config; the caller skips default markers.
     #[allow(clippy::too_many_arguments)]
     fn recheck(
         &self,

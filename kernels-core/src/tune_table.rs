@@ -24,7 +24,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value as Json};
-use tuned::{KernelSchema, MergeReport, StaticKey, TableEntry, TableFile, TableHeader, Target, Value};
+use tuned::{
+    EntryConfig, KernelSchema, MergeReport, StaticKey, TableEntry, TableFile, TableHeader, Target, Value,
+};
 
 use crate::{CacheKey, DiskCache, Error, Lookup, Result, Section};
 
@@ -398,7 +400,7 @@ pub fn tune_table(
             Some(default_us) => entries.push(TableEntry {
                 key: key.clone(),
                 batch,
-                config: record.config.clone(),
+                config: EntryConfig::Tuned(record.config.clone()),
                 us: table_us(record.us),
                 default_us: table_us(default_us),
             }),
@@ -693,7 +695,7 @@ mod tests {
         let by_batch: Vec<(u64, i64, f64)> = t
             .entries
             .iter()
-            .map(|e| (e.batch, e.config[0].as_int().unwrap(), e.us))
+            .map(|e| (e.batch, e.config.tuned().unwrap()[0].as_int().unwrap(), e.us))
             .collect();
         assert_eq!(by_batch, [(1, 128, 10.0), (64, 512, 8.0), (512, 256, 9.0)]);
         assert_eq!(t.header.device, "NVIDIA H200");

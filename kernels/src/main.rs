@@ -117,7 +117,8 @@ enum Command {
 
 #[derive(Subcommand)]
 enum TablesCommand {
-    /// What is baked into this binary: kernel, target, entries, fingerprint fresh or stale.
+    /// What is baked into this binary: kernel, target, entries, default markers,
+    /// fingerprint fresh or stale.
     List {
         #[arg(long)]
         json: bool,
@@ -125,8 +126,9 @@ enum TablesCommand {
     /// Validate table files on disk (default: the committed tables).
     Validate { paths: Vec<PathBuf> },
     /// The regression guard. With --offline (no GPU): every entry validates, lies in the
-    /// current search space, beats its analytic default, and the table's fingerprint is
-    /// the current kernel source's.
+    /// current search space, beats its analytic default (a default marker records the
+    /// default's own time), and the table's fingerprint is the current kernel source's.
+    /// On a GPU, default markers are skipped and counted.
     Check {
         #[arg(long)]
         offline: bool,
@@ -151,8 +153,10 @@ enum TablesCommand {
         #[arg(long)]
         tables: Option<PathBuf>,
     },
-    /// Drop entries that do not beat their analytic default by more than --margin
-    /// (default 0.02, the tuner's noise threshold), rewriting the files atomically.
+    /// Turn entries that do not beat their analytic default by more than --margin
+    /// (default 0.02, the tuner's noise threshold) into default markers (the batch then
+    /// serves the analytic default, not a neighbour's config), rewriting the files
+    /// atomically.
     Prune {
         #[arg(long, default_value = "0.02")]
         margin: String,
@@ -380,23 +384,24 @@ fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {
             if json {
                 let arr: Vec<_> = baked
                     .iter()
-                    .map(|b| serde_json::json!({"kernel": b.kernel, "target": b.target.name(), "entries": b.entries, "device": b.device, "tuned_at": b.tuned_at, "fingerprint": b.fingerprint, "stale": b.stale}))
+                    .map(|b| serde_json::json!({"kernel": b.kernel, "target": b.target.name(), "entries": b.entries, "markers": b.markers, "device": b.device, "tuned_at": b.tuned_at, "fingerprint": b.fingerprint, "stale": b.stale}))
                     .collect();
                 println!("{}", serde_json::Value::from(arr));
             } else if baked.is_empty() {
                 println!("no tables are baked into this binary (every lookup uses the analytic default)");
             } else {
                 println!(
-                    "{:<18} {:<7} {:>7}  {:<14} {:<11} fingerprint",
-                    "kernel", "target", "entries", "device", "tuned"
+                    "{:<18} {:<7} {:>7} {:>7}  {:<14} {:<11} fingerprint",
+                    "kernel", "target", "entries", "markers", "device", "tuned"
                 );
                 for b in &baked {
                     let fresh = if b.stale { "stale" } else { "fresh" };
                     println!(
-                        "{:<18} {:<7} {:>7}  {:<14} {:<11} {} ({fresh})",
-                        b.kernel, b.target, b.entries, b.device, b.tuned_at, b.fingerprint
+                        "{:<18} {:<7} {:>7} {:>7}  {:<14} {:<11} {} ({fresh})",
+                        b.kernel, b.target, b.entries, b.markers, b.device, b.tuned_at, b.fingerprint
                     );
                 }
+                println!("(markers: batches where tuning measured the analytic default best; they serve it)");
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -439,10 +444,16 @@ fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {
             for f in files {
                 match tables::prune(&f, margin) {
                     Ok(p) => {
-                        println!("{}: kept {}, dropped {}", f.display(), p.kept, p.dropped.len());
-                        for (key, batch, us, default_us) in p.dropped {
+                        println!(
+                            "{}: kept {}, marked default {} (markers already there: {})",
+                            f.display(),
+                            p.kept,
+                            p.marked.len(),
+                            p.markers_before
+                        );
+                        for (key, batch, us, default_us) in p.marked {
                             println!(
-                                "  dropped {key} batch {batch}: {us:.3} us vs default {default_us:.3} us"
+                                "  marked default {key} batch {batch}: {us:.3} us vs default {default_us:.3} us"
                             );
                         }
                     }

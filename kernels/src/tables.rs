@@ -3,14 +3,17 @@
 
 use std::path::{Path, PathBuf};
 
-use tuned::{origin_of_path, table_files, TableFile, Target};
+use tuned::{origin_of_path, table_files, EntryConfig, TableEntry, TableFile, Target};
 
 /// One baked table, as `kernels tables list` shows it.
 #[derive(Clone, Debug)]
 pub struct BakedInfo {
     pub kernel: &'static str,
     pub target: Target,
+    /// Entries over all keys, default markers included.
     pub entries: usize,
+    /// Default markers: batches where tuning measured the analytic default best.
+    pub markers: usize,
     pub device: &'static str,
     pub tuned_at: &'static str,
     pub fingerprint: &'static str,
@@ -27,6 +30,7 @@ pub fn baked() -> Vec<BakedInfo> {
                     kernel: b.kernel,
                     target: t,
                     entries: b.len,
+                    markers: b.markers(),
                     device: b.device,
                     tuned_at: b.tuned_at,
                     fingerprint: b.source_fingerprint,
@@ -81,9 +85,10 @@ pub fn collect(paths: &[PathBuf]) -> Result<Vec<PathBuf>, Finding> {
     Ok(files)
 }
 
-/// Validates one file against its kernel's schema and search space. With `offline_check`,
-/// also the regression guard: a fingerprint that is not the current kernel source's,
-/// or an entry slower than its analytic default, is a finding.
+/// Validates one file against its kernel's schema and search space (default markers
+/// have no config to check). With `offline_check`, also the regression guard: a
+/// fingerprint that is not the current kernel source's, or an entry slower than its
+/// analytic default, is a finding.
 pub fn check_file(path: &Path, offline_check: bool) -> Vec<Finding> {
     let file = path.display().to_string();
     let finding = |entry, reason: String| Finding {
@@ -107,7 +112,7 @@ pub fn check_file(path: &Path, offline_check: bool) -> Vec<Finding> {
     };
     let mut out = Vec::new();
     for (i, e) in table.entries.iter().enumerate() {
-        if let Err(r) = kernel.check_config(&e.config) {
+        if let Some(Err(r)) = e.config.tuned().map(|c| kernel.check_config(c)) {
             out.push(finding(Some(i), format!("config outside the search space: {r}")));
         }
         if offline_check && e.us > e.default_us {
@@ -136,15 +141,20 @@ pub fn check_file(path: &Path, offline_check: bool) -> Vec<Finding> {
 /// What [`prune`] did to one file.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Pruned {
+    /// Tuned entries kept: they beat the default by more than the margin.
     pub kept: usize,
-    /// (static key, batch, us, default_us) of each dropped entry.
-    pub dropped: Vec<(String, u64, f64, f64)>,
+    /// (static key, batch, us, default_us) of each entry turned into a default marker.
+    pub marked: Vec<(String, u64, f64, f64)>,
+    /// Default markers the file already had (left as they are).
+    pub markers_before: usize,
 }
 
-/// Drops every entry whose tuned time does not beat its analytic default's by more
-/// than `margin` (a fraction: 0.02 is 2%), and rewrites the file atomically. Such an
-/// entry buys nothing over the default, and a kept entry is a promise that the table
-/// is faster.
+/// Turns every tuned entry whose time does not beat its analytic default's by more
+/// than `margin` (a fraction: 0.02 is 2%) into a default marker, and rewrites the file
+/// atomically. Such a config buys nothing over the default, and a kept entry is a
+/// promise that the table is faster. The marker keeps the batch in the table: deleting
+/// the entry would let the nearest-batch lookup hand that batch a neighbour's config,
+/// where tuning measured the default best.
 pub fn prune(path: &Path, margin: f64) -> Result<Pruned, Finding> {
     let file = path.display().to_string();
     let finding = |entry, reason: String| Finding {
@@ -156,18 +166,23 @@ pub fn prune(path: &Path, margin: f64) -> Result<Pruned, Finding> {
     let kernel = crate::kernel(&kernel_name)
         .ok_or_else(|| finding(None, format!("no kernel named `{kernel_name}`")))?;
     let mut table = TableFile::read(path, Some(kernel.schema())).map_err(|e| finding(e.entry, e.reason))?;
-    let (keep, drop): (Vec<_>, Vec<_>) = table
-        .entries
-        .into_iter()
-        .partition(|e| e.us < e.default_us * (1.0 - margin));
-    table.entries = keep;
-    let pruned = Pruned {
-        kept: table.entries.len(),
-        dropped: drop
-            .iter()
-            .map(|e| (e.key.to_string(), e.batch, e.us, e.default_us))
-            .collect(),
+    let mut pruned = Pruned {
+        kept: 0,
+        marked: Vec::new(),
+        markers_before: 0,
     };
+    for e in &mut table.entries {
+        match e.config {
+            EntryConfig::Default => pruned.markers_before += 1,
+            EntryConfig::Tuned(_) if e.us < e.default_us * (1.0 - margin) => pruned.kept += 1,
+            EntryConfig::Tuned(_) => {
+                pruned
+                    .marked
+                    .push((e.key.to_string(), e.batch, e.us, e.default_us));
+                *e = TableEntry::default_marker(e.key.clone(), e.batch, e.default_us);
+            }
+        }
+    }
     table
         .write(path)
         .map_err(|e| finding(None, format!("cannot write: {e}")))?;
@@ -205,7 +220,7 @@ fn key_field<'a>(text: &'a str, name: &str) -> Option<std::borrow::Cow<'a, str>>
 /// than the analytic default; the rest are listed with the reason.
 pub fn promote(cache: &kernels_core::DiskCache, tables: &Path) -> Result<Promoted, Finding> {
     use std::collections::BTreeMap;
-    use tuned::{StaticKey, TableEntry, TableHeader};
+    use tuned::{StaticKey, TableHeader};
 
     let mut out = Promoted::default();
     let (entries, corrupt) = cache
@@ -292,7 +307,7 @@ pub fn promote(cache: &kernels_core::DiskCache, tables: &Path) -> Result<Promote
         slot.1.push(TableEntry {
             key,
             batch,
-            config: record.config,
+            config: EntryConfig::Tuned(record.config),
             us: record.us,
             default_us,
         });

@@ -67,7 +67,18 @@ fn jobs_of<K: Tunable>(
                 .and_then(|k| K::key_from_values(k.values()))
                 .map_err(|e| format!("{kernel} table key `{canonical}`: {e}"))?;
             for e in entries.iter() {
-                let config = K::config_from_baked(e.config).ok_or_else(|| {
+                // A default marker serves the analytic default (computed for the requested
+                // batch; the shape sets below cover those), here for the marker's batch.
+                let Some(values) = e.config.tuned() else {
+                    let config = K::analytic_default(target, &key, e.batch);
+                    push(
+                        format!("table-default [{canonical}] batch {}", e.batch),
+                        &key,
+                        &config,
+                    );
+                    continue;
+                };
+                let config = K::config_from_baked(values).ok_or_else(|| {
                     format!(
                         "{kernel} table key `{canonical}` batch {}: config does not decode",
                         e.batch

@@ -44,7 +44,7 @@ fn lookup_json_has_the_documented_shape() {
     assert_eq!(v["batch"], 7);
     let source = v["source"].as_str().unwrap();
     assert!(
-        ["table-exact", "table-nearest", "default"].contains(&source),
+        ["table-exact", "table-nearest", "table-default", "default"].contains(&source),
         "{source}"
     );
     let config = v["config"].as_object().unwrap();
@@ -306,24 +306,61 @@ fn tables_list_runs() {
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
     for t in v.as_array().unwrap() {
         assert!(t["kernel"].is_string() && t["entries"].is_u64() && t["stale"].is_boolean());
+        assert!(
+            t["markers"].as_u64().unwrap() <= t["entries"].as_u64().unwrap(),
+            "{t}"
+        );
     }
 }
 
 #[test]
-fn prune_drops_entries_that_do_not_beat_the_default() {
+fn prune_marks_entries_that_do_not_beat_the_default() {
     let dir = std::env::temp_dir().join(format!("kernels-prune-{}", std::process::id()));
     std::fs::create_dir_all(dir.join("rmsnorm")).unwrap();
     // Entry 0 (batch 1): 2.0 vs 2.5 stays; make batch 16 lose (3.49 vs 3.5 is within 2%).
+    // The fixture already has one marker (bf16/8192 batch 1024).
     let text = std::fs::read_to_string(fixtures().join("tables/rmsnorm/sm90.json"))
         .unwrap()
         .replacen("\"us\": 3.0", "\"us\": 3.49", 1);
     let file = dir.join("rmsnorm/sm90.json");
     std::fs::write(&file, text).unwrap();
+    let before = tuned::TableFile::read(&file, None).unwrap();
     let o = kernels(&["tables", "prune", file.to_str().unwrap()]);
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
-    assert!(stdout(&o).contains("kept 4, dropped 1"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("kept 4, marked default 1 (markers already there: 1)"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(
+        stdout(&o).contains("marked default dtype=bf16,cols=4096 batch 16: 3.490 us vs default 3.500 us"),
+        "{}",
+        stdout(&o)
+    );
     let t = tuned::TableFile::read(&file, None).unwrap();
-    assert!(t.entries.iter().all(|e| e.batch != 16));
+    assert_eq!(t.entries.len(), before.entries.len(), "nothing is deleted");
+    for (now, was) in t.entries.iter().zip(&before.entries) {
+        if now.key.as_str() == "dtype=bf16,cols=4096" && now.batch == 16 {
+            // The batch stays in the table, as "the default wins here", at the default's time.
+            assert!(now.config.is_default(), "{now:?}");
+            assert_eq!((now.us, now.default_us), (3.5, 3.5));
+        } else {
+            assert_eq!(
+                now, was,
+                "entries that beat the default, and markers, are left alone"
+            );
+        }
+    }
+    // The pruned file passes validation, and pruning again changes nothing.
+    let o = kernels(&["tables", "validate", file.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stdout(&o));
+    let o = kernels(&["tables", "prune", file.to_str().unwrap()]);
+    assert!(
+        stdout(&o).contains("kept 4, marked default 0 (markers already there: 2)"),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(tuned::TableFile::read(&file, None).unwrap(), t);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -404,4 +441,35 @@ fn promote_moves_online_results_into_tables() {
     ]);
     assert!(o.status.success(), "{}", stdout(&o));
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn lookup_at_a_committed_default_marker_serves_the_default() {
+    // The first default marker of the committed sm90 tables (prune leaves them where
+    // tuning measured the analytic default best).
+    let (kernel, canonical, batch) = kernels::registry()
+        .iter()
+        .filter_map(|k| k.baked_table(tuned::Target::Sm90))
+        .find_map(|t| {
+            t.entries.entries().find_map(|(key, list)| {
+                list.iter()
+                    .find(|e| e.config.is_default())
+                    .map(|e| (t.kernel, *key, e.batch))
+            })
+        })
+        .expect("the committed sm90 tables have default markers");
+    let batch = batch.to_string();
+    let mut args = vec!["lookup", kernel, "--target", "sm90", "--batch", &batch, "--json"];
+    for kv in canonical.split(',') {
+        match kv.strip_prefix("dtype=") {
+            Some(d) => args.extend(["--dtype", d]),
+            None => args.push(kv),
+        }
+    }
+    let o = kernels(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["source"], "table-default", "{v}");
+    assert_eq!(v["table_batch"].to_string(), batch, "{v}");
+    assert_eq!(v["distance"], 0.0, "{v}");
 }

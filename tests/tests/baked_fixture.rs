@@ -1,18 +1,32 @@
 //! A fixture table baked by build-tools and probed with the serving lookup rule.
 
+use kernels::rmsnorm::{RmsNorm, RmsNormConfig, RmsNormKey};
 use tests::fixture::{rmsnorm_table, SOURCE_FINGERPRINT};
-use tuned::{TableHit, Target, Value};
+use tuned::{
+    resolve_serve, BakedTable, DType, EntryConfig, KernelSchema, KeyValues, PreparedKey, Source, TableHit,
+    Target, TunedKernel, Value,
+};
 
+/// The entry's batch, how it matched, and its config values (empty for a default marker).
 fn probe(target: Target, key: &str, batch: u64) -> Option<(u64, TableHit, Vec<Value>)> {
     let t = rmsnorm_table(target)?;
-    t.lookup(key, batch).map(|(e, h)| (e.batch, h, e.config.to_vec()))
+    t.lookup(key, batch).map(|(e, h)| {
+        let values = e.config.tuned().map(|v| v.to_vec()).unwrap_or_default();
+        (e.batch, h, values)
+    })
+}
+
+fn probe_is_marker(key: &str, batch: u64) -> bool {
+    let t = rmsnorm_table(Target::Sm90).unwrap();
+    t.lookup(key, batch).unwrap().0.config.is_default()
 }
 
 #[test]
 fn fixture_is_baked_with_provenance() {
     let t = rmsnorm_table(Target::Sm90).expect("sm90 is enabled and has a fixture");
     assert_eq!(t.kernel, "rmsnorm");
-    assert_eq!(t.len, 5);
+    assert_eq!(t.len, 6);
+    assert_eq!(t.markers(), 1);
     assert_eq!(t.params, &["threads", "vec", "rows"]);
     assert_eq!(t.tuned_at, "2026-11-30");
     assert_eq!(t.source_fingerprint, SOURCE_FINGERPRINT);
@@ -102,5 +116,88 @@ fn gfx_fixture_is_baked_and_probed() {
     assert_eq!(
         probe(Target::Gfx942, "dtype=bf16,cols=4096", 100).unwrap().0,
         1024
+    );
+}
+
+#[test]
+fn default_marker_is_baked_and_found_by_the_nearest_batch_rule() {
+    let t = rmsnorm_table(Target::Sm90).unwrap();
+    let (e, h) = t.lookup("dtype=bf16,cols=8192", 1024).unwrap();
+    assert_eq!((e.batch, h), (1024, TableHit::Exact));
+    assert_eq!(e.config, EntryConfig::Default);
+    assert_eq!((e.us, e.default_us), (60.0, 60.0));
+    // 256 is two octaves from both 64 and the marker at 1024: the tie goes to the marker.
+    assert!(probe_is_marker("dtype=bf16,cols=8192", 256));
+    assert!(probe_is_marker("dtype=bf16,cols=8192", 4096));
+    // 200 is nearer 64 (log2 1.64) than 1024 (2.36): the tuned entry.
+    let (b, _, c) = probe(Target::Sm90, "dtype=bf16,cols=8192", 200).unwrap();
+    assert_eq!((b, c[0].clone()), (64, Value::Int(1024)));
+}
+
+/// RMSNorm with its table replaced by the baked fixture.
+struct FixtureNorm;
+
+impl TunedKernel for FixtureNorm {
+    type Key = RmsNormKey;
+    type Config = RmsNormConfig;
+    const SCHEMA: &'static KernelSchema = RmsNorm::SCHEMA;
+    const SOURCE_FINGERPRINT: &'static str = SOURCE_FINGERPRINT;
+
+    fn key_values(key: &RmsNormKey) -> KeyValues {
+        RmsNorm::key_values(key)
+    }
+    fn key_from_values(values: &[Value]) -> Result<RmsNormKey, String> {
+        RmsNorm::key_from_values(values)
+    }
+    fn config_from_values(values: &[Value]) -> Result<RmsNormConfig, String> {
+        RmsNorm::config_from_values(values)
+    }
+    fn config_values(config: &RmsNormConfig) -> Vec<Value> {
+        RmsNorm::config_values(config)
+    }
+    fn analytic_default(target: Target, key: &RmsNormKey, batch: u64) -> RmsNormConfig {
+        RmsNorm::analytic_default(target, key, batch)
+    }
+    fn baked_table(target: Target) -> Option<&'static BakedTable> {
+        rmsnorm_table(target)
+    }
+}
+
+#[test]
+fn serving_a_batch_near_a_marker_gives_the_default_for_that_batch() {
+    let key = RmsNormKey {
+        dtype: DType::Bf16,
+        cols: 8192,
+    };
+    let prepared = PreparedKey::<FixtureNorm>::new(Target::Sm90, key);
+    for batch in [256, 1024, 3000] {
+        let r = resolve_serve::<FixtureNorm>(Target::Sm90, &key, batch);
+        assert_eq!(
+            r.source,
+            Source::TableDefault {
+                table_batch: 1024,
+                batch
+            }
+        );
+        assert_eq!(
+            r.config,
+            RmsNorm::analytic_default(Target::Sm90, &key, batch),
+            "batch {batch}: the default computed for the requested batch"
+        );
+        assert_eq!(prepared.resolve(batch), r, "the per-request path agrees");
+    }
+    // Nearer 64: batch 64's tuned config.
+    let r = resolve_serve::<FixtureNorm>(Target::Sm90, &key, 100);
+    assert_eq!(
+        r.source,
+        Source::TableNearest {
+            table_batch: 64,
+            batch: 100
+        }
+    );
+    assert_eq!(
+        RmsNorm::config_values(&r.config)[0],
+        Value::Int(1024),
+        "batch 64's threads"
     );
 }

@@ -3,13 +3,44 @@
 
 use crate::{Target, Value};
 
+/// What a table entry says about its (key, batch): a tuned config, or a default
+/// marker (tuning measured there and the analytic default won).
+///
+/// A marker is what `kernels tables prune` leaves where it drops a config that does
+/// not beat the default: the batch keeps its place in the nearest-batch lookup, so
+/// nearby batches get the default instead of a neighbouring batch's config.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum EntryConfig<V> {
+    /// A tuned config: values in the table's `params` order.
+    Tuned(V),
+    /// Measured here: the analytic default wins (written `"config": "default"`).
+    Default,
+}
+
+impl<V> EntryConfig<V> {
+    /// The tuned config's values, `None` for a default marker.
+    pub fn tuned(&self) -> Option<&V> {
+        match self {
+            EntryConfig::Tuned(v) => Some(v),
+            EntryConfig::Default => None,
+        }
+    }
+
+    /// Whether this is a default marker.
+    pub fn is_default(&self) -> bool {
+        matches!(self, EntryConfig::Default)
+    }
+}
+
 /// One entry of a baked table.
 #[derive(Debug)]
 pub struct BakedEntry {
     pub batch: u64,
-    /// Values in the table's `params` order.
-    pub config: &'static [Value],
+    /// The tuned config (values in the table's `params` order), or a default marker.
+    pub config: EntryConfig<&'static [Value]>,
+    /// Median time of the config, microseconds (a marker: the default's time).
     pub us: f64,
+    /// Median time of the analytic default on the same problem, microseconds.
     pub default_us: f64,
 }
 
@@ -28,7 +59,7 @@ pub struct BakedTable {
     pub params: &'static [&'static str],
     /// Canonical static key -> entries sorted by batch, batches unique.
     pub entries: phf::Map<&'static str, &'static [BakedEntry]>,
-    /// Number of entries over all keys.
+    /// Number of entries over all keys, default markers included.
     pub len: usize,
 }
 
@@ -47,9 +78,17 @@ impl BakedTable {
         self.source_fingerprint != self.built_fingerprint
     }
 
+    /// Number of default markers over all keys.
+    pub fn markers(&self) -> usize {
+        self.entries
+            .values()
+            .map(|list| list.iter().filter(|e| e.config.is_default()).count())
+            .sum()
+    }
+
     /// The serving lookup: the entry for `key`, at the batch nearest `batch` in log2
-    /// space (ties go to the larger batch). `None` when the key is not in the table
-    /// or `batch` is 0.
+    /// space (ties go to the larger batch), default markers included. `None` when
+    /// the key is not in the table or `batch` is 0.
     pub fn lookup(&self, key: &str, batch: u64) -> Option<(&'static BakedEntry, TableHit)> {
         let entries: &'static [BakedEntry] = self.entries.get(key)?;
         nearest(entries, batch)
@@ -105,10 +144,32 @@ mod tests {
     fn e(batch: u64) -> BakedEntry {
         BakedEntry {
             batch,
-            config: &[],
+            config: EntryConfig::Tuned(&[]),
             us: 1.0,
             default_us: 1.0,
         }
+    }
+
+    fn marker(batch: u64) -> BakedEntry {
+        BakedEntry {
+            batch,
+            config: EntryConfig::Default,
+            us: 1.0,
+            default_us: 1.0,
+        }
+    }
+
+    #[test]
+    fn markers_take_part_in_the_nearest_batch_rule() {
+        let t = [e(64), marker(256), e(1024)];
+        // 300 is nearer the marker at 256 than the entry at 1024.
+        let (x, h) = nearest(&t, 300).unwrap();
+        assert!(x.config.is_default());
+        assert_eq!(x.batch, 256);
+        assert!(matches!(h, TableHit::Nearest { table_batch: 256, .. }));
+        // 128 is exactly between 64 and 256: the tie goes to the larger, the marker.
+        assert!(nearest(&t, 128).unwrap().0.config.is_default());
+        assert!(!nearest(&t, 100).unwrap().0.config.is_default());
     }
 
     #[test]

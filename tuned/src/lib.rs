@@ -8,14 +8,16 @@
 //!   the file, the entry and the reason; merged and written atomically.
 //! - [`BakedTable`]: what `build-tools` emits; [`BakedTable::lookup`] is the serving
 //!   probe (exact static key, then nearest batch in log2 space, ties to the larger).
+//!   An entry is a tuned config or a default marker ([`EntryConfig`]): tuning measured
+//!   that batch and the analytic default won.
 //! - [`TunedKernel`] and [`resolve_serve`]: a kernel family's contract and the
 //!   serving resolution (table, else analytic default; never a search).
 //!
 //! ```
-//! use tuned::{nearest, BakedEntry, TableHit};
+//! use tuned::{nearest, BakedEntry, EntryConfig, TableHit};
 //! let entries = [
-//!     BakedEntry { batch: 1, config: &[], us: 2.0, default_us: 2.5 },
-//!     BakedEntry { batch: 64, config: &[], us: 9.0, default_us: 9.5 },
+//!     BakedEntry { batch: 1, config: EntryConfig::Tuned(&[]), us: 2.0, default_us: 2.5 },
+//!     BakedEntry { batch: 64, config: EntryConfig::Tuned(&[]), us: 9.0, default_us: 9.5 },
 //! ];
 //! // 8 is exactly between 1 and 64 in log2 space: the larger batch wins.
 //! let (e, hit) = nearest(&entries, 8).unwrap();
@@ -35,7 +37,7 @@ mod target;
 mod value;
 
 pub use atomic::write_atomic;
-pub use baked::{log2_distance, nearest, nearest_entry, BakedEntry, BakedTable, TableHit};
+pub use baked::{log2_distance, nearest, nearest_entry, BakedEntry, BakedTable, EntryConfig, TableHit};
 pub use dtype::{DType, DTypeError};
 pub use fingerprint::{fingerprint, fnv1a64};
 pub use key::{

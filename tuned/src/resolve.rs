@@ -5,8 +5,8 @@ use std::fmt;
 use std::marker::PhantomData;
 
 use crate::{
-    nearest_entry, write_canonical, BakedEntry, BakedTable, KernelSchema, KeyBuf, KeyValues, StaticKey,
-    Target, Value,
+    nearest_entry, write_canonical, BakedEntry, BakedTable, EntryConfig, KernelSchema, KeyBuf, KeyValues,
+    StaticKey, Target, Value,
 };
 
 /// Where a resolved config came from.
@@ -17,6 +17,10 @@ pub enum Source {
     /// A baked table entry for `table_batch`, the nearest to the requested `batch` in
     /// log2 space.
     TableNearest { table_batch: u64, batch: u64 },
+    /// The kernel's analytic default for `batch`, because the nearest table entry (at
+    /// `table_batch`, equal to `batch` when exact) is a default marker: tuning measured
+    /// there and the default won.
+    TableDefault { table_batch: u64, batch: u64 },
     /// The kernel's analytic default (no table, or a table miss).
     Default,
     /// The online tuner's on-disk cache.
@@ -31,16 +35,28 @@ impl Source {
         match self {
             Source::TableExact => "table-exact",
             Source::TableNearest { .. } => "table-nearest",
+            Source::TableDefault { .. } => "table-default",
             Source::Default => "default",
             Source::OnlineCache => "online-cache",
             Source::OnlineSearch => "online-search",
         }
     }
 
-    /// |log2(batch) - log2(table_batch)| for a nearest hit.
+    /// The table batch whose entry decided, for a nearest hit or a default marker.
+    pub fn table_batch(&self) -> Option<u64> {
+        match *self {
+            Source::TableNearest { table_batch, .. } | Source::TableDefault { table_batch, .. } => {
+                Some(table_batch)
+            }
+            _ => None,
+        }
+    }
+
+    /// |log2(batch) - log2(table_batch)| for a nearest hit or a default marker (0 when
+    /// the marker is at the requested batch).
     pub fn distance(&self) -> Option<f64> {
         match *self {
-            Source::TableNearest { table_batch, batch } => {
+            Source::TableNearest { table_batch, batch } | Source::TableDefault { table_batch, batch } => {
                 Some(crate::baked::log2_distance(batch, table_batch))
             }
             _ => None,
@@ -54,6 +70,14 @@ impl fmt::Display for Source {
             Source::TableNearest { table_batch, .. } => write!(
                 f,
                 "table-nearest (batch {table_batch}, log2 distance {:.2})",
+                self.distance().unwrap_or(0.0)
+            ),
+            Source::TableDefault { table_batch, batch } if table_batch == batch => {
+                f.write_str("table-default (the default measured best at this batch)")
+            }
+            Source::TableDefault { table_batch, .. } => write!(
+                f,
+                "table-default (the default measured best at batch {table_batch}, log2 distance {:.2})",
                 self.distance().unwrap_or(0.0)
             ),
             s => f.write_str(s.name()),
@@ -118,6 +142,8 @@ pub trait TunedKernel: 'static {
 
 /// The serving resolution: baked table (exact, else nearest batch), else the
 /// analytic default. A hash probe and a binary search: no I/O, no allocation.
+/// When the nearest entry is a default marker, the result is the analytic default
+/// for the requested batch ([`Source::TableDefault`]), never a neighbour's config.
 ///
 /// An engine that resolves the same static key for every request can do the hash
 /// probe once with [`PreparedKey`] and pay only the batch search per request.
@@ -137,31 +163,44 @@ fn table_entries<K: TunedKernel>(target: Target, key: &K::Key) -> &'static [Bake
     table.entries.get(buf.as_str()).copied().unwrap_or(&[])
 }
 
-/// The nearest batch among one key's entries, else the analytic default.
+/// The nearest batch among one key's entries (a default marker gives the analytic
+/// default), else the analytic default.
 fn resolve_among<K: TunedKernel>(
     target: Target,
     key: &K::Key,
     entries: &'static [BakedEntry],
     batch: u64,
 ) -> Resolved<K::Config> {
+    // One analytic-default call site keeps this small enough to inline in callers.
+    let mut source = Source::Default;
     if let Some(entry) = nearest_entry(entries, batch) {
-        if let Some(config) = K::config_from_baked(entry.config) {
-            if K::accepts(target, key, batch, &config) {
-                let source = if entry.batch == batch {
-                    Source::TableExact
-                } else {
-                    Source::TableNearest {
-                        table_batch: entry.batch,
-                        batch,
+        match entry.config {
+            EntryConfig::Tuned(values) => {
+                if let Some(config) = K::config_from_baked(values) {
+                    if K::accepts(target, key, batch, &config) {
+                        let source = if entry.batch == batch {
+                            Source::TableExact
+                        } else {
+                            Source::TableNearest {
+                                table_batch: entry.batch,
+                                batch,
+                            }
+                        };
+                        return Resolved { config, source };
                     }
-                };
-                return Resolved { config, source };
+                }
+            }
+            EntryConfig::Default => {
+                source = Source::TableDefault {
+                    table_batch: entry.batch,
+                    batch,
+                }
             }
         }
     }
     Resolved {
         config: K::analytic_default(target, key, batch),
-        source: Source::Default,
+        source,
     }
 }
 
@@ -230,7 +269,7 @@ pub struct Resolution {
 
 impl Resolution {
     /// One JSON object: kernel, target, static_key, batch, source, config (and, for a
-    /// nearest hit, table_batch and distance).
+    /// nearest hit or a default marker, table_batch and distance).
     pub fn to_json(&self) -> serde_json::Value {
         let config: serde_json::Map<String, serde_json::Value> = self
             .config
@@ -245,9 +284,7 @@ impl Resolution {
             "source": self.source.name(),
             "config": config,
         });
-        if let (Source::TableNearest { table_batch, .. }, Some(distance)) =
-            (self.source, self.source.distance())
-        {
+        if let (Some(table_batch), Some(distance)) = (self.source.table_batch(), self.source.distance()) {
             obj["table_batch"] = table_batch.into();
             obj["distance"] = ((distance * 1000.0).round() / 1000.0).into();
         }
@@ -314,5 +351,154 @@ impl<K: TunedKernel> DynKernel for Dyn<K> {
     fn check_config(&self, values: &[Value]) -> Result<(), String> {
         K::SCHEMA.check_params(values)?;
         K::config_from_values(values).map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Field;
+
+    /// A kernel whose config is one integer; its analytic default is `1000 + batch`, so
+    /// a test sees which batch a default was computed for.
+    struct One;
+
+    static SCHEMA: KernelSchema = KernelSchema {
+        kernel: "one",
+        key: &[Field::int("cols")],
+        params: &[Field::int("threads")],
+    };
+
+    impl TunedKernel for One {
+        type Key = u32;
+        type Config = i64;
+        const SCHEMA: &'static KernelSchema = &SCHEMA;
+        const SOURCE_FINGERPRINT: &'static str = "";
+        fn key_values(k: &u32) -> KeyValues {
+            KeyValues::new().push(i64::from(*k))
+        }
+        fn key_from_values(_: &[Value]) -> Result<u32, String> {
+            Ok(0)
+        }
+        fn config_from_values(values: &[Value]) -> Result<i64, String> {
+            values
+                .first()
+                .and_then(Value::as_int)
+                .ok_or_else(|| "no threads".into())
+        }
+        fn config_values(c: &i64) -> Vec<Value> {
+            vec![Value::Int(*c)]
+        }
+        fn analytic_default(_: Target, _: &u32, batch: u64) -> i64 {
+            1000 + batch as i64
+        }
+        fn baked_table(_: Target) -> Option<&'static BakedTable> {
+            None
+        }
+    }
+
+    /// Tuned entries at 64 and 1024, a default marker at 256.
+    static ENTRIES: [BakedEntry; 3] = [
+        BakedEntry {
+            batch: 64,
+            config: EntryConfig::Tuned(&[Value::Int(64)]),
+            us: 1.0,
+            default_us: 2.0,
+        },
+        BakedEntry {
+            batch: 256,
+            config: EntryConfig::Default,
+            us: 3.0,
+            default_us: 3.0,
+        },
+        BakedEntry {
+            batch: 1024,
+            config: EntryConfig::Tuned(&[Value::Int(1024)]),
+            us: 4.0,
+            default_us: 5.0,
+        },
+    ];
+
+    fn resolve(batch: u64) -> Resolved<i64> {
+        resolve_among::<One>(Target::Sm90, &4096, &ENTRIES, batch)
+    }
+
+    #[test]
+    fn a_default_marker_gives_the_default_for_the_requested_batch() {
+        let exact = resolve(256);
+        assert_eq!(exact.config, 1256);
+        assert_eq!(
+            exact.source,
+            Source::TableDefault {
+                table_batch: 256,
+                batch: 256
+            }
+        );
+        assert_eq!(exact.source.distance(), Some(0.0));
+        assert_eq!(exact.source.name(), "table-default");
+
+        // 300 is nearer the marker at 256 than the entry at 1024: the default for 300,
+        // not batch 1024's config.
+        let near = resolve(300);
+        assert_eq!(near.config, 1300);
+        assert_eq!(
+            near.source,
+            Source::TableDefault {
+                table_batch: 256,
+                batch: 300
+            }
+        );
+        assert!((near.source.distance().unwrap() - (300f64 / 256.0).log2()).abs() < 1e-12);
+
+        // 128 ties between 64 and the marker at 256: the larger batch, the marker, wins.
+        assert_eq!(resolve(128).config, 1128);
+    }
+
+    #[test]
+    fn tuned_entries_next_to_a_marker_still_serve() {
+        assert_eq!(
+            resolve(64),
+            Resolved {
+                config: 64,
+                source: Source::TableExact
+            }
+        );
+        assert_eq!(
+            resolve(80),
+            Resolved {
+                config: 64,
+                source: Source::TableNearest {
+                    table_batch: 64,
+                    batch: 80
+                }
+            }
+        );
+        assert_eq!(resolve(4096).config, 1024);
+        // No entries: the plain default.
+        let miss = resolve_among::<One>(Target::Sm90, &4096, &[], 256);
+        assert_eq!((miss.config, miss.source), (1256, Source::Default));
+    }
+
+    #[test]
+    fn a_marker_resolution_reports_its_table_batch() {
+        let r = Resolution {
+            kernel: "one",
+            target: Target::Sm90,
+            static_key: StaticKey::untyped(&SCHEMA, vec![Value::Int(4096)]),
+            batch: 512,
+            source: Source::TableDefault {
+                table_batch: 256,
+                batch: 512,
+            },
+            config: vec![("threads", Value::Int(1512))],
+        };
+        let j = r.to_json();
+        assert_eq!(j["source"], "table-default");
+        assert_eq!(j["table_batch"], 256);
+        assert_eq!(j["distance"], 1.0);
+        assert_eq!(
+            r.source.to_string(),
+            "table-default (the default measured best at batch 256, log2 distance 1.00)"
+        );
     }
 }

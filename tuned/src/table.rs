@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value as Json};
 
-use crate::{FieldKind, KernelSchema, StaticKey, Target, Value};
+use crate::{EntryConfig, FieldKind, KernelSchema, StaticKey, Target, Value};
 
 /// The schema version this crate reads and writes.
 pub const SCHEMA_VERSION: u64 = 1;
@@ -25,6 +25,8 @@ const HEADER_FIELDS: &[&str] = &[
     "entries",
 ];
 const ENTRY_FIELDS: &[&str] = &["key", "batch", "config", "us", "default_us"];
+/// The `config` of a default marker entry.
+const DEFAULT_MARKER: &str = "default";
 
 /// Where a validation error is: the file, the entry (0-based) if any, and why.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -60,17 +62,32 @@ pub struct TableHeader {
     pub params: Vec<String>,
 }
 
-/// One measured entry.
+/// One measured entry: a tuned config, or a default marker (`"config": "default"`,
+/// `us` equal to `default_us`) saying the analytic default measured best here.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TableEntry {
     pub key: StaticKey,
     pub batch: u64,
-    /// Values in `header.params` order.
-    pub config: Vec<Value>,
-    /// Median time of `config`, microseconds.
+    /// Values in `header.params` order, or [`EntryConfig::Default`] for a marker.
+    pub config: EntryConfig<Vec<Value>>,
+    /// Median time of `config`, microseconds (a marker: the default's).
     pub us: f64,
     /// Median time of the analytic default on the same problem, microseconds.
     pub default_us: f64,
+}
+
+impl TableEntry {
+    /// A default marker for (`key`, `batch`), where the analytic default measured
+    /// `default_us`.
+    pub fn default_marker(key: StaticKey, batch: u64, default_us: f64) -> TableEntry {
+        TableEntry {
+            key,
+            batch,
+            config: EntryConfig::Default,
+            us: default_us,
+            default_us,
+        }
+    }
 }
 
 /// A parsed, validated table file.
@@ -283,17 +300,21 @@ impl TableFile {
                 .cloned()
                 .zip(e.key.values().iter().map(Value::to_json))
                 .collect();
-            let config: Map<String, Json> = h
-                .params
-                .iter()
-                .cloned()
-                .zip(e.config.iter().map(Value::to_json))
-                .collect();
+            let config = match &e.config {
+                EntryConfig::Tuned(values) => Json::Object(
+                    h.params
+                        .iter()
+                        .cloned()
+                        .zip(values.iter().map(Value::to_json))
+                        .collect(),
+                ),
+                EntryConfig::Default => Json::from(DEFAULT_MARKER),
+            };
             out.push_str(&format!(
                 "{{\"key\": {}, \"batch\": {}, \"config\": {}, \"us\": {}, \"default_us\": {}}}",
                 Json::Object(key),
                 e.batch,
-                Json::Object(config),
+                config,
                 round_us(e.us),
                 round_us(e.default_us)
             ));
@@ -305,7 +326,9 @@ impl TableFile {
         out
     }
 
-    /// Merges `newer` into `self`, keeping the faster entry of each (key, batch).
+    /// Merges `newer` into `self`, keeping the faster entry of each (key, batch). A
+    /// default marker takes part like any entry, with the default's time as its own:
+    /// a newly tuned config faster than that default replaces it.
     /// The header (provenance) becomes `newer`'s when any of its entries is kept.
     /// Entries measured against another kernel source than `newer`'s are dropped
     /// (listed in [`MergeReport::stale_dropped`]): a table carries one fingerprint, and
@@ -488,7 +511,47 @@ fn parse_entry(
         }
     };
 
-    let cfg_obj = obj["config"].as_object().ok_or("`config` must be an object")?;
+    let config = match &obj["config"] {
+        Json::Object(cfg_obj) => EntryConfig::Tuned(parse_config(cfg_obj, schema, typed, h)?),
+        Json::String(s) if s == DEFAULT_MARKER => EntryConfig::Default,
+        other => {
+            return Err(format!(
+                "`config` must be an object or \"{DEFAULT_MARKER}\", got {other}"
+            ))
+        }
+    };
+
+    let time = |name: &str| -> Result<f64, String> {
+        match obj[name].as_f64() {
+            Some(t) if t > 0.0 && t.is_finite() => Ok(t),
+            _ => Err(format!(
+                "`{name}` must be a positive number of microseconds, got {}",
+                obj[name]
+            )),
+        }
+    };
+    let (us, default_us) = (time("us")?, time("default_us")?);
+    if config.is_default() && us != default_us {
+        return Err(format!(
+            "a default marker's `us` ({us}) must equal its `default_us` ({default_us})"
+        ));
+    }
+    Ok(TableEntry {
+        key,
+        batch,
+        config,
+        us,
+        default_us,
+    })
+}
+
+/// A tuned config object's values in the schema's parameter order.
+fn parse_config(
+    cfg_obj: &Map<String, Json>,
+    schema: &KernelSchema,
+    typed: bool,
+    h: &TableHeader,
+) -> Result<Vec<Value>, String> {
     if let Some(k) = cfg_obj
         .keys()
         .find(|k| !schema.params.iter().any(|f| f.name == k.as_str()))
@@ -505,23 +568,7 @@ fn parse_entry(
             .ok_or_else(|| format!("config: missing parameter `{}`", f.name))?;
         config.push(json_to_value(f, v, typed).map_err(|e| format!("config: {e}"))?);
     }
-
-    let time = |name: &str| -> Result<f64, String> {
-        match obj[name].as_f64() {
-            Some(t) if t > 0.0 && t.is_finite() => Ok(t),
-            _ => Err(format!(
-                "`{name}` must be a positive number of microseconds, got {}",
-                obj[name]
-            )),
-        }
-    };
-    Ok(TableEntry {
-        key,
-        batch,
-        config,
-        us: time("us")?,
-        default_us: time("default_us")?,
-    })
+    Ok(config)
 }
 
 /// Every `<kernel>/<target>.json` below `root`, sorted.

@@ -1,6 +1,6 @@
 //! Table files: schema round trip, every validation error on a fixture, merging.
 
-use tuned::{Field, KernelSchema, TableFile, Target, Value};
+use tuned::{EntryConfig, Field, KernelSchema, TableEntry, TableFile, Target, Value};
 
 static NORM: KernelSchema = KernelSchema {
     kernel: "rmsnorm",
@@ -46,7 +46,7 @@ fn round_trip_is_stable_and_sorted() {
     assert_eq!(t.entries[0].batch, 1);
     assert_eq!(
         t.entries[1].config,
-        vec![Value::Int(256), Value::Int(8), Value::str("reg")]
+        EntryConfig::Tuned(vec![Value::Int(256), Value::Int(8), Value::str("reg")])
     );
     let text = t.to_json_string();
     let again = parse(&text).unwrap();
@@ -240,4 +240,86 @@ fn merge_drops_entries_of_another_source() {
     );
     assert_eq!(old.entries.len(), 1);
     assert_eq!(old.header.source_fingerprint, "fnv1a64:0000000000000002");
+}
+
+/// The good fixture plus a default marker at batch 256.
+fn with_marker(us: &str, default_us: &str) -> String {
+    let marker = format!(
+        "{{\"key\": {{\"dtype\": \"bf16\", \"cols\": 4096}}, \"batch\": 256, \"config\": \"default\", \"us\": {us}, \"default_us\": {default_us}}},\n    "
+    );
+    variant(
+        "{\"key\": {\"dtype\": \"bf16\", \"cols\": 4096}, \"batch\": 64",
+        &format!("{marker}{{\"key\": {{\"dtype\": \"bf16\", \"cols\": 4096}}, \"batch\": 64"),
+    )
+}
+
+#[test]
+fn a_default_marker_round_trips() {
+    let t = parse(&with_marker("7.25", "7.25")).unwrap();
+    assert_eq!(t.entries.len(), 3);
+    let m = &t.entries[2];
+    assert_eq!(
+        (m.batch, &m.config, m.us, m.default_us),
+        (256, &EntryConfig::Default, 7.25, 7.25)
+    );
+    let text = t.to_json_string();
+    assert!(
+        text.contains(
+            "{\"key\": {\"cols\":4096,\"dtype\":\"bf16\"}, \"batch\": 256, \"config\": \"default\", \"us\": 7.25, \"default_us\": 7.25}"
+        ),
+        "{text}"
+    );
+    let again = parse(&text).unwrap();
+    assert_eq!(again, t);
+    assert_eq!(again.to_json_string(), text);
+    // Without a schema too.
+    let untyped = TableFile::parse(&text, "f", "rmsnorm", Target::Sm90, None).unwrap();
+    assert!(untyped.entries[2].config.is_default());
+}
+
+#[test]
+fn a_bad_default_marker_is_rejected_naming_the_entry() {
+    let e = error_of(&with_marker("7.0", "7.25"));
+    assert!(
+        e.starts_with(
+            "rmsnorm/sm90.json: entry 0: a default marker's `us` (7) must equal its `default_us` (7.25)"
+        ),
+        "{e}"
+    );
+    let e = error_of(&variant(
+        "\"config\": {\"threads\": 256, \"vec\": 8, \"mode\": \"reg\"}",
+        "\"config\": \"fast\"",
+    ));
+    assert!(
+        e.contains("entry 0: `config` must be an object or \"default\", got \"fast\""),
+        "{e}"
+    );
+    // A marker's key validates like any entry's.
+    let e = error_of(&with_marker("7.25", "7.25").replacen("\"bf16\"", "\"int8\"", 1));
+    assert!(e.contains("entry 0: key: `dtype` must be a dtype"), "{e}");
+}
+
+#[test]
+fn merge_replaces_a_marker_with_a_faster_tuned_entry() {
+    let mut old = parse(&with_marker("7.25", "7.25")).unwrap();
+    let mut newer = parse(&GOOD.replace("2026-11-30", "2026-12-01")).unwrap();
+    let mut tuned_256 = newer.entries[1].clone();
+    tuned_256.batch = 256;
+    tuned_256.us = 6.5;
+    tuned_256.default_us = 7.3;
+    let tuned_256_config = tuned_256.config.clone();
+    // A run that measured the default best at 256 again changes nothing.
+    let mut again = newer.clone();
+    again.entries = vec![TableEntry::default_marker(tuned_256.key.clone(), 256, 7.3)];
+    let report = old.clone().merge(again);
+    assert_eq!(report.kept.len(), 1, "{report:?}");
+    newer.entries = vec![tuned_256];
+    let report = old.merge(newer);
+    assert_eq!(report.replaced.len(), 1, "{report:?}");
+    assert_eq!(report.replaced[0], ((old.entries[2].key.clone(), 256), 7.25, 6.5));
+    let at_256 = old.entries.iter().find(|e| e.batch == 256).unwrap();
+    assert_eq!(at_256.config, tuned_256_config);
+    assert!(!at_256.config.is_default());
+    assert_eq!(old.entries.len(), 3);
+    assert_eq!(old.header.tuned_at, "2026-12-01");
 }
