@@ -1,18 +1,28 @@
 //! GPU benchmark of softmax, RMSNorm and fused add RMSNorm over the shape set
-//! (`benches/shapes/norm_softmax.json`): the tuned-table config against the analytic
-//! default and against the device's own device-to-device copy bandwidth, measured in
-//! the same run with the one timing routine (CUDA events, warm-up, median, L2 flushed
-//! for working sets under 2x L2). Also an empty kernel's time, for decode batches.
+//! (`benches/shapes/norm_softmax.json`), as criterion benches: for each shape the
+//! tuned-table config (`tuned`), the analytic default (`default`, where it differs)
+//! and the peer, a device-to-device copy moving the same bytes (`copy`). Every
+//! iteration is one launch of a CUDA graph of at least 20 back-to-back launches over
+//! rotating buffer sets (working set at least 2x L2), so criterion's time is kernel
+//! time per launch, not CPU launch overhead, and its throughput is bytes moved per
+//! second. After criterion, a side-by-side table: ours against the analytic default,
+//! the same-size copy and the 1 GiB copy bandwidth, plus an empty kernel's time for
+//! the decode batches.
 //!
-//! `cargo bench -p benches --bench kernels [-- --out FILE.jsonl]`. Without a GPU it
-//! says so in one line and exits cleanly.
+//! `cargo bench -p benches --bench kernels` (criterion's options after `--`, e.g. a
+//! filter: `-- softmax`); `KERNELS_BENCH_OUT=FILE.jsonl` also writes the table as
+//! JSON lines (scripts/report.py reads them). Without a GPU it says so in one line
+//! and exits cleanly.
 
+use std::cell::RefCell;
 use std::io::Write;
 use std::sync::Arc;
+use std::time::Duration;
 
-use kernels::core::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use criterion::{BenchmarkId, Criterion, Throughput};
+use kernels::core::cudarc::driver::{CudaGraph, CudaSlice, CudaStream, DevicePtr};
 use kernels::core::{
-    alloc_random, time_runs, Device, KernelArgs, KernelSource, L2Flush, LaunchDims, RawStream, Rows, Runtime,
+    alloc_random, time_runs, Device, KernelArgs, KernelSource, LaunchDims, RawStream, Rows, Runtime,
     TimingOptions, Tunable, Variant,
 };
 use kernels::rmsnorm::ops::{self as norm_ops, NormProblem};
@@ -21,14 +31,34 @@ use kernels::softmax::ops::{self as sm_ops, SoftmaxProblem};
 use kernels::softmax::{Softmax, SoftmaxConfig, SoftmaxKey};
 use tuned::{resolve_serve, DType, Source, TunedKernel};
 
+type BoxError = Box<dyn std::error::Error>;
+
 static EMPTY: KernelSource = KernelSource::new(
     "empty",
     "extern \"C\" __global__ void empty_kernel() {}",
     "fnv1a64:0",
 );
 
+/// The copy peer: 16-byte vectors, a grid-stride loop over `n` vectors (an SM copy,
+/// as a 1 GiB `cuMemcpy` outside a graph runs; a memcpy node captured in a graph runs
+/// on the copy engines, measured at about 2.7 TB/s on the H200).
+static COPY: KernelSource = KernelSource::new(
+    "copy",
+    "struct __align__(16) V4 { unsigned a, b, c, d; };\n\
+     extern \"C\" __global__ void __launch_bounds__(512) copy_kernel(const V4* __restrict__ src, \
+     V4* __restrict__ dst, long long n) {\n\
+       long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n\
+       const long long stride = (long long)gridDim.x * blockDim.x;\n\
+       for (; i + 3 * stride < n; i += 4 * stride) {\n\
+         V4 a = src[i], b = src[i + stride], c = src[i + 2 * stride], d = src[i + 3 * stride];\n\
+         dst[i] = a; dst[i + stride] = b; dst[i + 2 * stride] = c; dst[i + 3 * stride] = d;\n\
+       }\n\
+       for (; i < n; i += stride) dst[i] = src[i];\n\
+     }",
+    "fnv1a64:1",
+);
+
 fn main() {
-    let out_path = std::env::args().skip_while(|a| a != "--out").nth(1);
     let dev = match Device::open(0) {
         Ok(d) => d,
         Err(e) => {
@@ -36,10 +66,18 @@ fn main() {
             return;
         }
     };
-    if let Err(e) = run(dev, out_path) {
+    // Short runs by default (31 shapes x 3 benches); criterion's own options override.
+    let mut c = Criterion::default()
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1))
+        .sample_size(10)
+        .configure_from_args();
+    let out_path = std::env::var("KERNELS_BENCH_OUT").ok();
+    if let Err(e) = run(&mut c, dev, out_path) {
         eprintln!("kernels bench: {e}");
         std::process::exit(1);
     }
+    c.final_summary();
 }
 
 struct Row {
@@ -47,20 +85,122 @@ struct Row {
     rows: usize,
     cols: usize,
     bytes: f64,
-    /// Graph-timed, per launch.
+    /// Per launch, median of criterion's samples.
     tuned_us: f64,
-    /// One launch between events, L2 flushed.
+    default_us: f64,
+    /// A device-to-device copy of the same bytes (read + written), timed the same way.
+    copy_us: f64,
+    /// One launch between events with the L2 flushed (no graph).
     tuned_single: f64,
     source: Source,
-    default_us: f64,
 }
 
-fn run(dev: Device, out_path: Option<String>) -> Result<(), Box<dyn std::error::Error>> {
+/// `launches` back-to-back launches (rotating over buffer sets) captured once in a
+/// CUDA graph; criterion's iterations replay it and count launches.
+struct GraphBench {
+    graph: CudaGraph,
+    launches: usize,
+    stream: Arc<CudaStream>,
+}
+
+impl GraphBench {
+    fn capture(
+        stream: &Arc<CudaStream>,
+        nbuf: usize,
+        launch: &mut dyn FnMut(usize) -> Result<(), kernels::core::Error>,
+    ) -> Result<GraphBench, BoxError> {
+        use kernels::core::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+        let launches = nbuf.max(20);
+        // Compile, load and warm outside the capture.
+        for i in 0..3 {
+            launch(i % nbuf)?;
+        }
+        stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+        let mut captured = Ok(());
+        for i in 0..launches {
+            captured = captured.and_then(|_| launch(i % nbuf));
+        }
+        let graph = stream
+            .end_capture(CUgraphInstantiate_flags(0))?
+            .ok_or("empty graph")?;
+        captured?;
+        graph.launch()?;
+        stream.synchronize()?;
+        Ok(GraphBench {
+            graph,
+            launches,
+            stream: stream.clone(),
+        })
+    }
+
+    /// Time of `iters` launches: whole replays between events, scaled to `iters`.
+    fn time(&self, iters: u64) -> Result<Duration, BoxError> {
+        use kernels::core::cudarc::driver::sys::CUevent_flags;
+        let replays = iters.div_ceil(self.launches as u64).max(1);
+        let ctx = self.stream.context();
+        let a = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        let b = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        a.record(&self.stream)?;
+        for _ in 0..replays {
+            self.graph.launch()?;
+        }
+        b.record(&self.stream)?;
+        b.synchronize()?;
+        let per_launch_s = a.elapsed_ms(&b)? as f64 * 1e-3 / (replays * self.launches as u64) as f64;
+        Ok(Duration::from_secs_f64(per_launch_s * iters as f64))
+    }
+}
+
+/// Runs one criterion bench over `g` and returns the median time per launch (us)
+/// over criterion's samples. A CUDA error inside criterion's loop is kept and
+/// returned after it.
+fn bench(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    id: BenchmarkId,
+    g: &GraphBench,
+) -> Result<f64, BoxError> {
+    let samples = RefCell::new(Vec::new());
+    let error = RefCell::new(None);
+    group.bench_function(id, |b| {
+        b.iter_custom(|iters| match g.time(iters) {
+            Ok(d) => {
+                samples.borrow_mut().push(d.as_secs_f64() * 1e6 / iters as f64);
+                d
+            }
+            Err(e) => {
+                error.borrow_mut().get_or_insert(e.to_string());
+                Duration::from_nanos(1)
+            }
+        })
+    });
+    if let Some(e) = error.into_inner() {
+        return Err(e.into());
+    }
+    let mut v = samples.into_inner();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2)
+        .copied()
+        .ok_or_else(|| "criterion took no samples".into())
+}
+
+/// One shape: the tuned config, the default (where it differs) and the same-size copy.
+struct Shape<'a> {
+    kernel: &'static str,
+    rows: usize,
+    cols: usize,
+    bytes: f64,
+    nbuf: usize,
+    launch_tuned: &'a mut dyn FnMut(usize) -> Result<(), kernels::core::Error>,
+    launch_default: Option<&'a mut dyn FnMut(usize) -> Result<(), kernels::core::Error>>,
+    source: Source,
+}
+
+fn run(c: &mut Criterion, dev: Device, out_path: Option<String>) -> Result<(), BoxError> {
     let rt = Runtime::new(dev)?;
     let stream = rt.device().new_stream()?;
     let info = rt.device().info().clone();
     let target = info.tuning_target();
-    let flush = L2Flush::new(&stream, &info)?;
+    let flush = kernels::core::L2Flush::new(&stream, &info)?;
     let opts = TimingOptions {
         warmup: 5,
         reps: 30,
@@ -85,22 +225,31 @@ fn run(dev: Device, out_path: Option<String>) -> Result<(), Box<dyn std::error::
     let copy_tbs = 2.0 * n as f64 / (t.median_us * 1e-6) / 1e12;
     drop((src, dst));
     println!(
-        "{} ({} SMs): device-to-device copy {copy_tbs:.3} TB/s",
+        "{} ({} SMs): device-to-device copy of 1 GiB {copy_tbs:.3} TB/s",
         info.name, info.sm_count
     );
     emit(serde_json::json!({"kind": "copy", "tbs": copy_tbs, "device": info.name}));
 
     let empty = rt.kernel(&stream, &EMPTY, &Variant::new("empty_kernel"))?;
-    let t = time_runs(&stream, &opts, Some(&flush), &mut || Ok(()), &mut || unsafe {
+    let copy = rt.kernel(&stream, &COPY, &Variant::new("copy_kernel"))?;
+    let mut launch_empty = |_: usize| unsafe {
         empty.launch_raw(
             RawStream::of(&stream),
             LaunchDims::linear(1, 32),
             &KernelArgs::new(),
         )
-    })?;
-    let empty_us = t.median_us;
-    println!("empty kernel: {empty_us:.2} us (same timing routine)");
-    emit(serde_json::json!({"kind": "empty", "us": empty_us}));
+    };
+    let empty_single = time_runs(&stream, &opts, Some(&flush), &mut || Ok(()), &mut || {
+        launch_empty(0)
+    })?
+    .median_us;
+    let empty_graph = GraphBench::capture(&stream, 1, &mut launch_empty)?;
+    let mut group = c.benchmark_group("empty");
+    let empty_us = bench(&mut group, BenchmarkId::new("kernel", "1 block"), &empty_graph)?;
+    group.finish();
+    println!("empty kernel: {empty_us:.2} us per launch in a graph, {empty_single:.2} us alone");
+    emit(serde_json::json!({"kind": "empty_graph", "us": empty_us}));
+    emit(serde_json::json!({"kind": "empty", "us": empty_single}));
 
     let shapes: serde_json::Value = serde_json::from_str(include_str!("../shapes/norm_softmax.json"))?;
     let list = |k: &str| -> Vec<(usize, usize)> {
@@ -122,16 +271,59 @@ fn run(dev: Device, out_path: Option<String>) -> Result<(), Box<dyn std::error::
     let l2 = info.l2_bytes as usize;
     let mut rows_out = Vec::new();
 
-    // The empty kernel in a graph: the decode floor for graph-timed numbers.
-    let empty_graph_us = graph_us(&stream, 1, &mut |_| unsafe {
-        empty.launch_raw(
-            RawStream::of(&stream),
-            LaunchDims::linear(1, 32),
-            &KernelArgs::new(),
-        )
-    })?;
-    println!("empty kernel in a CUDA graph: {empty_graph_us:.2} us per launch");
-    emit(serde_json::json!({"kind": "empty_graph", "us": empty_graph_us}));
+    // Measures one shape: criterion benches for tuned, default and copy, then the
+    // single-launch time of the tuned config.
+    let measure = |c: &mut Criterion, s: Shape<'_>| -> Result<Row, BoxError> {
+        let name = format!("{}/{}x{}", s.kernel, s.rows, s.cols);
+        let mut group = c.benchmark_group(&name);
+        group.throughput(Throughput::Bytes(s.bytes as u64));
+        let tuned_graph = GraphBench::capture(&stream, s.nbuf, s.launch_tuned)?;
+        let tuned_us = bench(&mut group, BenchmarkId::from_parameter("tuned"), &tuned_graph)?;
+        drop(tuned_graph);
+        let default_us = match s.launch_default {
+            Some(l) => {
+                let g = GraphBench::capture(&stream, s.nbuf, l)?;
+                bench(&mut group, BenchmarkId::from_parameter("default"), &g)?
+            }
+            None => tuned_us,
+        };
+        // The peer: copying the same bytes (half read, half written), rotated too.
+        let half = (s.bytes as usize / 2).max(16) / 16 * 16;
+        let copies = rotation(s.bytes as usize, l2);
+        let src = stream.alloc_zeros::<u8>(half * copies)?;
+        let dst = stream.alloc_zeros::<u8>(half * copies)?;
+        let (sp, dp) = (src.device_ptr(&stream).0, dst.device_ptr(&stream).0);
+        stream.synchronize()?;
+        // An SM copy kernel over raw pointers (cudarc's tracked copies would wait on
+        // events recorded outside the capture, which a graph capture refuses).
+        let vectors = (half / 16) as i64;
+        let blocks = (info.sm_count as i64 * 4).min((vectors + 511) / 512).max(1) as u32;
+        let mut launch_copy = |i: usize| {
+            let off = (i * half) as u64;
+            let mut args = KernelArgs::new();
+            args.ptr(sp + off).ptr(dp + off).i64(vectors);
+            // Safe: both ranges lie inside the allocations above, which outlive the graph.
+            unsafe { copy.launch_raw(RawStream::of(&stream), LaunchDims::linear(blocks, 512), &args) }
+        };
+        let g = GraphBench::capture(&stream, copies, &mut launch_copy)?;
+        let copy_us = bench(&mut group, BenchmarkId::from_parameter("copy"), &g)?;
+        group.finish();
+        let tuned_single = time_runs(&stream, &opts, Some(&flush), &mut || Ok(()), &mut || {
+            (s.launch_tuned)(0)
+        })?
+        .median_us;
+        Ok(Row {
+            kernel: s.kernel,
+            rows: s.rows,
+            cols: s.cols,
+            bytes: s.bytes,
+            tuned_us,
+            default_us,
+            copy_us,
+            tuned_single,
+            source: s.source,
+        })
+    };
 
     for (rows, cols) in list("softmax") {
         let key = SoftmaxKey {
@@ -162,30 +354,28 @@ fn run(dev: Device, out_path: Option<String>) -> Result<(), Box<dyn std::error::
             .collect::<Result<_, _>>()?;
         let tuned = resolve_serve::<Softmax>(target, &key, rows as u64);
         let default = Softmax::analytic_default(target, &key, rows as u64);
-        let time = |c: &SoftmaxConfig| -> Result<(f64, f64), Box<dyn std::error::Error>> {
-            let kernel = rt.kernel(&stream, &sm_ops::SOURCE, &Softmax::variant(&info, &key, c))?;
-            let mut launch = |i: usize| <Softmax as Tunable>::launch(&kernel, &stream, c, &problems[i]);
-            let single =
-                time_runs(&stream, &opts, Some(&flush), &mut || Ok(()), &mut || launch(0))?.median_us;
-            let graph = graph_us(&stream, nb, &mut launch)?;
-            Ok((single, graph))
-        };
-        let (tuned_single, tuned_us) = time(&tuned.config)?;
-        let default_us = if default == tuned.config {
-            tuned_us
-        } else {
-            time(&default)?.1
-        };
-        rows_out.push(Row {
-            kernel: "softmax",
-            rows,
-            cols,
-            bytes,
-            tuned_us,
-            tuned_single,
-            source: tuned.source,
-            default_us,
-        });
+        let load = |c: &SoftmaxConfig| rt.kernel(&stream, &sm_ops::SOURCE, &Softmax::variant(&info, &key, c));
+        let (kt, kd) = (load(&tuned.config)?, load(&default)?);
+        let mut lt = |i: usize| <Softmax as Tunable>::launch(&kt, &stream, &tuned.config, &problems[i]);
+        let mut ld = |i: usize| <Softmax as Tunable>::launch(&kd, &stream, &default, &problems[i]);
+        let row = measure(
+            c,
+            Shape {
+                kernel: "softmax",
+                rows,
+                cols,
+                bytes,
+                nbuf: nb,
+                launch_tuned: &mut lt,
+                launch_default: if default == tuned.config {
+                    None
+                } else {
+                    Some(&mut ld)
+                },
+                source: tuned.source,
+            },
+        )?;
+        rows_out.push(row);
     }
     for kernel in ["rmsnorm", "fused_add_rmsnorm"] {
         for (rows, cols) in list(kernel) {
@@ -229,114 +419,93 @@ fn run(dev: Device, out_path: Option<String>) -> Result<(), Box<dyn std::error::
                     RmsNorm::analytic_default(target, &key, rows as u64),
                 )
             };
-            // In place (fused): each run normalises the previous run's output, the same
-            // amount of work on well-scaled data.
-            let time = |c: &RmsNormConfig| -> Result<(f64, f64), Box<dyn std::error::Error>> {
+            let load = |c: &RmsNormConfig| {
                 let variant = if fused {
                     FusedAddRmsNorm::variant(&info, &key, c)
                 } else {
                     RmsNorm::variant(&info, &key, c)
                 };
-                let k = rt.kernel(&stream, &norm_ops::SOURCE, &variant)?;
-                let mut launch = |i: usize| {
-                    if fused {
-                        <FusedAddRmsNorm as Tunable>::launch(&k, &stream, c, &problems[i])
+                rt.kernel(&stream, &norm_ops::SOURCE, &variant)
+            };
+            let (kt, kd) = (load(&tuned.config)?, load(&default)?);
+            // In place (fused): each run normalises the previous run's output, the same
+            // amount of work on well-scaled data.
+            let launch = |k: &kernels::core::Kernel, c: &RmsNormConfig, i: usize| {
+                if fused {
+                    <FusedAddRmsNorm as Tunable>::launch(k, &stream, c, &problems[i])
+                } else {
+                    <RmsNorm as Tunable>::launch(k, &stream, c, &problems[i])
+                }
+            };
+            let mut lt = |i: usize| launch(&kt, &tuned.config, i);
+            let mut ld = |i: usize| launch(&kd, &default, i);
+            let row = measure(
+                c,
+                Shape {
+                    kernel,
+                    rows,
+                    cols,
+                    bytes,
+                    nbuf: nb,
+                    launch_tuned: &mut lt,
+                    launch_default: if default == tuned.config {
+                        None
                     } else {
-                        <RmsNorm as Tunable>::launch(&k, &stream, c, &problems[i])
-                    }
-                };
-                let single =
-                    time_runs(&stream, &opts, Some(&flush), &mut || Ok(()), &mut || launch(0))?.median_us;
-                let graph = graph_us(&stream, nb, &mut launch)?;
-                Ok((single, graph))
-            };
-            let (tuned_single, tuned_us) = time(&tuned.config)?;
-            let default_us = if default == tuned.config {
-                tuned_us
-            } else {
-                time(&default)?.1
-            };
-            rows_out.push(Row {
-                kernel,
-                rows,
-                cols,
-                bytes,
-                tuned_us,
-                tuned_single,
-                source: tuned.source,
-                default_us,
-            });
+                        Some(&mut ld)
+                    },
+                    source: tuned.source,
+                },
+            )?;
+            rows_out.push(row);
         }
     }
 
     println!();
-    println!("graph-timed per launch (as the peer script times torch and Liger); `single` is one launch between events with the L2 flushed");
     println!(
-        "{:<18} {:>6} {:>7} {:>9} {:>7} {:>7} {:>10} {:>9} {:>12} {:<14}",
-        "kernel", "rows", "cols", "us", "TB/s", "x copy", "default us", "single us", "single-empty", "source"
+        "per launch, graph-timed medians of the criterion samples above; `copy us` copies the same bytes; \
+         `single` is one launch between events with the L2 flushed"
+    );
+    println!(
+        "{:<18} {:>6} {:>7} {:>9} {:>7} {:>9} {:>8} {:>10} {:>8} {:>9} {:>12} {:<14}",
+        "kernel",
+        "rows",
+        "cols",
+        "us",
+        "TB/s",
+        "x copy1G",
+        "copy us",
+        "default us",
+        "/default",
+        "single us",
+        "single-empty",
+        "source"
     );
     for r in &rows_out {
         let tbs = r.bytes / (r.tuned_us * 1e-6) / 1e12;
         println!(
-            "{:<18} {:>6} {:>7} {:>9.2} {:>7.3} {:>7.3} {:>10.2} {:>9.2} {:>+12.2} {:<14}",
+            "{:<18} {:>6} {:>7} {:>9.2} {:>7.3} {:>9.3} {:>8.2} {:>10.2} {:>8.2} {:>9.2} {:>+12.2} {:<14}",
             r.kernel,
             r.rows,
             r.cols,
             r.tuned_us,
             tbs,
             tbs / copy_tbs,
+            r.copy_us,
             r.default_us,
+            r.default_us / r.tuned_us,
             r.tuned_single,
-            r.tuned_single - empty_us,
+            r.tuned_single - empty_single,
             r.source.name()
         );
         emit(serde_json::json!({
             "kind": "ours", "kernel": r.kernel, "rows": r.rows, "cols": r.cols, "bytes": r.bytes,
             "us": r.tuned_us, "tbs": tbs, "ratio_copy": tbs / copy_tbs, "default_us": r.default_us,
-            "single_us": r.tuned_single, "single_minus_empty_us": r.tuned_single - empty_us,
+            "copy_same_bytes_us": r.copy_us,
+            "single_us": r.tuned_single, "single_minus_empty_us": r.tuned_single - empty_single,
             "source": r.source.name(),
         }));
     }
     Ok(())
-}
-
-/// Median microseconds per launch of `launch(i)` (i cycles over `nbuf` buffer sets),
-/// captured at least 20 times in one CUDA graph and replayed: the way the peer script
-/// times torch and Liger, so the two compare like for like.
-fn graph_us(
-    stream: &Arc<CudaStream>,
-    nbuf: usize,
-    launch: &mut dyn FnMut(usize) -> Result<(), kernels::core::Error>,
-) -> Result<f64, Box<dyn std::error::Error>> {
-    use kernels::core::cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
-    let launches = nbuf.max(20);
-    for i in 0..3 {
-        launch(i % nbuf)?;
-    }
-    stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-    let mut captured = Ok(());
-    for i in 0..launches {
-        captured = captured.and_then(|_| launch(i % nbuf));
-    }
-    let graph = stream
-        .end_capture(CUgraphInstantiate_flags(0))?
-        .ok_or("empty graph")?;
-    captured?;
-    graph.launch()?;
-    stream.synchronize()?;
-    let ctx = stream.context();
-    let mut times = Vec::new();
-    for _ in 0..7 {
-        let a = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
-        let b = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
-        a.record(stream)?;
-        graph.launch()?;
-        b.record(stream)?;
-        b.synchronize()?;
-        times.push(a.elapsed_ms(&b)? as f64 * 1000.0 / launches as f64);
-    }
-    times.sort_by(f64::total_cmp);
-    Ok(times[times.len() / 2])
 }
 
 /// Buffer sets to rotate over so the working set is at least 2x L2.
