@@ -56,6 +56,20 @@ impl Default for TimingOptions {
     }
 }
 
+impl TimingOptions {
+    /// Checks the options before anything runs: at least [`MIN_REPS`] timed reps (an
+    /// error naming `reps`). Every backend's timing routine calls it first.
+    pub fn check(&self) -> crate::Result<()> {
+        if self.reps < MIN_REPS {
+            return Err(crate::Error::invalid(
+                "reps",
+                format!("{} timed reps; at least {MIN_REPS} are needed", self.reps),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// What [`time_runs`] measured, in microseconds.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Timing {
@@ -65,6 +79,20 @@ pub struct Timing {
     pub reps: u32,
     /// Whether the L2 was flushed before each timed run.
     pub l2_flushed: bool,
+}
+
+impl Timing {
+    /// The summary of one timed run per entry of `us` (microseconds); the median is
+    /// NaN when `us` is empty.
+    pub fn from_samples(us: &[f64], l2_flushed: bool) -> Timing {
+        Timing {
+            median_us: crate::median(us).unwrap_or(f64::NAN),
+            min_us: us.iter().copied().fold(f64::INFINITY, f64::min),
+            max_us: us.iter().copied().fold(0.0, f64::max),
+            reps: us.len() as u32,
+            l2_flushed,
+        }
+    }
 }
 
 #[cfg(feature = "cuda")]
@@ -77,9 +105,9 @@ mod cuda {
     use cudarc::driver::sys::CUevent_flags;
     use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 
-    use super::{Timing, TimingOptions, MIN_REPS};
+    use super::{Timing, TimingOptions};
     use crate::ffi::{self, driver_error};
-    use crate::{median, DeviceInfo, Error, Result};
+    use crate::{DeviceInfo, Result};
 
     /// A scratch buffer of twice the L2 size; writing it evicts everything else.
     pub struct L2Flush {
@@ -114,12 +142,7 @@ mod cuda {
         prepare: &mut dyn FnMut() -> Result<()>,
         run: &mut dyn FnMut() -> Result<()>,
     ) -> Result<Timing> {
-        if opts.reps < MIN_REPS {
-            return Err(Error::invalid(
-                "reps",
-                format!("{} timed reps; at least {MIN_REPS} are needed", opts.reps),
-            ));
-        }
+        opts.check()?;
         for _ in 0..opts.warmup {
             prepare()?;
             run()?;
@@ -155,13 +178,30 @@ mod cuda {
                 .map_err(|e| driver_error("cuEventElapsedTime", e))?;
             us.push(ms as f64 * 1000.0);
         }
-        let median_us = median(&us).unwrap_or(f64::NAN);
-        Ok(Timing {
-            median_us,
-            min_us: us.iter().copied().fold(f64::INFINITY, f64::min),
-            max_us: us.iter().copied().fold(0.0, f64::max),
-            reps: opts.reps,
-            l2_flushed: flush.is_some(),
-        })
+        Ok(Timing::from_samples(&us, flush.is_some()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn too_few_reps_is_an_error_naming_reps() {
+        let opts = TimingOptions {
+            reps: MIN_REPS - 1,
+            ..TimingOptions::default()
+        };
+        let e = opts.check().unwrap_err().to_string();
+        assert!(e.contains("`reps`"), "{e}");
+        assert!(TimingOptions::default().check().is_ok());
+    }
+
+    #[test]
+    fn samples_summarise_to_median_and_extremes() {
+        let t = Timing::from_samples(&[3.0, 1.0, 2.0, 9.0, 4.0], true);
+        assert_eq!((t.median_us, t.min_us, t.max_us, t.reps), (3.0, 1.0, 9.0, 5));
+        assert!(t.l2_flushed);
+        assert!(Timing::from_samples(&[], false).median_us.is_nan());
     }
 }

@@ -3,7 +3,7 @@
 
 use super::ffi::{self, EventHandle};
 use super::{HipBuffer, HipDevice, HipStream};
-use crate::{median, Error, Result, Timing, TimingOptions, MIN_REPS};
+use crate::{Result, Timing, TimingOptions};
 
 /// A HIP event (timing enabled), destroyed on drop.
 #[derive(Debug)]
@@ -58,7 +58,7 @@ impl HipL2Flush {
 }
 
 /// Times `run` on `stream` like the CUDA routine does: `prepare` then `run` `warmup`
-/// times untimed, then `reps` (at least [`MIN_REPS`]) times with the L2 flushed (when
+/// times untimed, then `reps` (at least [`crate::MIN_REPS`]) times with the L2 flushed (when
 /// `flush` is given) after `prepare` and HIP events recorded around `run` only.
 /// Returns the median (and extremes) in microseconds. `opts.flush_l2` is the caller's
 /// decision here: pass a [`HipL2Flush`] when [`crate::FlushL2::wanted`] says so.
@@ -70,12 +70,7 @@ pub fn time_hip_runs(
     prepare: &mut dyn FnMut() -> Result<()>,
     run: &mut dyn FnMut() -> Result<()>,
 ) -> Result<Timing> {
-    if opts.reps < MIN_REPS {
-        return Err(Error::invalid(
-            "reps",
-            format!("{} timed reps; at least {MIN_REPS} are needed", opts.reps),
-        ));
-    }
+    opts.check()?;
     for _ in 0..opts.warmup {
         prepare()?;
         run()?;
@@ -100,11 +95,5 @@ pub fn time_hip_runs(
         end.synchronize()?;
         us.push(start.elapsed_ms(end)? as f64 * 1000.0);
     }
-    Ok(Timing {
-        median_us: median(&us).unwrap_or(f64::NAN),
-        min_us: us.iter().copied().fold(f64::INFINITY, f64::min),
-        max_us: us.iter().copied().fold(0.0, f64::max),
-        reps: opts.reps,
-        l2_flushed,
-    })
+    Ok(Timing::from_samples(&us, l2_flushed))
 }
