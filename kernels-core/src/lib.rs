@@ -40,6 +40,7 @@ mod args;
 mod cache;
 mod cache_key;
 mod compile;
+mod counters;
 mod device;
 mod error;
 mod policy;
@@ -71,6 +72,7 @@ pub use cache_key::{
     cache_key, codegen_env, AlignClass, CacheKey, CacheKeyParts, Component, CODEGEN_ENV_VARS,
 };
 pub use compile::{Compiler, Image, ImageKind};
+pub use counters::{ModuleOrigin, Stats};
 pub use device::DeviceInfo;
 pub use error::{Error, Result};
 pub use policy::{resolve_in_order, Outcome, Policy, ResolutionSteps, Step, TUNING_ENV};
@@ -89,7 +91,7 @@ pub use element::{alloc_random, decode, encode, pseudo_random, Element};
 #[cfg(feature = "cuda")]
 pub use launch::{Kernel, Launch, RawStream};
 #[cfg(feature = "cuda")]
-pub use runtime::{ModuleOrigin, Prepared, Runtime, RuntimeOptions, Stats, CRATE_VERSION};
+pub use runtime::{Prepared, Runtime, RuntimeOptions, CRATE_VERSION};
 #[cfg(feature = "cuda")]
 pub use timing::{time_runs, L2Flush};
 #[cfg(feature = "cuda")]
@@ -100,7 +102,7 @@ pub use tuner::{CandidateReport, TuneOptions, TuneReport};
 #[cfg(feature = "rocm")]
 pub use hip::{
     hip_module_key, time_hip_runs, DeviceCopy, HipBuffer, HipCompiler, HipDevice, HipDeviceInfo, HipEvent,
-    HipKernel, HipL2Flush, HipModuleOrigin, HipRuntime, HipStats, HipStream,
+    HipKernel, HipL2Flush, HipRuntime, HipStream,
 };
 
 /// cudarc, re-exported so kernel crates name the same version.

@@ -3,18 +3,19 @@
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::CudaStream;
 use cudarc::nvrtc::Ptx;
 use tuned::{resolve_serve, Resolved, Source, TunedKernel};
 
+use crate::counters::{bump, lock, Counters};
 use crate::ffi::{self, driver_error, guard};
 use crate::{
     cache_key, resolve_in_order, AlignClass, CacheKey, CacheKeyParts, Compiler, Component, Device, DiskCache,
-    Error, Image, ImageKind, Kernel, KernelSource, Lookup, Policy, ResolutionSteps, Result, Section, Tunable,
-    TuneOptions, TuneRecord, Variant,
+    Error, Image, ImageKind, Kernel, KernelSource, Lookup, ModuleOrigin, Policy, ResolutionSteps, Result,
+    Section, Stats, Tunable, TuneOptions, TuneRecord, Variant,
 };
 
 /// The version of this crate, part of every cache key.
@@ -39,48 +40,6 @@ impl RuntimeOptions {
             tune: TuneOptions::default(),
         })
     }
-}
-
-/// Where a module came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ModuleOrigin {
-    /// Already loaded in this process.
-    Memo,
-    /// Read from the disk cache and loaded (no compile).
-    Disk,
-    /// Compiled now (and stored in the disk cache).
-    Compiled,
-}
-
-/// Counters of what the runtime did, for tests and `kernels info`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Stats {
-    /// Modules compiled with NVRTC.
-    pub compiled: u64,
-    /// Modules read from the disk cache.
-    pub disk_hits: u64,
-    /// Lookups answered by the in-process memos.
-    pub memo_hits: u64,
-    /// Cache files found corrupt (recompiled or searched again).
-    pub corrupt_files: u64,
-    /// Cache writes that failed (the result was still used).
-    pub cache_write_errors: u64,
-    /// Online searches run.
-    pub searches: u64,
-}
-
-#[derive(Default)]
-struct Counters {
-    compiled: AtomicU64,
-    disk_hits: AtomicU64,
-    memo_hits: AtomicU64,
-    corrupt_files: AtomicU64,
-    cache_write_errors: AtomicU64,
-    searches: AtomicU64,
-}
-
-fn bump(c: &AtomicU64) {
-    c.fetch_add(1, Ordering::Relaxed);
 }
 
 /// A resolved config with its loaded kernel: what an op launches.
@@ -143,12 +102,6 @@ impl std::fmt::Debug for Runtime {
             .field("cache", &self.options.cache.root())
             .finish()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic while holding a memo lock leaves the maps consistent (inserts are single
-    // calls), so a poisoned lock is still usable.
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Runtime {
@@ -219,16 +172,7 @@ impl Runtime {
 
     /// What the runtime has done so far.
     pub fn stats(&self) -> Stats {
-        let c = &self.counters;
-        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        Stats {
-            compiled: g(&c.compiled),
-            disk_hits: g(&c.disk_hits),
-            memo_hits: g(&c.memo_hits),
-            corrupt_files: g(&c.corrupt_files),
-            cache_write_errors: g(&c.cache_write_errors),
-            searches: g(&c.searches),
-        }
+        self.counters.snapshot()
     }
 
     /// The last cache write error, if any (writes that fail do not fail launches).

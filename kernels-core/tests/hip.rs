@@ -7,7 +7,7 @@
 
 use kernels_core::{
     cache_key, hip_module_key, time_hip_runs, CacheKeyParts, Component, DiskCache, Error, HipCompiler,
-    HipDevice, HipDeviceInfo, HipModuleOrigin, HipRuntime, ImageKind, KernelArgs, KernelSource, LaunchDims,
+    HipDevice, HipDeviceInfo, HipRuntime, ImageKind, KernelArgs, KernelSource, LaunchDims, ModuleOrigin,
     Section, TimingOptions, Variant, PRELUDE,
 };
 use tuned::Target;
@@ -354,10 +354,10 @@ fn gpu_compile_cache_launch_and_time() {
     let v = Variant::new("axpy_sum");
 
     let (k, origin) = rt.kernel_with_origin(&TINY_SOURCE, &v).unwrap();
-    assert_eq!(origin, HipModuleOrigin::Compiled);
+    assert_eq!(origin, ModuleOrigin::Compiled);
     assert_eq!(
         rt.kernel_with_origin(&TINY_SOURCE, &v).unwrap().1,
-        HipModuleOrigin::Memo
+        ModuleOrigin::Memo
     );
 
     // Launch: 4 wavefronts of 64 over 256 floats; x[i] = x[i] * 2 + (sum of its wavefront).
@@ -415,7 +415,7 @@ fn gpu_compile_cache_launch_and_time() {
     let rt2 = HipRuntime::with_cache(dev.clone(), DiskCache::at(&dir)).unwrap();
     assert_eq!(
         rt2.kernel_with_origin(&TINY_SOURCE, &v).unwrap().1,
-        HipModuleOrigin::Disk
+        ModuleOrigin::Disk
     );
     let key = rt2.module_key(&TINY_SOURCE, &v);
     let path = rt2.cache().path_for(Section::Modules, &key).unwrap();
@@ -426,7 +426,7 @@ fn gpu_compile_cache_launch_and_time() {
     let rt3 = HipRuntime::with_cache(dev, DiskCache::at(&dir)).unwrap();
     assert_eq!(
         rt3.kernel_with_origin(&TINY_SOURCE, &v).unwrap().1,
-        HipModuleOrigin::Compiled
+        ModuleOrigin::Compiled
     );
     assert_eq!((rt3.stats().corrupt_files, rt3.stats().compiled), (1, 1));
     let _ = std::fs::remove_dir_all(&dir);

@@ -24,5 +24,5 @@ mod timing;
 
 pub use device::{DeviceCopy, HipBuffer, HipDevice, HipDeviceInfo, HipStream};
 pub use rtc::HipCompiler;
-pub use runtime::{hip_module_key, HipKernel, HipModuleOrigin, HipRuntime, HipStats};
+pub use runtime::{hip_module_key, HipKernel, HipRuntime};
 pub use timing::{time_hip_runs, HipEvent, HipL2Flush};

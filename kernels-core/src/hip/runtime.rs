@@ -4,59 +4,16 @@
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::ffi::{self, FunctionHandle, ModuleHandle};
 use super::{HipCompiler, HipDevice, HipStream};
+use crate::counters::{bump, lock, Counters};
 use crate::{
     cache_key, CacheKey, CacheKeyParts, Component, DeviceInfo, DiskCache, Error, Image, ImageKind,
-    KernelArgs, KernelSource, LaunchDims, Lookup, Result, Section, Variant, MAX_KERNEL_ARGS,
+    KernelArgs, KernelSource, LaunchDims, Lookup, ModuleOrigin, Result, Section, Stats, Variant,
+    MAX_KERNEL_ARGS,
 };
-
-/// Where a module came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum HipModuleOrigin {
-    /// Already loaded in this process.
-    Memo,
-    /// Read from the disk cache and loaded (no compile).
-    Disk,
-    /// Compiled now (and stored in the disk cache).
-    Compiled,
-}
-
-/// Counters of what a [`HipRuntime`] did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct HipStats {
-    /// Modules compiled with hipRTC.
-    pub compiled: u64,
-    /// Modules read from the disk cache.
-    pub disk_hits: u64,
-    /// Lookups answered by the in-process memo.
-    pub memo_hits: u64,
-    /// Cache files found corrupt, or refused by the runtime at load (recompiled).
-    pub corrupt_files: u64,
-    /// Cache writes that failed (the module was still used).
-    pub cache_write_errors: u64,
-}
-
-#[derive(Default)]
-struct Counters {
-    compiled: AtomicU64,
-    disk_hits: AtomicU64,
-    memo_hits: AtomicU64,
-    corrupt_files: AtomicU64,
-    cache_write_errors: AtomicU64,
-}
-
-fn bump(c: &AtomicU64) {
-    c.fetch_add(1, Ordering::Relaxed);
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // Inserts are single calls, so a poisoned memo is still consistent.
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// The version of this crate, part of every cache key (as on CUDA).
 const CRATE_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -301,16 +258,8 @@ impl HipRuntime {
     }
 
     /// What the runtime has done so far.
-    pub fn stats(&self) -> HipStats {
-        let c = &self.counters;
-        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        HipStats {
-            compiled: g(&c.compiled),
-            disk_hits: g(&c.disk_hits),
-            memo_hits: g(&c.memo_hits),
-            corrupt_files: g(&c.corrupt_files),
-            cache_write_errors: g(&c.cache_write_errors),
-        }
+    pub fn stats(&self) -> Stats {
+        self.counters.snapshot()
     }
 
     /// The last cache write error, if any (a failed write does not fail the compile).
@@ -342,11 +291,11 @@ impl HipRuntime {
         &self,
         source: &KernelSource,
         variant: &Variant,
-    ) -> Result<(Arc<HipKernel>, HipModuleOrigin)> {
+    ) -> Result<(Arc<HipKernel>, ModuleOrigin)> {
         let key = self.module_key(source, variant);
         if let Some(k) = lock(&self.modules).get(key.text()) {
             bump(&self.counters.memo_hits);
-            return Ok((k.clone(), HipModuleOrigin::Memo));
+            return Ok((k.clone(), ModuleOrigin::Memo));
         }
         let (image, origin) = self.image(source, variant, &key)?;
         let load = |image: &Image| {
@@ -360,7 +309,7 @@ impl HipRuntime {
         };
         let kernel = match load(&image) {
             Ok(k) => k,
-            Err(_) if origin == HipModuleOrigin::Disk => {
+            Err(_) if origin == ModuleOrigin::Disk => {
                 // A cached code object the runtime refuses: recompile it once.
                 bump(&self.counters.corrupt_files);
                 let fresh = self.compile_and_store(source, variant, &key)?;
@@ -383,7 +332,7 @@ impl HipRuntime {
         source: &KernelSource,
         variant: &Variant,
         key: &CacheKey,
-    ) -> Result<(Image, HipModuleOrigin)> {
+    ) -> Result<(Image, ModuleOrigin)> {
         match self.cache.load(Section::Modules, key) {
             Lookup::Hit(e) if ImageKind::from_name(&e.kind) == Some(ImageKind::CodeObject) => {
                 bump(&self.counters.disk_hits);
@@ -392,7 +341,7 @@ impl HipRuntime {
                         kind: ImageKind::CodeObject,
                         bytes: e.payload,
                     },
-                    HipModuleOrigin::Disk,
+                    ModuleOrigin::Disk,
                 ));
             }
             Lookup::Hit(_) | Lookup::Corrupt { .. } => bump(&self.counters.corrupt_files),
@@ -400,7 +349,7 @@ impl HipRuntime {
         }
         Ok((
             self.compile_and_store(source, variant, key)?,
-            HipModuleOrigin::Compiled,
+            ModuleOrigin::Compiled,
         ))
     }
 
