@@ -147,4 +147,55 @@ mod tests {
             .iter()
             .all(|c| c.strategy != Strategy::Cluster));
     }
+
+    /// Every staged config of the space gets a stage the device code accepts (the whole
+    /// slice, or whole rounds of threads below it) that fits the target's shared
+    /// memory; clusters only on sm90, none on AMD, and long rows keep a tail.
+    #[test]
+    fn staged_configs_get_a_stage_that_fits() {
+        use crate::config::staged_smem_limit;
+        for t in [Target::Sm80, Target::Sm90, Target::Gfx942] {
+            for dtype in DType::ALL {
+                for cols in [1000, 4096, 32000, 65536, 128256, 151936, 262144] {
+                    let key = SoftmaxKey { dtype, cols };
+                    for c in space::search_space(t, &key)
+                        .iter()
+                        .filter(|c| c.strategy == Strategy::Staged)
+                    {
+                        assert_ne!(t, Target::Gfx942, "no staged configs on AMD: {c:?}");
+                        assert!(c.splits == 1 || t == Target::Sm90, "{t} {c:?}");
+                        let (slice, stage) = (c.slice_vectors(&key), c.stage_vectors(t, &key));
+                        assert!(
+                            stage >= 1 && stage <= slice,
+                            "{t} {dtype} {cols} {c:?}: {stage} of {slice}"
+                        );
+                        assert!(stage == slice || stage % c.threads == 0, "{c:?}: stage {stage}");
+                        assert!(c.smem_bytes(t, &key) <= staged_smem_limit(t), "{t} {c:?}");
+                        assert!(
+                            c.vec as usize * dtype.size() >= 4,
+                            "cp.async copies 4+ bytes: {c:?}"
+                        );
+                    }
+                }
+            }
+        }
+        // A bf16 row of 128256 does not fit 227 KiB: a 1024-thread block stages whole
+        // rounds and keeps the rest (1696 vectors, 2 per thread) for registers.
+        let key = SoftmaxKey {
+            dtype: DType::Bf16,
+            cols: 128256,
+        };
+        let c = SoftmaxConfig {
+            strategy: Strategy::Staged,
+            threads: 1024,
+            vec: 8,
+            rows: 1,
+            splits: 1,
+        };
+        assert_eq!(
+            (c.slice_vectors(&key), c.stage_vectors(Target::Sm90, &key)),
+            (16032, 14336)
+        );
+        assert_eq!(c.smem_bytes(Target::Sm90, &key), 14336 * 16);
+    }
 }
