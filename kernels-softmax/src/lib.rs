@@ -154,6 +154,7 @@ mod tests {
     #[test]
     fn staged_configs_get_a_stage_that_fits() {
         use crate::config::staged_smem_limit;
+        let mut seen = 0;
         for t in [Target::Sm80, Target::Sm90, Target::Gfx942] {
             for dtype in DType::ALL {
                 for cols in [1000, 4096, 32000, 65536, 128256, 151936, 262144] {
@@ -175,10 +176,12 @@ mod tests {
                             c.vec as usize * dtype.size() >= 4,
                             "cp.async copies 4+ bytes: {c:?}"
                         );
+                        seen += 1;
                     }
                 }
             }
         }
+        assert!(seen > 100, "only {seen} staged configs checked");
         // A bf16 row of 128256 does not fit 227 KiB: a 1024-thread block stages whole
         // rounds and keeps the rest (1696 vectors, 2 per thread) for registers.
         let key = SoftmaxKey {
