@@ -289,7 +289,7 @@ fn run(c: &mut Criterion, dev: Device, out_path: Option<String>) -> Result<(), B
         };
         // The peer: copying the same bytes (half read, half written), rotated too.
         let half = (s.bytes as usize / 2).max(16) / 16 * 16;
-        let copies = rotation(s.bytes as usize, l2);
+        let copies = s.nbuf;
         let src = stream.alloc_zeros::<u8>(half * copies)?;
         let dst = stream.alloc_zeros::<u8>(half * copies)?;
         let (sp, dp) = (src.device_ptr(&stream).0, dst.device_ptr(&stream).0);

@@ -484,8 +484,25 @@ impl Runtime {
             bump(&self.counters.memo_hits);
             return Ok(p);
         }
+        let (p, _ran) = self.resolve_and_load::<K>(stream, key, batch, AlignClass::A16, None)?;
+        self.memo_put::<K>(mkey, p.clone());
+        Ok(p)
+    }
+
+    /// A memo miss of [`Runtime::resolve`] and [`Runtime::run`]: refuses while `stream`
+    /// captures a graph, resolves under the policy (searching on `problem` when given
+    /// and the policy searches) and loads the kernel. Also says whether the search
+    /// already ran the winner on `problem`. The caller memoizes.
+    fn resolve_and_load<K: Tunable>(
+        &self,
+        stream: &Arc<CudaStream>,
+        key: &K::Key,
+        batch: u64,
+        align: AlignClass,
+        problem: Option<&K::Problem<'_>>,
+    ) -> Result<(Prepared<K::Config>, bool)> {
         self.refuse_if_capturing(stream, K::SCHEMA.kernel, "(unresolved)")?;
-        let (outcome, _ran) = self.resolve_config::<K>(stream, key, batch, AlignClass::A16, None);
+        let (outcome, ran) = self.resolve_config::<K>(stream, key, batch, align, problem);
         let variant = K::variant(self.device.info(), key, &outcome.resolved.config);
         let kernel = self.kernel(stream, K::SOURCE, &variant)?;
         let p = Prepared {
@@ -493,8 +510,7 @@ impl Runtime {
             kernel,
             search_failure: outcome.failure,
         };
-        self.memo_put::<K>(mkey, p.clone());
-        Ok(p)
+        Ok((p, ran))
     }
 
     /// Runs the kernel on `problem` with the config the policy resolves, and says which
@@ -516,18 +532,10 @@ impl Runtime {
             K::launch(&p.kernel, stream, &p.resolved.config, problem)?;
             return Ok(p);
         }
-        self.refuse_if_capturing(stream, K::SCHEMA.kernel, "(unresolved)")?;
-        let (outcome, ran) = self.resolve_config::<K>(stream, &key, batch, align, Some(problem));
-        let variant = K::variant(self.device.info(), &key, &outcome.resolved.config);
-        let kernel = self.kernel(stream, K::SOURCE, &variant)?;
+        let (p, ran) = self.resolve_and_load::<K>(stream, &key, batch, align, Some(problem))?;
         if !ran {
-            K::launch(&kernel, stream, &outcome.resolved.config, problem)?;
+            K::launch(&p.kernel, stream, &p.resolved.config, problem)?;
         }
-        let p = Prepared {
-            resolved: outcome.resolved,
-            kernel,
-            search_failure: outcome.failure,
-        };
         self.memo_put::<K>(mkey, p.clone());
         Ok(p)
     }
@@ -639,7 +647,7 @@ impl Runtime {
             ran: false,
         };
         let mut outcome = resolve_in_order(self.options.policy, &mut steps);
-        outcome.resolved.config = K::fit_alignment(key, outcome.resolved.config, align);
+        outcome.resolved.config = K::fit_alignment(self.device.info(), key, outcome.resolved.config, align);
         let ran = steps.ran && outcome.resolved.source == Source::OnlineSearch;
         (outcome, ran)
     }

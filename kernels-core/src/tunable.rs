@@ -127,9 +127,14 @@ pub unsafe trait Tunable:
 
     /// The config adjusted to what a problem's pointer and stride alignment allows (a
     /// narrower vector for buffers that are not 16-byte aligned). Applied to every
-    /// resolved config and every tuning candidate before it is compiled. The default
-    /// keeps the config.
-    fn fit_alignment(_key: &Self::Key, config: Self::Config, _align: AlignClass) -> Self::Config {
+    /// resolved config and every tuning candidate before it is compiled, on `device`.
+    /// The default keeps the config.
+    fn fit_alignment(
+        _device: &DeviceInfo,
+        _key: &Self::Key,
+        config: Self::Config,
+        _align: AlignClass,
+    ) -> Self::Config {
         config
     }
 
@@ -268,11 +273,16 @@ impl<K: Tunable> DynTunable for TunableDyn<K> {
         let mut owned = K::alloc_problem(stream, &k, batch)?;
         let problem = K::borrow_problem(&mut owned);
         let align = K::alignment(&problem);
-        let flush = crate::L2Flush::new(stream, info)?;
         let bytes: u64 = K::buffers(&problem).iter().map(|b| b.bytes as u64).sum();
-        let flush = timing.flush_l2.wanted(bytes, info.l2_bytes).then_some(&flush);
+        // The 2 x L2 scratch buffer only where the flush is wanted.
+        let flush = if timing.flush_l2.wanted(bytes, info.l2_bytes) {
+            Some(crate::L2Flush::new(stream, info)?)
+        } else {
+            None
+        };
+        let flush = flush.as_ref();
         let time = |c: &K::Config| -> Result<f64> {
-            let c = K::fit_alignment(&k, c.clone(), align);
+            let c = K::fit_alignment(info, &k, c.clone(), align);
             let kernel = rt.kernel(stream, K::SOURCE, &K::variant(info, &k, &c))?;
             crate::time_runs(stream, timing, flush, &mut || Ok(()), &mut || {
                 K::launch(&kernel, stream, &c, &problem)

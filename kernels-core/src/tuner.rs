@@ -154,14 +154,14 @@ impl Runtime {
         let mut static_key = String::new();
         let _ = tuned::write_canonical(K::SCHEMA, K::key_values(&key).as_slice(), &mut static_key);
         let align = K::alignment(problem);
-        let default = K::fit_alignment(&key, K::analytic_default(target, &key, batch), align);
+        let default = K::fit_alignment(info, &key, K::analytic_default(target, &key, batch), align);
 
         // Candidates: the default first, then the space in its order, fitted to the
         // buffers' alignment and deduplicated.
         let mut configs = vec![default.clone()];
         let mut seen: HashSet<K::Config> = HashSet::from([default.clone()]);
         for c in K::search_space(info, &key, batch) {
-            let c = K::fit_alignment(&key, c, align);
+            let c = K::fit_alignment(info, &key, c, align);
             if K::accepts(target, &key, batch, &c) && seen.insert(c.clone()) {
                 configs.push(c);
             }

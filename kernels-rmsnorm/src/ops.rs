@@ -408,7 +408,12 @@ macro_rules! tunable {
                 p.alignment()
             }
 
-            fn fit_alignment(key: &RmsNormKey, c: RmsNormConfig, align: AlignClass) -> RmsNormConfig {
+            fn fit_alignment(
+                _: &DeviceInfo,
+                key: &RmsNormKey,
+                c: RmsNormConfig,
+                align: AlignClass,
+            ) -> RmsNormConfig {
                 fit(key, c, align)
             }
 

@@ -337,13 +337,13 @@ macro_rules! tunable {
                 p.alignment()
             }
 
-            fn fit_alignment(key: &SoftmaxKey, c: SoftmaxConfig, align: AlignClass) -> SoftmaxConfig {
-                let target = if matches!(c.strategy, Strategy::Cluster | Strategy::Staged) {
-                    Target::Sm90
-                } else {
-                    Target::Sm80
-                };
-                fit(target, key, c, align)
+            fn fit_alignment(
+                device: &DeviceInfo,
+                key: &SoftmaxKey,
+                c: SoftmaxConfig,
+                align: AlignClass,
+            ) -> SoftmaxConfig {
+                fit(device.tuning_target(), key, c, align)
             }
 
             fn launch(

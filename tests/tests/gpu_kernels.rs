@@ -207,7 +207,7 @@ fn rmsnorm_every_config_matches_reference() {
         let info = rt.device().info();
         let mut configs: Vec<_> = space
             .iter()
-            .map(|c| RmsNorm::fit_alignment(&key, *c, align))
+            .map(|c| RmsNorm::fit_alignment(info, &key, *c, align))
             .collect();
         configs.dedup();
         let jobs: Vec<_> = configs
@@ -386,7 +386,7 @@ fn softmax_every_config_matches_reference() {
         let info = rt.device().info();
         let mut configs: Vec<_> = space
             .iter()
-            .map(|c| Softmax::fit_alignment(&key, *c, align))
+            .map(|c| Softmax::fit_alignment(info, &key, *c, align))
             .collect();
         configs.dedup();
         let jobs: Vec<_> = configs
