@@ -20,10 +20,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use kernels::core::cudarc::driver::{CudaGraph, CudaSlice, CudaStream, DevicePtr};
+use kernels::core::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use kernels::core::{
-    alloc_random, time_runs, Device, KernelArgs, KernelSource, LaunchDims, RawStream, Rows, Runtime,
-    TimingOptions, Tunable, Variant,
+    alloc_random, time_runs, Device, GraphTimer, KernelArgs, KernelSource, LaunchDims, RawStream, Rows,
+    Runtime, TimingOptions, Tunable, Variant,
 };
 use kernels::rmsnorm::ops::{self as norm_ops, NormProblem};
 use kernels::rmsnorm::{FusedAddRmsNorm, RmsNorm, RmsNormConfig, RmsNormKey};
@@ -95,60 +95,27 @@ struct Row {
     source: Source,
 }
 
-/// `launches` back-to-back launches (rotating over buffer sets) captured once in a
-/// CUDA graph; criterion's iterations replay it and count launches.
-struct GraphBench {
-    graph: CudaGraph,
-    launches: usize,
-    stream: Arc<CudaStream>,
+/// A graph of at least 20 back-to-back launches over `nbuf` rotating buffer sets
+/// (kernels-core's graph timer, which `kernels tune` times candidates with), warmed
+/// by 3 plain launches first.
+fn capture(
+    stream: &Arc<CudaStream>,
+    nbuf: usize,
+    launch: &mut dyn FnMut(usize) -> Result<(), kernels::core::Error>,
+) -> Result<GraphTimer, BoxError> {
+    for i in 0..3 {
+        launch(i % nbuf)?;
+    }
+    let g = GraphTimer::capture(stream, nbuf.max(20), nbuf, launch)?;
+    stream.synchronize()?;
+    Ok(g)
 }
 
-impl GraphBench {
-    fn capture(
-        stream: &Arc<CudaStream>,
-        nbuf: usize,
-        launch: &mut dyn FnMut(usize) -> Result<(), kernels::core::Error>,
-    ) -> Result<GraphBench, BoxError> {
-        use kernels::core::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
-        let launches = nbuf.max(20);
-        // Compile, load and warm outside the capture.
-        for i in 0..3 {
-            launch(i % nbuf)?;
-        }
-        stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-        let mut captured = Ok(());
-        for i in 0..launches {
-            captured = captured.and_then(|_| launch(i % nbuf));
-        }
-        let graph = stream
-            .end_capture(CUgraphInstantiate_flags(0))?
-            .ok_or("empty graph")?;
-        captured?;
-        graph.launch()?;
-        stream.synchronize()?;
-        Ok(GraphBench {
-            graph,
-            launches,
-            stream: stream.clone(),
-        })
-    }
-
-    /// Time of `iters` launches: whole replays between events, scaled to `iters`.
-    fn time(&self, iters: u64) -> Result<Duration, BoxError> {
-        use kernels::core::cudarc::driver::sys::CUevent_flags;
-        let replays = iters.div_ceil(self.launches as u64).max(1);
-        let ctx = self.stream.context();
-        let a = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
-        let b = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
-        a.record(&self.stream)?;
-        for _ in 0..replays {
-            self.graph.launch()?;
-        }
-        b.record(&self.stream)?;
-        b.synchronize()?;
-        let per_launch_s = a.elapsed_ms(&b)? as f64 * 1e-3 / (replays * self.launches as u64) as f64;
-        Ok(Duration::from_secs_f64(per_launch_s * iters as f64))
-    }
+/// Time of `iters` launches: whole replays between events, scaled to `iters`.
+fn time(g: &GraphTimer, iters: u64) -> Result<Duration, BoxError> {
+    let replays = iters.div_ceil(g.launches() as u64).max(1);
+    let per_launch_s = g.time_us(replays)? * 1e-6;
+    Ok(Duration::from_secs_f64(per_launch_s * iters as f64))
 }
 
 /// Runs one criterion bench over `g` and returns the median time per launch (us)
@@ -157,12 +124,12 @@ impl GraphBench {
 fn bench(
     group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
     id: BenchmarkId,
-    g: &GraphBench,
+    g: &GraphTimer,
 ) -> Result<f64, BoxError> {
     let samples = RefCell::new(Vec::new());
     let error = RefCell::new(None);
     group.bench_function(id, |b| {
-        b.iter_custom(|iters| match g.time(iters) {
+        b.iter_custom(|iters| match time(g, iters) {
             Ok(d) => {
                 samples.borrow_mut().push(d.as_secs_f64() * 1e6 / iters as f64);
                 d
@@ -243,7 +210,7 @@ fn run(c: &mut Criterion, dev: Device, out_path: Option<String>) -> Result<(), B
         launch_empty(0)
     })?
     .median_us;
-    let empty_graph = GraphBench::capture(&stream, 1, &mut launch_empty)?;
+    let empty_graph = capture(&stream, 1, &mut launch_empty)?;
     let mut group = c.benchmark_group("empty");
     let empty_us = bench(&mut group, BenchmarkId::new("kernel", "1 block"), &empty_graph)?;
     group.finish();
@@ -277,12 +244,12 @@ fn run(c: &mut Criterion, dev: Device, out_path: Option<String>) -> Result<(), B
         let name = format!("{}/{}x{}", s.kernel, s.rows, s.cols);
         let mut group = c.benchmark_group(&name);
         group.throughput(Throughput::Bytes(s.bytes as u64));
-        let tuned_graph = GraphBench::capture(&stream, s.nbuf, s.launch_tuned)?;
+        let tuned_graph = capture(&stream, s.nbuf, s.launch_tuned)?;
         let tuned_us = bench(&mut group, BenchmarkId::from_parameter("tuned"), &tuned_graph)?;
         drop(tuned_graph);
         let default_us = match s.launch_default {
             Some(l) => {
-                let g = GraphBench::capture(&stream, s.nbuf, l)?;
+                let g = capture(&stream, s.nbuf, l)?;
                 bench(&mut group, BenchmarkId::from_parameter("default"), &g)?
             }
             None => tuned_us,
@@ -305,7 +272,7 @@ fn run(c: &mut Criterion, dev: Device, out_path: Option<String>) -> Result<(), B
             // Safe: both ranges lie inside the allocations above, which outlive the graph.
             unsafe { copy.launch_raw(RawStream::of(&stream), LaunchDims::linear(blocks, 512), &args) }
         };
-        let g = GraphBench::capture(&stream, copies, &mut launch_copy)?;
+        let g = capture(&stream, copies, &mut launch_copy)?;
         let copy_us = bench(&mut group, BenchmarkId::from_parameter("copy"), &g)?;
         group.finish();
         let tuned_single = time_runs(&stream, &opts, Some(&flush), &mut || Ok(()), &mut || {
@@ -332,7 +299,7 @@ fn run(c: &mut Criterion, dev: Device, out_path: Option<String>) -> Result<(), B
         };
         let n = rows * cols;
         let bytes = 2.0 * (n * 2) as f64;
-        let nb = rotation(bytes as usize, l2);
+        let nb = kernels::core::rotation(bytes as u64, l2 as u64);
         let bufs: Vec<_> = (0..nb)
             .map(|_| buffers(&stream, dtype, n))
             .collect::<Result<_, _>>()?;
@@ -386,7 +353,7 @@ fn run(c: &mut Criterion, dev: Device, out_path: Option<String>) -> Result<(), B
             let fused = kernel == "fused_add_rmsnorm";
             let n = rows * cols;
             let bytes = (n * 2) as f64 * if fused { 4.0 } else { 2.0 };
-            let nb = rotation(bytes as usize, l2);
+            let nb = kernels::core::rotation(bytes as u64, l2 as u64);
             let bufs: Vec<_> = (0..nb)
                 .map(|_| buffers(&stream, dtype, n))
                 .collect::<Result<_, _>>()?;
@@ -506,11 +473,6 @@ fn run(c: &mut Criterion, dev: Device, out_path: Option<String>) -> Result<(), B
         }));
     }
     Ok(())
-}
-
-/// Buffer sets to rotate over so the working set is at least 2x L2.
-fn rotation(bytes_per_call: usize, l2: usize) -> usize {
-    (2 * l2).div_ceil(bytes_per_call.max(1)).clamp(1, 64)
 }
 
 fn buffers(

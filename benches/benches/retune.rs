@@ -50,6 +50,8 @@ fn main() -> ExitCode {
             tables: Some(root.join("tuned/tables")),
             retune: std::env::var("KERNELS_RETUNE_FRESH").as_deref() == Ok("1"),
             reps: None,
+            // As `kernels tune` does by default, and as the GPU bench measures.
+            timing: kernels::core::TimingMethod::Graph,
             device: 0,
         };
         match tune(args) {

@@ -78,7 +78,7 @@ pub use error::{Error, Result};
 pub use policy::{resolve_in_order, Outcome, Policy, ResolutionSteps, Step, TUNING_ENV};
 pub use select::{median, select, Measured, NOISE_THRESHOLD};
 pub use shape::{check_disjoint, check_eps, dtype_define, widest_vector, Rows};
-pub use timing::{FlushL2, Timing, TimingOptions, MIN_REPS};
+pub use timing::{graph_launches, rotation, FlushL2, Timing, TimingMethod, TimingOptions, MIN_REPS};
 pub use tune_table::{
     parse_shapes, today, tune_table, CandidateRecord, Progress, TableJob, TableOutcome, TuneRecord,
 };
@@ -93,7 +93,7 @@ pub use launch::{Kernel, Launch, RawStream};
 #[cfg(feature = "cuda")]
 pub use runtime::{Prepared, Runtime, RuntimeOptions, CRATE_VERSION};
 #[cfg(feature = "cuda")]
-pub use timing::{time_runs, L2Flush};
+pub use timing::{time_graph_runs, time_runs, GraphTimer, L2Flush};
 #[cfg(feature = "cuda")]
 pub use tunable::{BufferRole, DynTunable, Recheck, Tunable, TunableDyn, TuneBuffer};
 #[cfg(feature = "cuda")]

@@ -224,6 +224,27 @@ impl Runtime {
         cache_key(&parts)
     }
 
+    /// The cache key of an offline (`kernels tune`) result: [`Runtime::tuning_key`]
+    /// for 16-byte aligned buffers (what the tuner allocates), with the timing method
+    /// as the variant component, so results timed one way never resume a run timed
+    /// the other.
+    pub fn offline_tuning_key(
+        &self,
+        kernel: &str,
+        fingerprint: &str,
+        static_key: &str,
+        batch: u64,
+        method: crate::TimingMethod,
+    ) -> CacheKey {
+        let mut parts = self.key_parts(kernel, fingerprint);
+        parts.static_key = Component::Applies(static_key);
+        parts.batch = Component::Applies(batch);
+        parts.alignment = Component::Applies(AlignClass::A16);
+        let timing = format!("timing={method}");
+        parts.variant = Component::Applies(&timing);
+        cache_key(&parts)
+    }
+
     fn note_cache_write(&self, r: Result<()>) {
         if let Err(e) = r {
             bump(&self.counters.cache_write_errors);

@@ -36,6 +36,65 @@ impl FlushL2 {
     }
 }
 
+/// How a candidate is timed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum TimingMethod {
+    /// One launch between events, the L2 flushed before it where [`FlushL2`] wants:
+    /// the caller's own buffers, nothing else allocated (online tuning).
+    #[default]
+    Single,
+    /// Back-to-back launches replayed from a CUDA graph over rotating copies of the
+    /// problem (enough copies that one launch's data is out of L2 when it comes round
+    /// again, see [`rotation`]), timed per launch: how engines run these kernels, in
+    /// graphs or eagerly on a busy stream, and how the GPU bench measures them.
+    /// `kernels tune` uses it; no L2 flush.
+    Graph,
+}
+
+impl TimingMethod {
+    /// `single` or `graph`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TimingMethod::Single => "single",
+            TimingMethod::Graph => "graph",
+        }
+    }
+}
+
+impl std::fmt::Display for TimingMethod {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for TimingMethod {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "single" => Ok(TimingMethod::Single),
+            "graph" => Ok(TimingMethod::Graph),
+            _ => Err(format!(
+                "unknown timing method `{s}`; expected `graph` or `single`"
+            )),
+        }
+    }
+}
+
+/// Copies of a problem moving `bytes_per_call` that a graph timing rotates through so
+/// that together they span twice the L2 (1 to 64).
+pub fn rotation(bytes_per_call: u64, l2_bytes: u64) -> usize {
+    (2 * l2_bytes).div_ceil(bytes_per_call.max(1)).clamp(1, 64) as usize
+}
+
+/// Launches per captured graph for a call moving `bytes_per_call` over `copies`
+/// rotating copies: every copy at least once, at least 3 (so each launch follows
+/// another), and about 100 us of traffic at 3 TB/s, up to 20.
+pub fn graph_launches(bytes_per_call: u64, copies: usize) -> usize {
+    let est_us = (bytes_per_call as f64 / 3e6).max(0.5);
+    let by_time = (100.0 / est_us).ceil() as usize;
+    by_time.clamp(3, 20).max(copies)
+}
+
 /// How to time.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TimingOptions {
@@ -43,7 +102,11 @@ pub struct TimingOptions {
     pub warmup: u32,
     /// Timed runs; at least [`MIN_REPS`].
     pub reps: u32,
+    /// [`TimingMethod::Single`] only (graph timing rotates copies instead).
     pub flush_l2: FlushL2,
+    /// How the tuner and `kernels tables check` time a candidate. The timing routines
+    /// themselves ([`time_runs`], [`time_graph_runs`]) are one method each.
+    pub method: TimingMethod,
 }
 
 impl Default for TimingOptions {
@@ -52,6 +115,7 @@ impl Default for TimingOptions {
             warmup: 3,
             reps: 25,
             flush_l2: FlushL2::Auto,
+            method: TimingMethod::Single,
         }
     }
 }
@@ -96,14 +160,14 @@ impl Timing {
 }
 
 #[cfg(feature = "cuda")]
-pub use cuda::{time_runs, L2Flush};
+pub use cuda::{time_graph_runs, time_runs, GraphTimer, L2Flush};
 
 #[cfg(feature = "cuda")]
 mod cuda {
     use std::sync::Arc;
 
-    use cudarc::driver::sys::CUevent_flags;
-    use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+    use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
+    use cudarc::driver::{CudaGraph, CudaSlice, CudaStream, DevicePtr};
 
     use super::{Timing, TimingOptions};
     use crate::ffi::{self, driver_error};
@@ -180,6 +244,105 @@ mod cuda {
         }
         Ok(Timing::from_samples(&us, flush.is_some()))
     }
+
+    /// A CUDA graph of back-to-back launches, replayed and timed per launch.
+    pub struct GraphTimer {
+        graph: CudaGraph,
+        launches: usize,
+        stream: Arc<CudaStream>,
+    }
+
+    impl GraphTimer {
+        /// Captures `launches` calls of `launch(i % copies)` on `stream` (which must
+        /// not be capturing already) and replays the graph once. A failed launch
+        /// during capture ends the capture and is returned.
+        pub fn capture(
+            stream: &Arc<CudaStream>,
+            launches: usize,
+            copies: usize,
+            launch: &mut dyn FnMut(usize) -> Result<()>,
+        ) -> Result<GraphTimer> {
+            let copies = copies.max(1);
+            let launches = launches.max(1);
+            stream
+                .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+                .map_err(|e| driver_error("cuStreamBeginCapture", e))?;
+            let mut captured = Ok(());
+            for i in 0..launches {
+                captured = captured.and_then(|_| launch(i % copies));
+            }
+            // End the capture whatever happened, so the stream is usable again.
+            let graph = stream
+                .end_capture(CUgraphInstantiate_flags(0))
+                .map_err(|e| driver_error("cuStreamEndCapture", e))?;
+            captured?;
+            let graph = graph.ok_or_else(|| crate::Error::invalid("launch", "captured no work"))?;
+            graph.launch().map_err(|e| driver_error("cuGraphLaunch", e))?;
+            Ok(GraphTimer {
+                graph,
+                launches,
+                stream: stream.clone(),
+            })
+        }
+
+        /// Launches per replay.
+        pub fn launches(&self) -> usize {
+            self.launches
+        }
+
+        /// `replays` replays between two events: microseconds per launch.
+        pub fn time_us(&self, replays: u64) -> Result<f64> {
+            let ctx = self.stream.context();
+            let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
+            let a = ctx
+                .new_event(flags)
+                .map_err(|e| driver_error("cuEventCreate", e))?;
+            let b = ctx
+                .new_event(flags)
+                .map_err(|e| driver_error("cuEventCreate", e))?;
+            let replays = replays.max(1);
+            a.record(&self.stream)
+                .map_err(|e| driver_error("cuEventRecord", e))?;
+            for _ in 0..replays {
+                self.graph
+                    .launch()
+                    .map_err(|e| driver_error("cuGraphLaunch", e))?;
+            }
+            b.record(&self.stream)
+                .map_err(|e| driver_error("cuEventRecord", e))?;
+            b.synchronize()
+                .map_err(|e| driver_error("cuEventSynchronize", e))?;
+            let ms = a
+                .elapsed_ms(&b)
+                .map_err(|e| driver_error("cuEventElapsedTime", e))?;
+            Ok(ms as f64 * 1000.0 / (replays * self.launches as u64) as f64)
+        }
+    }
+
+    /// Graph timing ([`super::TimingMethod::Graph`]): `opts.warmup` plain launches
+    /// (modules loaded, clocks up), then a graph of `launches` calls of
+    /// `launch(i % copies)`, each of `opts.reps` replays timed between events; the
+    /// median microseconds per launch. The caller makes `copies` distinct problems
+    /// (see [`super::rotation`]); no L2 flush.
+    pub fn time_graph_runs(
+        stream: &Arc<CudaStream>,
+        opts: &TimingOptions,
+        launches: usize,
+        copies: usize,
+        launch: &mut dyn FnMut(usize) -> Result<()>,
+    ) -> Result<Timing> {
+        opts.check()?;
+        let copies = copies.max(1);
+        for i in 0..opts.warmup.max(1) as usize {
+            launch(i % copies)?;
+        }
+        let timer = GraphTimer::capture(stream, launches, copies, launch)?;
+        let mut us = Vec::with_capacity(opts.reps as usize);
+        for _ in 0..opts.reps {
+            us.push(timer.time_us(1)?);
+        }
+        Ok(Timing::from_samples(&us, false))
+    }
 }
 
 #[cfg(test)]
@@ -195,6 +358,30 @@ mod tests {
         let e = opts.check().unwrap_err().to_string();
         assert!(e.contains("`reps`"), "{e}");
         assert!(TimingOptions::default().check().is_ok());
+    }
+
+    #[test]
+    fn timing_methods_parse_and_graph_sizes_are_bounded() {
+        assert_eq!("graph".parse::<TimingMethod>(), Ok(TimingMethod::Graph));
+        assert_eq!("single".parse::<TimingMethod>(), Ok(TimingMethod::Single));
+        let e = "graphs".parse::<TimingMethod>().unwrap_err();
+        assert!(e.contains("`graphs`") && e.contains("graph"), "{e}");
+        assert_eq!(TimingMethod::default(), TimingMethod::Single);
+        // 60 MiB of L2: a 1 MiB call rotates over 120 copies -> capped at 64; a call
+        // larger than twice the L2 needs no copy but itself.
+        let l2 = 60 << 20;
+        assert_eq!(rotation(1 << 20, l2), 64);
+        assert_eq!(rotation(16 << 20, l2), 8);
+        assert_eq!(rotation(64 << 20, l2), 2);
+        assert_eq!(rotation(512 << 20, l2), 1);
+        assert_eq!(rotation(0, l2), 64);
+        // Every copy at least once; small calls 20 launches, long ones at least 3.
+        assert_eq!(graph_launches(1 << 10, 1), 20);
+        assert_eq!(graph_launches(1 << 10, 64), 64);
+        assert_eq!(graph_launches(512 << 20, 1), 3);
+        assert_eq!(graph_launches(48 << 20, 2), 6); // 16.8 us each: 6 make ~100 us
+        let mid = graph_launches(8 << 20, 1);
+        assert!((3..=20).contains(&mid), "{mid}");
     }
 
     #[test]

@@ -226,6 +226,31 @@ impl<K: Tunable> TunableDyn<K> {
     fn key(key: &StaticKey) -> Result<K::Key> {
         K::key_from_values(key.values()).map_err(|e| Error::kernel(K::SCHEMA.kernel, e))
     }
+
+    /// One problem of the shape, or for graph timing as many as [`crate::rotation`]
+    /// asks for (the first decides the bytes per call).
+    fn alloc_copies(
+        rt: &Runtime,
+        stream: &Arc<CudaStream>,
+        key: &K::Key,
+        batch: u64,
+        timing: &crate::TimingOptions,
+    ) -> Result<Vec<K::Owned>> {
+        let mut first = K::alloc_problem(stream, key, batch)?;
+        let bytes: u64 = K::buffers(&K::borrow_problem(&mut first))
+            .iter()
+            .map(|b| b.bytes as u64)
+            .sum();
+        let copies = match timing.method {
+            crate::TimingMethod::Single => 1,
+            crate::TimingMethod::Graph => crate::rotation(bytes, rt.device().info().l2_bytes),
+        };
+        let mut all = vec![first];
+        for _ in 1..copies {
+            all.push(K::alloc_problem(stream, key, batch)?);
+        }
+        Ok(all)
+    }
 }
 
 impl<K: Tunable> DynTunable for TunableDyn<K> {
@@ -246,9 +271,9 @@ impl<K: Tunable> DynTunable for TunableDyn<K> {
         opts: &TuneOptions,
     ) -> Result<TuneRecord> {
         let k = Self::key(key)?;
-        let mut owned = K::alloc_problem(stream, &k, batch)?;
-        let problem = K::borrow_problem(&mut owned);
-        let report = rt.tune::<K>(stream, &problem, opts);
+        let mut owned = Self::alloc_copies(rt, stream, &k, batch, &opts.timing)?;
+        let problems: Vec<K::Problem<'_>> = owned.iter_mut().map(K::borrow_problem).collect();
+        let report = rt.tune_rotating::<K>(stream, &problems[0], &problems[1..], opts);
         rt.record_of::<K>(&report)
     }
 
@@ -270,12 +295,15 @@ impl<K: Tunable> DynTunable for TunableDyn<K> {
         let space = K::search_space(info, &k, batch);
         let step = (space.len() / sample.max(1)).max(1);
         let sampled: Vec<K::Config> = space.into_iter().step_by(step).take(sample).collect();
-        let mut owned = K::alloc_problem(stream, &k, batch)?;
-        let problem = K::borrow_problem(&mut owned);
-        let align = K::alignment(&problem);
-        let bytes: u64 = K::buffers(&problem).iter().map(|b| b.bytes as u64).sum();
+        let mut owned = Self::alloc_copies(rt, stream, &k, batch, timing)?;
+        let problems: Vec<K::Problem<'_>> = owned.iter_mut().map(K::borrow_problem).collect();
+        let problem = &problems[0];
+        let align = K::alignment(problem);
+        let bytes: u64 = K::buffers(problem).iter().map(|b| b.bytes as u64).sum();
+        let graph = timing.method == crate::TimingMethod::Graph;
+        let launches = crate::graph_launches(bytes, problems.len());
         // The 2 x L2 scratch buffer only where the flush is wanted.
-        let flush = if timing.flush_l2.wanted(bytes, info.l2_bytes) {
+        let flush = if !graph && timing.flush_l2.wanted(bytes, info.l2_bytes) {
             Some(crate::L2Flush::new(stream, info)?)
         } else {
             None
@@ -284,8 +312,14 @@ impl<K: Tunable> DynTunable for TunableDyn<K> {
         let time = |c: &K::Config| -> Result<f64> {
             let c = K::fit_alignment(info, &k, c.clone(), align);
             let kernel = rt.kernel(stream, K::SOURCE, &K::variant(info, &k, &c))?;
+            if graph {
+                return crate::time_graph_runs(stream, timing, launches, problems.len(), &mut |i| {
+                    K::launch(&kernel, stream, &c, &problems[i])
+                })
+                .map(|t| t.median_us);
+            }
             crate::time_runs(stream, timing, flush, &mut || Ok(()), &mut || {
-                K::launch(&kernel, stream, &c, &problem)
+                K::launch(&kernel, stream, &c, problem)
             })
             .map(|t| t.median_us)
         };

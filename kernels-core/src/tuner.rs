@@ -9,8 +9,9 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 
 use crate::ffi::{self, driver_error};
 use crate::{
-    select, time_runs, AlignClass, BufferRole, KernelSource, L2Flush, Measured, Result, Runtime, Timing,
-    TimingOptions, Tunable, TuneBuffer, Variant, NOISE_THRESHOLD,
+    graph_launches, select, time_graph_runs, time_runs, AlignClass, BufferRole, KernelSource, L2Flush,
+    Measured, Result, Runtime, Timing, TimingMethod, TimingOptions, Tunable, TuneBuffer, Variant,
+    NOISE_THRESHOLD,
 };
 
 /// How to search.
@@ -148,6 +149,20 @@ impl Runtime {
         problem: &K::Problem<'_>,
         opts: &TuneOptions,
     ) -> TuneReport<K::Config> {
+        self.tune_rotating::<K>(stream, problem, &[], opts)
+    }
+
+    /// [`Runtime::tune`] with more problems of the same shape for
+    /// [`TimingMethod::Graph`] timing to rotate through (`problem` first, then
+    /// `rotation`; see [`crate::rotation`]). The rotation problems are scratch: they
+    /// are written but not restored. With [`TimingMethod::Single`] they are unused.
+    pub fn tune_rotating<'p, K: Tunable>(
+        &self,
+        stream: &Arc<CudaStream>,
+        problem: &K::Problem<'p>,
+        rotation: &[K::Problem<'p>],
+        opts: &TuneOptions,
+    ) -> TuneReport<K::Config> {
         let info = self.device().info();
         let target = info.tuning_target();
         let (key, batch) = K::problem_shape(problem);
@@ -220,16 +235,28 @@ impl Runtime {
         let working_set: u64 = buffers.iter().map(|b| b.bytes as u64).sum();
         // Without the flush buffer (out of memory) timing still runs, reported per
         // candidate through Timing::l2_flushed.
-        let flush = if opts.timing.flush_l2.wanted(working_set, info.l2_bytes) {
+        let graph = opts.timing.method == TimingMethod::Graph;
+        let flush = if !graph && opts.timing.flush_l2.wanted(working_set, info.l2_bytes) {
             L2Flush::new(stream, info).ok()
         } else {
             None
         };
+        let copies = 1 + rotation.len();
+        let launches = graph_launches(working_set, copies);
+        let problem_at = |i: usize| if i == 0 { problem } else { &rotation[i - 1] };
 
         let mut measured = Vec::with_capacity(configs.len());
         for (i, (config, kernel)) in configs.iter().zip(&kernels).enumerate() {
             let outcome = match kernel {
                 Err(e) => Err(e.to_string()),
+                Ok((kernel, _)) if graph => guarded
+                    .reset(stream)
+                    .and_then(|_| {
+                        time_graph_runs(stream, &opts.timing, launches, copies, &mut |i| {
+                            K::launch(kernel, stream, config, problem_at(i))
+                        })
+                    })
+                    .map_err(|e| e.to_string()),
                 Ok((kernel, _)) => time_runs(
                     stream,
                     &opts.timing,

@@ -15,7 +15,7 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, PushKernelArg};
 use kernels_core::{
     parse_shapes, tune_table, BufferRole, Device, DeviceInfo, DiskCache, DynTunable, Error, Kernel,
     KernelArgs, KernelSource, LaunchDims, ModuleOrigin, Policy, RawStream, Runtime, RuntimeOptions, TableJob,
-    Tunable, TunableDyn, TuneBuffer, TuneOptions, Variant,
+    TimingMethod, TimingOptions, Tunable, TunableDyn, TuneBuffer, TuneOptions, Variant,
 };
 use tuned::{
     int_key, int_param, BakedTable, Field, KernelSchema, KeyValues, Source, Target, TunedKernel, Value,
@@ -672,6 +672,83 @@ fn tuner_beats_a_deliberately_bad_default_and_restores_in_place_buffers() {
     let got = stream.clone_dtoh(&x).unwrap();
     let bad = got.iter().zip(&host).filter(|(g, h)| **g != scaled(**h)).count();
     assert_eq!(bad, 0, "{bad} elements differ from one plain run");
+}
+
+#[test]
+fn graph_timed_tuning_rotates_problems_and_restores_the_callers_buffer() {
+    let Some(dev) = gpu("graph_timed_tuning_rotates_problems_and_restores_the_callers_buffer") else {
+        return;
+    };
+    let rt = runtime(&dev, Policy::Online, DiskCache::disabled());
+    let stream = dev.new_stream().unwrap();
+    // 16 MiB per problem, three copies: graph replays of back-to-back launches.
+    let (rows, cols) = (1024u64, 4096u32);
+    let host = scale_input(rows as usize * cols as usize);
+    // The test kernel launches through cudarc's builder, whose per-buffer event
+    // tracking (waits on events recorded outside the capture) would invalidate the
+    // graph capture; the library's ops launch with raw pointers. So these buffers are
+    // allocated untracked (one stream uses them; tracking is back on after).
+    let ctx = dev.context();
+    // SAFETY: only `stream` touches these buffers, and they are dropped after it syncs.
+    unsafe { ctx.disable_event_tracking() };
+    let mut owned: Vec<_> = (0..3)
+        .map(|_| Scale::alloc_problem(&stream, &ScaleKey { cols }, rows).unwrap())
+        .collect();
+    // SAFETY: only slices created from here on are tracked again.
+    unsafe { ctx.enable_event_tracking() };
+    let problems: Vec<ScaleProblem<'_>> = owned.iter_mut().map(Scale::borrow_problem).collect();
+    let opts = TuneOptions {
+        timing: TimingOptions {
+            method: TimingMethod::Graph,
+            ..TimingOptions::default()
+        },
+        ..TuneOptions::default()
+    };
+    let report = rt.tune_rotating::<Scale>(&stream, &problems[0], &problems[1..], &opts);
+    for c in &report.candidates {
+        match &c.outcome {
+            Ok(t) => println!(
+                "  {:?}: median {:.2} us per launch ({} reps)",
+                c.config, t.median_us, t.reps
+            ),
+            Err(e) => println!("  {:?}: FAILED {}", c.config, e.lines().next().unwrap_or("")),
+        }
+    }
+    let default_us = report.default_us().expect("the default runs");
+    let chosen_us = report.chosen_us().expect("a candidate wins");
+    assert!(!report.chosen.strided && !report.chosen.broken && report.chosen.threads <= 1024);
+    assert!(
+        chosen_us * 1.5 < default_us,
+        "not measurably faster: {chosen_us} vs {default_us}"
+    );
+    // The candidates that cannot compile or launch are recorded; the rest still time.
+    let failed: Vec<&String> = report
+        .candidates
+        .iter()
+        .filter_map(|c| c.outcome.as_ref().err())
+        .collect();
+    assert_eq!(failed.len(), 2, "{failed:?}");
+    assert!(failed.iter().any(|e| e.contains("`block`")), "{failed:?}");
+    assert!(report.failure.is_none());
+    assert_eq!(report.final_run, Ok(()));
+    for c in &report.candidates {
+        if let Ok(t) = &c.outcome {
+            assert!(!t.l2_flushed, "graph timing rotates copies instead of flushing");
+            assert!(t.median_us > 0.0 && t.median_us < default_us * 10.0);
+        }
+    }
+    // The caller's buffer holds exactly one plain run's result; the rotation copies
+    // were launched on (scaled many times over, so no longer the input).
+    let got = stream.clone_dtoh(&*problems[0].x).unwrap();
+    let bad = got.iter().zip(&host).filter(|(g, h)| **g != scaled(**h)).count();
+    assert_eq!(bad, 0, "{bad} elements differ from one plain run");
+    for p in &problems[1..] {
+        let got = stream.clone_dtoh(&*p.x).unwrap();
+        assert!(
+            got.iter().zip(&host).filter(|(g, h)| g != h).count() > got.len() / 2,
+            "a rotation copy was never launched on"
+        );
+    }
 }
 
 #[test]

@@ -96,6 +96,11 @@ enum Command {
         /// Timed repetitions per candidate (at least 10).
         #[arg(long)]
         reps: Option<u32>,
+        /// `graph`: back-to-back launches replayed from a CUDA graph over rotating
+        /// copies, per launch (as engines run them and the GPU bench measures);
+        /// `single`: one launch after an L2 flush.
+        #[arg(long, default_value = "graph")]
+        timing: String,
         #[arg(long, default_value = "0")]
         device: usize,
     },
@@ -141,6 +146,9 @@ enum TablesCommand {
         /// On a GPU: only this kernel's table.
         #[arg(long)]
         kernel: Option<String>,
+        /// On a GPU: how to time (`graph` or `single`, as for `kernels tune`).
+        #[arg(long, default_value = "graph")]
+        timing: String,
         paths: Vec<PathBuf>,
     },
     /// Move online tuning results (KERNELS_TUNING=online) from the disk cache into the
@@ -339,6 +347,7 @@ fn run(cli: Cli) -> Result<ExitCode, Usage> {
             tables,
             retune,
             reps,
+            timing,
             device,
         } => runtime_cmd::tune(runtime_cmd::TuneArgs {
             kernel,
@@ -347,6 +356,7 @@ fn run(cli: Cli) -> Result<ExitCode, Usage> {
             tables,
             retune,
             reps,
+            timing: arg("timing", &timing)?,
             device,
         })
         .map_err(Usage),
@@ -474,6 +484,7 @@ fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {
             threshold,
             sample,
             kernel,
+            timing,
             paths,
         } => {
             if offline {
@@ -486,7 +497,8 @@ fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {
             }
             let threshold: f64 = arg("threshold", &threshold)?;
             let sample: usize = arg("sample", &sample)?;
-            runtime_cmd::check_tables(threshold, sample, kernel).map_err(Usage)
+            let timing = arg("timing", &timing)?;
+            runtime_cmd::check_tables(threshold, sample, timing, kernel).map_err(Usage)
         }
     }
 }

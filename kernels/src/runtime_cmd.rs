@@ -17,6 +17,8 @@ pub struct TuneArgs {
     pub retune: bool,
     /// Timed repetitions per candidate (default 25, at least 10).
     pub reps: Option<u32>,
+    /// How candidates are timed (the command's default: graph replays).
+    pub timing: kernels_core::TimingMethod,
     pub device: usize,
 }
 
@@ -38,7 +40,7 @@ pub fn precompile(_: String, _: PathBuf, _: usize) -> CmdResult {
 }
 
 #[cfg(not(feature = "cuda"))]
-pub fn check_tables(_: f64, _: usize, _: Option<String>) -> CmdResult {
+pub fn check_tables(_: f64, _: usize, _: kernels_core::TimingMethod, _: Option<String>) -> CmdResult {
     Err("check: this binary was built without the `cuda` feature; use --offline".into())
 }
 
@@ -53,8 +55,8 @@ mod cuda {
     use std::process::ExitCode;
 
     use kernels_core::{
-        parse_shapes, tune_table, AlignClass, Device, DiskCache, DynTunable, Policy, Progress, Runtime,
-        TableJob, TuneOptions, CODEGEN_ENV_VARS, TUNING_ENV,
+        parse_shapes, tune_table, Device, DiskCache, DynTunable, Policy, Progress, Runtime, TableJob,
+        TuneOptions, CODEGEN_ENV_VARS, TUNING_ENV,
     };
     use tuned::{StaticKey, Target};
 
@@ -137,6 +139,7 @@ mod cuda {
         if let Some(r) = args.reps {
             opts.timing.reps = r;
         }
+        opts.timing.method = args.timing;
         let tables = args.tables.unwrap_or_else(crate::tables::default_dir);
         let compiler = rt.compiler().id();
         let job = TableJob {
@@ -156,23 +159,25 @@ mod cuda {
             }
         };
         println!(
-            "tuning {} on {} ({target}, {}) for {} shape(s); results cached in {}",
+            "tuning {} on {} ({target}, {}, {} timing) for {} shape(s); results cached in {}",
             k.schema().kernel,
             info.name,
             rt.arch(),
+            args.timing,
             shapes.len(),
             rt.cache()
                 .root()
                 .map(|p| p.display().to_string())
                 .unwrap_or_else(|| "(cache disabled: not resumable)".into())
         );
+        // Results of one timing method never resume a run of the other.
         let key_for = |key: &StaticKey, batch: u64| {
-            rt.tuning_key(
+            rt.offline_tuning_key(
                 k.schema().kernel,
                 k.source_fingerprint(),
                 key.as_str(),
                 batch,
-                AlignClass::A16,
+                args.timing,
             )
         };
         let started = std::time::Instant::now();
@@ -292,7 +297,12 @@ mod cuda {
     /// over the space), prints what moved, and fails when an entry is more than
     /// `threshold` slower than the default or than the quick search's best. Default
     /// markers are skipped and counted (they serve the default itself).
-    pub fn check_tables(threshold: f64, sample: usize, only: Option<String>) -> CmdResult {
+    pub fn check_tables(
+        threshold: f64,
+        sample: usize,
+        method: kernels_core::TimingMethod,
+        only: Option<String>,
+    ) -> CmdResult {
         let rt = match open(0) {
             Ok(rt) => rt,
             Err(e) => {
@@ -311,7 +321,11 @@ mod cuda {
             eprintln!("kernels: tables check: this device has no table target");
             return Ok(ExitCode::FAILURE);
         };
-        let timing = kernels_core::TimingOptions::default();
+        let timing = kernels_core::TimingOptions {
+            method,
+            ..kernels_core::TimingOptions::default()
+        };
+        println!("timing: {method}");
         let (mut checked, mut failed, mut markers) = (0usize, 0usize, 0usize);
         println!(
             "{:<18} {:<28} {:>6} {:>10} {:>10} {:>10} {:>10}  verdict",

@@ -199,6 +199,11 @@ fn bad_arguments_exit_2_with_one_line_naming_the_argument() {
         (&["plan", "--model", "gpt-5"], "--model"),
         (&["plan", "--model", "Qwen2.5-7B", "--tp", "3"], "--tp"),
         (&["frobnicate"], "frobnicate"),
+        (
+            &["tune", "rmsnorm", "--shapes", "shapes.json", "--timing", "fast"],
+            "--timing",
+        ),
+        (&["tables", "check", "--timing", "fast"], "--timing"),
     ];
     for (args, names) in cases {
         let o = kernels(args);
