@@ -42,16 +42,17 @@ mod cache_key;
 mod compile;
 mod counters;
 mod device;
+mod element;
 mod error;
+mod plan;
 mod policy;
+mod search;
 mod select;
 mod shape;
 mod timing;
 mod tune_table;
 mod variant;
 
-#[cfg(feature = "cuda")]
-mod element;
 #[cfg(feature = "cuda")]
 mod ffi;
 #[cfg(feature = "cuda")]
@@ -75,7 +76,9 @@ pub use compile::{Compiler, Image, ImageKind};
 pub use counters::{ModuleOrigin, Stats};
 pub use device::DeviceInfo;
 pub use error::{Error, Result};
+pub use plan::{BufferRole, LaunchPlan, PlannedKernel, TuneBuffer};
 pub use policy::{resolve_in_order, Outcome, Policy, ResolutionSteps, Step, TUNING_ENV};
+pub use search::{all_failed, candidate_configs, tune_record, CandidateReport, TuneOptions, TuneReport};
 pub use select::{median, select, Measured, NOISE_THRESHOLD};
 pub use shape::{check_disjoint, check_eps, dtype_define, widest_vector, Rows};
 pub use timing::{FlushL2, Timing, TimingOptions, MIN_REPS};
@@ -87,7 +90,8 @@ pub use variant::{KernelSource, Variant};
 #[cfg(feature = "cuda")]
 pub use device::Device;
 #[cfg(feature = "cuda")]
-pub use element::{alloc_random, decode, encode, pseudo_random, Element};
+pub use element::{alloc_random, Element};
+pub use element::{decode, encode, pseudo_random};
 #[cfg(feature = "cuda")]
 pub use launch::{Kernel, Launch, RawStream};
 #[cfg(feature = "cuda")]
@@ -95,9 +99,7 @@ pub use runtime::{Prepared, Runtime, RuntimeOptions, CRATE_VERSION};
 #[cfg(feature = "cuda")]
 pub use timing::{time_runs, L2Flush};
 #[cfg(feature = "cuda")]
-pub use tunable::{BufferRole, DynTunable, Recheck, Tunable, TunableDyn, TuneBuffer};
-#[cfg(feature = "cuda")]
-pub use tuner::{CandidateReport, TuneOptions, TuneReport};
+pub use tunable::{DynTunable, Recheck, Tunable, TunableDyn};
 
 #[cfg(feature = "rocm")]
 pub use hip::{

@@ -64,9 +64,11 @@ impl HipDeviceInfo {
             .filter(|t: &Target| t.vendor() == Vendor::Amd)
     }
 
-    /// The backend-neutral limits [`crate::LaunchDims::validate`] checks: compute units
-    /// as `sm_count`, LDS as shared memory (no opt-in beyond it on AMD), and
-    /// `compute_capability` (0, 0), which AMD devices do not have.
+    /// The backend-neutral description search spaces, variants, launch plans and
+    /// [`crate::LaunchDims::validate`] take: compute units as `sm_count`, LDS as shared
+    /// memory (no opt-in beyond it on AMD), `compute_capability` (0, 0), which AMD
+    /// devices do not have, and the arch as `amd_arch`, so its `target()` and
+    /// `tuning_target()` are the gfx target.
     pub fn launch_limits(&self) -> DeviceInfo {
         DeviceInfo {
             ordinal: self.ordinal,
@@ -83,6 +85,7 @@ impl HipDeviceInfo {
             warp_size: self.warp_size,
             total_memory: self.total_memory,
             max_grid: self.max_grid,
+            amd_arch: Some(self.arch().to_string()),
         }
     }
 
@@ -430,6 +433,9 @@ mod tests {
     #[test]
     fn launch_limits_reject_more_lds_than_a_workgroup_has() {
         let limits = HipDeviceInfo::nominal(Target::Gfx942).unwrap().launch_limits();
+        assert_eq!(limits.target(), Some(Target::Gfx942));
+        assert_eq!(limits.tuning_target(), Target::Gfx942);
+        assert_eq!(limits.compile_arch(), "gfx942");
         let ok = crate::LaunchDims::linear(4, 256).with_smem(64 << 10);
         assert!(ok.validate(&limits).is_ok());
         let e = ok.with_smem((64 << 10) + 1).validate(&limits).unwrap_err();
