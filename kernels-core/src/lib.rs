@@ -78,7 +78,9 @@ pub use device::DeviceInfo;
 pub use error::{Error, Result};
 pub use plan::{BufferRole, LaunchPlan, PlannedKernel, TuneBuffer};
 pub use policy::{resolve_in_order, Outcome, Policy, ResolutionSteps, Step, TUNING_ENV};
-pub use search::{all_failed, candidate_configs, tune_record, CandidateReport, TuneOptions, TuneReport};
+pub use search::{
+    all_failed, candidate_configs, conclude, tune_record, CandidateReport, TuneOptions, TuneReport,
+};
 pub use select::{median, select, Measured, NOISE_THRESHOLD};
 pub use shape::{check_disjoint, check_eps, dtype_define, widest_vector, Rows};
 pub use timing::{FlushL2, Timing, TimingOptions, MIN_REPS};
@@ -103,8 +105,9 @@ pub use tunable::{DynTunable, Recheck, Tunable, TunableDyn};
 
 #[cfg(feature = "rocm")]
 pub use hip::{
-    hip_module_key, time_hip_runs, DeviceCopy, HipBuffer, HipCompiler, HipDevice, HipDeviceInfo, HipEvent,
-    HipKernel, HipL2Flush, HipRuntime, HipStream,
+    hip_module_key, time_hip_runs, DeviceCopy, DynHipTunable, HipBuffer, HipCompiler, HipDevice,
+    HipDeviceInfo, HipEvent, HipKernel, HipL2Flush, HipPrepared, HipRuntime, HipStream, HipTunable,
+    HipTunableDyn,
 };
 
 /// cudarc, re-exported so kernel crates name the same version.

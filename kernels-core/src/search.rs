@@ -126,6 +126,29 @@ pub fn all_failed<C>(candidates: &[CandidateReport<C>]) -> String {
     )
 }
 
+/// Records the end of a search in `report`: the winner (`winner`, an index into
+/// `report.candidates`) and how its final plain run went, or, with no winner, why the
+/// search failed and whether the buffers were restored (`final_run` is then the
+/// restore's result).
+pub fn conclude<C: Clone>(report: &mut TuneReport<C>, winner: Option<usize>, final_run: Result<()>) {
+    match (
+        winner.and_then(|i| report.candidates.get(i).map(|c| c.config.clone())),
+        final_run,
+    ) {
+        (Some(config), run) => {
+            report.chosen = config;
+            report.final_run = run.map_err(|e| e.to_string());
+        }
+        (None, reset) => {
+            report.failure = Some(all_failed(&report.candidates));
+            report.final_run = Err(match reset {
+                Ok(()) => "not run: every candidate failed (buffers restored)".into(),
+                Err(e) => format!("not run, and restoring the buffers failed: {e}"),
+            });
+        }
+    }
+}
+
 /// The tuning record of a finished search on `device` compiled by `compiler` (the
 /// names a table's provenance carries), or why there is none.
 pub fn tune_record<K: TunedKernel>(
@@ -165,6 +188,88 @@ pub fn tune_record<K: TunedKernel>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn report(outcomes: &[std::result::Result<f64, &str>]) -> TuneReport<u32> {
+        TuneReport {
+            kernel: "k",
+            static_key: "bf16,4096".into(),
+            batch: 8,
+            alignment: AlignClass::A16,
+            chosen: 0,
+            chosen_index: None,
+            candidates: outcomes
+                .iter()
+                .enumerate()
+                .map(|(i, o)| CandidateReport {
+                    config: i as u32 * 10,
+                    outcome: o
+                        .map(|us| Timing::from_samples(&[us], true))
+                        .map_err(str::to_string),
+                })
+                .collect(),
+            failure: None,
+            final_run: Err("not run".into()),
+        }
+    }
+
+    #[test]
+    fn a_concluded_search_names_the_winner_or_why_there_is_none() {
+        let mut r = report(&[Ok(10.0), Ok(5.0)]);
+        r.chosen_index = Some(1);
+        conclude(&mut r, Some(1), Ok(()));
+        assert_eq!(
+            (r.chosen, r.final_run.clone(), r.failure.clone()),
+            (10, Ok(()), None)
+        );
+        assert_eq!((r.chosen_us(), r.default_us()), (Some(5.0), Some(10.0)));
+        let rec = tune_record::<Dummy>(&r, "AMD Instinct MI300X", "hiprtc 6.2").unwrap();
+        assert_eq!(
+            (rec.us, rec.default_us, rec.device.as_str()),
+            (5.0, Some(10.0), "AMD Instinct MI300X")
+        );
+        assert_eq!(rec.config, vec![tuned::Value::Int(10)]);
+        assert_eq!(rec.candidates.len(), 2);
+
+        let mut r = report(&[Err("compile"), Err("launch")]);
+        conclude(&mut r, None, Ok(()));
+        assert_eq!(r.chosen, 0, "the analytic default stays chosen");
+        assert!(r.failure.as_deref().unwrap().contains("compile | launch"));
+        assert!(r.final_run.as_ref().unwrap_err().contains("buffers restored"));
+        let e = tune_record::<Dummy>(&r, "d", "c").unwrap_err().to_string();
+        assert!(e.contains("all 2 candidates failed"), "{e}");
+    }
+
+    /// A kernel for the record's config values only.
+    struct Dummy;
+    static DUMMY: tuned::KernelSchema = tuned::KernelSchema {
+        kernel: "k",
+        key: &[tuned::Field::int("cols")],
+        params: &[tuned::Field::int("threads")],
+    };
+    impl TunedKernel for Dummy {
+        type Key = u32;
+        type Config = u32;
+        const SCHEMA: &'static tuned::KernelSchema = &DUMMY;
+        const SOURCE_FINGERPRINT: &'static str = "fnv1a64:0";
+        fn key_values(k: &u32) -> tuned::KeyValues {
+            tuned::KeyValues::new().push(*k as i64)
+        }
+        fn key_from_values(_: &[tuned::Value]) -> std::result::Result<u32, String> {
+            Ok(0)
+        }
+        fn config_from_values(_: &[tuned::Value]) -> std::result::Result<u32, String> {
+            Ok(0)
+        }
+        fn config_values(c: &u32) -> Vec<tuned::Value> {
+            vec![tuned::Value::Int(*c as i64)]
+        }
+        fn analytic_default(_: tuned::Target, _: &u32, _: u64) -> u32 {
+            0
+        }
+        fn baked_table(_: tuned::Target) -> Option<&'static tuned::BakedTable> {
+            None
+        }
+    }
 
     #[test]
     fn the_default_comes_first_and_duplicates_after_fitting_go() {

@@ -8,7 +8,7 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 
 use crate::ffi::{self, driver_error};
 use crate::{
-    all_failed, candidate_configs, select, time_runs, BufferRole, CandidateReport, KernelSource, L2Flush,
+    candidate_configs, conclude, select, time_runs, BufferRole, CandidateReport, KernelSource, L2Flush,
     Measured, Result, Runtime, Tunable, TuneBuffer, TuneOptions, TuneReport, Variant,
 };
 
@@ -183,23 +183,7 @@ impl Runtime {
                 .synchronize()
                 .map_err(|e| driver_error("cuStreamSynchronize", e))
         })();
-        match (winner, final_run) {
-            (Some((i, _)), Ok(())) => {
-                report.chosen = configs[i].clone();
-                report.final_run = Ok(());
-            }
-            (Some((i, _)), Err(e)) => {
-                report.chosen = configs[i].clone();
-                report.final_run = Err(e.to_string());
-            }
-            (None, reset) => {
-                report.failure = Some(all_failed(&report.candidates));
-                report.final_run = Err(match reset {
-                    Ok(()) => "not run: every candidate failed (buffers restored)".into(),
-                    Err(e) => format!("not run, and restoring the buffers failed: {e}"),
-                });
-            }
-        }
+        conclude(&mut report, winner.map(|(i, _)| i), final_run);
         report
     }
 }

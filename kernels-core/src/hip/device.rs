@@ -275,6 +275,11 @@ impl HipStream {
         self.ordinal
     }
 
+    /// Whether the stream is capturing a HIP graph now.
+    pub fn is_capturing(&self) -> Result<bool> {
+        ffi::stream_is_capturing(self.handle)
+    }
+
     /// The raw `hipStream_t`, for engines that pass it on.
     pub fn as_raw(&self) -> *mut std::ffi::c_void {
         self.handle.0 as *mut std::ffi::c_void
@@ -403,6 +408,41 @@ impl<T: DeviceCopy> HipBuffer<T> {
         // SAFETY: the buffer is valid for `bytes()` bytes while `self` lives, and the
         // caller keeps it alive until the stream has run the memset.
         unsafe { ffi::memset_zero(self.ptr, self.bytes(), stream.handle()) }
+    }
+}
+
+impl HipBuffer<u8> {
+    /// A copy of `bytes` bytes of device memory at `src`, enqueued on `stream` (the
+    /// tuner's snapshot of an in-place buffer).
+    ///
+    /// # Safety
+    /// `src` must be device memory of the stream's device valid for `bytes` bytes
+    /// until the copy has run.
+    pub(crate) unsafe fn snapshot(
+        device: &HipDevice,
+        src: u64,
+        bytes: usize,
+        stream: &HipStream,
+    ) -> Result<Self> {
+        device.select()?;
+        let buf = HipBuffer {
+            ptr: ffi::malloc(bytes)?,
+            len: bytes,
+            ordinal: device.info.ordinal,
+            _t: PhantomData,
+        };
+        // SAFETY: `buf` was just allocated with `bytes`; `src` per the caller.
+        unsafe { ffi::copy_dtod(buf.ptr, src, bytes, stream.handle()) }?;
+        Ok(buf)
+    }
+
+    /// Copies the buffer back to `dst` on `stream`.
+    ///
+    /// # Safety
+    /// `dst` must be device memory valid for the buffer's length until the copy has run.
+    pub(crate) unsafe fn restore_to(&self, dst: u64, stream: &HipStream) -> Result<()> {
+        // SAFETY: the buffer holds `len` bytes; `dst` per the caller.
+        unsafe { ffi::copy_dtod(dst, self.ptr, self.len, stream.handle()) }
     }
 }
 
