@@ -12,7 +12,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use kernels::runtime_cmd::{tunables, tune, TuneArgs};
+use kernels::runtime_cmd::{tunables, tune, Backend, TuneArgs};
 
 fn main() -> ExitCode {
     if std::env::var("KERNELS_RETUNE").as_deref() != Ok("1") {
@@ -51,6 +51,7 @@ fn main() -> ExitCode {
             retune: std::env::var("KERNELS_RETUNE_FRESH").as_deref() == Ok("1"),
             reps: None,
             device: 0,
+            backend: Backend::Cuda,
         };
         match tune(args) {
             Ok(code) if code == ExitCode::SUCCESS => {}

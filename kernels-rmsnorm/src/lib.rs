@@ -18,6 +18,8 @@
 
 pub mod config;
 pub mod heuristic;
+#[cfg(feature = "rocm")]
+pub mod hip;
 #[cfg(feature = "cuda")]
 pub mod ops;
 pub mod plan;

@@ -98,6 +98,9 @@ enum Command {
         reps: Option<u32>,
         #[arg(long, default_value = "0")]
         device: usize,
+        /// `cuda` (NVIDIA) or `hip` (AMD; needs a binary built with `--features rocm`).
+        #[arg(long, default_value = "cuda")]
+        backend: String,
     },
     /// Resolve a kernel's shapes under KERNELS_TUNING and compile them in parallel into
     /// the module cache.
@@ -340,6 +343,7 @@ fn run(cli: Cli) -> Result<ExitCode, Usage> {
             retune,
             reps,
             device,
+            backend,
         } => runtime_cmd::tune(runtime_cmd::TuneArgs {
             kernel,
             shapes,
@@ -348,6 +352,7 @@ fn run(cli: Cli) -> Result<ExitCode, Usage> {
             retune,
             reps,
             device,
+            backend: arg("backend", &backend)?,
         })
         .map_err(Usage),
         Command::Precompile {
