@@ -79,7 +79,7 @@ pub use error::{Error, Result};
 pub use plan::{BufferRole, LaunchPlan, PlannedKernel, TuneBuffer};
 pub use policy::{resolve_in_order, Outcome, Policy, ResolutionSteps, Step, TUNING_ENV};
 pub use search::{
-    all_failed, candidate_configs, conclude, tune_record, CandidateReport, TuneOptions, TuneReport,
+    all_failed, candidate_configs, conclude, tune_record, CandidateReport, Recheck, TuneOptions, TuneReport,
 };
 pub use select::{median, select, Measured, NOISE_THRESHOLD};
 pub use shape::{check_disjoint, check_eps, dtype_define, widest_vector, Rows};
@@ -101,7 +101,7 @@ pub use runtime::{Prepared, Runtime, RuntimeOptions, CRATE_VERSION};
 #[cfg(feature = "cuda")]
 pub use timing::{time_runs, L2Flush};
 #[cfg(feature = "cuda")]
-pub use tunable::{DynTunable, Recheck, Tunable, TunableDyn};
+pub use tunable::{DynTunable, Tunable, TunableDyn};
 
 #[cfg(feature = "rocm")]
 pub use hip::{

@@ -82,6 +82,17 @@ impl<C> TuneReport<C> {
     }
 }
 
+/// What a re-measure of a committed table entry found (`kernels tables check` on a
+/// GPU, through `DynTunable::recheck` or `DynHipTunable::recheck`), in microseconds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Recheck {
+    pub entry_us: f64,
+    pub default_us: f64,
+    /// The fastest sampled config and its time (the entry itself when nothing beat it).
+    pub best: Vec<tuned::Value>,
+    pub best_us: f64,
+}
+
 /// The candidates of a search: `default` first, then `space` in its order, each
 /// `fit` to the problem's alignment, kept when `accepts` it, without duplicates; at
 /// most `max` of them (0: all).

@@ -10,7 +10,7 @@ use cudarc::driver::CudaStream;
 use tuned::{KernelSchema, StaticKey, TunedKernel};
 
 use crate::{
-    AlignClass, DeviceInfo, Error, Kernel, KernelSource, Result, Runtime, TuneBuffer, TuneOptions,
+    AlignClass, DeviceInfo, Error, Kernel, KernelSource, Recheck, Result, Runtime, TuneBuffer, TuneOptions,
     TuneRecord, Variant,
 };
 
@@ -169,16 +169,6 @@ pub trait DynTunable: Sync {
         sample: usize,
         timing: &crate::TimingOptions,
     ) -> Result<Recheck>;
-}
-
-/// What [`DynTunable::recheck`] measured, in microseconds.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Recheck {
-    pub entry_us: f64,
-    pub default_us: f64,
-    /// The fastest sampled config and its time (the entry itself when nothing beat it).
-    pub best: Vec<tuned::Value>,
-    pub best_us: f64,
 }
 
 /// The [`DynTunable`] of a [`Tunable`].

@@ -144,6 +144,9 @@ enum TablesCommand {
         /// On a GPU: only this kernel's table.
         #[arg(long)]
         kernel: Option<String>,
+        /// On a GPU: `cuda` (NVIDIA) or `hip` (AMD; needs a binary built with `--features rocm`).
+        #[arg(long, default_value = "cuda")]
+        backend: String,
         paths: Vec<PathBuf>,
     },
     /// Move online tuning results (KERNELS_TUNING=online) from the disk cache into the
@@ -479,8 +482,10 @@ fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {
             threshold,
             sample,
             kernel,
+            backend,
             paths,
         } => {
+            let backend: runtime_cmd::Backend = arg("backend", &backend)?;
             if offline {
                 return check(paths, true);
             }
@@ -491,7 +496,7 @@ fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {
             }
             let threshold: f64 = arg("threshold", &threshold)?;
             let sample: usize = arg("sample", &sample)?;
-            runtime_cmd::check_tables(threshold, sample, kernel).map_err(Usage)
+            runtime_cmd::check_tables(threshold, sample, kernel, backend).map_err(Usage)
         }
     }
 }

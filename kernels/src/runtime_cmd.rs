@@ -51,7 +51,7 @@ impl std::str::FromStr for Backend {
 pub type CmdResult = Result<ExitCode, String>;
 
 #[cfg(feature = "cuda")]
-pub use cuda::{check_tables, info, precompile, tunables};
+pub use cuda::{info, precompile, tunables};
 #[cfg(feature = "rocm")]
 pub use hip::hip_tunables;
 
@@ -67,11 +67,7 @@ pub fn tune(args: TuneArgs) -> CmdResult {
         #[cfg(feature = "rocm")]
         Backend::Hip => hip::tune(args),
         #[cfg(not(feature = "rocm"))]
-        Backend::Hip => Err(
-            "--backend: `hip` needs the `rocm` feature, and this binary was built without it \
-             (build on a machine with ROCm: HIP_PATH=/opt/rocm cargo build --release -p kernels --features rocm)"
-                .into(),
-        ),
+        Backend::Hip => Err(no_rocm()),
     }
 }
 
@@ -198,6 +194,82 @@ fn print_progress(p: &kernels_core::Progress<'_>, started: std::time::Instant) {
     }
 }
 
+/// `kernels tables check` on a GPU, whatever the backend: re-measures every baked entry
+/// of `target` of each of `kernels` (`recheck`: the entry's config, the analytic
+/// default and a quick search, all on the device), prints what moved, and fails when
+/// an entry is more than `threshold` slower than the default or than the quick
+/// search's best. Default markers are skipped and counted (they serve the default).
+fn check_entries<K>(
+    target: Target,
+    kernels: &[K],
+    schema_of: impl Fn(&K) -> &'static tuned::KernelSchema,
+    threshold: f64,
+    only: Option<&str>,
+    mut recheck: impl FnMut(&K, &StaticKey, u64, &[tuned::Value]) -> kernels_core::Result<kernels_core::Recheck>,
+) -> CmdResult {
+    let (mut checked, mut failed, mut markers) = (0usize, 0usize, 0usize);
+    println!(
+        "{:<18} {:<28} {:>6} {:>10} {:>10} {:>10} {:>10}  verdict",
+        "kernel", "static key", "batch", "table us", "now us", "default us", "search us"
+    );
+    for k in kernels {
+        let schema = schema_of(k);
+        let name = schema.kernel;
+        if only.is_some_and(|o| o != name) {
+            continue;
+        }
+        let Some(table) = crate::kernel(name).and_then(|d| d.baked_table(target)) else {
+            continue;
+        };
+        let mut entries: Vec<_> = table.entries.entries().collect();
+        entries.sort_by_key(|(key, _)| *key);
+        for (canonical, list) in entries {
+            let key =
+                StaticKey::parse(schema, canonical).map_err(|e| format!("table key `{canonical}`: {e}"))?;
+            for e in list.iter() {
+                // A default marker serves the analytic default: nothing to compare it with.
+                let Some(&config) = e.config.tuned() else {
+                    markers += 1;
+                    continue;
+                };
+                checked += 1;
+                let r = match recheck(k, &key, e.batch, config) {
+                    Ok(r) => r,
+                    Err(err) => {
+                        failed += 1;
+                        println!("{name:<18} {canonical:<28} {:>6}  FAIL: {err}", e.batch);
+                        continue;
+                    }
+                };
+                let slow_vs_default = r.entry_us > r.default_us * (1.0 + threshold);
+                let beaten = r.best_us * (1.0 + threshold) < r.entry_us;
+                let verdict = match (slow_vs_default, beaten) {
+                    (true, _) => "FAIL: slower than the default",
+                    (_, true) => "FAIL: a quick search beats it",
+                    _ if (r.entry_us / e.us - 1.0).abs() > threshold => "ok (moved since tuning)",
+                    _ => "ok",
+                };
+                if slow_vs_default || beaten {
+                    failed += 1;
+                }
+                println!(
+                    "{name:<18} {canonical:<28} {:>6} {:>10.3} {:>10.3} {:>10.3} {:>10.3}  {verdict}",
+                    e.batch, e.us, r.entry_us, r.default_us, r.best_us
+                );
+            }
+        }
+    }
+    println!(
+        "{checked} entries re-measured on {target}, {failed} failed (threshold {:.0}%); {markers} default marker(s) skipped (they serve the analytic default)",
+        threshold * 100.0
+    );
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
 /// Reads and parses a shape file for `schema`.
 fn read_shapes(schema: &'static tuned::KernelSchema, path: &Path) -> Result<Vec<(StaticKey, u64)>, String> {
     let text = std::fs::read_to_string(path)
@@ -230,9 +302,26 @@ pub fn precompile(_: String, _: PathBuf, _: usize) -> CmdResult {
     Err("precompile: this binary was built without the `cuda` feature".into())
 }
 
-#[cfg(not(feature = "cuda"))]
-pub fn check_tables(_: f64, _: usize, _: Option<String>) -> CmdResult {
-    Err("check: this binary was built without the `cuda` feature; use --offline".into())
+/// `kernels tables check` on a GPU of `backend` ([`check_entries`]).
+pub fn check_tables(threshold: f64, sample: usize, only: Option<String>, backend: Backend) -> CmdResult {
+    match backend {
+        #[cfg(feature = "cuda")]
+        Backend::Cuda => cuda::check_tables(threshold, sample, only),
+        #[cfg(not(feature = "cuda"))]
+        Backend::Cuda => Err("check: this binary was built without the `cuda` feature; use --offline".into()),
+        #[cfg(feature = "rocm")]
+        Backend::Hip => hip::check_tables(threshold, sample, only),
+        #[cfg(not(feature = "rocm"))]
+        Backend::Hip => Err(no_rocm()),
+    }
+}
+
+/// The usage error of `--backend hip` in a binary built without `rocm`.
+#[cfg(not(feature = "rocm"))]
+fn no_rocm() -> String {
+    "--backend: `hip` needs the `rocm` feature, and this binary was built without it \
+     (build on a machine with ROCm: HIP_PATH=/opt/rocm cargo build --release -p kernels --features rocm)"
+        .into()
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -251,8 +340,8 @@ mod cuda {
     use tuned::StaticKey;
 
     use super::{
-        choose_target, print_progress, read_shapes, report_table, tune_shapes, unknown_kernel, CmdResult,
-        TuneArgs,
+        check_entries, choose_target, print_progress, read_shapes, report_table, tune_shapes, unknown_kernel,
+        CmdResult, TuneArgs,
     };
 
     /// Every kernel that implements `kernels_core::Tunable`, for `tune` and
@@ -361,11 +450,7 @@ mod cuda {
         }
     }
 
-    /// `kernels tables check` on a GPU: re-measures every baked entry of the device's
-    /// target against the analytic default and a quick search (`sample` configs spread
-    /// over the space), prints what moved, and fails when an entry is more than
-    /// `threshold` slower than the default or than the quick search's best. Default
-    /// markers are skipped and counted (they serve the default itself).
+    /// `kernels tables check` on an NVIDIA GPU ([`super::check_entries`]).
     pub fn check_tables(threshold: f64, sample: usize, only: Option<String>) -> CmdResult {
         let rt = match open(0) {
             Ok(rt) => rt,
@@ -386,66 +471,14 @@ mod cuda {
             return Ok(ExitCode::FAILURE);
         };
         let timing = kernels_core::TimingOptions::default();
-        let (mut checked, mut failed, mut markers) = (0usize, 0usize, 0usize);
-        println!(
-            "{:<18} {:<28} {:>6} {:>10} {:>10} {:>10} {:>10}  verdict",
-            "kernel", "static key", "batch", "table us", "now us", "default us", "search us"
-        );
-        for k in tunables() {
-            let name = k.schema().kernel;
-            if only.as_deref().is_some_and(|o| o != name) {
-                continue;
-            }
-            let Some(table) = crate::kernel(name).and_then(|d| d.baked_table(target)) else {
-                continue;
-            };
-            let mut entries: Vec<_> = table.entries.entries().collect();
-            entries.sort_by_key(|(key, _)| *key);
-            for (canonical, list) in entries {
-                let key = StaticKey::parse(k.schema(), canonical)
-                    .map_err(|e| format!("table key `{canonical}`: {e}"))?;
-                for e in list.iter() {
-                    // A default marker serves the analytic default: nothing to compare it with.
-                    let Some(&config) = e.config.tuned() else {
-                        markers += 1;
-                        continue;
-                    };
-                    checked += 1;
-                    let r = match k.recheck(&rt, &stream, &key, e.batch, config, sample, &timing) {
-                        Ok(r) => r,
-                        Err(err) => {
-                            failed += 1;
-                            println!("{name:<18} {canonical:<28} {:>6}  FAIL: {err}", e.batch);
-                            continue;
-                        }
-                    };
-                    let slow_vs_default = r.entry_us > r.default_us * (1.0 + threshold);
-                    let beaten = r.best_us * (1.0 + threshold) < r.entry_us;
-                    let verdict = match (slow_vs_default, beaten) {
-                        (true, _) => "FAIL: slower than the default",
-                        (_, true) => "FAIL: a quick search beats it",
-                        _ if (r.entry_us / e.us - 1.0).abs() > threshold => "ok (moved since tuning)",
-                        _ => "ok",
-                    };
-                    if slow_vs_default || beaten {
-                        failed += 1;
-                    }
-                    println!(
-                        "{name:<18} {canonical:<28} {:>6} {:>10.3} {:>10.3} {:>10.3} {:>10.3}  {verdict}",
-                        e.batch, e.us, r.entry_us, r.default_us, r.best_us
-                    );
-                }
-            }
-        }
-        println!(
-            "{checked} entries re-measured on {target}, {failed} failed (threshold {:.0}%); {markers} default marker(s) skipped (they serve the analytic default)",
-            threshold * 100.0
-        );
-        Ok(if failed == 0 {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::FAILURE
-        })
+        check_entries(
+            target,
+            &tunables(),
+            |k| k.schema(),
+            threshold,
+            only.as_deref(),
+            |k, key, batch, config| k.recheck(&rt, &stream, key, batch, config, sample, &timing),
+        )
     }
 
     /// `kernels precompile KERNEL --shapes FILE`: resolves each shape under the policy
@@ -590,7 +623,8 @@ mod hip {
     use tuned::StaticKey;
 
     use super::{
-        choose_target, print_progress, report_table, tune_shapes, unknown_kernel, CmdResult, TuneArgs,
+        check_entries, choose_target, print_progress, report_table, tune_shapes, unknown_kernel, CmdResult,
+        TuneArgs,
     };
 
     /// Every kernel `kernels tune --backend hip` can tune. (Log-softmax shares
@@ -691,5 +725,41 @@ mod hip {
                 Ok(ExitCode::FAILURE)
             }
         }
+    }
+
+    /// `kernels tables check --backend hip`: the baked entries of the AMD device's
+    /// target re-measured on it ([`super::check_entries`]).
+    pub fn check_tables(threshold: f64, sample: usize, only: Option<String>) -> CmdResult {
+        let opened = HipDevice::open(0).and_then(HipRuntime::new);
+        let rt = match opened {
+            Ok(rt) => rt,
+            Err(e) => {
+                eprintln!("kernels: tables check: {e}");
+                return Ok(ExitCode::FAILURE);
+            }
+        };
+        let stream = match rt.device().new_stream() {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("kernels: tables check: {e}");
+                return Ok(ExitCode::FAILURE);
+            }
+        };
+        let Some(target) = rt.limits().target() else {
+            eprintln!(
+                "kernels: tables check: this device ({}) has no table target",
+                rt.arch()
+            );
+            return Ok(ExitCode::FAILURE);
+        };
+        let timing = kernels_core::TimingOptions::default();
+        check_entries(
+            target,
+            &hip_tunables(),
+            |k| k.schema(),
+            threshold,
+            only.as_deref(),
+            |k, key, batch, config| k.recheck(&rt, &stream, key, batch, config, sample, &timing),
+        )
     }
 }

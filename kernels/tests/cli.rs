@@ -474,9 +474,10 @@ fn lookup_at_a_committed_default_marker_serves_the_default() {
     assert_eq!(v["distance"], 0.0, "{v}");
 }
 
-/// `kernels tune --backend hip`: a binary built without `rocm` refuses the flag as a
-/// usage error saying so; one built with it, on a machine without an AMD GPU, fails
-/// with the `no HIP device` error. Either way nothing is written. (On an AMD machine
+/// `kernels tune --backend hip` (and `tables check --backend hip`): a binary built
+/// without `rocm` refuses the flag as a usage error saying so; one built with it, on a
+/// machine without an AMD GPU, fails with the `no HIP device` error. Either way
+/// nothing is written. (On an AMD machine
 /// the second half is the real tune, covered by the rocm GPU tests instead.)
 #[test]
 fn tune_on_hip_without_rocm_or_without_a_device_writes_nothing() {

@@ -11,7 +11,8 @@ use tuned::{KernelSchema, StaticKey, TunedKernel};
 use super::{time_hip_runs, HipBuffer, HipDevice, HipL2Flush, HipRuntime, HipStream};
 use crate::{
     candidate_configs, conclude, select, tune_record, BufferRole, CandidateReport, Error, KernelSource,
-    Measured, PlannedKernel, Result, TuneBuffer, TuneOptions, TuneRecord, TuneReport, Variant,
+    Measured, PlannedKernel, Recheck, Result, TimingOptions, TuneBuffer, TuneOptions, TuneRecord, TuneReport,
+    Variant,
 };
 
 /// A [`PlannedKernel`] the HIP runtime can tune on a problem it allocates itself
@@ -224,6 +225,21 @@ pub trait DynHipTunable: Sync {
         batch: u64,
         opts: &TuneOptions,
     ) -> Result<TuneRecord>;
+    /// Re-measures a committed entry on a problem the kernel allocates, as
+    /// `DynTunable::recheck` does on CUDA: the entry's config, the analytic default and
+    /// `sample` configs spread evenly over the search space, with one timing routine.
+    /// For `kernels tables check --backend hip`. `entry` is a tuned config.
+    #[allow(clippy::too_many_arguments)]
+    fn recheck(
+        &self,
+        rt: &HipRuntime,
+        stream: &HipStream,
+        key: &StaticKey,
+        batch: u64,
+        entry: &[tuned::Value],
+        sample: usize,
+        timing: &TimingOptions,
+    ) -> Result<Recheck>;
 }
 
 /// The [`DynHipTunable`] of a [`HipTunable`].
@@ -263,5 +279,72 @@ impl<K: HipTunable> DynHipTunable for HipTunableDyn<K> {
         let problem = K::borrow_hip_problem(&mut owned);
         let report = rt.tune::<K>(stream, &problem, opts);
         rt.record_of::<K>(&report)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn recheck(
+        &self,
+        rt: &HipRuntime,
+        stream: &HipStream,
+        key: &StaticKey,
+        batch: u64,
+        entry: &[tuned::Value],
+        sample: usize,
+        timing: &TimingOptions,
+    ) -> Result<Recheck> {
+        let k = K::key_from_values(key.values()).map_err(|e| Error::kernel(K::SCHEMA.kernel, e))?;
+        let info = rt.limits();
+        let entry_cfg = K::config_from_values(entry).map_err(|e| Error::kernel(K::SCHEMA.kernel, e))?;
+        let default = K::analytic_default(info.tuning_target(), &k, batch);
+        let space = K::search_space(info, &k, batch);
+        let step = (space.len() / sample.max(1)).max(1);
+        let sampled: Vec<K::Config> = space.into_iter().step_by(step).take(sample).collect();
+        let mut owned = K::alloc_hip_problem(rt.device(), &k, batch)?;
+        let problem = K::borrow_hip_problem(&mut owned);
+        let align = K::alignment(&problem);
+        let bytes: u64 = K::buffers(&problem).iter().map(|b| b.bytes as u64).sum();
+        // The 2 x L2 scratch buffer only where the flush is wanted.
+        let mut flush = if timing.flush_l2.wanted(bytes, info.l2_bytes) {
+            Some(HipL2Flush::new(rt.device())?)
+        } else {
+            None
+        };
+        let mut time = |c: &K::Config| -> Result<f64> {
+            let c = K::fit_alignment(info, &k, c.clone(), align);
+            let kernel = rt.kernel(K::SOURCE, &K::variant(info, &k, &c))?;
+            let plan = K::plan(kernel.info(), &c, &problem)?;
+            time_hip_runs(
+                rt.device(),
+                stream,
+                timing,
+                flush.as_mut(),
+                &mut || Ok(()),
+                // SAFETY: the plan follows the kernel's ABI and stays within the
+                // problem's buffers (PlannedKernel contract).
+                &mut || unsafe { kernel.launch(stream, plan.dims, &plan.args) },
+            )
+            .map(|t| t.median_us)
+        };
+        let entry_us = time(&entry_cfg)?;
+        let default_us = if default == entry_cfg {
+            entry_us
+        } else {
+            time(&default)?
+        };
+        let (mut best, mut best_us) = (entry_cfg.clone(), entry_us);
+        for c in sampled {
+            // A sampled config that fails is no better than the entry; skip it.
+            if let Ok(us) = time(&c) {
+                if us < best_us {
+                    (best, best_us) = (c, us);
+                }
+            }
+        }
+        Ok(Recheck {
+            entry_us,
+            default_us,
+            best: K::config_values(&best),
+            best_us,
+        })
     }
 }
