@@ -100,9 +100,26 @@ pub unsafe trait PlannedKernel:
         config
     }
 
-    /// The launch of `config` on `problem` on `device`: the variant, dimensions and
-    /// arguments. Checks what the config needs of the problem (alignment, sizes) and
-    /// returns an error naming the argument instead of a plan. Launchers validate the
-    /// dimensions against the device.
-    fn plan(device: &DeviceInfo, config: &Self::Config, problem: &Self::Problem<'_>) -> Result<LaunchPlan>;
+    /// The dimensions and arguments of a launch of `config` on `problem` on `device`.
+    /// Checks what the config needs of the problem (alignment, sizes) and returns an
+    /// error naming the argument instead. Launchers call it with the loaded variant's
+    /// config on every launch, so it allocates nothing; they validate the dimensions
+    /// against the device.
+    fn launch_args(
+        device: &DeviceInfo,
+        config: &Self::Config,
+        problem: &Self::Problem<'_>,
+    ) -> Result<(LaunchDims, KernelArgs)>;
+
+    /// The whole launch of `config` on `problem` on `device`: the variant to compile
+    /// and [`PlannedKernel::launch_args`]. For tools and tests; it builds the variant.
+    fn plan(device: &DeviceInfo, config: &Self::Config, problem: &Self::Problem<'_>) -> Result<LaunchPlan> {
+        let (dims, args) = Self::launch_args(device, config, problem)?;
+        let (key, _) = Self::problem_shape(problem);
+        Ok(LaunchPlan {
+            variant: Self::variant(device, &key, config),
+            dims,
+            args,
+        })
+    }
 }

@@ -126,17 +126,17 @@ impl NormBuffers {
     }
 }
 
-/// Launches the plan of `c` on `p` on the kernel's device.
+/// Launches `c` on `p` on the kernel's device ([`PlannedKernel::launch_args`]).
 fn launch<K: PlannedKernel>(
     kernel: &Kernel,
     stream: &CudaStream,
     c: &K::Config,
     p: &K::Problem<'_>,
 ) -> Result<()> {
-    let plan = K::plan(kernel.info(), c, p)?;
+    let (dims, args) = K::launch_args(kernel.info(), c, p)?;
     // Safe: the plan follows cuda/rmsnorm.cu's ABI and the problem was validated
     // against the buffers' lengths when it was built.
-    unsafe { kernel.launch_raw(RawStream::of(stream), plan.dims, &plan.args) }
+    unsafe { kernel.launch_raw(RawStream::of(stream), dims, &args) }
 }
 
 macro_rules! tunable {

@@ -1,13 +1,14 @@
 //! Backend-neutral launches of RMSNorm and fused residual-add RMSNorm: the problem as
 //! device addresses ([`NormProblem`], validated when built), the config fitted to its
-//! alignment, and the [`LaunchPlan`] (variant, dimensions, arguments) that both the
-//! CUDA ops ([`crate::ops`]) and the HIP ops (`crate::hip`, feature `rocm`) launch.
+//! alignment, and its launch (dimensions and arguments, [`kernels_core::PlannedKernel`];
+//! with the variant, a [`kernels_core::LaunchPlan`]) that both the CUDA ops
+//! (`crate::ops`) and the HIP ops (`crate::hip`, feature `rocm`) launch.
 
 use std::marker::PhantomData;
 
 use kernels_core::{
     check_disjoint, check_eps, AlignClass, BufferRole, DeviceInfo, Error, KernelArgs, KernelSource,
-    LaunchDims, LaunchPlan, PlannedKernel, Result, Rows, TuneBuffer, Variant,
+    LaunchDims, PlannedKernel, Result, Rows, TuneBuffer, Variant,
 };
 use tuned::DType;
 
@@ -225,11 +226,15 @@ impl Entry {
     }
 }
 
-/// The launch of `c` on `p` through `entry`: the variant, one block per `c.rows`
-/// rows, and cuda/rmsnorm.cu's arguments in `entry`'s order. A config whose vector
-/// the buffers' alignment does not allow is an error naming `x`; so are more than
-/// 2^31 - 1 blocks (`rows`).
-pub(crate) fn plan(entry: Entry, c: &RmsNormConfig, p: &NormProblem<'_>) -> Result<LaunchPlan> {
+/// The launch of `c` on `p` through `entry`: one block per `c.rows` rows, and
+/// cuda/rmsnorm.cu's arguments in `entry`'s order. A config whose vector the buffers'
+/// alignment does not allow is an error naming `x`; so are more than 2^31 - 1 blocks
+/// (`rows`).
+pub(crate) fn launch_args(
+    entry: Entry,
+    c: &RmsNormConfig,
+    p: &NormProblem<'_>,
+) -> Result<(LaunchDims, KernelArgs)> {
     if fit(&p.key, *c, p.alignment()) != *c {
         return Err(Error::invalid(
             "x",
@@ -254,17 +259,13 @@ pub(crate) fn plan(entry: Entry, c: &RmsNormConfig, p: &NormProblem<'_>) -> Resu
         Entry::FusedAdd => args.ptr(p.out).i64(p.out_stride as i64).ptr(p.w),
     };
     args.i64(p.rows as i64).f32(p.eps);
-    Ok(LaunchPlan {
-        variant: variant(entry.name(), &p.key, c),
-        dims: LaunchDims::linear(blocks as u32, c.block_threads()),
-        args,
-    })
+    Ok((LaunchDims::linear(blocks as u32, c.block_threads()), args))
 }
 
 macro_rules! planned {
     ($ty:ident, $abi:expr, $out:literal, $out_role:expr, $x_role:expr) => {
         // Safety: `buffers` lists x, weight and the output with their full spans, and
-        // `plan` passes exactly those to the kernel, which stays within them.
+        // `launch_args` passes exactly those to the kernel, which stays within them.
         unsafe impl PlannedKernel for $ty {
             type Problem<'a> = NormProblem<'a>;
             const SOURCE: &'static KernelSource = &SOURCE;
@@ -317,8 +318,12 @@ macro_rules! planned {
                 fit(key, c, align)
             }
 
-            fn plan(_: &DeviceInfo, c: &RmsNormConfig, p: &NormProblem<'_>) -> Result<LaunchPlan> {
-                plan($abi, c, p)
+            fn launch_args(
+                _: &DeviceInfo,
+                c: &RmsNormConfig,
+                p: &NormProblem<'_>,
+            ) -> Result<(LaunchDims, KernelArgs)> {
+                launch_args($abi, c, p)
             }
         }
     };

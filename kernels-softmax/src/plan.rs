@@ -1,13 +1,14 @@
 //! Backend-neutral launches of softmax and log-softmax: the problem as device
 //! addresses ([`SoftmaxProblem`], validated when built), the config fitted to its
-//! alignment, and the [`LaunchPlan`] (variant, dimensions, arguments) that both the
-//! CUDA ops ([`crate::ops`]) and the HIP ops (`crate::hip`, feature `rocm`) launch.
+//! alignment, and its launch (dimensions and arguments, [`kernels_core::PlannedKernel`];
+//! with the variant, a [`kernels_core::LaunchPlan`]) that both the CUDA ops
+//! (`crate::ops`) and the HIP ops (`crate::hip`, feature `rocm`) launch.
 
 use std::marker::PhantomData;
 
 use kernels_core::{
     check_disjoint, AlignClass, BufferRole, DeviceInfo, Error, KernelArgs, KernelSource, LaunchDims,
-    LaunchPlan, PlannedKernel, Result, Rows, TuneBuffer, Variant,
+    PlannedKernel, Result, Rows, TuneBuffer, Variant,
 };
 use tuned::{DType, Target};
 
@@ -181,13 +182,17 @@ pub(crate) fn variant(target: Target, key: &SoftmaxKey, c: &SoftmaxConfig, log: 
     }
 }
 
-/// The launch of `c` on `p` on `device`: the variant (`log` for log-softmax), one
-/// block per row group (`row`), per row (`online`) or per row slice (`cluster`,
-/// `staged`, whose stage takes dynamic shared memory), and cuda/softmax.cu's
-/// arguments `(x, y, rows, x_stride, y_stride, scale)`. A config whose vector the
-/// buffers' alignment does not allow is an error naming `x`; so are more than
-/// 2^31 - 1 blocks (`rows`).
-pub fn plan(device: &DeviceInfo, c: &SoftmaxConfig, p: &SoftmaxProblem<'_>, log: bool) -> Result<LaunchPlan> {
+/// The launch of `c` on `p` on `device` (softmax and log-softmax alike): one block
+/// per row group (`row`), per row (`online`) or per row slice (`cluster`, `staged`,
+/// whose stage takes dynamic shared memory), and cuda/softmax.cu's arguments
+/// `(x, y, rows, x_stride, y_stride, scale)`. A config whose vector the buffers'
+/// alignment does not allow is an error naming `x`; so are more than 2^31 - 1 blocks
+/// (`rows`).
+pub fn launch_args(
+    device: &DeviceInfo,
+    c: &SoftmaxConfig,
+    p: &SoftmaxProblem<'_>,
+) -> Result<(LaunchDims, KernelArgs)> {
     let align = p.alignment();
     if c.vec * p.key.dtype.size() as u32 > align.bytes() {
         return Err(Error::invalid(
@@ -220,16 +225,12 @@ pub fn plan(device: &DeviceInfo, c: &SoftmaxConfig, p: &SoftmaxProblem<'_>, log:
         .i64(p.x_stride as i64)
         .i64(p.y_stride as i64)
         .f32(p.scale);
-    Ok(LaunchPlan {
-        variant: variant(target, &p.key, c, log),
-        dims: LaunchDims::linear(blocks as u32, threads).with_smem(smem),
-        args,
-    })
+    Ok((LaunchDims::linear(blocks as u32, threads).with_smem(smem), args))
 }
 
 macro_rules! planned {
     ($ty:ident, $log:literal) => {
-        // Safety: `buffers` lists x and y with their full spans, and `plan` passes
+        // Safety: `buffers` lists x and y with their full spans, and `launch_args` passes
         // exactly those to the kernel, which stays within them.
         unsafe impl PlannedKernel for $ty {
             type Problem<'a> = SoftmaxProblem<'a>;
@@ -286,8 +287,12 @@ macro_rules! planned {
                 fit(device.tuning_target(), key, c, align)
             }
 
-            fn plan(device: &DeviceInfo, c: &SoftmaxConfig, p: &SoftmaxProblem<'_>) -> Result<LaunchPlan> {
-                plan(device, c, p, $log)
+            fn launch_args(
+                device: &DeviceInfo,
+                c: &SoftmaxConfig,
+                p: &SoftmaxProblem<'_>,
+            ) -> Result<(LaunchDims, KernelArgs)> {
+                launch_args(device, c, p)
             }
         }
     };

@@ -210,17 +210,17 @@ fn capturing(what: String) -> Error {
     )
 }
 
-/// Plans `config` on `problem` for the kernel's device and launches it on `stream`.
+/// Launches `config` on `problem` on `stream` ([`PlannedKernel::launch_args`]).
 fn launch<K: PlannedKernel>(
     kernel: &HipKernel,
     stream: &HipStream,
     config: &K::Config,
     problem: &K::Problem<'_>,
 ) -> Result<()> {
-    let plan = K::plan(kernel.info(), config, problem)?;
-    // SAFETY: the plan follows the kernel's ABI and stays within the problem's buffers
-    // (PlannedKernel contract); the problem was validated when it was built.
-    unsafe { kernel.launch(stream, plan.dims, &plan.args) }
+    let (dims, args) = K::launch_args(kernel.info(), config, problem)?;
+    // SAFETY: the arguments follow the kernel's ABI and stay within the problem's
+    // buffers (PlannedKernel contract); the problem was validated when it was built.
+    unsafe { kernel.launch(stream, dims, &args) }
 }
 
 fn check_batch<K: PlannedKernel>(key: &K::Key, batch: u64) -> Result<()> {

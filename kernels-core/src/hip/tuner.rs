@@ -161,8 +161,8 @@ impl HipRuntime {
         for (i, (config, kernel)) in configs.iter().zip(&kernels).enumerate() {
             let outcome = match kernel {
                 Err(e) => Err(e.to_string()),
-                Ok((kernel, _)) => K::plan(kernel.info(), config, problem)
-                    .and_then(|plan| {
+                Ok((kernel, _)) => K::launch_args(kernel.info(), config, problem)
+                    .and_then(|(dims, args)| {
                         time_hip_runs(
                             self.device(),
                             stream,
@@ -171,7 +171,7 @@ impl HipRuntime {
                             &mut || guarded.reset(stream),
                             // SAFETY: the plan follows the kernel's ABI and stays within
                             // the problem's buffers (PlannedKernel contract).
-                            &mut || unsafe { kernel.launch(stream, plan.dims, &plan.args) },
+                            &mut || unsafe { kernel.launch(stream, dims, &args) },
                         )
                     })
                     .map_err(|e| e.to_string()),
@@ -192,9 +192,9 @@ impl HipRuntime {
         let final_run = (|| -> Result<()> {
             guarded.reset(stream)?;
             if let Some((i, kernel)) = &winner {
-                let plan = K::plan(kernel.info(), &configs[*i], problem)?;
+                let (dims, args) = K::launch_args(kernel.info(), &configs[*i], problem)?;
                 // SAFETY: as above.
-                unsafe { kernel.launch(stream, plan.dims, &plan.args) }?;
+                unsafe { kernel.launch(stream, dims, &args) }?;
             }
             stream.synchronize()
         })();
@@ -312,7 +312,7 @@ impl<K: HipTunable> DynHipTunable for HipTunableDyn<K> {
         let mut time = |c: &K::Config| -> Result<f64> {
             let c = K::fit_alignment(info, &k, c.clone(), align);
             let kernel = rt.kernel(K::SOURCE, &K::variant(info, &k, &c))?;
-            let plan = K::plan(kernel.info(), &c, &problem)?;
+            let (dims, args) = K::launch_args(kernel.info(), &c, &problem)?;
             time_hip_runs(
                 rt.device(),
                 stream,
@@ -321,7 +321,7 @@ impl<K: HipTunable> DynHipTunable for HipTunableDyn<K> {
                 &mut || Ok(()),
                 // SAFETY: the plan follows the kernel's ABI and stays within the
                 // problem's buffers (PlannedKernel contract).
-                &mut || unsafe { kernel.launch(stream, plan.dims, &plan.args) },
+                &mut || unsafe { kernel.launch(stream, dims, &args) },
             )
             .map(|t| t.median_us)
         };
