@@ -321,4 +321,36 @@ mod tests {
         assert_eq!(blackwell.tuning_target(), Target::Sm90);
         assert_eq!(blackwell.compile_arch(), "sm_100");
     }
+
+    /// An AMD device's description (from HIP) takes its tables, spaces and defaults
+    /// from its gfx arch, never from the unused compute capability.
+    #[test]
+    fn an_amd_arch_picks_the_gfx_target() {
+        let mi300 = DeviceInfo {
+            compute_capability: (0, 0),
+            amd_arch: Some("gfx942".into()),
+            ..h200()
+        };
+        assert_eq!(mi300.target(), Some(Target::Gfx942));
+        assert_eq!(mi300.tuning_target(), Target::Gfx942);
+        assert_eq!(mi300.compile_arch(), "gfx942");
+        let mi250 = DeviceInfo {
+            amd_arch: Some("gfx90a".into()),
+            ..mi300.clone()
+        };
+        assert_eq!(mi250.tuning_target(), Target::Gfx90a);
+        // An arch without tables: no target, CDNA 3's spaces and defaults.
+        let rdna = DeviceInfo {
+            amd_arch: Some("gfx1100".into()),
+            ..mi300.clone()
+        };
+        assert_eq!((rdna.target(), rdna.tuning_target()), (None, Target::Gfx942));
+        assert_eq!(rdna.compile_arch(), "gfx1100");
+        // An NVIDIA arch name in the AMD field is not an AMD target.
+        let odd = DeviceInfo {
+            amd_arch: Some("sm90".into()),
+            ..mi300
+        };
+        assert_eq!(odd.target(), None);
+    }
 }

@@ -105,9 +105,9 @@ pub use tunable::{DynTunable, Tunable, TunableDyn};
 
 #[cfg(feature = "rocm")]
 pub use hip::{
-    hip_module_key, time_hip_runs, DeviceCopy, DynHipTunable, HipBuffer, HipCompiler, HipDevice,
-    HipDeviceInfo, HipEvent, HipKernel, HipL2Flush, HipPrepared, HipRuntime, HipStream, HipTunable,
-    HipTunableDyn,
+    hip_module_key, hip_tuning_key, time_hip_runs, DeviceCopy, DynHipTunable, HipBuffer, HipCompiler,
+    HipDevice, HipDeviceInfo, HipEvent, HipKernel, HipL2Flush, HipPrepared, HipRuntime, HipStream,
+    HipTunable, HipTunableDyn,
 };
 
 /// cudarc, re-exported so kernel crates name the same version.

@@ -32,6 +32,6 @@ mod tuner;
 pub use device::{DeviceCopy, HipBuffer, HipDevice, HipDeviceInfo, HipStream};
 pub use resolve::HipPrepared;
 pub use rtc::HipCompiler;
-pub use runtime::{hip_module_key, HipKernel, HipRuntime};
+pub use runtime::{hip_module_key, hip_tuning_key, HipKernel, HipRuntime};
 pub use timing::{time_hip_runs, HipEvent, HipL2Flush};
 pub use tuner::{DynHipTunable, HipTunable, HipTunableDyn};

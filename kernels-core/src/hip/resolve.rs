@@ -13,8 +13,8 @@ use super::tuner::HipTunable;
 use super::{HipKernel, HipRuntime, HipStream};
 use crate::counters::{bump, lock};
 use crate::{
-    cache_key, resolve_in_order, AlignClass, CacheKey, Component, Error, Lookup, PlannedKernel,
-    ResolutionSteps, Result, Section, TuneRecord,
+    resolve_in_order, AlignClass, CacheKey, Error, Lookup, PlannedKernel, ResolutionSteps, Result, Section,
+    TuneRecord,
 };
 
 /// A resolved config with its loaded HIP kernel: what a HIP op launches.
@@ -31,9 +31,8 @@ type MemoKey<K> = (<K as TunedKernel>::Key, u64, AlignClass);
 type Memo<K> = HashMap<MemoKey<K>, HipPrepared<<K as TunedKernel>::Config>>;
 
 impl HipRuntime {
-    /// The online tuning cache key of a problem on this device: the module key's
-    /// components (hipRTC, arch, device name, CUs) with the static key, the batch and
-    /// the alignment class.
+    /// The online tuning cache key of a problem on this device
+    /// ([`super::hip_tuning_key`]).
     pub fn tuning_key(
         &self,
         kernel: &str,
@@ -42,20 +41,15 @@ impl HipRuntime {
         batch: u64,
         alignment: AlignClass,
     ) -> CacheKey {
-        let compiler = self.compiler().id();
-        let info = self.device().info();
-        let mut parts = super::runtime::hip_key_parts(
-            &compiler,
-            self.arch(),
-            &info.name,
-            info.cu_count,
+        super::hip_tuning_key(
+            self.compiler(),
+            self.device().info(),
             kernel,
             fingerprint,
-        );
-        parts.static_key = Component::Applies(static_key);
-        parts.batch = Component::Applies(batch);
-        parts.alignment = Component::Applies(alignment);
-        cache_key(&parts)
+            static_key,
+            batch,
+            alignment,
+        )
     }
 
     fn memo_get<K: PlannedKernel>(&self, key: &MemoKey<K>) -> Option<HipPrepared<K::Config>> {
@@ -300,7 +294,7 @@ impl<K: HipTunable> ResolutionSteps<K::Config> for Steps<'_, K> {
         let mut owned =
             K::alloc_hip_problem(self.rt.device(), self.key, self.batch).map_err(|e| e.to_string())?;
         let problem = K::borrow_hip_problem(&mut owned);
-        let report = self.rt.tune::<K>(self.stream, &problem, &self.rt.tune);
+        let report = self.rt.tune::<K>(self.stream, &problem, &self.rt.tune_options);
         let record = self.rt.record_of::<K>(&report).map_err(|e| e.to_string())?;
         if let Err(e) = self.rt.cache().store(
             Section::Tuning,

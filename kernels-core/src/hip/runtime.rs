@@ -56,9 +56,37 @@ pub fn hip_module_key(
     cache_key(&parts)
 }
 
+/// The online tuning cache key of a problem of `kernel` (source `fingerprint`) on
+/// `device` compiled by `compiler`: the module key's components (hipRTC, arch, device
+/// name, CUs) with the canonical static key, the batch and the alignment class, as on
+/// CUDA. `kernels tune --backend hip` resumes from results stored under it.
+pub fn hip_tuning_key(
+    compiler: &HipCompiler,
+    device: &super::HipDeviceInfo,
+    kernel: &str,
+    fingerprint: &str,
+    static_key: &str,
+    batch: u64,
+    alignment: crate::AlignClass,
+) -> CacheKey {
+    let compiler_id = compiler.id();
+    let mut parts = hip_key_parts(
+        &compiler_id,
+        device.arch(),
+        &device.name,
+        device.cu_count,
+        kernel,
+        fingerprint,
+    );
+    parts.static_key = Component::Applies(static_key);
+    parts.batch = Component::Applies(batch);
+    parts.alignment = Component::Applies(alignment);
+    cache_key(&parts)
+}
+
 /// The components every HIP cache key shares; the caller sets the variant (modules)
 /// or the static key, batch and alignment (tuning results).
-pub(super) fn hip_key_parts<'a>(
+fn hip_key_parts<'a>(
     compiler_id: &'a str,
     arch: &'a str,
     device_name: &'a str,
@@ -238,7 +266,7 @@ pub struct HipRuntime {
     cache: DiskCache,
     pub(super) policy: Policy,
     /// Options of the searches the online policy runs.
-    pub(super) tune: TuneOptions,
+    pub(super) tune_options: TuneOptions,
     /// Module cache key text -> loaded kernel.
     modules: Mutex<HashMap<String, Arc<HipKernel>>>,
     /// Per kernel type: (key, batch, alignment) -> resolved config and kernel.
@@ -278,7 +306,7 @@ impl HipRuntime {
             compiler,
             cache,
             policy: Policy::Serve,
-            tune: TuneOptions::default(),
+            tune_options: TuneOptions::default(),
             modules: Mutex::new(HashMap::new()),
             typed: Mutex::new(HashMap::new()),
             counters: Counters::default(),
@@ -294,7 +322,7 @@ impl HipRuntime {
 
     /// The same runtime with these options for the online policy's searches.
     pub fn with_tune_options(mut self, tune: TuneOptions) -> HipRuntime {
-        self.tune = tune;
+        self.tune_options = tune;
         self
     }
 
