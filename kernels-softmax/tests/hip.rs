@@ -122,6 +122,9 @@ fn ops_match_the_reference_and_resolve_like_cuda() {
         return;
     };
     let limits = rt.limits().clone();
+    // Log-softmax runs on the same stream lent as an engine's raw `hipStream_t`.
+    // SAFETY: `stream` is a live stream of this device and outlives `lent`.
+    let lent = unsafe { rt.device().borrow_stream(stream.as_raw()) };
     for (dtype, rows, cols, stride, offset) in [
         (DType::Bf16, 1, 1, 1, 0),
         (DType::Bf16, 37, 1000, 1000, 0),
@@ -143,7 +146,7 @@ fn ops_match_the_reference_and_resolve_like_cuda() {
             let y = Buf::new(&rt, dtype, &poison, offset);
             let p = problem(dtype, &x, &y, shape, 0.75);
             let used = if log {
-                hip::log_softmax(&rt, &stream, &p)
+                hip::log_softmax(&rt, &lent, &p)
             } else {
                 hip::softmax(&rt, &stream, &p)
             }
@@ -170,6 +173,9 @@ fn ops_match_the_reference_and_resolve_like_cuda() {
             }
         }
     }
+    // Dropping the lent stream leaves the engine's stream alive.
+    drop(lent);
+    stream.synchronize().expect("the lent stream was not destroyed");
 }
 
 #[test]

@@ -225,7 +225,22 @@ impl HipDevice {
         Ok(HipStream {
             handle: ffi::stream_create()?,
             ordinal: self.info.ordinal,
+            owned: true,
         })
+    }
+
+    /// A stream an engine already holds (its `hipStream_t`; null is the default
+    /// stream), for launching on it. It is not destroyed when the `HipStream` drops.
+    ///
+    /// # Safety
+    /// `raw` must be null or a live stream of this device, and stay alive while the
+    /// returned `HipStream` is used.
+    pub unsafe fn borrow_stream(&self, raw: *mut std::ffi::c_void) -> HipStream {
+        HipStream {
+            handle: StreamHandle(raw as _),
+            ordinal: self.info.ordinal,
+            owned: false,
+        }
     }
 
     /// `len` elements of device memory, zeroed.
@@ -250,10 +265,12 @@ impl HipDevice {
     }
 }
 
-/// A stream of one device, destroyed on drop.
+/// A stream of one device: one it created (destroyed on drop) or one an engine lent it
+/// ([`HipDevice::borrow_stream`]).
 pub struct HipStream {
     handle: StreamHandle,
     ordinal: usize,
+    owned: bool,
 }
 
 impl fmt::Debug for HipStream {
@@ -292,7 +309,9 @@ impl HipStream {
 
 impl Drop for HipStream {
     fn drop(&mut self) {
-        ffi::stream_destroy(self.handle);
+        if self.owned {
+            ffi::stream_destroy(self.handle);
+        }
     }
 }
 
