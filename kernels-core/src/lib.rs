@@ -18,11 +18,16 @@
 //!   [`Runtime::tune`], the autotuner.
 //! - [`Kernel`]: launch with cudarc buffers ([`Kernel::builder`]) or raw pointers and a
 //!   raw stream ([`Kernel::launch_raw`]).
-//! - [`time_runs`]: the one timing routine. [`select`]: the one selection rule.
+//! - [`PlannedKernel`]: a kernel family's backend-neutral launch ([`LaunchPlan`]: variant,
+//!   [`LaunchDims`], [`KernelArgs`] from a config and a problem of raw device addresses),
+//!   which the CUDA [`Tunable`] and the HIP `HipTunable` both launch.
+//! - [`time_runs`]: the one timing routine. [`select`]: the one selection rule;
+//!   [`candidate_configs`] and [`TuneReport`] are shared by both backends' tuners.
 //! - [`tune_table`]: `kernels tune`'s resumable driver writing committed tables.
 //! - With the `rocm` feature, the AMD backend: `HipDevice`, `HipCompiler` (hipRTC),
-//!   `HipRuntime` (the same module cache and key), `HipKernel`, `time_hip_runs`
-//!   (docs/amd.md).
+//!   `HipRuntime` (the same module cache and key; resolution under the policy, launches
+//!   of a `PlannedKernel`, and the autotuner `HipRuntime::tune`), `HipKernel`,
+//!   `time_hip_runs` (docs/amd.md).
 //!
 //! A kernel family implements [`Tunable`] (on top of `tuned::TunedKernel`); an op
 //! then calls [`Runtime::run`]:
