@@ -12,7 +12,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use kernels::runtime_cmd::{tunables, tune, TuneArgs};
+use kernels::runtime_cmd::{tunables, tune, Backend, TuneArgs};
 
 fn main() -> ExitCode {
     if std::env::var("KERNELS_RETUNE").as_deref() != Ok("1") {
@@ -53,6 +53,7 @@ fn main() -> ExitCode {
             // As `kernels tune` does by default, and as the GPU bench measures.
             timing: kernels::core::TimingMethod::Graph,
             device: 0,
+            backend: Backend::Cuda,
         };
         match tune(args) {
             Ok(code) if code == ExitCode::SUCCESS => {}

@@ -156,4 +156,22 @@ impl KernelArgs {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+
+    /// The pushed arguments, one 8-byte slot each (a pointer, or a scalar's bits in
+    /// the low bytes), in parameter order.
+    pub fn slots(&self) -> &[u64] {
+        &self.slots[..self.len]
+    }
+
+    /// Whether more than [`MAX_KERNEL_ARGS`] arguments were pushed (launches refuse it).
+    pub fn overflowed(&self) -> bool {
+        self.overflow
+    }
+}
+
+/// Two argument lists are equal when they pass the same bytes to the kernel.
+impl PartialEq for KernelArgs {
+    fn eq(&self, other: &KernelArgs) -> bool {
+        self.slots() == other.slots() && self.overflow == other.overflow
+    }
 }

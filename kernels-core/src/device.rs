@@ -28,18 +28,32 @@ pub struct DeviceInfo {
     pub total_memory: u64,
     /// Largest grid, per dimension.
     pub max_grid: (u32, u32, u32),
+    /// The AMD arch (`gfx942`) of a device opened through HIP
+    /// (`HipDeviceInfo::launch_limits`); `None` for CUDA devices, whose arch is
+    /// `compute_capability`.
+    pub amd_arch: Option<String>,
 }
 
 impl DeviceInfo {
     /// The target whose tables this device uses, when one matches its arch exactly.
     pub fn target(&self) -> Option<Target> {
+        if let Some(arch) = &self.amd_arch {
+            return arch
+                .parse()
+                .ok()
+                .filter(|t: &Target| t.vendor() == tuned::Vendor::Amd);
+        }
         let (major, minor) = self.compute_capability;
         Target::from_compute_capability(major, minor).ok()
     }
 
     /// The target for analytic defaults and search spaces: the exact target, else the
-    /// newest older one (an sm_89 part is treated as sm80, an sm_100 part as sm90).
+    /// newest older one (an sm_89 part is treated as sm80, an sm_100 part as sm90). An
+    /// AMD arch without tables of its own is treated as gfx942 (CDNA 3).
     pub fn tuning_target(&self) -> Target {
+        if self.amd_arch.is_some() {
+            return self.target().unwrap_or(Target::Gfx942);
+        }
         self.target().unwrap_or(if self.compute_capability >= (9, 0) {
             Target::Sm90
         } else {
@@ -87,12 +101,17 @@ impl DeviceInfo {
             warp_size: 32,
             total_memory: mem,
             max_grid: (i32::MAX as u32, 65535, 65535),
+            amd_arch: None,
         })
     }
 
-    /// The arch NVRTC compiles for: the target's (`sm_90a` on Hopper, so Hopper-only
+    /// The arch the compiler targets: an AMD device's arch (`gfx942`, for hipRTC); else
+    /// the arch NVRTC compiles for: the target's (`sm_90a` on Hopper, so Hopper-only
     /// instructions are available), else `sm_<major><minor>` of the device itself.
     pub fn compile_arch(&self) -> String {
+        if let Some(arch) = &self.amd_arch {
+            return arch.clone();
+        }
         match self.target() {
             Some(t) => t.compile_arch().to_string(),
             None => {
@@ -205,6 +224,7 @@ mod cuda {
                     attr(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?,
                 ),
                 name,
+                amd_arch: None,
             };
             Ok(Device {
                 ctx,
@@ -278,6 +298,7 @@ mod tests {
             warp_size: 32,
             total_memory: 141 << 30,
             max_grid: (i32::MAX as u32, 65535, 65535),
+            amd_arch: None,
         }
     }
 
@@ -299,5 +320,37 @@ mod tests {
         };
         assert_eq!(blackwell.tuning_target(), Target::Sm90);
         assert_eq!(blackwell.compile_arch(), "sm_100");
+    }
+
+    /// An AMD device's description (from HIP) takes its tables, spaces and defaults
+    /// from its gfx arch, never from the unused compute capability.
+    #[test]
+    fn an_amd_arch_picks_the_gfx_target() {
+        let mi300 = DeviceInfo {
+            compute_capability: (0, 0),
+            amd_arch: Some("gfx942".into()),
+            ..h200()
+        };
+        assert_eq!(mi300.target(), Some(Target::Gfx942));
+        assert_eq!(mi300.tuning_target(), Target::Gfx942);
+        assert_eq!(mi300.compile_arch(), "gfx942");
+        let mi250 = DeviceInfo {
+            amd_arch: Some("gfx90a".into()),
+            ..mi300.clone()
+        };
+        assert_eq!(mi250.tuning_target(), Target::Gfx90a);
+        // An arch without tables: no target, CDNA 3's spaces and defaults.
+        let rdna = DeviceInfo {
+            amd_arch: Some("gfx1100".into()),
+            ..mi300.clone()
+        };
+        assert_eq!((rdna.target(), rdna.tuning_target()), (None, Target::Gfx942));
+        assert_eq!(rdna.compile_arch(), "gfx1100");
+        // An NVIDIA arch name in the AMD field is not an AMD target.
+        let odd = DeviceInfo {
+            amd_arch: Some("sm90".into()),
+            ..mi300
+        };
+        assert_eq!(odd.target(), None);
     }
 }

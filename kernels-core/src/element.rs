@@ -1,20 +1,25 @@
-//! Element types ops accept, tied to their [`DType`].
+//! Element types ops accept, tied to their [`DType`], and host-side encoding of test
+//! and tuning inputs (backend-neutral: the HIP tuner uses it too).
 
 use tuned::DType;
 
 /// A storage type a kernel reads and writes: `f32`, `half::f16` or `half::bf16`.
+#[cfg(feature = "cuda")]
 pub trait Element: cudarc::driver::DeviceRepr + Copy + Send + Sync + 'static {
     const DTYPE: DType;
 }
 
+#[cfg(feature = "cuda")]
 impl Element for f32 {
     const DTYPE: DType = DType::F32;
 }
 
+#[cfg(feature = "cuda")]
 impl Element for half::f16 {
     const DTYPE: DType = DType::F16;
 }
 
+#[cfg(feature = "cuda")]
 impl Element for half::bf16 {
     const DTYPE: DType = DType::Bf16;
 }
@@ -69,6 +74,7 @@ pub fn pseudo_random(n: usize, seed: u64, scale: f32, offset: f32) -> Vec<f32> {
 }
 
 /// A device buffer of `n` elements of `dtype` holding [`pseudo_random`] values.
+#[cfg(feature = "cuda")]
 pub fn alloc_random(
     stream: &std::sync::Arc<cudarc::driver::CudaStream>,
     dtype: DType,

@@ -18,11 +18,16 @@
 //!   [`Runtime::tune`], the autotuner.
 //! - [`Kernel`]: launch with cudarc buffers ([`Kernel::builder`]) or raw pointers and a
 //!   raw stream ([`Kernel::launch_raw`]).
-//! - [`time_runs`]: the one timing routine. [`select`]: the one selection rule.
+//! - [`PlannedKernel`]: a kernel family's backend-neutral launch ([`LaunchPlan`]: variant,
+//!   [`LaunchDims`], [`KernelArgs`] from a config and a problem of raw device addresses),
+//!   which the CUDA [`Tunable`] and the HIP `HipTunable` both launch.
+//! - [`time_runs`]: the one timing routine. [`select`]: the one selection rule;
+//!   [`candidate_configs`] and [`TuneReport`] are shared by both backends' tuners.
 //! - [`tune_table`]: `kernels tune`'s resumable driver writing committed tables.
 //! - With the `rocm` feature, the AMD backend: `HipDevice`, `HipCompiler` (hipRTC),
-//!   `HipRuntime` (the same module cache and key), `HipKernel`, `time_hip_runs`
-//!   (docs/amd.md).
+//!   `HipRuntime` (the same module cache and key; resolution under the policy, launches
+//!   of a `PlannedKernel`, and the autotuner `HipRuntime::tune`), `HipKernel`,
+//!   `time_hip_runs` (docs/amd.md).
 //!
 //! A kernel family implements [`Tunable`] (on top of `tuned::TunedKernel`); an op
 //! then calls [`Runtime::run`]:
@@ -42,16 +47,17 @@ mod cache_key;
 mod compile;
 mod counters;
 mod device;
+mod element;
 mod error;
+mod plan;
 mod policy;
+mod search;
 mod select;
 mod shape;
 mod timing;
 mod tune_table;
 mod variant;
 
-#[cfg(feature = "cuda")]
-mod element;
 #[cfg(feature = "cuda")]
 mod ffi;
 #[cfg(feature = "cuda")]
@@ -75,7 +81,11 @@ pub use compile::{Compiler, Image, ImageKind};
 pub use counters::{ModuleOrigin, Stats};
 pub use device::DeviceInfo;
 pub use error::{Error, Result};
+pub use plan::{BufferRole, LaunchPlan, PlannedKernel, TuneBuffer};
 pub use policy::{resolve_in_order, Outcome, Policy, ResolutionSteps, Step, TUNING_ENV};
+pub use search::{
+    all_failed, candidate_configs, conclude, tune_record, CandidateReport, Recheck, TuneOptions, TuneReport,
+};
 pub use select::{median, select, Measured, NOISE_THRESHOLD};
 pub use shape::{check_disjoint, check_eps, dtype_define, widest_vector, Rows};
 pub use timing::{graph_launches, rotation, FlushL2, Timing, TimingMethod, TimingOptions, MIN_REPS};
@@ -87,7 +97,8 @@ pub use variant::{KernelSource, Variant};
 #[cfg(feature = "cuda")]
 pub use device::Device;
 #[cfg(feature = "cuda")]
-pub use element::{alloc_random, decode, encode, pseudo_random, Element};
+pub use element::{alloc_random, Element};
+pub use element::{decode, encode, pseudo_random};
 #[cfg(feature = "cuda")]
 pub use launch::{Kernel, Launch, RawStream};
 #[cfg(feature = "cuda")]
@@ -95,14 +106,13 @@ pub use runtime::{Prepared, Runtime, RuntimeOptions, CRATE_VERSION};
 #[cfg(feature = "cuda")]
 pub use timing::{time_graph_runs, time_runs, GraphTimer, L2Flush};
 #[cfg(feature = "cuda")]
-pub use tunable::{BufferRole, DynTunable, Recheck, Tunable, TunableDyn, TuneBuffer};
-#[cfg(feature = "cuda")]
-pub use tuner::{CandidateReport, TuneOptions, TuneReport};
+pub use tunable::{DynTunable, Tunable, TunableDyn};
 
 #[cfg(feature = "rocm")]
 pub use hip::{
-    hip_module_key, time_hip_runs, DeviceCopy, HipBuffer, HipCompiler, HipDevice, HipDeviceInfo, HipEvent,
-    HipKernel, HipL2Flush, HipRuntime, HipStream,
+    hip_module_key, hip_tuning_key, time_hip_runs, DeviceCopy, DynHipTunable, HipBuffer, HipCompiler,
+    HipDevice, HipDeviceInfo, HipEvent, HipKernel, HipL2Flush, HipPrepared, HipRuntime, HipStream,
+    HipTunable, HipTunableDyn,
 };
 
 /// cudarc, re-exported so kernel crates name the same version.

@@ -675,33 +675,7 @@ impl Runtime {
 
     /// The tuning record of a finished search, or why there is none.
     pub fn record_of<K: Tunable>(&self, report: &crate::TuneReport<K::Config>) -> Result<TuneRecord> {
-        let (Some(us), Some(_)) = (report.chosen_us(), report.chosen_index) else {
-            return Err(Error::Tune {
-                kernel: K::SCHEMA.kernel.to_string(),
-                key: report.static_key.clone(),
-                batch: report.batch,
-                reason: report
-                    .failure
-                    .clone()
-                    .unwrap_or_else(|| "no candidate ran".into()),
-            });
-        };
-        Ok(TuneRecord {
-            config: K::config_values(&report.chosen),
-            us,
-            default_us: report.default_us(),
-            device: self.device.info().name.clone(),
-            compiler: self.compiler_id.clone(),
-            tuned_at: crate::today(),
-            candidates: report
-                .candidates
-                .iter()
-                .map(|c| crate::CandidateRecord {
-                    config: K::config_values(&c.config),
-                    outcome: c.outcome.as_ref().map(|t| t.median_us).map_err(Clone::clone),
-                })
-                .collect(),
-        })
+        crate::tune_record::<K>(report, &self.device.info().name, &self.compiler_id)
     }
 }
 

@@ -10,35 +10,9 @@ use cudarc::driver::CudaStream;
 use tuned::{KernelSchema, StaticKey, TunedKernel};
 
 use crate::{
-    AlignClass, DeviceInfo, Error, Kernel, KernelSource, Result, Runtime, TuneOptions, TuneRecord, Variant,
+    AlignClass, DeviceInfo, Error, Kernel, KernelSource, Recheck, Result, Runtime, TuneBuffer, TuneOptions,
+    TuneRecord, Variant,
 };
-
-/// What the tuner does with a buffer between runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum BufferRole {
-    /// Only read. Left alone.
-    Read,
-    /// Only written, fully, by every run. Left alone.
-    Write,
-    /// Read and written in place (fused_add_rmsnorm's `x` and `residual`): snapshotted
-    /// before tuning and restored before every run, outside the timed region.
-    Restore,
-    /// Accumulated into by the kernel (split-K partial sums, atomic counters), which the
-    /// op zeroes before launching: zeroed before every run, outside the timed region.
-    Zero,
-}
-
-/// One device buffer of a problem, as the tuner sees it: raw address and length.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TuneBuffer {
-    /// The kernel's name for it (`x`, `residual`), for reports.
-    pub name: &'static str,
-    /// Device address.
-    pub ptr: u64,
-    /// Length in bytes.
-    pub bytes: usize,
-    pub role: BufferRole,
-}
 
 /// A kernel family the runtime can compile, launch and tune. Builds on
 /// [`TunedKernel`] (key, config, schema, analytic default, baked tables).
@@ -195,16 +169,6 @@ pub trait DynTunable: Sync {
         sample: usize,
         timing: &crate::TimingOptions,
     ) -> Result<Recheck>;
-}
-
-/// What [`DynTunable::recheck`] measured, in microseconds.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Recheck {
-    pub entry_us: f64,
-    pub default_us: f64,
-    /// The fastest sampled config and its time (the entry itself when nothing beat it).
-    pub best: Vec<tuned::Value>,
-    pub best_us: f64,
 }
 
 /// The [`DynTunable`] of a [`Tunable`].

@@ -2,88 +2,16 @@
 //! they compile in parallel, then run one at a time under the one timing routine with
 //! in-place safety; the pure [`crate::select`] rule picks the winner.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 
 use crate::ffi::{self, driver_error};
 use crate::{
-    graph_launches, select, time_graph_runs, time_runs, AlignClass, BufferRole, KernelSource, L2Flush,
-    Measured, Result, Runtime, Timing, TimingMethod, TimingOptions, Tunable, TuneBuffer, Variant,
-    NOISE_THRESHOLD,
+    candidate_configs, conclude, graph_launches, select, time_graph_runs, time_runs, BufferRole,
+    CandidateReport, KernelSource, L2Flush, Measured, Result, Runtime, TimingMethod, Tunable, TuneBuffer,
+    TuneOptions, TuneReport, Variant,
 };
-
-/// How to search.
-#[derive(Clone, Debug, PartialEq)]
-pub struct TuneOptions {
-    pub timing: TimingOptions,
-    /// See [`NOISE_THRESHOLD`].
-    pub noise_threshold: f64,
-    /// Compile threads (0: one per core).
-    pub compile_threads: usize,
-    /// Benchmark at most this many candidates, the default first (0: all).
-    pub max_candidates: usize,
-}
-
-impl Default for TuneOptions {
-    fn default() -> Self {
-        TuneOptions {
-            timing: TimingOptions::default(),
-            noise_threshold: NOISE_THRESHOLD,
-            compile_threads: 0,
-            max_candidates: 0,
-        }
-    }
-}
-
-/// One candidate's result.
-#[derive(Clone, Debug)]
-pub struct CandidateReport<C> {
-    pub config: C,
-    /// The timing, or why it failed to compile or run.
-    pub outcome: std::result::Result<Timing, String>,
-}
-
-/// Everything a search found: every candidate's time (index 0 is the analytic
-/// default), the choice, and what went wrong.
-#[derive(Clone, Debug)]
-pub struct TuneReport<C> {
-    pub kernel: &'static str,
-    /// Canonical static key.
-    pub static_key: String,
-    pub batch: u64,
-    pub alignment: AlignClass,
-    /// The winner, or the analytic default when every candidate failed.
-    pub chosen: C,
-    /// Index of the winner in `candidates`; `None` when every candidate failed.
-    pub chosen_index: Option<usize>,
-    pub candidates: Vec<CandidateReport<C>>,
-    /// Why the search could not pick a config (the analytic default is then reported).
-    pub failure: Option<String>,
-    /// The plain run of the chosen config that leaves the caller's buffers holding
-    /// one run's result; an error when it did not run (then the buffers hold their
-    /// contents from before the search).
-    pub final_run: std::result::Result<(), String>,
-}
-
-impl<C> TuneReport<C> {
-    /// The winner's median, microseconds.
-    pub fn chosen_us(&self) -> Option<f64> {
-        let i = self.chosen_index?;
-        self.candidates.get(i)?.outcome.as_ref().ok().map(|t| t.median_us)
-    }
-
-    /// The analytic default's median, microseconds (`None` if it failed).
-    pub fn default_us(&self) -> Option<f64> {
-        self.candidates
-            .first()?
-            .outcome
-            .as_ref()
-            .ok()
-            .map(|t| t.median_us)
-    }
-}
 
 /// Snapshots of a problem's `Restore` buffers and the list of its `Zero` buffers.
 struct Guarded {
@@ -171,19 +99,13 @@ impl Runtime {
         let align = K::alignment(problem);
         let default = K::fit_alignment(info, &key, K::analytic_default(target, &key, batch), align);
 
-        // Candidates: the default first, then the space in its order, fitted to the
-        // buffers' alignment and deduplicated.
-        let mut configs = vec![default.clone()];
-        let mut seen: HashSet<K::Config> = HashSet::from([default.clone()]);
-        for c in K::search_space(info, &key, batch) {
-            let c = K::fit_alignment(info, &key, c, align);
-            if K::accepts(target, &key, batch, &c) && seen.insert(c.clone()) {
-                configs.push(c);
-            }
-        }
-        if opts.max_candidates > 0 {
-            configs.truncate(opts.max_candidates);
-        }
+        let configs = candidate_configs(
+            default.clone(),
+            K::search_space(info, &key, batch),
+            |c| K::fit_alignment(info, &key, c, align),
+            |c| K::accepts(target, &key, batch, c),
+            opts.max_candidates,
+        );
 
         let mut report = TuneReport {
             kernel: K::SCHEMA.kernel,
@@ -288,34 +210,7 @@ impl Runtime {
                 .synchronize()
                 .map_err(|e| driver_error("cuStreamSynchronize", e))
         })();
-        match (winner, final_run) {
-            (Some((i, _)), Ok(())) => {
-                report.chosen = configs[i].clone();
-                report.final_run = Ok(());
-            }
-            (Some((i, _)), Err(e)) => {
-                report.chosen = configs[i].clone();
-                report.final_run = Err(e.to_string());
-            }
-            (None, reset) => {
-                let reasons: Vec<String> = report
-                    .candidates
-                    .iter()
-                    .filter_map(|c| c.outcome.as_ref().err())
-                    .take(3)
-                    .cloned()
-                    .collect();
-                report.failure = Some(format!(
-                    "all {} candidates failed; using the analytic default. First errors: {}",
-                    configs.len(),
-                    reasons.join(" | ")
-                ));
-                report.final_run = Err(match reset {
-                    Ok(()) => "not run: every candidate failed (buffers restored)".into(),
-                    Err(e) => format!("not run, and restoring the buffers failed: {e}"),
-                });
-            }
-        }
+        conclude(&mut report, winner.map(|(i, _)| i), final_run);
         report
     }
 }

@@ -6,9 +6,9 @@
 //! when they cannot run, unless `KERNELS_REQUIRE_GPU=1`, where they fail instead.
 
 use kernels_core::{
-    cache_key, hip_module_key, time_hip_runs, CacheKeyParts, Component, DiskCache, Error, HipCompiler,
-    HipDevice, HipDeviceInfo, HipRuntime, ImageKind, KernelArgs, KernelSource, LaunchDims, ModuleOrigin,
-    Section, TimingOptions, Variant, PRELUDE,
+    cache_key, hip_module_key, hip_tuning_key, time_hip_runs, AlignClass, CacheKeyParts, Component,
+    DiskCache, Error, HipCompiler, HipDevice, HipDeviceInfo, HipRuntime, ImageKind, KernelArgs, KernelSource,
+    LaunchDims, ModuleOrigin, Section, TimingOptions, Variant, PRELUDE,
 };
 use tuned::Target;
 
@@ -144,6 +144,51 @@ fn hip_key(compiler: &HipCompiler, arch: &str, device: &str, cus: u32, variant: 
     hip_module_key(compiler, arch, device, cus, &TINY_SOURCE, variant)
         .text()
         .to_string()
+}
+
+/// `kernels tune --backend hip` resumes from results stored under this key: it must
+/// tell apart problems and devices, and never equal a module key.
+#[test]
+fn hip_tuning_keys_change_with_the_problem_and_the_device() {
+    let hiprtc = HipCompiler::described((6, 2), (6, 2, 41133));
+    let mi300 = HipDeviceInfo::nominal(Target::Gfx942).unwrap();
+    let mi250 = HipDeviceInfo::nominal(Target::Gfx90a).unwrap();
+    let key = |dev: &HipDeviceInfo, static_key: &str, batch: u64, align: AlignClass| {
+        hip_tuning_key(&hiprtc, dev, "rmsnorm", "fnv1a64:1", static_key, batch, align)
+            .text()
+            .to_string()
+    };
+    let base = key(&mi300, "dtype=bf16,cols=4096", 8, AlignClass::A16);
+    assert!(base.contains("static_key = \"dtype=bf16,cols=4096\""), "{base}");
+    assert!(base.contains("arch = \"gfx942\""), "{base}");
+    assert_eq!(base, key(&mi300, "dtype=bf16,cols=4096", 8, AlignClass::A16));
+    for other in [
+        key(&mi300, "dtype=bf16,cols=8192", 8, AlignClass::A16),
+        key(&mi300, "dtype=bf16,cols=4096", 16, AlignClass::A16),
+        key(&mi300, "dtype=bf16,cols=4096", 8, AlignClass::A4),
+        key(&mi250, "dtype=bf16,cols=4096", 8, AlignClass::A16),
+        hip_tuning_key(
+            &HipCompiler::described((6, 3), (6, 3, 0)),
+            &mi300,
+            "rmsnorm",
+            "fnv1a64:1",
+            "dtype=bf16,cols=4096",
+            8,
+            AlignClass::A16,
+        )
+        .text()
+        .to_string(),
+    ] {
+        assert_ne!(base, other);
+    }
+    let module = hip_key(
+        &hiprtc,
+        mi300.arch(),
+        &mi300.name,
+        mi300.cu_count,
+        &Variant::new("axpy_sum"),
+    );
+    assert_ne!(base, module);
 }
 
 #[test]

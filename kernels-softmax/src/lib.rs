@@ -3,7 +3,9 @@
 //!
 //! The layout of one kernel family: [`schema`] (table contract and parameter
 //! domains), [`config`] (key and config types), [`heuristic`] (analytic default),
-//! [`space`] (search space and pruning), the device code in `cuda/`.
+//! [`space`] (search space and pruning), the device code in `cuda/`; [`plan`] (the
+//! problem and its backend-neutral launch plan), `ops` (CUDA, feature `cuda`) and
+//! `hip` (AMD, feature `rocm`) launch it.
 //!
 //! ```
 //! use kernels_softmax::{Softmax, SoftmaxKey};
@@ -15,8 +17,11 @@
 
 pub mod config;
 pub mod heuristic;
+#[cfg(feature = "rocm")]
+pub mod hip;
 #[cfg(feature = "cuda")]
 pub mod ops;
+pub mod plan;
 pub mod reference;
 pub mod schema;
 pub mod space;

@@ -103,6 +103,9 @@ enum Command {
         timing: String,
         #[arg(long, default_value = "0")]
         device: usize,
+        /// `cuda` (NVIDIA) or `hip` (AMD; needs a binary built with `--features rocm`).
+        #[arg(long, default_value = "cuda")]
+        backend: String,
     },
     /// Resolve a kernel's shapes under KERNELS_TUNING and compile them in parallel into
     /// the module cache.
@@ -149,6 +152,9 @@ enum TablesCommand {
         /// On a GPU: how to time (`graph` or `single`, as for `kernels tune`).
         #[arg(long, default_value = "graph")]
         timing: String,
+        /// On a GPU: `cuda` (NVIDIA) or `hip` (AMD; needs a binary built with `--features rocm`).
+        #[arg(long, default_value = "cuda")]
+        backend: String,
         paths: Vec<PathBuf>,
     },
     /// Move online tuning results (KERNELS_TUNING=online) from the disk cache into the
@@ -349,6 +355,7 @@ fn run(cli: Cli) -> Result<ExitCode, Usage> {
             reps,
             timing,
             device,
+            backend,
         } => runtime_cmd::tune(runtime_cmd::TuneArgs {
             kernel,
             shapes,
@@ -358,6 +365,7 @@ fn run(cli: Cli) -> Result<ExitCode, Usage> {
             reps,
             timing: arg("timing", &timing)?,
             device,
+            backend: arg("backend", &backend)?,
         })
         .map_err(Usage),
         Command::Precompile {
@@ -485,8 +493,10 @@ fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {
             sample,
             kernel,
             timing,
+            backend,
             paths,
         } => {
+            let backend: runtime_cmd::Backend = arg("backend", &backend)?;
             if offline {
                 return check(paths, true);
             }
@@ -498,7 +508,7 @@ fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {
             let threshold: f64 = arg("threshold", &threshold)?;
             let sample: usize = arg("sample", &sample)?;
             let timing = arg("timing", &timing)?;
-            runtime_cmd::check_tables(threshold, sample, timing, kernel).map_err(Usage)
+            runtime_cmd::check_tables(threshold, sample, timing, kernel, backend).map_err(Usage)
         }
     }
 }

@@ -2,8 +2,10 @@
 //! GPU runtime (`kernels-core`); the retune bench calls [`tune`] too. Shape files are described in
 //! `kernels_core::tune_table` (a JSON array of `{key fields..., "batch": N or [N, ...]}`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+use tuned::{StaticKey, Target};
 
 /// What `kernels tune` was asked.
 pub struct TuneArgs {
@@ -17,9 +19,34 @@ pub struct TuneArgs {
     pub retune: bool,
     /// Timed repetitions per candidate (default 25, at least 10).
     pub reps: Option<u32>,
-    /// How candidates are timed (the command's default: graph replays).
+    /// How candidates are timed (the command's default: graph replays; HIP times
+    /// single launches whatever is asked, and says so).
     pub timing: kernels_core::TimingMethod,
     pub device: usize,
+    /// The GPU runtime that measures: CUDA (NVIDIA, the default) or HIP (AMD).
+    pub backend: Backend,
+}
+
+/// Which GPU runtime `kernels tune` measures with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Backend {
+    /// NVIDIA GPUs through CUDA (feature `cuda`, the default).
+    #[default]
+    Cuda,
+    /// AMD GPUs through HIP (feature `rocm`).
+    Hip,
+}
+
+impl std::str::FromStr for Backend {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Backend, String> {
+        match s {
+            "cuda" => Ok(Backend::Cuda),
+            "hip" | "rocm" => Ok(Backend::Hip),
+            _ => Err(format!("`{s}` is not a backend (cuda or hip)")),
+        }
+    }
 }
 
 /// A usage error (exit status 2); runtime failures print themselves and return
@@ -27,11 +54,250 @@ pub struct TuneArgs {
 pub type CmdResult = Result<ExitCode, String>;
 
 #[cfg(feature = "cuda")]
-pub use cuda::{check_tables, info, precompile, tunables, tune};
+pub use cuda::{info, precompile, tunables};
+#[cfg(feature = "rocm")]
+pub use hip::hip_tunables;
 
-#[cfg(not(feature = "cuda"))]
-pub fn tune(_: TuneArgs) -> CmdResult {
-    Err("tune: this binary was built without the `cuda` feature".into())
+/// `kernels tune KERNEL --shapes FILE [--target auto] [--backend cuda|hip]`: tunes on
+/// the backend's device 0 (or `--device`) and merges the results into the table of
+/// the device's target.
+pub fn tune(args: TuneArgs) -> CmdResult {
+    match args.backend {
+        #[cfg(feature = "cuda")]
+        Backend::Cuda => cuda::tune(args),
+        #[cfg(not(feature = "cuda"))]
+        Backend::Cuda => Err("tune: this binary was built without the `cuda` feature".into()),
+        #[cfg(feature = "rocm")]
+        Backend::Hip => hip::tune(args),
+        #[cfg(not(feature = "rocm"))]
+        Backend::Hip => Err(no_rocm()),
+    }
+}
+
+/// The target to tune for: the device's (`auto`), or the one named, which must be the
+/// device's. `device` describes the device for messages. A device without a table
+/// target under `auto` is a runtime failure (printed), not a usage error.
+fn choose_target(
+    asked: &str,
+    device_target: Option<Target>,
+    device: &str,
+) -> Result<Result<Target, String>, String> {
+    if asked == "auto" {
+        return Ok(device_target
+            .ok_or_else(|| format!("device {device} has no table target; name one with --target")));
+    }
+    let t: Target = asked.parse().map_err(|e| format!("--target: {e}"))?;
+    if device_target != Some(t) {
+        return Err(format!(
+            "--target: `{t}` does not match the device {device}; tables must be tuned on their target"
+        ));
+    }
+    Ok(Ok(t))
+}
+
+/// Prints what `tune_table` did and returns the exit status (failure when a shape
+/// failed).
+fn report_table(out: &kernels_core::TableOutcome) -> ExitCode {
+    for (key, batch, reason) in &out.failed {
+        println!("failed: [{key}] batch {batch}: {reason}");
+    }
+    for (key, batch) in &out.no_default_time {
+        println!(
+            "not written: [{key}] batch {batch}: the analytic default did not run, so default_us is unknown"
+        );
+    }
+    if out.written {
+        let m = &out.merge;
+        for (key, batch) in &m.added {
+            println!("added    [{key}] batch {batch}");
+        }
+        for ((key, batch), old, new) in &m.replaced {
+            println!("replaced [{key}] batch {batch}: {old:.3} us -> {new:.3} us");
+        }
+        for ((key, batch), old, new) in &m.kept {
+            println!("kept     [{key}] batch {batch}: {old:.3} us (new run {new:.3} us)");
+        }
+        for (key, batch) in &m.stale_dropped {
+            println!("dropped  [{key}] batch {batch}: measured against another kernel source");
+        }
+        println!(
+            "wrote {} ({} added, {} replaced, {} kept, {} stale dropped; {} searched, {} from cache)",
+            out.path.display(),
+            m.added.len(),
+            m.replaced.len(),
+            m.kept.len(),
+            m.stale_dropped.len(),
+            out.tuned,
+            out.cached
+        );
+    } else {
+        println!("nothing to write to {}", out.path.display());
+    }
+    if out.failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// `[done/total]` per shape, and an ETA from the pace of the shapes done so far.
+fn print_progress(p: &kernels_core::Progress<'_>, started: std::time::Instant) {
+    use kernels_core::Progress;
+    let eta = |index: usize, total: usize| {
+        let done = index + 1;
+        let per = started.elapsed().as_secs_f64() / done as f64;
+        format!("ETA {:.0} s", per * (total - done) as f64)
+    };
+    match p {
+        Progress::Searching {
+            index,
+            total,
+            key,
+            batch,
+        } => println!("[{}/{total}] [{key}] batch {batch}: searching", index + 1),
+        Progress::Cached {
+            index,
+            total,
+            key,
+            batch,
+            record,
+        }
+        | Progress::Tuned {
+            index,
+            total,
+            key,
+            batch,
+            record,
+        } => {
+            let from = if matches!(p, Progress::Cached { .. }) {
+                "cached"
+            } else {
+                "tuned"
+            };
+            let cfg: Vec<String> = record.config.iter().map(ToString::to_string).collect();
+            let vs = match record.default_us {
+                Some(d) => format!("default {d:.3} us, {:.2}x", d / record.us),
+                None => "default failed".into(),
+            };
+            println!(
+                "[{}/{total}] [{key}] batch {batch}: {from} [{}] {:.3} us ({vs}); {}",
+                index + 1,
+                cfg.join(" "),
+                record.us,
+                eta(*index, *total)
+            );
+        }
+        Progress::Failed {
+            index,
+            total,
+            key,
+            batch,
+            error,
+        } => println!("[{}/{total}] [{key}] batch {batch}: FAILED {error}", index + 1),
+    }
+}
+
+/// `kernels tables check` on a GPU, whatever the backend: re-measures every baked entry
+/// of `target` of each of `kernels` (`recheck`: the entry's config, the analytic
+/// default and a quick search, all on the device), prints what moved, and fails when
+/// an entry is more than `threshold` slower than the default or than the quick
+/// search's best. Default markers are skipped and counted (they serve the default).
+fn check_entries<K>(
+    target: Target,
+    kernels: &[K],
+    schema_of: impl Fn(&K) -> &'static tuned::KernelSchema,
+    threshold: f64,
+    only: Option<&str>,
+    mut recheck: impl FnMut(&K, &StaticKey, u64, &[tuned::Value]) -> kernels_core::Result<kernels_core::Recheck>,
+) -> CmdResult {
+    let (mut checked, mut failed, mut markers) = (0usize, 0usize, 0usize);
+    println!(
+        "{:<18} {:<28} {:>6} {:>10} {:>10} {:>10} {:>10}  verdict",
+        "kernel", "static key", "batch", "table us", "now us", "default us", "search us"
+    );
+    for k in kernels {
+        let schema = schema_of(k);
+        let name = schema.kernel;
+        if only.is_some_and(|o| o != name) {
+            continue;
+        }
+        let Some(table) = crate::kernel(name).and_then(|d| d.baked_table(target)) else {
+            continue;
+        };
+        let mut entries: Vec<_> = table.entries.entries().collect();
+        entries.sort_by_key(|(key, _)| *key);
+        for (canonical, list) in entries {
+            let key =
+                StaticKey::parse(schema, canonical).map_err(|e| format!("table key `{canonical}`: {e}"))?;
+            for e in list.iter() {
+                // A default marker serves the analytic default: nothing to compare it with.
+                let Some(&config) = e.config.tuned() else {
+                    markers += 1;
+                    continue;
+                };
+                checked += 1;
+                let r = match recheck(k, &key, e.batch, config) {
+                    Ok(r) => r,
+                    Err(err) => {
+                        failed += 1;
+                        println!("{name:<18} {canonical:<28} {:>6}  FAIL: {err}", e.batch);
+                        continue;
+                    }
+                };
+                let slow_vs_default = r.entry_us > r.default_us * (1.0 + threshold);
+                let beaten = r.best_us * (1.0 + threshold) < r.entry_us;
+                let verdict = match (slow_vs_default, beaten) {
+                    (true, _) => "FAIL: slower than the default",
+                    (_, true) => "FAIL: a quick search beats it",
+                    _ if (r.entry_us / e.us - 1.0).abs() > threshold => "ok (moved since tuning)",
+                    _ => "ok",
+                };
+                if slow_vs_default || beaten {
+                    failed += 1;
+                }
+                println!(
+                    "{name:<18} {canonical:<28} {:>6} {:>10.3} {:>10.3} {:>10.3} {:>10.3}  {verdict}",
+                    e.batch, e.us, r.entry_us, r.default_us, r.best_us
+                );
+            }
+        }
+    }
+    println!(
+        "{checked} entries re-measured on {target}, {failed} failed (threshold {:.0}%); {markers} default marker(s) skipped (they serve the analytic default)",
+        threshold * 100.0
+    );
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Reads and parses a shape file for `schema`.
+fn read_shapes(schema: &'static tuned::KernelSchema, path: &Path) -> Result<Vec<(StaticKey, u64)>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("--shapes: cannot read {}: {e}", path.display()))?;
+    kernels_core::parse_shapes(schema, &text, &path.display().to_string())
+        .map_err(|e| format!("--shapes: {e}"))
+}
+
+/// The shapes `kernels tune` searches: at least one.
+fn tune_shapes(schema: &'static tuned::KernelSchema, path: &Path) -> Result<Vec<(StaticKey, u64)>, String> {
+    let shapes = read_shapes(schema, path)?;
+    if shapes.is_empty() {
+        return Err("--shapes: the file lists no shapes".into());
+    }
+    Ok(shapes)
+}
+
+/// The error of a kernel name no tunable matches, listing those that do.
+fn unknown_kernel(kernel: &str, names: &[&str], what: &str) -> String {
+    let known = if names.is_empty() {
+        "none yet".to_string()
+    } else {
+        names.join(", ")
+    };
+    format!("KERNEL: `{kernel}` has no {what} implementation (tunable kernels: {known})")
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -39,9 +305,42 @@ pub fn precompile(_: String, _: PathBuf, _: usize) -> CmdResult {
     Err("precompile: this binary was built without the `cuda` feature".into())
 }
 
-#[cfg(not(feature = "cuda"))]
-pub fn check_tables(_: f64, _: usize, _: kernels_core::TimingMethod, _: Option<String>) -> CmdResult {
-    Err("check: this binary was built without the `cuda` feature; use --offline".into())
+/// `kernels tables check` on a GPU of `backend` ([`check_entries`]), timing with
+/// `timing` (HIP has single-launch timing only).
+pub fn check_tables(
+    threshold: f64,
+    sample: usize,
+    timing: kernels_core::TimingMethod,
+    only: Option<String>,
+    backend: Backend,
+) -> CmdResult {
+    match backend {
+        #[cfg(feature = "cuda")]
+        Backend::Cuda => cuda::check_tables(threshold, sample, timing, only),
+        #[cfg(not(feature = "cuda"))]
+        Backend::Cuda => {
+            let _ = timing;
+            Err("check: this binary was built without the `cuda` feature; use --offline".into())
+        }
+        #[cfg(feature = "rocm")]
+        Backend::Hip => {
+            let _ = timing;
+            hip::check_tables(threshold, sample, only)
+        }
+        #[cfg(not(feature = "rocm"))]
+        Backend::Hip => {
+            let _ = timing;
+            Err(no_rocm())
+        }
+    }
+}
+
+/// The usage error of `--backend hip` in a binary built without `rocm`.
+#[cfg(not(feature = "rocm"))]
+fn no_rocm() -> String {
+    "--backend: `hip` needs the `rocm` feature, and this binary was built without it \
+     (build on a machine with ROCm: HIP_PATH=/opt/rocm cargo build --release -p kernels --features rocm)"
+        .into()
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -51,16 +350,18 @@ pub fn info(_: usize) -> CmdResult {
 
 #[cfg(feature = "cuda")]
 mod cuda {
-    use std::path::Path;
     use std::process::ExitCode;
 
     use kernels_core::{
-        parse_shapes, tune_table, Device, DiskCache, DynTunable, Policy, Progress, Runtime, TableJob,
-        TuneOptions, CODEGEN_ENV_VARS, TUNING_ENV,
+        tune_table, Device, DiskCache, DynTunable, Policy, Runtime, TableJob, TuneOptions, CODEGEN_ENV_VARS,
+        TUNING_ENV,
     };
-    use tuned::{StaticKey, Target};
+    use tuned::StaticKey;
 
-    use super::{CmdResult, TuneArgs};
+    use super::{
+        check_entries, choose_target, print_progress, read_shapes, report_table, tune_shapes, unknown_kernel,
+        CmdResult, TuneArgs,
+    };
 
     /// Every kernel that implements `kernels_core::Tunable`, for `tune` and
     /// `precompile`. (Log-softmax shares softmax's tables, so `tune softmax` covers it.)
@@ -77,20 +378,7 @@ mod cuda {
         let names: Vec<&str> = all.iter().map(|k| k.schema().kernel).collect();
         all.into_iter()
             .find(|k| k.schema().kernel == kernel)
-            .ok_or_else(|| {
-                let known = if names.is_empty() {
-                    "none yet".to_string()
-                } else {
-                    names.join(", ")
-                };
-                format!("KERNEL: `{kernel}` has no Tunable implementation (tunable kernels: {known})")
-            })
-    }
-
-    fn read_shapes(k: &dyn DynTunable, path: &Path) -> Result<Vec<(StaticKey, u64)>, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("--shapes: cannot read {}: {e}", path.display()))?;
-        parse_shapes(k.schema(), &text, &path.display().to_string()).map_err(|e| format!("--shapes: {e}"))
+            .ok_or_else(|| unknown_kernel(kernel, &names, "Tunable"))
     }
 
     fn open(device: usize) -> Result<Runtime, String> {
@@ -98,13 +386,10 @@ mod cuda {
         Runtime::new(dev).map_err(|e| e.to_string())
     }
 
-    /// `kernels tune KERNEL --shapes FILE [--target auto]`.
+    /// `kernels tune` on CUDA.
     pub fn tune(args: TuneArgs) -> CmdResult {
         let k = find(&args.kernel)?;
-        let shapes = read_shapes(k, &args.shapes)?;
-        if shapes.is_empty() {
-            return Err("--shapes: the file lists no shapes".into());
-        }
+        let shapes = tune_shapes(k.schema(), &args.shapes)?;
         let rt = match open(args.device) {
             Ok(rt) => rt,
             Err(e) => {
@@ -113,27 +398,16 @@ mod cuda {
             }
         };
         let info = rt.device().info();
-        let device_target = info.target();
-        let target = if args.target == "auto" {
-            match device_target {
-                Some(t) => t,
-                None => {
-                    eprintln!(
-                        "kernels: tune: device `{}` (compute capability {}.{}) has no table target; name one with --target",
-                        info.name, info.compute_capability.0, info.compute_capability.1
-                    );
-                    return Ok(ExitCode::FAILURE);
-                }
+        let described = format!(
+            "`{}` (compute capability {}.{})",
+            info.name, info.compute_capability.0, info.compute_capability.1
+        );
+        let target = match choose_target(&args.target, info.target(), &described)? {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("kernels: tune: {e}");
+                return Ok(ExitCode::FAILURE);
             }
-        } else {
-            let t: Target = args.target.parse().map_err(|e| format!("--target: {e}"))?;
-            if device_target != Some(t) {
-                return Err(format!(
-                    "--target: `{t}` does not match the device `{}` (compute capability {}.{}); tables must be tuned on their target",
-                    info.name, info.compute_capability.0, info.compute_capability.1
-                ));
-            }
-            t
         };
         let mut opts = TuneOptions::default();
         if let Some(r) = args.reps {
@@ -189,114 +463,17 @@ mod cuda {
             &mut |key, batch| k.search(&rt, &stream, key, batch, &opts),
             &mut |p| print_progress(&p, started),
         );
-        let out = match result {
-            Ok(o) => o,
+        match result {
+            Ok(out) => Ok(report_table(&out)),
             Err(e) => {
                 eprintln!("kernels: tune: {e}");
-                return Ok(ExitCode::FAILURE);
+                Ok(ExitCode::FAILURE)
             }
-        };
-        for (key, batch, reason) in &out.failed {
-            println!("failed: [{key}] batch {batch}: {reason}");
-        }
-        for (key, batch) in &out.no_default_time {
-            println!("not written: [{key}] batch {batch}: the analytic default did not run, so default_us is unknown");
-        }
-        if out.written {
-            let m = &out.merge;
-            for (key, batch) in &m.added {
-                println!("added    [{key}] batch {batch}");
-            }
-            for ((key, batch), old, new) in &m.replaced {
-                println!("replaced [{key}] batch {batch}: {old:.3} us -> {new:.3} us");
-            }
-            for ((key, batch), old, new) in &m.kept {
-                println!("kept     [{key}] batch {batch}: {old:.3} us (new run {new:.3} us)");
-            }
-            for (key, batch) in &m.stale_dropped {
-                println!("dropped  [{key}] batch {batch}: measured against another kernel source");
-            }
-            println!(
-                "wrote {} ({} added, {} replaced, {} kept, {} stale dropped; {} searched, {} from cache)",
-                out.path.display(),
-                m.added.len(),
-                m.replaced.len(),
-                m.kept.len(),
-                m.stale_dropped.len(),
-                out.tuned,
-                out.cached
-            );
-        } else {
-            println!("nothing to write to {}", out.path.display());
-        }
-        Ok(if out.failed.is_empty() {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::FAILURE
-        })
-    }
-
-    /// `[done/total]` per shape, and an ETA from the pace of the shapes done so far.
-    fn print_progress(p: &Progress<'_>, started: std::time::Instant) {
-        let eta = |index: usize, total: usize| {
-            let done = index + 1;
-            let per = started.elapsed().as_secs_f64() / done as f64;
-            format!("ETA {:.0} s", per * (total - done) as f64)
-        };
-        match p {
-            Progress::Searching {
-                index,
-                total,
-                key,
-                batch,
-            } => println!("[{}/{total}] [{key}] batch {batch}: searching", index + 1),
-            Progress::Cached {
-                index,
-                total,
-                key,
-                batch,
-                record,
-            }
-            | Progress::Tuned {
-                index,
-                total,
-                key,
-                batch,
-                record,
-            } => {
-                let from = if matches!(p, Progress::Cached { .. }) {
-                    "cached"
-                } else {
-                    "tuned"
-                };
-                let cfg: Vec<String> = record.config.iter().map(ToString::to_string).collect();
-                let vs = match record.default_us {
-                    Some(d) => format!("default {d:.3} us, {:.2}x", d / record.us),
-                    None => "default failed".into(),
-                };
-                println!(
-                    "[{}/{total}] [{key}] batch {batch}: {from} [{}] {:.3} us ({vs}); {}",
-                    index + 1,
-                    cfg.join(" "),
-                    record.us,
-                    eta(*index, *total)
-                );
-            }
-            Progress::Failed {
-                index,
-                total,
-                key,
-                batch,
-                error,
-            } => println!("[{}/{total}] [{key}] batch {batch}: FAILED {error}", index + 1),
         }
     }
 
-    /// `kernels tables check` on a GPU: re-measures every baked entry of the device's
-    /// target against the analytic default and a quick search (`sample` configs spread
-    /// over the space), prints what moved, and fails when an entry is more than
-    /// `threshold` slower than the default or than the quick search's best. Default
-    /// markers are skipped and counted (they serve the default itself).
+    /// `kernels tables check` on an NVIDIA GPU ([`super::check_entries`]), timed with
+    /// `method` (graph replays by default, as `kernels tune` times).
     pub fn check_tables(
         threshold: f64,
         sample: usize,
@@ -326,73 +503,21 @@ mod cuda {
             ..kernels_core::TimingOptions::default()
         };
         println!("timing: {method}");
-        let (mut checked, mut failed, mut markers) = (0usize, 0usize, 0usize);
-        println!(
-            "{:<18} {:<28} {:>6} {:>10} {:>10} {:>10} {:>10}  verdict",
-            "kernel", "static key", "batch", "table us", "now us", "default us", "search us"
-        );
-        for k in tunables() {
-            let name = k.schema().kernel;
-            if only.as_deref().is_some_and(|o| o != name) {
-                continue;
-            }
-            let Some(table) = crate::kernel(name).and_then(|d| d.baked_table(target)) else {
-                continue;
-            };
-            let mut entries: Vec<_> = table.entries.entries().collect();
-            entries.sort_by_key(|(key, _)| *key);
-            for (canonical, list) in entries {
-                let key = StaticKey::parse(k.schema(), canonical)
-                    .map_err(|e| format!("table key `{canonical}`: {e}"))?;
-                for e in list.iter() {
-                    // A default marker serves the analytic default: nothing to compare it with.
-                    let Some(&config) = e.config.tuned() else {
-                        markers += 1;
-                        continue;
-                    };
-                    checked += 1;
-                    let r = match k.recheck(&rt, &stream, &key, e.batch, config, sample, &timing) {
-                        Ok(r) => r,
-                        Err(err) => {
-                            failed += 1;
-                            println!("{name:<18} {canonical:<28} {:>6}  FAIL: {err}", e.batch);
-                            continue;
-                        }
-                    };
-                    let slow_vs_default = r.entry_us > r.default_us * (1.0 + threshold);
-                    let beaten = r.best_us * (1.0 + threshold) < r.entry_us;
-                    let verdict = match (slow_vs_default, beaten) {
-                        (true, _) => "FAIL: slower than the default",
-                        (_, true) => "FAIL: a quick search beats it",
-                        _ if (r.entry_us / e.us - 1.0).abs() > threshold => "ok (moved since tuning)",
-                        _ => "ok",
-                    };
-                    if slow_vs_default || beaten {
-                        failed += 1;
-                    }
-                    println!(
-                        "{name:<18} {canonical:<28} {:>6} {:>10.3} {:>10.3} {:>10.3} {:>10.3}  {verdict}",
-                        e.batch, e.us, r.entry_us, r.default_us, r.best_us
-                    );
-                }
-            }
-        }
-        println!(
-            "{checked} entries re-measured on {target}, {failed} failed (threshold {:.0}%); {markers} default marker(s) skipped (they serve the analytic default)",
-            threshold * 100.0
-        );
-        Ok(if failed == 0 {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::FAILURE
-        })
+        check_entries(
+            target,
+            &tunables(),
+            |k| k.schema(),
+            threshold,
+            only.as_deref(),
+            |k, key, batch, config| k.recheck(&rt, &stream, key, batch, config, sample, &timing),
+        )
     }
 
     /// `kernels precompile KERNEL --shapes FILE`: resolves each shape under the policy
     /// (`KERNELS_TUNING`) and compiles the variants in parallel into the module cache.
     pub fn precompile(kernel: String, shapes: std::path::PathBuf, device: usize) -> CmdResult {
         let k = find(&kernel)?;
-        let shapes = read_shapes(k, &shapes)?;
+        let shapes = read_shapes(k.schema(), &shapes)?;
         let rt = match open(device) {
             Ok(rt) => rt,
             Err(e) => {
@@ -519,5 +644,157 @@ mod cuda {
             }
         );
         Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    }
+}
+
+#[cfg(feature = "rocm")]
+mod hip {
+    use std::process::ExitCode;
+
+    use kernels_core::{tune_table, AlignClass, DynHipTunable, HipDevice, HipRuntime, TableJob, TuneOptions};
+    use tuned::StaticKey;
+
+    use super::{
+        check_entries, choose_target, print_progress, report_table, tune_shapes, unknown_kernel, CmdResult,
+        TuneArgs,
+    };
+
+    /// Every kernel `kernels tune --backend hip` can tune. (Log-softmax shares
+    /// softmax's tables, so `tune softmax` covers it.)
+    pub fn hip_tunables() -> Vec<&'static dyn DynHipTunable> {
+        vec![
+            &kernels_softmax::hip::SOFTMAX_HIP_TUNABLE,
+            &kernels_rmsnorm::hip::RMSNORM_HIP_TUNABLE,
+            &kernels_rmsnorm::hip::FUSED_ADD_RMSNORM_HIP_TUNABLE,
+        ]
+    }
+
+    fn find(kernel: &str) -> Result<&'static dyn DynHipTunable, String> {
+        let all = hip_tunables();
+        let names: Vec<&str> = all.iter().map(|k| k.schema().kernel).collect();
+        all.into_iter()
+            .find(|k| k.schema().kernel == kernel)
+            .ok_or_else(|| unknown_kernel(kernel, &names, "HipTunable"))
+    }
+
+    /// `kernels tune --backend hip`: the CUDA command's steps on an AMD GPU, writing
+    /// the table of the device's gfx target. Nothing is written when no device opens.
+    pub fn tune(args: TuneArgs) -> CmdResult {
+        let k = find(&args.kernel)?;
+        let shapes = tune_shapes(k.schema(), &args.shapes)?;
+        let opened = HipDevice::open(args.device).and_then(HipRuntime::new);
+        let rt = match opened {
+            Ok(rt) => rt,
+            Err(e) => {
+                eprintln!("kernels: tune: {e}");
+                return Ok(ExitCode::FAILURE);
+            }
+        };
+        if args.timing == kernels_core::TimingMethod::Graph {
+            println!("timing: HIP has single-launch timing only (L2 flushed where it fits); graph timing is CUDA's");
+        }
+        let info = rt.device().info();
+        let described = format!("`{}` ({})", info.name, info.gcn_arch_name);
+        let target = match choose_target(&args.target, info.target(), &described)? {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("kernels: tune: {e}");
+                return Ok(ExitCode::FAILURE);
+            }
+        };
+        let mut opts = TuneOptions::default();
+        if let Some(r) = args.reps {
+            opts.timing.reps = r;
+        }
+        let tables = args.tables.unwrap_or_else(crate::tables::default_dir);
+        let compiler = rt.compiler().id();
+        let job = TableJob {
+            schema: k.schema(),
+            target,
+            source_fingerprint: k.source_fingerprint(),
+            device: &info.name,
+            compiler: &compiler,
+            tables_dir: &tables,
+            retune: args.retune,
+        };
+        let stream = match rt.device().new_stream() {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("kernels: tune: {e}");
+                return Ok(ExitCode::FAILURE);
+            }
+        };
+        println!(
+            "tuning {} on {} ({target}, {}, HIP) for {} shape(s); results cached in {}",
+            k.schema().kernel,
+            info.name,
+            rt.arch(),
+            shapes.len(),
+            rt.cache()
+                .root()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| "(cache disabled: not resumable)".into())
+        );
+        let key_for = |key: &StaticKey, batch: u64| {
+            rt.tuning_key(
+                k.schema().kernel,
+                k.source_fingerprint(),
+                key.as_str(),
+                batch,
+                AlignClass::A16,
+            )
+        };
+        let started = std::time::Instant::now();
+        let result = tune_table(
+            &job,
+            &shapes,
+            rt.cache(),
+            &key_for,
+            &mut |key, batch| k.search(&rt, &stream, key, batch, &opts),
+            &mut |p| print_progress(&p, started),
+        );
+        match result {
+            Ok(out) => Ok(report_table(&out)),
+            Err(e) => {
+                eprintln!("kernels: tune: {e}");
+                Ok(ExitCode::FAILURE)
+            }
+        }
+    }
+
+    /// `kernels tables check --backend hip`: the baked entries of the AMD device's
+    /// target re-measured on it ([`super::check_entries`]).
+    pub fn check_tables(threshold: f64, sample: usize, only: Option<String>) -> CmdResult {
+        let opened = HipDevice::open(0).and_then(HipRuntime::new);
+        let rt = match opened {
+            Ok(rt) => rt,
+            Err(e) => {
+                eprintln!("kernels: tables check: {e}");
+                return Ok(ExitCode::FAILURE);
+            }
+        };
+        let stream = match rt.device().new_stream() {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("kernels: tables check: {e}");
+                return Ok(ExitCode::FAILURE);
+            }
+        };
+        let Some(target) = rt.limits().target() else {
+            eprintln!(
+                "kernels: tables check: this device ({}) has no table target",
+                rt.arch()
+            );
+            return Ok(ExitCode::FAILURE);
+        };
+        let timing = kernels_core::TimingOptions::default();
+        check_entries(
+            target,
+            &hip_tunables(),
+            |k| k.schema(),
+            threshold,
+            only.as_deref(),
+            |k, key, batch, config| k.recheck(&rt, &stream, key, batch, config, sample, &timing),
+        )
     }
 }

@@ -478,3 +478,72 @@ fn lookup_at_a_committed_default_marker_serves_the_default() {
     assert_eq!(v["table_batch"].to_string(), batch, "{v}");
     assert_eq!(v["distance"], 0.0, "{v}");
 }
+
+/// `kernels tune --backend hip` (and `tables check --backend hip`): a binary built
+/// without `rocm` refuses the flag as a usage error saying so; one built with it, on a
+/// machine without an AMD GPU, fails with the `no HIP device` error. Either way
+/// nothing is written. (On an AMD machine
+/// the second half is the real tune, covered by the rocm GPU tests instead.)
+#[test]
+fn tune_on_hip_without_rocm_or_without_a_device_writes_nothing() {
+    let tables = std::env::temp_dir().join(format!("kernels-cli-hip-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tables);
+    std::fs::create_dir_all(&tables).unwrap();
+    let shapes = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tuned/shapes/rmsnorm.json");
+    let o = kernels(&[
+        "tune",
+        "rmsnorm",
+        "--shapes",
+        shapes.to_str().unwrap(),
+        "--tables",
+        tables.to_str().unwrap(),
+        "--backend",
+        "hip",
+    ]);
+    let err = stderr(&o);
+    if cfg!(feature = "rocm") {
+        if kernels_core_has_amd_gpu() {
+            eprintln!("SKIPPED tune_on_hip_without_a_device: an AMD GPU is present");
+            let _ = std::fs::remove_dir_all(&tables);
+            return;
+        }
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains("no HIP device"), "{err}");
+    } else {
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("--backend") && err.contains("built without") && err.contains("rocm"),
+            "{err}"
+        );
+    }
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    let written: Vec<_> = std::fs::read_dir(&tables).unwrap().collect();
+    assert!(written.is_empty(), "wrote {written:?}");
+    let _ = std::fs::remove_dir_all(&tables);
+
+    let o = kernels(&[
+        "tune",
+        "rmsnorm",
+        "--shapes",
+        shapes.to_str().unwrap(),
+        "--backend",
+        "metal",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("--backend: `metal` is not a backend"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// Whether this machine has an AMD GPU the HIP runtime can open.
+#[cfg(feature = "rocm")]
+fn kernels_core_has_amd_gpu() -> bool {
+    kernels::core::HipDevice::count().is_ok()
+}
+
+#[cfg(not(feature = "rocm"))]
+fn kernels_core_has_amd_gpu() -> bool {
+    false
+}

@@ -64,9 +64,11 @@ impl HipDeviceInfo {
             .filter(|t: &Target| t.vendor() == Vendor::Amd)
     }
 
-    /// The backend-neutral limits [`crate::LaunchDims::validate`] checks: compute units
-    /// as `sm_count`, LDS as shared memory (no opt-in beyond it on AMD), and
-    /// `compute_capability` (0, 0), which AMD devices do not have.
+    /// The backend-neutral description search spaces, variants, launch plans and
+    /// [`crate::LaunchDims::validate`] take: compute units as `sm_count`, LDS as shared
+    /// memory (no opt-in beyond it on AMD), `compute_capability` (0, 0), which AMD
+    /// devices do not have, and the arch as `amd_arch`, so its `target()` and
+    /// `tuning_target()` are the gfx target.
     pub fn launch_limits(&self) -> DeviceInfo {
         DeviceInfo {
             ordinal: self.ordinal,
@@ -83,6 +85,7 @@ impl HipDeviceInfo {
             warp_size: self.warp_size,
             total_memory: self.total_memory,
             max_grid: self.max_grid,
+            amd_arch: Some(self.arch().to_string()),
         }
     }
 
@@ -222,7 +225,22 @@ impl HipDevice {
         Ok(HipStream {
             handle: ffi::stream_create()?,
             ordinal: self.info.ordinal,
+            owned: true,
         })
+    }
+
+    /// A stream an engine already holds (its `hipStream_t`; null is the default
+    /// stream), for launching on it. It is not destroyed when the `HipStream` drops.
+    ///
+    /// # Safety
+    /// `raw` must be null or a live stream of this device, and stay alive while the
+    /// returned `HipStream` is used.
+    pub unsafe fn borrow_stream(&self, raw: *mut std::ffi::c_void) -> HipStream {
+        HipStream {
+            handle: StreamHandle(raw as _),
+            ordinal: self.info.ordinal,
+            owned: false,
+        }
     }
 
     /// `len` elements of device memory, zeroed.
@@ -247,10 +265,12 @@ impl HipDevice {
     }
 }
 
-/// A stream of one device, destroyed on drop.
+/// A stream of one device: one it created (destroyed on drop) or one an engine lent it
+/// ([`HipDevice::borrow_stream`]).
 pub struct HipStream {
     handle: StreamHandle,
     ordinal: usize,
+    owned: bool,
 }
 
 impl fmt::Debug for HipStream {
@@ -272,6 +292,11 @@ impl HipStream {
         self.ordinal
     }
 
+    /// Whether the stream is capturing a HIP graph now.
+    pub fn is_capturing(&self) -> Result<bool> {
+        ffi::stream_is_capturing(self.handle)
+    }
+
     /// The raw `hipStream_t`, for engines that pass it on.
     pub fn as_raw(&self) -> *mut std::ffi::c_void {
         self.handle.0 as *mut std::ffi::c_void
@@ -284,7 +309,9 @@ impl HipStream {
 
 impl Drop for HipStream {
     fn drop(&mut self) {
-        ffi::stream_destroy(self.handle);
+        if self.owned {
+            ffi::stream_destroy(self.handle);
+        }
     }
 }
 
@@ -403,6 +430,41 @@ impl<T: DeviceCopy> HipBuffer<T> {
     }
 }
 
+impl HipBuffer<u8> {
+    /// A copy of `bytes` bytes of device memory at `src`, enqueued on `stream` (the
+    /// tuner's snapshot of an in-place buffer).
+    ///
+    /// # Safety
+    /// `src` must be device memory of the stream's device valid for `bytes` bytes
+    /// until the copy has run.
+    pub(crate) unsafe fn snapshot(
+        device: &HipDevice,
+        src: u64,
+        bytes: usize,
+        stream: &HipStream,
+    ) -> Result<Self> {
+        device.select()?;
+        let buf = HipBuffer {
+            ptr: ffi::malloc(bytes)?,
+            len: bytes,
+            ordinal: device.info.ordinal,
+            _t: PhantomData,
+        };
+        // SAFETY: `buf` was just allocated with `bytes`; `src` per the caller.
+        unsafe { ffi::copy_dtod(buf.ptr, src, bytes, stream.handle()) }?;
+        Ok(buf)
+    }
+
+    /// Copies the buffer back to `dst` on `stream`.
+    ///
+    /// # Safety
+    /// `dst` must be device memory valid for the buffer's length until the copy has run.
+    pub(crate) unsafe fn restore_to(&self, dst: u64, stream: &HipStream) -> Result<()> {
+        // SAFETY: the buffer holds `len` bytes; `dst` per the caller.
+        unsafe { ffi::copy_dtod(dst, self.ptr, self.len, stream.handle()) }
+    }
+}
+
 impl<T: DeviceCopy> Drop for HipBuffer<T> {
     fn drop(&mut self) {
         if ffi::set_device(self.ordinal).is_ok() {
@@ -430,6 +492,9 @@ mod tests {
     #[test]
     fn launch_limits_reject_more_lds_than_a_workgroup_has() {
         let limits = HipDeviceInfo::nominal(Target::Gfx942).unwrap().launch_limits();
+        assert_eq!(limits.target(), Some(Target::Gfx942));
+        assert_eq!(limits.tuning_target(), Target::Gfx942);
+        assert_eq!(limits.compile_arch(), "gfx942");
         let ok = crate::LaunchDims::linear(4, 256).with_smem(64 << 10);
         assert!(ok.validate(&limits).is_ok());
         let e = ok.with_smem((64 << 10) + 1).validate(&limits).unwrap_err();

@@ -44,6 +44,9 @@ const HIPRTC_SUCCESS: c_int = 0;
 /// hipMemcpyKind values (stable since HIP 1.x).
 const MEMCPY_HOST_TO_DEVICE: c_int = 1;
 const MEMCPY_DEVICE_TO_HOST: c_int = 2;
+const MEMCPY_DEVICE_TO_DEVICE: c_int = 3;
+/// `hipStreamCaptureStatusNone`.
+const CAPTURE_STATUS_NONE: c_int = 0;
 
 extern "C" {
     fn hipGetDeviceCount(count: *mut c_int) -> c_int;
@@ -67,6 +70,14 @@ extern "C" {
     fn hipFree(ptr: *mut c_void) -> c_int;
     fn hipMemcpy(dst: *mut c_void, src: *const c_void, bytes: usize, kind: c_int) -> c_int;
     fn hipMemsetAsync(dst: *mut c_void, value: c_int, bytes: usize, stream: hipStream_t) -> c_int;
+    fn hipMemcpyAsync(
+        dst: *mut c_void,
+        src: *const c_void,
+        bytes: usize,
+        kind: c_int,
+        stream: hipStream_t,
+    ) -> c_int;
+    fn hipStreamIsCapturing(stream: hipStream_t, status: *mut c_int) -> c_int;
 
     fn hipModuleLoadData(module: *mut hipModule_t, image: *const c_void) -> c_int;
     fn hipModuleUnload(module: hipModule_t) -> c_int;
@@ -409,6 +420,34 @@ pub(crate) unsafe fn memset_zero(dst: u64, bytes: usize, stream: StreamHandle) -
     check("hipMemsetAsync", unsafe {
         hipMemsetAsync(dst as *mut c_void, 0, bytes, stream.0)
     })
+}
+
+/// Copies `bytes` from device memory at `src` to device memory at `dst` on `stream`.
+///
+/// # Safety
+/// Both must be device memory valid for `bytes` bytes until the copy runs, and must
+/// not overlap.
+pub(crate) unsafe fn copy_dtod(dst: u64, src: u64, bytes: usize, stream: StreamHandle) -> Result<()> {
+    // SAFETY: per the caller's contract.
+    check("hipMemcpyAsync", unsafe {
+        hipMemcpyAsync(
+            dst as *mut c_void,
+            src as *const c_void,
+            bytes,
+            MEMCPY_DEVICE_TO_DEVICE,
+            stream.0,
+        )
+    })
+}
+
+/// Whether `stream` is capturing a graph (active or invalidated capture).
+pub(crate) fn stream_is_capturing(s: StreamHandle) -> Result<bool> {
+    let mut status: c_int = CAPTURE_STATUS_NONE;
+    // SAFETY: `s` is a live stream; writes one enum value (an int) through a valid pointer.
+    check("hipStreamIsCapturing", unsafe {
+        hipStreamIsCapturing(s.0, &mut status)
+    })?;
+    Ok(status != CAPTURE_STATUS_NONE)
 }
 
 /// `hipModuleLoadData` on the calling thread's device. The runtime copies the image.

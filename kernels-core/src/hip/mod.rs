@@ -15,14 +15,23 @@
 //!   [`HipKernel`]s launched with `hipModuleLaunchKernel` from [`crate::LaunchDims`] and
 //!   [`crate::KernelArgs`].
 //! - [`HipEvent`] and [`time_hip_runs`]: events, warm-up, reps, median.
+//! - [`HipRuntime::resolve`] / [`HipRuntime::run`]: a [`crate::PlannedKernel`]'s config
+//!   resolved under the policy (baked table of the gfx target, analytic default,
+//!   online search) and its [`crate::LaunchPlan`] launched ([`HipPrepared`]).
+//! - [`HipRuntime::tune`], [`HipTunable`], [`DynHipTunable`]: the autotuner on AMD and
+//!   what `kernels tune --backend hip` drives.
 
 mod device;
 mod ffi;
+mod resolve;
 mod rtc;
 mod runtime;
 mod timing;
+mod tuner;
 
 pub use device::{DeviceCopy, HipBuffer, HipDevice, HipDeviceInfo, HipStream};
+pub use resolve::HipPrepared;
 pub use rtc::HipCompiler;
-pub use runtime::{hip_module_key, HipKernel, HipRuntime};
+pub use runtime::{hip_module_key, hip_tuning_key, HipKernel, HipRuntime};
 pub use timing::{time_hip_runs, HipEvent, HipL2Flush};
+pub use tuner::{DynHipTunable, HipTunable, HipTunableDyn};

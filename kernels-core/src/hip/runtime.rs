@@ -1,9 +1,11 @@
 //! The HIP runtime of one device: modules compiled with hipRTC, cached on disk under
 //! the one cache key, memoized in process, and launched with `hipModuleLaunchKernel`.
 
+use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::ffi::{self, FunctionHandle, ModuleHandle};
@@ -11,9 +13,14 @@ use super::{HipCompiler, HipDevice, HipStream};
 use crate::counters::{bump, lock, Counters};
 use crate::{
     cache_key, CacheKey, CacheKeyParts, Component, DeviceInfo, DiskCache, Error, Image, ImageKind,
-    KernelArgs, KernelSource, LaunchDims, Lookup, ModuleOrigin, Result, Section, Stats, Variant,
-    MAX_KERNEL_ARGS,
+    KernelArgs, KernelSource, LaunchDims, Lookup, ModuleOrigin, Policy, Result, Section, Stats, TuneOptions,
+    Variant, MAX_KERNEL_ARGS,
 };
+
+/// A loaded kernel and where its module came from.
+type Loaded = (Arc<HipKernel>, ModuleOrigin);
+/// One compile thread's result.
+type ImageSlot = Mutex<Option<Result<(Image, ModuleOrigin)>>>;
 
 /// The version of this crate, part of every cache key (as on CUDA).
 const CRATE_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -37,20 +44,70 @@ pub fn hip_module_key(
         variant.entry(),
         compiler.options(variant, arch).join("\n")
     );
-    cache_key(&CacheKeyParts {
+    let mut parts = hip_key_parts(
+        &compiler_id,
+        arch,
+        device_name,
+        cu_count,
+        source.name,
+        source.fingerprint,
+    );
+    parts.variant = Component::Applies(&compile);
+    cache_key(&parts)
+}
+
+/// The online tuning cache key of a problem of `kernel` (source `fingerprint`) on
+/// `device` compiled by `compiler`: the module key's components (hipRTC, arch, device
+/// name, CUs) with the canonical static key, the batch and the alignment class, as on
+/// CUDA. `kernels tune --backend hip` resumes from results stored under it.
+pub fn hip_tuning_key(
+    compiler: &HipCompiler,
+    device: &super::HipDeviceInfo,
+    kernel: &str,
+    fingerprint: &str,
+    static_key: &str,
+    batch: u64,
+    alignment: crate::AlignClass,
+) -> CacheKey {
+    let compiler_id = compiler.id();
+    let mut parts = hip_key_parts(
+        &compiler_id,
+        device.arch(),
+        &device.name,
+        device.cu_count,
+        kernel,
+        fingerprint,
+    );
+    parts.static_key = Component::Applies(static_key);
+    parts.batch = Component::Applies(batch);
+    parts.alignment = Component::Applies(alignment);
+    cache_key(&parts)
+}
+
+/// The components every HIP cache key shares; the caller sets the variant (modules)
+/// or the static key, batch and alignment (tuning results).
+fn hip_key_parts<'a>(
+    compiler_id: &'a str,
+    arch: &'a str,
+    device_name: &'a str,
+    cu_count: u32,
+    kernel: &'a str,
+    fingerprint: &'a str,
+) -> CacheKeyParts<'a> {
+    CacheKeyParts {
         crate_version: CRATE_VERSION,
-        kernel: source.name,
-        source_fingerprint: source.fingerprint,
-        compiler: &compiler_id,
+        kernel,
+        source_fingerprint: fingerprint,
+        compiler: compiler_id,
         arch,
         device_name,
         sm_count: cu_count,
         codegen_env: &[],
-        variant: Component::Applies(&compile),
+        variant: Component::DoesNotApply,
         static_key: Component::DoesNotApply,
         batch: Component::DoesNotApply,
         alignment: Component::DoesNotApply,
-    })
+    }
 }
 
 /// A loaded kernel: one variant's function in a module loaded on one device. Held in
@@ -111,6 +168,12 @@ impl HipKernel {
     /// The variant, as [`Variant`] displays it.
     pub fn variant(&self) -> &str {
         &self.variant
+    }
+
+    /// The device it is loaded on, as launch plans and limit checks see it
+    /// ([`super::HipDeviceInfo::launch_limits`]).
+    pub fn info(&self) -> &DeviceInfo {
+        &self.limits
     }
 
     /// Checks a launch without making it: `dims` against the device (grid, block, and
@@ -196,12 +259,19 @@ impl HipKernel {
 /// ```
 pub struct HipRuntime {
     device: HipDevice,
+    /// The device as search spaces, variants and launch plans see it.
+    pub(super) limits: DeviceInfo,
     compiler: HipCompiler,
     arch: String,
     cache: DiskCache,
+    pub(super) policy: Policy,
+    /// Options of the searches the online policy runs.
+    pub(super) tune_options: TuneOptions,
     /// Module cache key text -> loaded kernel.
     modules: Mutex<HashMap<String, Arc<HipKernel>>>,
-    counters: Counters,
+    /// Per kernel type: (key, batch, alignment) -> resolved config and kernel.
+    pub(super) typed: Mutex<HashMap<TypeId, Box<dyn Any + Send + Sync>>>,
+    pub(super) counters: Counters,
     last_cache_error: Mutex<Option<String>>,
 }
 
@@ -211,30 +281,60 @@ impl fmt::Debug for HipRuntime {
             .field("device", &self.device.info().name)
             .field("arch", &self.arch)
             .field("compiler", &self.compiler.id())
+            .field("policy", &self.policy)
             .field("cache", &self.cache.root())
             .finish()
     }
 }
 
 impl HipRuntime {
-    /// A runtime for `device` with the disk cache of the environment
-    /// (`KERNELS_CACHE_DIR`). Fails when hipRTC cannot be loaded.
+    /// A runtime for `device` with the policy (`KERNELS_TUNING`; unknown is an error)
+    /// and disk cache (`KERNELS_CACHE_DIR`) of the environment, as on CUDA. Fails when
+    /// hipRTC cannot be loaded.
     pub fn new(device: HipDevice) -> Result<HipRuntime> {
-        HipRuntime::with_cache(device, DiskCache::from_env())
+        let policy = Policy::from_env()?;
+        Ok(HipRuntime::with_cache(device, DiskCache::from_env())?.with_policy(policy))
     }
 
-    /// A runtime for `device` with an explicit disk cache.
+    /// A runtime for `device` with an explicit disk cache and the `serve` policy.
     pub fn with_cache(device: HipDevice, cache: DiskCache) -> Result<HipRuntime> {
         let compiler = HipCompiler::detect()?;
         Ok(HipRuntime {
             arch: device.info().arch().to_string(),
+            limits: device.info().launch_limits(),
             device,
             compiler,
             cache,
+            policy: Policy::Serve,
+            tune_options: TuneOptions::default(),
             modules: Mutex::new(HashMap::new()),
+            typed: Mutex::new(HashMap::new()),
             counters: Counters::default(),
             last_cache_error: Mutex::new(None),
         })
+    }
+
+    /// The same runtime resolving configs under `policy`.
+    pub fn with_policy(mut self, policy: Policy) -> HipRuntime {
+        self.policy = policy;
+        self
+    }
+
+    /// The same runtime with these options for the online policy's searches.
+    pub fn with_tune_options(mut self, tune: TuneOptions) -> HipRuntime {
+        self.tune_options = tune;
+        self
+    }
+
+    /// The resolution policy.
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// The device as search spaces, variants and launch plans see it (its target is
+    /// the gfx target: [`super::HipDeviceInfo::launch_limits`]).
+    pub fn limits(&self) -> &DeviceInfo {
+        &self.limits
     }
 
     /// The device.
@@ -298,6 +398,20 @@ impl HipRuntime {
             return Ok((k.clone(), ModuleOrigin::Memo));
         }
         let (image, origin) = self.image(source, variant, &key)?;
+        let kernel = self.load(&image, origin, source, variant, &key)?;
+        Ok((kernel, origin))
+    }
+
+    /// Loads a code object on the device and memoizes the kernel. A cached code object
+    /// the runtime refuses is recompiled once.
+    fn load(
+        &self,
+        image: &Image,
+        origin: ModuleOrigin,
+        source: &KernelSource,
+        variant: &Variant,
+        key: &CacheKey,
+    ) -> Result<Arc<HipKernel>> {
         let load = |image: &Image| {
             HipKernel::load(
                 &self.device,
@@ -307,23 +421,89 @@ impl HipRuntime {
                 variant.to_string(),
             )
         };
-        let kernel = match load(&image) {
+        let kernel = match load(image) {
             Ok(k) => k,
             Err(_) if origin == ModuleOrigin::Disk => {
                 // A cached code object the runtime refuses: recompile it once.
                 bump(&self.counters.corrupt_files);
-                let fresh = self.compile_and_store(source, variant, &key)?;
+                let fresh = self.compile_and_store(source, variant, key)?;
                 load(&fresh)?
             }
             Err(e) => return Err(e),
         };
         let mut modules = lock(&self.modules);
         // Another thread may have loaded it meanwhile: keep one.
-        let kernel = modules
+        Ok(modules
             .entry(key.text().to_string())
             .or_insert_with(|| Arc::new(kernel))
-            .clone();
-        Ok((kernel, origin))
+            .clone())
+    }
+
+    /// Parallel precompile: compiles (or reads from the disk cache) every job on
+    /// `threads` compile threads (0: one per core; 1: serial), then loads the modules
+    /// on this thread. Identical jobs compile once. One result per job, in order; a
+    /// failure is that job's error (hipRTC's log for a compile error).
+    pub fn precompile(&self, jobs: &[(KernelSource, Variant)], threads: usize) -> Vec<Result<Loaded>> {
+        let keys: Vec<CacheKey> = jobs.iter().map(|(s, v)| self.module_key(s, v)).collect();
+        let mut results: Vec<Option<Result<Loaded>>> = (0..jobs.len()).map(|_| None).collect();
+        // Memo hits, and one representative per distinct key for the rest.
+        let mut todo: Vec<usize> = Vec::new();
+        let mut first_of: HashMap<&str, usize> = HashMap::new();
+        {
+            let modules = lock(&self.modules);
+            for (i, key) in keys.iter().enumerate() {
+                if let Some(k) = modules.get(key.text()) {
+                    bump(&self.counters.memo_hits);
+                    results[i] = Some(Ok((k.clone(), ModuleOrigin::Memo)));
+                } else if let std::collections::hash_map::Entry::Vacant(e) = first_of.entry(key.text()) {
+                    e.insert(i);
+                    todo.push(i);
+                }
+            }
+        }
+        let threads = match threads {
+            0 => std::thread::available_parallelism().map_or(4, |n| n.get()),
+            n => n,
+        }
+        .min(todo.len())
+        .max(1);
+        let images: Vec<ImageSlot> = todo.iter().map(|_| Mutex::new(None)).collect();
+        let next = AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                scope.spawn(|| loop {
+                    let t = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&i) = todo.get(t) else { break };
+                    let (source, variant) = &jobs[i];
+                    *lock(&images[t]) = Some(self.image(source, variant, &keys[i]));
+                });
+            }
+        });
+        for (t, &i) in todo.iter().enumerate() {
+            let (source, variant) = &jobs[i];
+            results[i] = Some(match lock(&images[t]).take() {
+                Some(Ok((image, origin))) => self
+                    .load(&image, origin, source, variant, &keys[i])
+                    .map(|k| (k, origin)),
+                Some(Err(e)) => Err(e),
+                None => Err(Error::kernel(source.name, "compile thread did not finish")),
+            });
+        }
+        // Duplicates share their representative's result.
+        for i in 0..jobs.len() {
+            if results[i].is_none() {
+                let rep = first_of.get(keys[i].text()).copied().unwrap_or(i);
+                results[i] = Some(match &results[rep] {
+                    Some(Ok((k, _))) => Ok((k.clone(), ModuleOrigin::Memo)),
+                    Some(Err(e)) => Err(e.clone()),
+                    None => Err(Error::kernel(jobs[i].0.name, "not compiled")),
+                });
+            }
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(Error::kernel("", "not compiled"))))
+            .collect()
     }
 
     /// The code object: the disk cache's (checked), else compiled now and stored.
@@ -353,6 +533,17 @@ impl HipRuntime {
         ))
     }
 
+    /// Whether `variant` of `source` is loaded (in the memo).
+    pub(super) fn is_loaded(&self, source: &KernelSource, variant: &Variant) -> bool {
+        lock(&self.modules).contains_key(self.module_key(source, variant).text())
+    }
+
+    /// Records a failed cache write (writes that fail do not fail compiles or searches).
+    pub(super) fn note_cache_error(&self, e: Error) {
+        bump(&self.counters.cache_write_errors);
+        *lock(&self.last_cache_error) = Some(e.to_string());
+    }
+
     fn compile_and_store(&self, source: &KernelSource, variant: &Variant, key: &CacheKey) -> Result<Image> {
         let image = self.compiler.compile(source, variant, &self.arch)?;
         bump(&self.counters.compiled);
@@ -360,8 +551,7 @@ impl HipRuntime {
             .cache
             .store(Section::Modules, key, image.kind.name(), &image.bytes)
         {
-            bump(&self.counters.cache_write_errors);
-            *lock(&self.last_cache_error) = Some(e.to_string());
+            self.note_cache_error(e);
         }
         Ok(image)
     }

@@ -1,0 +1,317 @@
+//! Resolving and launching a kernel family on AMD: the policy walk of the CUDA runtime
+//! (memo -> baked table of the device's gfx target -> analytic default under `serve`;
+//! memo -> tuning cache -> search -> analytic default under `online`), the same
+//! [`tuned::Source`] reporting, and launches of the backend-neutral [`crate::LaunchPlan`]
+//! on a [`HipStream`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tuned::{resolve_serve, Resolved, Source, TunedKernel};
+
+use super::tuner::HipTunable;
+use super::{HipKernel, HipRuntime, HipStream};
+use crate::counters::{bump, lock};
+use crate::{
+    resolve_in_order, AlignClass, CacheKey, Error, Lookup, PlannedKernel, ResolutionSteps, Result, Section,
+    TuneRecord,
+};
+
+/// A resolved config with its loaded HIP kernel: what a HIP op launches.
+#[derive(Clone, Debug)]
+pub struct HipPrepared<C> {
+    /// The config and where it came from.
+    pub resolved: Resolved<C>,
+    pub kernel: Arc<HipKernel>,
+    /// Set when the online policy searched and failed, so the analytic default is used.
+    pub search_failure: Option<String>,
+}
+
+type MemoKey<K> = (<K as TunedKernel>::Key, u64, AlignClass);
+type Memo<K> = HashMap<MemoKey<K>, HipPrepared<<K as TunedKernel>::Config>>;
+
+impl HipRuntime {
+    /// The online tuning cache key of a problem on this device
+    /// ([`super::hip_tuning_key`]).
+    pub fn tuning_key(
+        &self,
+        kernel: &str,
+        fingerprint: &str,
+        static_key: &str,
+        batch: u64,
+        alignment: AlignClass,
+    ) -> CacheKey {
+        super::hip_tuning_key(
+            self.compiler(),
+            self.device().info(),
+            kernel,
+            fingerprint,
+            static_key,
+            batch,
+            alignment,
+        )
+    }
+
+    fn memo_get<K: PlannedKernel>(&self, key: &MemoKey<K>) -> Option<HipPrepared<K::Config>> {
+        let typed = lock(&self.typed);
+        let memo = typed
+            .get(&std::any::TypeId::of::<K>())?
+            .downcast_ref::<Memo<K>>()?;
+        memo.get(key).cloned()
+    }
+
+    fn memo_put<K: PlannedKernel>(&self, key: MemoKey<K>, prepared: HipPrepared<K::Config>) {
+        let mut typed = lock(&self.typed);
+        let entry = typed
+            .entry(std::any::TypeId::of::<K>())
+            .or_insert_with(|| Box::new(Memo::<K>::new()));
+        if let Some(memo) = entry.downcast_mut::<Memo<K>>() {
+            memo.insert(key, prepared);
+        }
+    }
+
+    /// Resolves the config of `K` for `key` and `batch` under the runtime's policy and
+    /// loads its kernel, assuming 16-byte-aligned buffers; memo hits touch neither
+    /// compiler nor disk. Call it for every shape before capturing a graph: a launch
+    /// that would have to compile while the stream captures is an error.
+    pub fn resolve<K: HipTunable>(
+        &self,
+        stream: &HipStream,
+        key: &K::Key,
+        batch: u64,
+    ) -> Result<HipPrepared<K::Config>> {
+        check_batch::<K>(key, batch)?;
+        let mkey = (key.clone(), batch, AlignClass::A16);
+        if let Some(p) = self.memo_get::<K>(&mkey) {
+            bump(&self.counters.memo_hits);
+            return Ok(p);
+        }
+        let p = self.resolve_and_load::<K>(stream, key, batch, AlignClass::A16)?;
+        self.memo_put::<K>(mkey, p.clone());
+        Ok(p)
+    }
+
+    /// Runs `K` on `problem` on `stream` with the config the policy resolves (fitted to
+    /// the problem's alignment), and says which config and where it came from. Under
+    /// the online policy a first call searches on a problem the kernel allocates (the
+    /// caller's buffers are not touched by the search), then runs the winner once.
+    pub fn run<K: HipTunable>(
+        &self,
+        stream: &HipStream,
+        problem: &K::Problem<'_>,
+    ) -> Result<HipPrepared<K::Config>> {
+        let (key, batch) = K::problem_shape(problem);
+        check_batch::<K>(&key, batch)?;
+        let align = K::alignment(problem);
+        let mkey = (key.clone(), batch, align);
+        let p = match self.memo_get::<K>(&mkey) {
+            Some(p) => {
+                bump(&self.counters.memo_hits);
+                p
+            }
+            None => {
+                let p = self.resolve_and_load::<K>(stream, &key, batch, align)?;
+                self.memo_put::<K>(mkey, p.clone());
+                p
+            }
+        };
+        launch::<K>(&p.kernel, stream, &p.resolved.config, problem)?;
+        Ok(p)
+    }
+
+    /// Launches `problem` with an explicit `config`, bypassing resolution (tests, A/B
+    /// runs); its variant is compiled on first use. A config the kernel does not
+    /// accept for this problem on this device is an error naming `config`.
+    pub fn launch_config<K: PlannedKernel>(
+        &self,
+        stream: &HipStream,
+        config: &K::Config,
+        problem: &K::Problem<'_>,
+    ) -> Result<()> {
+        let (key, batch) = K::problem_shape(problem);
+        let info = &self.limits;
+        if !K::accepts(info.tuning_target(), &key, batch, config) {
+            return Err(Error::invalid(
+                "config",
+                format!("{config:?} does not fit {key:?} on {}", info.name),
+            ));
+        }
+        let variant = K::variant(info, &key, config);
+        self.refuse_if_capturing(stream, K::SOURCE, &variant)?;
+        let kernel = self.kernel(K::SOURCE, &variant)?;
+        launch::<K>(&kernel, stream, config, problem)
+    }
+
+    /// While `stream` captures a graph, a variant not loaded yet is an error: loading
+    /// it would compile (or read the disk) inside the capture.
+    fn refuse_if_capturing(
+        &self,
+        stream: &HipStream,
+        source: &crate::KernelSource,
+        variant: &crate::Variant,
+    ) -> Result<()> {
+        if self.is_loaded(source, variant) {
+            return Ok(());
+        }
+        if stream.is_capturing()? {
+            return Err(capturing(format!(
+                "kernel `{}` variant [{variant}] is not loaded yet",
+                source.name
+            )));
+        }
+        Ok(())
+    }
+
+    /// A memo miss of [`HipRuntime::resolve`] and [`HipRuntime::run`]: refuses while
+    /// `stream` captures a graph, resolves under the policy and loads the kernel.
+    fn resolve_and_load<K: HipTunable>(
+        &self,
+        stream: &HipStream,
+        key: &K::Key,
+        batch: u64,
+        align: AlignClass,
+    ) -> Result<HipPrepared<K::Config>> {
+        if stream.is_capturing()? {
+            return Err(capturing(format!(
+                "kernel `{}` is not resolved for {key:?} batch {batch} yet",
+                K::SCHEMA.kernel
+            )));
+        }
+        let mut steps = Steps::<K> {
+            rt: self,
+            stream,
+            key,
+            batch,
+            align,
+        };
+        let mut outcome = resolve_in_order(self.policy, &mut steps);
+        outcome.resolved.config = K::fit_alignment(&self.limits, key, outcome.resolved.config, align);
+        let variant = K::variant(&self.limits, key, &outcome.resolved.config);
+        let kernel = self.kernel(K::SOURCE, &variant)?;
+        Ok(HipPrepared {
+            resolved: outcome.resolved,
+            kernel,
+            search_failure: outcome.failure,
+        })
+    }
+}
+
+/// The error of a launch that would compile while `stream` captures a graph.
+fn capturing(what: String) -> Error {
+    Error::invalid(
+        "stream",
+        format!("is capturing a HIP graph and {what}; resolve it before capture (HipRuntime::resolve)"),
+    )
+}
+
+/// Launches `config` on `problem` on `stream` ([`PlannedKernel::launch_args`]).
+fn launch<K: PlannedKernel>(
+    kernel: &HipKernel,
+    stream: &HipStream,
+    config: &K::Config,
+    problem: &K::Problem<'_>,
+) -> Result<()> {
+    let (dims, args) = K::launch_args(kernel.info(), config, problem)?;
+    // SAFETY: the arguments follow the kernel's ABI and stay within the problem's
+    // buffers (PlannedKernel contract); the problem was validated when it was built.
+    unsafe { kernel.launch(stream, dims, &args) }
+}
+
+fn check_batch<K: PlannedKernel>(key: &K::Key, batch: u64) -> Result<()> {
+    if batch == 0 {
+        return Err(Error::invalid(
+            "batch",
+            format!(
+                "kernel `{}` key {key:?}: batch must be at least 1",
+                K::SCHEMA.kernel
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The HIP runtime's answers to a policy's steps for one (key, batch, alignment).
+struct Steps<'r, K: HipTunable> {
+    rt: &'r HipRuntime,
+    stream: &'r HipStream,
+    key: &'r K::Key,
+    batch: u64,
+    align: AlignClass,
+}
+
+impl<K: HipTunable> Steps<'_, K> {
+    fn tuning_key(&self) -> CacheKey {
+        let mut static_key = String::new();
+        let _ = tuned::write_canonical(K::SCHEMA, K::key_values(self.key).as_slice(), &mut static_key);
+        self.rt.tuning_key(
+            K::SCHEMA.kernel,
+            K::SOURCE.fingerprint,
+            &static_key,
+            self.batch,
+            self.align,
+        )
+    }
+}
+
+impl<K: HipTunable> ResolutionSteps<K::Config> for Steps<'_, K> {
+    fn memo(&mut self) -> Option<Resolved<K::Config>> {
+        // The runtime checks its memo before walking the policy.
+        None
+    }
+
+    fn table(&mut self) -> Option<Resolved<K::Config>> {
+        let target = self.rt.limits.target()?;
+        let r = resolve_serve::<K>(target, self.key, self.batch);
+        (r.source != Source::Default).then_some(r)
+    }
+
+    fn disk_cache(&mut self) -> Option<K::Config> {
+        match self.rt.cache().load(Section::Tuning, &self.tuning_key()) {
+            Lookup::Hit(e) => {
+                let record = std::str::from_utf8(&e.payload)
+                    .ok()
+                    .and_then(|t| TuneRecord::from_json(t).ok());
+                let config = record.and_then(|r| K::config_from_values(&r.config).ok());
+                let target = self.rt.limits.tuning_target();
+                match config {
+                    Some(c) if K::accepts(target, self.key, self.batch, &c) => Some(c),
+                    _ => {
+                        bump(&self.rt.counters.corrupt_files);
+                        None
+                    }
+                }
+            }
+            Lookup::Corrupt { .. } => {
+                bump(&self.rt.counters.corrupt_files);
+                None
+            }
+            Lookup::Miss => None,
+        }
+    }
+
+    fn search(&mut self) -> std::result::Result<K::Config, String> {
+        bump(&self.rt.counters.searches);
+        let mut owned =
+            K::alloc_hip_problem(self.rt.device(), self.key, self.batch).map_err(|e| e.to_string())?;
+        let problem = K::borrow_hip_problem(&mut owned);
+        let report = self.rt.tune::<K>(self.stream, &problem, &self.rt.tune_options);
+        let record = self.rt.record_of::<K>(&report).map_err(|e| e.to_string())?;
+        if let Err(e) = self.rt.cache().store(
+            Section::Tuning,
+            &self.tuning_key(),
+            "tune",
+            record.to_json().as_bytes(),
+        ) {
+            self.rt.note_cache_error(e);
+        }
+        Ok(report.chosen)
+    }
+
+    fn analytic_default(&mut self) -> K::Config {
+        K::analytic_default(self.rt.limits.tuning_target(), self.key, self.batch)
+    }
+
+    fn remember(&mut self, _resolved: &Resolved<K::Config>) {
+        // The runtime memoizes once the kernel is loaded.
+    }
+}

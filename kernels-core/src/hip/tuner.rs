@@ -1,0 +1,350 @@
+//! Tuning on AMD GPUs: [`HipRuntime::tune`] searches a [`PlannedKernel`]'s space on a
+//! problem with the CUDA tuner's rules (the analytic default first, parallel compile,
+//! in-place buffers restored outside the timed region, the L2 flushed for small
+//! working sets, [`crate::select`]'s noise threshold), and [`DynHipTunable`] is what
+//! `kernels tune --backend hip` drives.
+
+use std::marker::PhantomData;
+
+use tuned::{KernelSchema, StaticKey, TunedKernel};
+
+use super::{time_hip_runs, HipBuffer, HipDevice, HipL2Flush, HipRuntime, HipStream};
+use crate::{
+    candidate_configs, conclude, select, tune_record, BufferRole, CandidateReport, Error, KernelSource,
+    Measured, PlannedKernel, Recheck, Result, TimingOptions, TuneBuffer, TuneOptions, TuneRecord, TuneReport,
+    Variant,
+};
+
+/// A [`PlannedKernel`] the HIP runtime can tune on a problem it allocates itself
+/// (`kernels tune --backend hip`, and the online policy's searches).
+///
+/// # Safety
+/// [`HipTunable::borrow_hip_problem`] must return a problem whose addresses lie in the
+/// buffers of `owned`, with the lengths the problem describes.
+pub unsafe trait HipTunable: PlannedKernel {
+    /// Device buffers of a problem of `key` and `batch`.
+    type HipOwned;
+
+    /// Allocates a problem of `key` and `batch` on `device` with deterministic contents
+    /// (the CUDA tuner's, so both backends time the same data).
+    fn alloc_hip_problem(device: &HipDevice, key: &Self::Key, batch: u64) -> Result<Self::HipOwned>;
+
+    /// Borrows an allocated problem.
+    fn borrow_hip_problem(owned: &mut Self::HipOwned) -> Self::Problem<'_>;
+}
+
+/// Snapshots of a problem's `Restore` buffers and the list of its `Zero` buffers.
+struct Guarded {
+    restore: Vec<(TuneBuffer, HipBuffer<u8>)>,
+    zero: Vec<TuneBuffer>,
+}
+
+impl Guarded {
+    fn new(device: &HipDevice, stream: &HipStream, buffers: &[TuneBuffer]) -> Result<Guarded> {
+        let mut restore = Vec::new();
+        let mut zero = Vec::new();
+        for b in buffers {
+            match b.role {
+                BufferRole::Restore => {
+                    // SAFETY: `b.ptr` is valid for b.bytes by the PlannedKernel contract.
+                    let snap = unsafe { HipBuffer::snapshot(device, b.ptr, b.bytes, stream) }?;
+                    restore.push((*b, snap));
+                }
+                BufferRole::Zero => zero.push(*b),
+                BufferRole::Read | BufferRole::Write => {}
+            }
+        }
+        Ok(Guarded { restore, zero })
+    }
+
+    /// Puts every `Restore` buffer back and zeroes every `Zero` buffer (stream-ordered).
+    fn reset(&self, stream: &HipStream) -> Result<()> {
+        for (b, snap) in &self.restore {
+            // SAFETY: the snapshot holds b.bytes, and `b.ptr` is valid for them.
+            unsafe { snap.restore_to(b.ptr, stream) }?;
+        }
+        for b in &self.zero {
+            // SAFETY: `b.ptr` is valid for b.bytes by the PlannedKernel contract.
+            unsafe { super::ffi::memset_zero(b.ptr, b.bytes, stream.handle()) }?;
+        }
+        Ok(())
+    }
+}
+
+impl HipRuntime {
+    /// Searches for the fastest config of `K` on `problem` on this device, never
+    /// panicking; the HIP twin of `Runtime::tune`, with the same report.
+    ///
+    /// Candidates are the analytic default of the device's gfx target (first) and the
+    /// target's pruned search space, fitted to the problem's alignment. They compile in
+    /// parallel (`opts.compile_threads`); each is timed with [`time_hip_runs`] (HIP
+    /// events, warm-up, median of `opts.timing.reps`, the L2 flushed when the working
+    /// set is under twice the L2), with `Restore` buffers restored and `Zero` buffers
+    /// zeroed before every run, outside the timed region. [`crate::select`] picks the
+    /// winner. Finally the buffers are restored and the winner runs once, so they hold
+    /// exactly one plain run's result.
+    pub fn tune<K: PlannedKernel>(
+        &self,
+        stream: &HipStream,
+        problem: &K::Problem<'_>,
+        opts: &TuneOptions,
+    ) -> TuneReport<K::Config> {
+        let info = &self.limits;
+        let target = info.tuning_target();
+        let (key, batch) = K::problem_shape(problem);
+        let mut static_key = String::new();
+        let _ = tuned::write_canonical(K::SCHEMA, K::key_values(&key).as_slice(), &mut static_key);
+        let align = K::alignment(problem);
+        let default = K::fit_alignment(info, &key, K::analytic_default(target, &key, batch), align);
+        let configs = candidate_configs(
+            default.clone(),
+            K::search_space(info, &key, batch),
+            |c| K::fit_alignment(info, &key, c, align),
+            |c| K::accepts(target, &key, batch, c),
+            opts.max_candidates,
+        );
+        let mut report = TuneReport {
+            kernel: K::SCHEMA.kernel,
+            static_key,
+            batch,
+            alignment: align,
+            chosen: default,
+            chosen_index: None,
+            candidates: configs
+                .iter()
+                .map(|c| CandidateReport {
+                    config: c.clone(),
+                    outcome: Err("not run".into()),
+                })
+                .collect(),
+            failure: None,
+            final_run: Err("not run".into()),
+        };
+
+        match stream.is_capturing() {
+            Ok(false) => {}
+            Ok(true) => {
+                report.failure =
+                    Some("the stream is capturing a HIP graph; tuning needs a plain stream".into());
+                return report;
+            }
+            Err(e) => {
+                report.failure = Some(e.to_string());
+                return report;
+            }
+        }
+
+        let jobs: Vec<(KernelSource, Variant)> = configs
+            .iter()
+            .map(|c| (*K::SOURCE, K::variant(info, &key, c)))
+            .collect();
+        let kernels = self.precompile(&jobs, opts.compile_threads);
+
+        let buffers = K::buffers(problem);
+        let guarded = match Guarded::new(self.device(), stream, &buffers) {
+            Ok(g) => g,
+            Err(e) => {
+                report.failure = Some(format!("could not snapshot the problem's buffers: {e}"));
+                return report;
+            }
+        };
+        let working_set: u64 = buffers.iter().map(|b| b.bytes as u64).sum();
+        // Without the flush buffer (out of memory) timing still runs, reported per
+        // candidate through Timing::l2_flushed.
+        let mut flush = if opts.timing.flush_l2.wanted(working_set, info.l2_bytes) {
+            HipL2Flush::new(self.device()).ok()
+        } else {
+            None
+        };
+
+        let mut measured = Vec::with_capacity(configs.len());
+        for (i, (config, kernel)) in configs.iter().zip(&kernels).enumerate() {
+            let outcome = match kernel {
+                Err(e) => Err(e.to_string()),
+                Ok((kernel, _)) => K::launch_args(kernel.info(), config, problem)
+                    .and_then(|(dims, args)| {
+                        time_hip_runs(
+                            self.device(),
+                            stream,
+                            &opts.timing,
+                            flush.as_mut(),
+                            &mut || guarded.reset(stream),
+                            // SAFETY: the plan follows the kernel's ABI and stays within
+                            // the problem's buffers (PlannedKernel contract).
+                            &mut || unsafe { kernel.launch(stream, dims, &args) },
+                        )
+                    })
+                    .map_err(|e| e.to_string()),
+            };
+            measured.push(match &outcome {
+                Ok(t) => Measured::Time(t.median_us),
+                Err(e) => Measured::Failed(e.clone()),
+            });
+            report.candidates[i].outcome = outcome;
+        }
+        drop(flush);
+
+        report.chosen_index = select(&measured, 0, opts.noise_threshold);
+        let winner = report
+            .chosen_index
+            .and_then(|i| kernels[i].as_ref().ok().map(|(k, _)| (i, k.clone())));
+        // Leave the buffers as one plain run of the winner leaves them.
+        let final_run = (|| -> Result<()> {
+            guarded.reset(stream)?;
+            if let Some((i, kernel)) = &winner {
+                let (dims, args) = K::launch_args(kernel.info(), &configs[*i], problem)?;
+                // SAFETY: as above.
+                unsafe { kernel.launch(stream, dims, &args) }?;
+            }
+            stream.synchronize()
+        })();
+        conclude(&mut report, winner.map(|(i, _)| i), final_run);
+        report
+    }
+
+    /// The tuning record of a finished search on this device, or why there is none.
+    pub fn record_of<K: TunedKernel>(&self, report: &TuneReport<K::Config>) -> Result<TuneRecord> {
+        tune_record::<K>(report, &self.device().info().name, &self.compiler().id())
+    }
+}
+
+/// Object-safe view of a [`HipTunable`], so `kernels tune --backend hip` dispatches
+/// over kernels by name. Make one with `static X: HipTunableDyn<MyKernel> = HipTunableDyn::new();`.
+pub trait DynHipTunable: Sync {
+    /// The kernel's table contract.
+    fn schema(&self) -> &'static KernelSchema;
+    /// Fingerprint of its source.
+    fn source_fingerprint(&self) -> &'static str;
+    /// Tunes one (static key, batch) on a problem the kernel allocates. Not persisted
+    /// (the caller decides where results go).
+    fn search(
+        &self,
+        rt: &HipRuntime,
+        stream: &HipStream,
+        key: &StaticKey,
+        batch: u64,
+        opts: &TuneOptions,
+    ) -> Result<TuneRecord>;
+    /// Re-measures a committed entry on a problem the kernel allocates, as
+    /// `DynTunable::recheck` does on CUDA: the entry's config, the analytic default and
+    /// `sample` configs spread evenly over the search space, with one timing routine.
+    /// For `kernels tables check --backend hip`. `entry` is a tuned config.
+    #[allow(clippy::too_many_arguments)]
+    fn recheck(
+        &self,
+        rt: &HipRuntime,
+        stream: &HipStream,
+        key: &StaticKey,
+        batch: u64,
+        entry: &[tuned::Value],
+        sample: usize,
+        timing: &TimingOptions,
+    ) -> Result<Recheck>;
+}
+
+/// The [`DynHipTunable`] of a [`HipTunable`].
+pub struct HipTunableDyn<K>(PhantomData<fn() -> K>);
+
+impl<K> HipTunableDyn<K> {
+    pub const fn new() -> Self {
+        HipTunableDyn(PhantomData)
+    }
+}
+
+impl<K> Default for HipTunableDyn<K> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K: HipTunable> DynHipTunable for HipTunableDyn<K> {
+    fn schema(&self) -> &'static KernelSchema {
+        K::SCHEMA
+    }
+
+    fn source_fingerprint(&self) -> &'static str {
+        K::SOURCE_FINGERPRINT
+    }
+
+    fn search(
+        &self,
+        rt: &HipRuntime,
+        stream: &HipStream,
+        key: &StaticKey,
+        batch: u64,
+        opts: &TuneOptions,
+    ) -> Result<TuneRecord> {
+        let k = K::key_from_values(key.values()).map_err(|e| Error::kernel(K::SCHEMA.kernel, e))?;
+        let mut owned = K::alloc_hip_problem(rt.device(), &k, batch)?;
+        let problem = K::borrow_hip_problem(&mut owned);
+        let report = rt.tune::<K>(stream, &problem, opts);
+        rt.record_of::<K>(&report)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn recheck(
+        &self,
+        rt: &HipRuntime,
+        stream: &HipStream,
+        key: &StaticKey,
+        batch: u64,
+        entry: &[tuned::Value],
+        sample: usize,
+        timing: &TimingOptions,
+    ) -> Result<Recheck> {
+        let k = K::key_from_values(key.values()).map_err(|e| Error::kernel(K::SCHEMA.kernel, e))?;
+        let info = rt.limits();
+        let entry_cfg = K::config_from_values(entry).map_err(|e| Error::kernel(K::SCHEMA.kernel, e))?;
+        let default = K::analytic_default(info.tuning_target(), &k, batch);
+        let space = K::search_space(info, &k, batch);
+        let step = (space.len() / sample.max(1)).max(1);
+        let sampled: Vec<K::Config> = space.into_iter().step_by(step).take(sample).collect();
+        let mut owned = K::alloc_hip_problem(rt.device(), &k, batch)?;
+        let problem = K::borrow_hip_problem(&mut owned);
+        let align = K::alignment(&problem);
+        let bytes: u64 = K::buffers(&problem).iter().map(|b| b.bytes as u64).sum();
+        // The 2 x L2 scratch buffer only where the flush is wanted.
+        let mut flush = if timing.flush_l2.wanted(bytes, info.l2_bytes) {
+            Some(HipL2Flush::new(rt.device())?)
+        } else {
+            None
+        };
+        let mut time = |c: &K::Config| -> Result<f64> {
+            let c = K::fit_alignment(info, &k, c.clone(), align);
+            let kernel = rt.kernel(K::SOURCE, &K::variant(info, &k, &c))?;
+            let (dims, args) = K::launch_args(kernel.info(), &c, &problem)?;
+            time_hip_runs(
+                rt.device(),
+                stream,
+                timing,
+                flush.as_mut(),
+                &mut || Ok(()),
+                // SAFETY: the plan follows the kernel's ABI and stays within the
+                // problem's buffers (PlannedKernel contract).
+                &mut || unsafe { kernel.launch(stream, dims, &args) },
+            )
+            .map(|t| t.median_us)
+        };
+        let entry_us = time(&entry_cfg)?;
+        let default_us = if default == entry_cfg {
+            entry_us
+        } else {
+            time(&default)?
+        };
+        let (mut best, mut best_us) = (entry_cfg.clone(), entry_us);
+        for c in sampled {
+            // A sampled config that fails is no better than the entry; skip it.
+            if let Ok(us) = time(&c) {
+                if us < best_us {
+                    (best, best_us) = (c, us);
+                }
+            }
+        }
+        Ok(Recheck {
+            entry_us,
+            default_us,
+            best: K::config_values(&best),
+            best_us,
+        })
+    }
+}

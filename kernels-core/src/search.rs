@@ -1,0 +1,303 @@
+//! What a search is and what it found, whatever the backend: [`TuneOptions`],
+//! [`TuneReport`], the candidate list ([`candidate_configs`]), the message when every
+//! candidate failed ([`all_failed`]) and the [`TuneRecord`] of a report
+//! ([`tune_record`]). The CUDA tuner (`Runtime::tune`) and the HIP tuner
+//! (`HipRuntime::tune`) share them, with [`crate::select`] picking the winner.
+
+use std::collections::HashSet;
+use std::hash::Hash;
+
+use tuned::TunedKernel;
+
+use crate::{AlignClass, CandidateRecord, Error, Result, Timing, TimingOptions, TuneRecord, NOISE_THRESHOLD};
+
+/// How to search.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TuneOptions {
+    pub timing: TimingOptions,
+    /// See [`NOISE_THRESHOLD`].
+    pub noise_threshold: f64,
+    /// Compile threads (0: one per core).
+    pub compile_threads: usize,
+    /// Benchmark at most this many candidates, the default first (0: all).
+    pub max_candidates: usize,
+}
+
+impl Default for TuneOptions {
+    fn default() -> Self {
+        TuneOptions {
+            timing: TimingOptions::default(),
+            noise_threshold: NOISE_THRESHOLD,
+            compile_threads: 0,
+            max_candidates: 0,
+        }
+    }
+}
+
+/// One candidate's result.
+#[derive(Clone, Debug)]
+pub struct CandidateReport<C> {
+    pub config: C,
+    /// The timing, or why it failed to compile or run.
+    pub outcome: std::result::Result<Timing, String>,
+}
+
+/// Everything a search found: every candidate's time (index 0 is the analytic
+/// default), the choice, and what went wrong.
+#[derive(Clone, Debug)]
+pub struct TuneReport<C> {
+    pub kernel: &'static str,
+    /// Canonical static key.
+    pub static_key: String,
+    pub batch: u64,
+    pub alignment: AlignClass,
+    /// The winner, or the analytic default when every candidate failed.
+    pub chosen: C,
+    /// Index of the winner in `candidates`; `None` when every candidate failed.
+    pub chosen_index: Option<usize>,
+    pub candidates: Vec<CandidateReport<C>>,
+    /// Why the search could not pick a config (the analytic default is then reported).
+    pub failure: Option<String>,
+    /// The plain run of the chosen config that leaves the caller's buffers holding
+    /// one run's result; an error when it did not run (then the buffers hold their
+    /// contents from before the search).
+    pub final_run: std::result::Result<(), String>,
+}
+
+impl<C> TuneReport<C> {
+    /// The winner's median, microseconds.
+    pub fn chosen_us(&self) -> Option<f64> {
+        let i = self.chosen_index?;
+        self.candidates.get(i)?.outcome.as_ref().ok().map(|t| t.median_us)
+    }
+
+    /// The analytic default's median, microseconds (`None` if it failed).
+    pub fn default_us(&self) -> Option<f64> {
+        self.candidates
+            .first()?
+            .outcome
+            .as_ref()
+            .ok()
+            .map(|t| t.median_us)
+    }
+}
+
+/// What a re-measure of a committed table entry found (`kernels tables check` on a
+/// GPU, through `DynTunable::recheck` or `DynHipTunable::recheck`), in microseconds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Recheck {
+    pub entry_us: f64,
+    pub default_us: f64,
+    /// The fastest sampled config and its time (the entry itself when nothing beat it).
+    pub best: Vec<tuned::Value>,
+    pub best_us: f64,
+}
+
+/// The candidates of a search: `default` first, then `space` in its order, each
+/// `fit` to the problem's alignment, kept when `accepts` it, without duplicates; at
+/// most `max` of them (0: all).
+///
+/// ```
+/// let c = kernels_core::candidate_configs(4, [1, 4, 6, 7], |c| c & !1, |c| *c < 7, 0);
+/// assert_eq!(c, vec![4, 0, 6]);
+/// ```
+pub fn candidate_configs<C: Clone + Eq + Hash>(
+    default: C,
+    space: impl IntoIterator<Item = C>,
+    fit: impl Fn(C) -> C,
+    accepts: impl Fn(&C) -> bool,
+    max: usize,
+) -> Vec<C> {
+    let mut configs = vec![default.clone()];
+    let mut seen: HashSet<C> = HashSet::from([default]);
+    for c in space {
+        let c = fit(c);
+        if accepts(&c) && seen.insert(c.clone()) {
+            configs.push(c);
+        }
+    }
+    if max > 0 {
+        configs.truncate(max);
+    }
+    configs
+}
+
+/// The failure of a search in which no candidate ran: how many, and the first errors.
+pub fn all_failed<C>(candidates: &[CandidateReport<C>]) -> String {
+    let reasons: Vec<String> = candidates
+        .iter()
+        .filter_map(|c| c.outcome.as_ref().err())
+        .take(3)
+        .cloned()
+        .collect();
+    format!(
+        "all {} candidates failed; using the analytic default. First errors: {}",
+        candidates.len(),
+        reasons.join(" | ")
+    )
+}
+
+/// Records the end of a search in `report`: the winner (`winner`, an index into
+/// `report.candidates`) and how its final plain run went, or, with no winner, why the
+/// search failed and whether the buffers were restored (`final_run` is then the
+/// restore's result).
+pub fn conclude<C: Clone>(report: &mut TuneReport<C>, winner: Option<usize>, final_run: Result<()>) {
+    match (
+        winner.and_then(|i| report.candidates.get(i).map(|c| c.config.clone())),
+        final_run,
+    ) {
+        (Some(config), run) => {
+            report.chosen = config;
+            report.final_run = run.map_err(|e| e.to_string());
+        }
+        (None, reset) => {
+            report.failure = Some(all_failed(&report.candidates));
+            report.final_run = Err(match reset {
+                Ok(()) => "not run: every candidate failed (buffers restored)".into(),
+                Err(e) => format!("not run, and restoring the buffers failed: {e}"),
+            });
+        }
+    }
+}
+
+/// The tuning record of a finished search on `device` compiled by `compiler` (the
+/// names a table's provenance carries), or why there is none.
+pub fn tune_record<K: TunedKernel>(
+    report: &TuneReport<K::Config>,
+    device: &str,
+    compiler: &str,
+) -> Result<TuneRecord> {
+    let (Some(us), Some(_)) = (report.chosen_us(), report.chosen_index) else {
+        return Err(Error::Tune {
+            kernel: K::SCHEMA.kernel.to_string(),
+            key: report.static_key.clone(),
+            batch: report.batch,
+            reason: report
+                .failure
+                .clone()
+                .unwrap_or_else(|| "no candidate ran".into()),
+        });
+    };
+    Ok(TuneRecord {
+        config: K::config_values(&report.chosen),
+        us,
+        default_us: report.default_us(),
+        device: device.to_string(),
+        compiler: compiler.to_string(),
+        tuned_at: crate::today(),
+        candidates: report
+            .candidates
+            .iter()
+            .map(|c| CandidateRecord {
+                config: K::config_values(&c.config),
+                outcome: c.outcome.as_ref().map(|t| t.median_us).map_err(Clone::clone),
+            })
+            .collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(outcomes: &[std::result::Result<f64, &str>]) -> TuneReport<u32> {
+        TuneReport {
+            kernel: "k",
+            static_key: "bf16,4096".into(),
+            batch: 8,
+            alignment: AlignClass::A16,
+            chosen: 0,
+            chosen_index: None,
+            candidates: outcomes
+                .iter()
+                .enumerate()
+                .map(|(i, o)| CandidateReport {
+                    config: i as u32 * 10,
+                    outcome: o
+                        .map(|us| Timing::from_samples(&[us], true))
+                        .map_err(str::to_string),
+                })
+                .collect(),
+            failure: None,
+            final_run: Err("not run".into()),
+        }
+    }
+
+    #[test]
+    fn a_concluded_search_names_the_winner_or_why_there_is_none() {
+        let mut r = report(&[Ok(10.0), Ok(5.0)]);
+        r.chosen_index = Some(1);
+        conclude(&mut r, Some(1), Ok(()));
+        assert_eq!(
+            (r.chosen, r.final_run.clone(), r.failure.clone()),
+            (10, Ok(()), None)
+        );
+        assert_eq!((r.chosen_us(), r.default_us()), (Some(5.0), Some(10.0)));
+        let rec = tune_record::<Dummy>(&r, "AMD Instinct MI300X", "hiprtc 6.2").unwrap();
+        assert_eq!(
+            (rec.us, rec.default_us, rec.device.as_str()),
+            (5.0, Some(10.0), "AMD Instinct MI300X")
+        );
+        assert_eq!(rec.config, vec![tuned::Value::Int(10)]);
+        assert_eq!(rec.candidates.len(), 2);
+
+        let mut r = report(&[Err("compile"), Err("launch")]);
+        conclude(&mut r, None, Ok(()));
+        assert_eq!(r.chosen, 0, "the analytic default stays chosen");
+        assert!(r.failure.as_deref().unwrap().contains("compile | launch"));
+        assert!(r.final_run.as_ref().unwrap_err().contains("buffers restored"));
+        let e = tune_record::<Dummy>(&r, "d", "c").unwrap_err().to_string();
+        assert!(e.contains("all 2 candidates failed"), "{e}");
+    }
+
+    /// A kernel for the record's config values only.
+    struct Dummy;
+    static DUMMY: tuned::KernelSchema = tuned::KernelSchema {
+        kernel: "k",
+        key: &[tuned::Field::int("cols")],
+        params: &[tuned::Field::int("threads")],
+    };
+    impl TunedKernel for Dummy {
+        type Key = u32;
+        type Config = u32;
+        const SCHEMA: &'static tuned::KernelSchema = &DUMMY;
+        const SOURCE_FINGERPRINT: &'static str = "fnv1a64:0";
+        fn key_values(k: &u32) -> tuned::KeyValues {
+            tuned::KeyValues::new().push(*k as i64)
+        }
+        fn key_from_values(_: &[tuned::Value]) -> std::result::Result<u32, String> {
+            Ok(0)
+        }
+        fn config_from_values(_: &[tuned::Value]) -> std::result::Result<u32, String> {
+            Ok(0)
+        }
+        fn config_values(c: &u32) -> Vec<tuned::Value> {
+            vec![tuned::Value::Int(*c as i64)]
+        }
+        fn analytic_default(_: tuned::Target, _: &u32, _: u64) -> u32 {
+            0
+        }
+        fn baked_table(_: tuned::Target) -> Option<&'static tuned::BakedTable> {
+            None
+        }
+    }
+
+    #[test]
+    fn the_default_comes_first_and_duplicates_after_fitting_go() {
+        // fit rounds down to even: 5 becomes 4 (the default) and 3 becomes 2 (already seen).
+        let c = candidate_configs(4u32, [2, 5, 3, 8, 10], |c| c & !1, |c| *c <= 8, 0);
+        assert_eq!(c, vec![4, 2, 8]);
+        assert_eq!(candidate_configs(4u32, [2, 8], |c| c, |_| true, 2), vec![4, 2]);
+    }
+
+    #[test]
+    fn the_failure_names_the_count_and_first_errors() {
+        let failed = |e: &str| CandidateReport {
+            config: 0u32,
+            outcome: Err(e.to_string()),
+        };
+        let m = all_failed(&[failed("a"), failed("b"), failed("c"), failed("d")]);
+        assert!(m.starts_with("all 4 candidates failed"), "{m}");
+        assert!(m.ends_with("a | b | c"), "{m}");
+    }
+}

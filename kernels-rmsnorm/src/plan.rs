@@ -1,0 +1,514 @@
+//! Backend-neutral launches of RMSNorm and fused residual-add RMSNorm: the problem as
+//! device addresses ([`NormProblem`], validated when built), the config fitted to its
+//! alignment, and its launch (dimensions and arguments, [`kernels_core::PlannedKernel`];
+//! with the variant, a [`kernels_core::LaunchPlan`]) that both the CUDA ops
+//! (`crate::ops`) and the HIP ops (`crate::hip`, feature `rocm`) launch.
+
+use std::marker::PhantomData;
+
+use kernels_core::{
+    check_disjoint, check_eps, AlignClass, BufferRole, DeviceInfo, Error, KernelArgs, KernelSource,
+    LaunchDims, PlannedKernel, Result, Rows, TuneBuffer, Variant,
+};
+use tuned::DType;
+
+use crate::{space, FusedAddRmsNorm, RmsNorm, RmsNormConfig, RmsNormKey};
+
+/// The device source: the shared prelude followed by `cuda/rmsnorm.cu`.
+pub static SOURCE: KernelSource = KernelSource::new(
+    "rmsnorm",
+    concat!(
+        include_str!("../../kernels-core/cuda/prelude.cuh"),
+        include_str!("../cuda/rmsnorm.cu")
+    ),
+    crate::SOURCE_FINGERPRINT,
+);
+
+/// One RMSNorm call, as device addresses: `out` is `y` for [`RmsNorm`] and
+/// `residual` for [`FusedAddRmsNorm`]. Build it with [`NormProblem::rmsnorm`],
+/// [`NormProblem::fused_add_rmsnorm`] or their raw forms, which validate everything.
+#[derive(Clone, Copy, Debug)]
+pub struct NormProblem<'a> {
+    pub(crate) key: RmsNormKey,
+    pub(crate) rows: u64,
+    pub(crate) x: u64,
+    pub(crate) x_stride: u64,
+    pub(crate) w: u64,
+    pub(crate) out: u64,
+    pub(crate) out_stride: u64,
+    pub(crate) eps: f32,
+    pub(crate) _buffers: PhantomData<&'a mut [u8]>,
+}
+
+impl<'a> NormProblem<'a> {
+    /// `y = rmsnorm(x) * weight` over device addresses.
+    ///
+    /// # Safety
+    /// `x`, `weight` and `y` must be device allocations of the runtime's context holding
+    /// `x_len`, `cols` and `y_len` elements of `dtype`, valid for `'a`.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn rmsnorm_raw(
+        dtype: DType,
+        x: u64,
+        x_len: usize,
+        x_rows: Rows,
+        weight: u64,
+        weight_len: usize,
+        y: u64,
+        y_len: usize,
+        y_rows: Rows,
+        eps: f32,
+    ) -> Result<NormProblem<'a>> {
+        let p = Self::checked(
+            dtype,
+            ("x", x, x_len, x_rows),
+            (weight, weight_len),
+            ("y", y, y_len, y_rows),
+            eps,
+        )?;
+        check_disjoint(
+            ("x", x_rows.byte_range(x, dtype)),
+            ("y", y_rows.byte_range(y, dtype)),
+        )?;
+        check_disjoint(
+            (
+                "weight",
+                Rows::contiguous(1, x_rows.cols).byte_range(weight, dtype),
+            ),
+            ("y", y_rows.byte_range(y, dtype)),
+        )?;
+        Ok(p)
+    }
+
+    /// `residual += x; x = rmsnorm(residual) * weight`, in place, over device addresses.
+    ///
+    /// # Safety
+    /// As [`NormProblem::rmsnorm_raw`], with `x` and `residual` writable.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn fused_add_rmsnorm_raw(
+        dtype: DType,
+        x: u64,
+        x_len: usize,
+        x_rows: Rows,
+        residual: u64,
+        residual_len: usize,
+        residual_rows: Rows,
+        weight: u64,
+        weight_len: usize,
+        eps: f32,
+    ) -> Result<NormProblem<'a>> {
+        let p = Self::checked(
+            dtype,
+            ("x", x, x_len, x_rows),
+            (weight, weight_len),
+            ("residual", residual, residual_len, residual_rows),
+            eps,
+        )?;
+        check_disjoint(
+            ("x", x_rows.byte_range(x, dtype)),
+            ("residual", residual_rows.byte_range(residual, dtype)),
+        )?;
+        let w = Rows::contiguous(1, x_rows.cols).byte_range(weight, dtype);
+        check_disjoint(("x", x_rows.byte_range(x, dtype)), ("weight", w))?;
+        check_disjoint(
+            ("residual", residual_rows.byte_range(residual, dtype)),
+            ("weight", w),
+        )?;
+        Ok(p)
+    }
+
+    fn checked(
+        dtype: DType,
+        (xn, x, x_len, x_rows): (&str, u64, usize, Rows),
+        (w, w_len): (u64, usize),
+        (on, out, out_len, out_rows): (&str, u64, usize, Rows),
+        eps: f32,
+    ) -> Result<NormProblem<'a>> {
+        x_rows.check(xn, x_len)?;
+        out_rows.check(on, out_len)?;
+        if (out_rows.rows, out_rows.cols) != (x_rows.rows, x_rows.cols) {
+            return Err(Error::invalid(
+                on,
+                format!(
+                    "is [{}, {}] but `{xn}` is [{}, {}]",
+                    out_rows.rows, out_rows.cols, x_rows.rows, x_rows.cols
+                ),
+            ));
+        }
+        if w_len != x_rows.cols {
+            return Err(Error::invalid(
+                "weight",
+                format!("has {w_len} elements, cols is {}", x_rows.cols),
+            ));
+        }
+        check_eps(eps)?;
+        for (name, p) in [(xn, x), ("weight", w), (on, out)] {
+            if p == 0 {
+                return Err(Error::invalid(name, "is a null device pointer"));
+            }
+            if p % dtype.size() as u64 != 0 {
+                return Err(Error::invalid(
+                    name,
+                    format!("address {p:#x} is not aligned to its {dtype} elements"),
+                ));
+            }
+        }
+        Ok(NormProblem {
+            key: RmsNormKey {
+                dtype,
+                cols: x_rows.cols as u32,
+            },
+            rows: x_rows.rows as u64,
+            x,
+            x_stride: x_rows.stride as u64,
+            w,
+            out,
+            out_stride: out_rows.stride as u64,
+            eps,
+            _buffers: PhantomData,
+        })
+    }
+
+    /// The static key: dtype and row length (hidden size).
+    pub fn key(&self) -> RmsNormKey {
+        self.key
+    }
+
+    /// The batch: rows (tokens).
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    pub(crate) fn span_bytes(&self, stride: u64) -> usize {
+        Rows::strided(self.rows as usize, self.key.cols as usize, stride as usize).span_bytes(self.key.dtype)
+    }
+
+    pub(crate) fn alignment(&self) -> AlignClass {
+        let s = self.key.dtype.size() as u64;
+        AlignClass::of([self.x, self.w, self.out, self.x_stride * s, self.out_stride * s])
+    }
+}
+
+/// The config with its vector narrowed to what the buffers' alignment allows.
+pub(crate) fn fit(key: &RmsNormKey, mut c: RmsNormConfig, align: AlignClass) -> RmsNormConfig {
+    let size = key.dtype.size() as u32;
+    while c.vec > 1 && (c.vec * size > align.bytes() || !key.cols.is_multiple_of(c.vec)) {
+        c.vec /= 2;
+    }
+    c
+}
+
+fn variant(entry: &str, key: &RmsNormKey, c: &RmsNormConfig) -> Variant {
+    Variant::new(entry)
+        .define("DTYPE", kernels_core::dtype_define(key.dtype))
+        .define("COLS", key.cols)
+        .define("THREADS", c.threads)
+        .define("VEC", c.vec)
+        .define("ROWS", c.rows)
+}
+
+/// The two entry points' parameter orders (cuda/rmsnorm.cu's ABI).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Entry {
+    /// `(x, x_stride, w, y, y_stride, rows, eps)`
+    RmsNorm,
+    /// `(x, x_stride, residual, r_stride, w, rows, eps)`
+    FusedAdd,
+}
+
+impl Entry {
+    /// The kernel function's name in cuda/rmsnorm.cu.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Entry::RmsNorm => "rmsnorm_kernel",
+            Entry::FusedAdd => "fused_add_rmsnorm_kernel",
+        }
+    }
+}
+
+/// The launch of `c` on `p` through `entry`: one block per `c.rows` rows, and
+/// cuda/rmsnorm.cu's arguments in `entry`'s order. A config whose vector the buffers'
+/// alignment does not allow is an error naming `x`; so are more than 2^31 - 1 blocks
+/// (`rows`).
+pub(crate) fn launch_args(
+    entry: Entry,
+    c: &RmsNormConfig,
+    p: &NormProblem<'_>,
+) -> Result<(LaunchDims, KernelArgs)> {
+    if fit(&p.key, *c, p.alignment()) != *c {
+        return Err(Error::invalid(
+            "x",
+            format!(
+                "buffers aligned to {} do not allow {}-element vectors",
+                p.alignment(),
+                c.vec
+            ),
+        ));
+    }
+    let blocks = p.rows.div_ceil(c.rows as u64);
+    if blocks > i32::MAX as u64 {
+        return Err(Error::invalid(
+            "rows",
+            format!("{} rows need more than 2^31 - 1 blocks", p.rows),
+        ));
+    }
+    let mut args = KernelArgs::new();
+    args.ptr(p.x).i64(p.x_stride as i64);
+    match entry {
+        Entry::RmsNorm => args.ptr(p.w).ptr(p.out).i64(p.out_stride as i64),
+        Entry::FusedAdd => args.ptr(p.out).i64(p.out_stride as i64).ptr(p.w),
+    };
+    args.i64(p.rows as i64).f32(p.eps);
+    Ok((LaunchDims::linear(blocks as u32, c.block_threads()), args))
+}
+
+macro_rules! planned {
+    ($ty:ident, $abi:expr, $out:literal, $out_role:expr, $x_role:expr) => {
+        // Safety: `buffers` lists x, weight and the output with their full spans, and
+        // `launch_args` passes exactly those to the kernel, which stays within them.
+        unsafe impl PlannedKernel for $ty {
+            type Problem<'a> = NormProblem<'a>;
+            const SOURCE: &'static KernelSource = &SOURCE;
+
+            fn search_space(device: &DeviceInfo, key: &RmsNormKey, _batch: u64) -> Vec<RmsNormConfig> {
+                space::search_space(device.tuning_target(), key)
+            }
+
+            fn variant(_: &DeviceInfo, key: &RmsNormKey, c: &RmsNormConfig) -> Variant {
+                variant($abi.name(), key, c)
+            }
+
+            fn problem_shape(p: &NormProblem<'_>) -> (RmsNormKey, u64) {
+                (p.key, p.rows)
+            }
+
+            fn buffers(p: &NormProblem<'_>) -> Vec<TuneBuffer> {
+                vec![
+                    TuneBuffer {
+                        name: "x",
+                        ptr: p.x,
+                        bytes: p.span_bytes(p.x_stride),
+                        role: $x_role,
+                    },
+                    TuneBuffer {
+                        name: "weight",
+                        ptr: p.w,
+                        bytes: p.key.cols as usize * p.key.dtype.size(),
+                        role: BufferRole::Read,
+                    },
+                    TuneBuffer {
+                        name: $out,
+                        ptr: p.out,
+                        bytes: p.span_bytes(p.out_stride),
+                        role: $out_role,
+                    },
+                ]
+            }
+
+            fn alignment(p: &NormProblem<'_>) -> AlignClass {
+                p.alignment()
+            }
+
+            fn fit_alignment(
+                _: &DeviceInfo,
+                key: &RmsNormKey,
+                c: RmsNormConfig,
+                align: AlignClass,
+            ) -> RmsNormConfig {
+                fit(key, c, align)
+            }
+
+            fn launch_args(
+                _: &DeviceInfo,
+                c: &RmsNormConfig,
+                p: &NormProblem<'_>,
+            ) -> Result<(LaunchDims, KernelArgs)> {
+                launch_args($abi, c, p)
+            }
+        }
+    };
+}
+
+planned!(RmsNorm, Entry::RmsNorm, "y", BufferRole::Write, BufferRole::Read);
+planned!(
+    FusedAddRmsNorm,
+    Entry::FusedAdd,
+    "residual",
+    BufferRole::Restore,
+    BufferRole::Restore
+);
+
+#[cfg(test)]
+mod tests {
+    //! Argument checks run before anything touches a device, so they are tested here
+    //! with made-up (never dereferenced) device addresses.
+    use super::*;
+
+    const X: u64 = 0x7f00_0000_0000;
+    const W: u64 = 0x7f10_0000_0000;
+    const Y: u64 = 0x7f20_0000_0000;
+
+    fn bad_arg(r: Result<NormProblem<'static>>) -> String {
+        match r {
+            Err(Error::InvalidArgument { name, .. }) => name,
+            Err(e) => panic!("not an argument error: {e}"),
+            Ok(_) => panic!("bad input was accepted"),
+        }
+    }
+
+    fn rms(
+        x: u64,
+        x_len: usize,
+        rows: Rows,
+        w_len: usize,
+        y: u64,
+        y_rows: Rows,
+        eps: f32,
+    ) -> Result<NormProblem<'static>> {
+        let y_len = y_rows.span().unwrap_or(0);
+        unsafe { NormProblem::rmsnorm_raw(DType::Bf16, x, x_len, rows, W, w_len, y, y_len, y_rows, eps) }
+    }
+
+    #[test]
+    fn good_problems_pass() {
+        let s = Rows::contiguous(7, 4096);
+        let p = rms(X, 7 * 4096, s, 4096, Y, s, 1e-6).unwrap();
+        assert_eq!((p.key().cols, p.rows()), (4096, 7));
+        let strided = Rows::strided(3, 97, 104);
+        assert!(rms(X, strided.span().unwrap(), strided, 97, Y, strided, 1e-5).is_ok());
+    }
+
+    #[test]
+    fn each_bad_argument_is_named() {
+        let s = Rows::contiguous(4, 64);
+        assert_eq!(bad_arg(rms(X, 4 * 64, s, 64, Y, s, 0.0)), "eps");
+        assert_eq!(bad_arg(rms(X, 4 * 64, s, 64, Y, s, f32::NAN)), "eps");
+        assert_eq!(bad_arg(rms(X, 4 * 64, s, 63, Y, s, 1e-6)), "weight");
+        assert_eq!(bad_arg(rms(X, 4 * 64 - 1, s, 64, Y, s, 1e-6)), "x");
+        assert_eq!(
+            bad_arg(rms(X, 0, Rows::contiguous(0, 64), 64, Y, s, 1e-6)),
+            "rows"
+        );
+        assert_eq!(
+            bad_arg(rms(X, 4 * 64, Rows::contiguous(4, 0), 0, Y, s, 1e-6)),
+            "cols"
+        );
+        assert_eq!(
+            bad_arg(rms(X, 4 * 64, s, 64, Y, Rows::contiguous(5, 64), 1e-6)),
+            "y"
+        );
+        assert_eq!(
+            bad_arg(rms(X, 4 * 64, Rows::strided(4, 64, 32), 64, Y, s, 1e-6)),
+            "x_stride"
+        );
+        assert_eq!(bad_arg(rms(0, 4 * 64, s, 64, Y, s, 1e-6)), "x");
+        assert_eq!(
+            bad_arg(rms(X + 1, 4 * 64, s, 64, Y, s, 1e-6)),
+            "x",
+            "odd address for 2-byte elements"
+        );
+        // y overlapping x, and the fused kernel's x overlapping residual.
+        assert_eq!(bad_arg(rms(X, 4 * 64, s, 64, X + 64, s, 1e-6)), "y");
+        let fused =
+            unsafe { NormProblem::fused_add_rmsnorm_raw(DType::Bf16, X, 256, s, X + 2, 256, s, W, 64, 1e-6) };
+        assert_eq!(bad_arg(fused), "residual");
+    }
+
+    #[test]
+    fn alignment_narrows_the_vector() {
+        let key = RmsNormKey {
+            dtype: DType::Bf16,
+            cols: 4096,
+        };
+        let c = RmsNormConfig {
+            threads: 256,
+            vec: 8,
+            rows: 1,
+        };
+        assert_eq!(fit(&key, c, AlignClass::A16).vec, 8);
+        assert_eq!(fit(&key, c, AlignClass::A4).vec, 2);
+        assert_eq!(fit(&key, c, AlignClass::A2).vec, 1);
+        // An odd row length never takes a vector wider than 1.
+        assert_eq!(
+            fit(
+                &RmsNormKey {
+                    dtype: DType::Bf16,
+                    cols: 97
+                },
+                c,
+                AlignClass::A16
+            )
+            .vec,
+            1
+        );
+    }
+
+    #[test]
+    fn each_entry_gets_its_argument_order() {
+        let s = Rows::strided(5, 4096, 4160);
+        let o = Rows::contiguous(5, 4096);
+        let p = rms(X, s.span().unwrap(), s, 4096, Y, o, 1e-5).unwrap();
+        let c = RmsNormConfig {
+            threads: 256,
+            vec: 8,
+            rows: 2,
+        };
+        let info = DeviceInfo::nominal(tuned::Target::Sm90).unwrap();
+        let plan = <RmsNorm as PlannedKernel>::plan(&info, &c, &p).unwrap();
+        let eps = 1e-5f32.to_bits() as u64;
+        // (x, x_stride, w, y, y_stride, rows, eps)
+        assert_eq!(plan.args.slots(), &[X, 4160, W, Y, 4096, 5, eps]);
+        assert_eq!(plan.dims, LaunchDims::linear(3, 512));
+        assert_eq!(plan.variant.entry(), "rmsnorm_kernel");
+        let f = unsafe {
+            NormProblem::fused_add_rmsnorm_raw(
+                DType::Bf16,
+                X,
+                s.span().unwrap(),
+                s,
+                Y,
+                5 * 4096,
+                o,
+                W,
+                4096,
+                1e-5,
+            )
+        }
+        .unwrap();
+        let plan = <FusedAddRmsNorm as PlannedKernel>::plan(&info, &c, &f).unwrap();
+        // (x, x_stride, residual, r_stride, w, rows, eps)
+        assert_eq!(plan.args.slots(), &[X, 4160, Y, 4096, W, 5, eps]);
+        assert_eq!(plan.variant.entry(), "fused_add_rmsnorm_kernel");
+    }
+
+    /// The CUDA ops and the HIP ops launch `PlannedKernel::plan`: for every config of
+    /// the gfx942 space the plan is the same on an NVIDIA and an AMD device, and its
+    /// variant is the one the runtime compiles for the config.
+    #[test]
+    fn cuda_and_hip_get_the_same_plan_for_the_same_config() {
+        let key = RmsNormKey {
+            dtype: DType::Bf16,
+            cols: 4096,
+        };
+        let s = Rows::contiguous(16, 4096);
+        let p = rms(X, 16 * 4096, s, 4096, Y, s, 1e-6).unwrap();
+        let nvidia = DeviceInfo::nominal(tuned::Target::Sm90).unwrap();
+        let amd = DeviceInfo {
+            warp_size: 64,
+            amd_arch: Some("gfx942".into()),
+            ..nvidia.clone()
+        };
+        let space = space::search_space(tuned::Target::Gfx942, &key);
+        assert!(!space.is_empty());
+        for c in &space {
+            for plan in [
+                <RmsNorm as PlannedKernel>::plan,
+                <FusedAddRmsNorm as PlannedKernel>::plan,
+            ] {
+                assert_eq!(plan(&nvidia, c, &p).unwrap(), plan(&amd, c, &p).unwrap(), "{c:?}");
+            }
+            let on_hip = <RmsNorm as PlannedKernel>::plan(&amd, c, &p).unwrap();
+            assert_eq!(on_hip.variant, <RmsNorm as PlannedKernel>::variant(&amd, &key, c));
+        }
+    }
+}

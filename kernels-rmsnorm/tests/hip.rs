@@ -1,0 +1,417 @@
+//! RMSNorm and fused residual-add RMSNorm on an AMD GPU (feature `rocm`) against the
+//! CPU reference, and tuning on AMD end to end: a search over the device's space on
+//! the in-place fused kernel (its buffers must hold one plain run's result after it),
+//! then `tune_table` writing a gfx table with provenance, as
+//! `kernels tune --backend hip` does.
+//!
+//! Without an AMD GPU each test prints `SKIPPED ...` to stderr; with
+//! `KERNELS_REQUIRE_GPU=1` that is a failure instead.
+
+use kernels_core::{
+    decode, encode, pseudo_random, tune_table, AlignClass, DiskCache, DynHipTunable, HipBuffer, HipDevice,
+    HipRuntime, HipStream, Policy, Rows, TableJob, TuneOptions,
+};
+use kernels_rmsnorm::hip::{self as norm_hip, FUSED_ADD_RMSNORM_HIP_TUNABLE};
+use kernels_rmsnorm::plan::NormProblem;
+use kernels_rmsnorm::{reference, space, FusedAddRmsNorm, RmsNorm, RmsNormKey};
+use tuned::{resolve_serve, DType, Resolved, Source, StaticKey, TunedKernel};
+
+fn runtime(test: &str, cache: DiskCache) -> Option<(HipRuntime, HipStream)> {
+    let dev = match HipDevice::open(0) {
+        Ok(d) => d,
+        Err(e) => {
+            if std::env::var("KERNELS_REQUIRE_GPU").as_deref() == Ok("1") {
+                panic!("{test}: KERNELS_REQUIRE_GPU=1 but no HIP device could be opened: {e}");
+            }
+            // Past the harness's output capture, so the skip shows in every run.
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr(), "SKIPPED {test}: no AMD GPU found ({e})");
+            return None;
+        }
+    };
+    let rt = HipRuntime::with_cache(dev, cache)
+        .expect("hipRTC loads where an AMD GPU is")
+        .with_policy(Policy::Serve);
+    let stream = rt.device().new_stream().expect("stream");
+    Some((rt, stream))
+}
+
+fn temp_dir(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("kernels-rmsnorm-hip-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// Device memory holding `host` in `dtype`, its usable part `offset` elements in.
+struct Buf {
+    mem: HipBuffer<u8>,
+    dtype: DType,
+    offset: usize,
+}
+
+impl Buf {
+    fn new(rt: &HipRuntime, dtype: DType, host: &[f32], offset: usize) -> Buf {
+        let mut all = vec![0.0f32; offset];
+        all.extend_from_slice(host);
+        let mem = rt.device().from_host(&encode(dtype, &all)).expect("alloc");
+        Buf { mem, dtype, offset }
+    }
+    fn ptr(&self) -> u64 {
+        self.mem.device_ptr() + (self.offset * self.dtype.size()) as u64
+    }
+    fn len(&self) -> usize {
+        self.mem.len() / self.dtype.size() - self.offset
+    }
+    fn read(&self) -> Vec<f32> {
+        decode(self.dtype, &self.mem.to_vec().expect("read back"))[self.offset..].to_vec()
+    }
+}
+
+/// Fails unless `got` matches `want` within `(atol, rtol)` on the rows' columns (NaN
+/// where `want` is NaN) and equals it bit for bit in the padding.
+fn compare(what: &str, got: &[f32], want: &[f32], shape: Rows, tol: (f64, f64)) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let (r, c) = (i / shape.stride, i % shape.stride);
+        if r >= shape.rows || c >= shape.cols {
+            assert!(
+                g.to_bits() == w.to_bits(),
+                "{what}: padding element {i} was written ({g}, was {w})"
+            );
+            continue;
+        }
+        let ok = if w.is_nan() {
+            g.is_nan()
+        } else {
+            ((g as f64) - (w as f64)).abs() <= tol.0 + tol.1 * (w as f64).abs()
+        };
+        assert!(ok, "{what}: row {r} col {c}: got {g}, want {w}");
+    }
+}
+
+/// Inputs as the device holds them (rounded to `dtype`).
+fn stored(dtype: DType, v: &[f32]) -> Vec<f32> {
+    decode(dtype, &encode(dtype, v))
+}
+
+/// The resolution `serve` gives on this device: the gfx table, else the default.
+fn serve<K: TunedKernel<Key = RmsNormKey>>(
+    rt: &HipRuntime,
+    key: &RmsNormKey,
+    rows: u64,
+) -> Resolved<K::Config> {
+    let limits = rt.limits();
+    match limits.target() {
+        Some(t) => resolve_serve::<K>(t, key, rows),
+        None => Resolved {
+            config: K::analytic_default(limits.tuning_target(), key, rows),
+            source: Source::Default,
+        },
+    }
+}
+
+#[test]
+fn ops_match_the_reference_and_resolve_like_cuda() {
+    let Some((rt, stream)) = runtime(
+        "ops_match_the_reference_and_resolve_like_cuda",
+        DiskCache::from_env(),
+    ) else {
+        return;
+    };
+    for (dtype, rows, cols, stride, offset) in [
+        (DType::Bf16, 1, 64, 64, 0),
+        (DType::Bf16, 7, 4096, 4096, 0),
+        (DType::Bf16, 3, 97, 104, 1),
+        (DType::F16, 5, 8192, 8200, 0),
+        (DType::F32, 4, 5120, 5120, 2),
+        (DType::Bf16, 2, 16384, 16384, 0),
+    ] {
+        let shape = Rows::strided(rows, cols, stride);
+        let n = shape.span().unwrap();
+        let what = format!("{dtype} [{rows}, {cols}] stride {stride} offset {offset}");
+        let key = RmsNormKey {
+            dtype,
+            cols: cols as u32,
+        };
+        let x_host = stored(dtype, &pseudo_random(n, 5, 3.0, 0.0));
+        let w_host = stored(dtype, &pseudo_random(cols, 6, 0.5, 1.0));
+        let r_host = stored(dtype, &pseudo_random(n, 8, 2.0, 0.0));
+        let poison = vec![9.5f32; n];
+        let (x, w) = (
+            Buf::new(&rt, dtype, &x_host, offset),
+            Buf::new(&rt, dtype, &w_host, offset),
+        );
+
+        // rmsnorm
+        let y = Buf::new(&rt, dtype, &poison, offset);
+        // SAFETY: live allocations of this device with the lengths given.
+        let p = unsafe {
+            NormProblem::rmsnorm_raw(
+                dtype,
+                x.ptr(),
+                x.len(),
+                shape,
+                w.ptr(),
+                w.len(),
+                y.ptr(),
+                y.len(),
+                shape,
+                1e-6,
+            )
+        }
+        .expect("valid problem");
+        let used = norm_hip::rmsnorm(&rt, &stream, &p).unwrap_or_else(|e| panic!("rmsnorm {what}: {e}"));
+        stream.synchronize().unwrap();
+        let mut want = poison.clone();
+        reference::rmsnorm(&x_host, stride, &w_host, &mut want, stride, rows, 1e-6);
+        compare(
+            &format!("rmsnorm {what}"),
+            &y.read(),
+            &want,
+            shape,
+            reference::tolerance(dtype),
+        );
+        let expected = serve::<RmsNorm>(&rt, &key, rows as u64);
+        assert_eq!(used.source, expected.source, "rmsnorm {what}");
+        if offset == 0 && stride % 8 == 0 {
+            assert_eq!(used.config, expected.config, "rmsnorm {what}");
+        }
+
+        // fused_add_rmsnorm, in place on x and residual.
+        let (xf, res) = (
+            Buf::new(&rt, dtype, &x_host, offset),
+            Buf::new(&rt, dtype, &r_host, offset),
+        );
+        // SAFETY: live allocations of this device with the lengths given.
+        let p = unsafe {
+            NormProblem::fused_add_rmsnorm_raw(
+                dtype,
+                xf.ptr(),
+                xf.len(),
+                shape,
+                res.ptr(),
+                res.len(),
+                shape,
+                w.ptr(),
+                w.len(),
+                1e-6,
+            )
+        }
+        .expect("valid problem");
+        let used =
+            norm_hip::fused_add_rmsnorm(&rt, &stream, &p).unwrap_or_else(|e| panic!("fused {what}: {e}"));
+        stream.synchronize().unwrap();
+        let (mut want_x, mut want_r) = (x_host.clone(), r_host.clone());
+        reference::fused_add_rmsnorm(
+            &mut want_x,
+            stride,
+            &mut want_r,
+            stride,
+            &w_host,
+            rows,
+            1e-6,
+            dtype,
+        );
+        compare(
+            &format!("fused residual {what}"),
+            &res.read(),
+            &want_r,
+            shape,
+            (0.0, 0.0),
+        );
+        compare(
+            &format!("fused x {what}"),
+            &xf.read(),
+            &want_x,
+            shape,
+            reference::tolerance(dtype),
+        );
+        assert_eq!(
+            used.source,
+            serve::<FusedAddRmsNorm>(&rt, &key, rows as u64).source,
+            "fused {what}"
+        );
+    }
+}
+
+#[test]
+fn every_config_of_the_device_space_matches_the_reference() {
+    let Some((rt, stream)) = runtime(
+        "every_config_of_the_device_space_matches_the_reference",
+        DiskCache::from_env(),
+    ) else {
+        return;
+    };
+    let (dtype, shape) = (DType::Bf16, Rows::contiguous(9, 4096));
+    let key = RmsNormKey { dtype, cols: 4096 };
+    let x_host = stored(dtype, &pseudo_random(9 * 4096, 2, 3.0, 0.0));
+    let w_host = stored(dtype, &pseudo_random(4096, 4, 0.5, 1.0));
+    let (x, w) = (Buf::new(&rt, dtype, &x_host, 0), Buf::new(&rt, dtype, &w_host, 0));
+    let mut want = vec![0.0f32; 9 * 4096];
+    reference::rmsnorm(&x_host, 4096, &w_host, &mut want, 4096, 9, 1e-6);
+    let configs = space::search_space(rt.limits().tuning_target(), &key);
+    assert!(!configs.is_empty());
+    for c in configs {
+        let y = Buf::new(&rt, dtype, &vec![0.0; 9 * 4096], 0);
+        // SAFETY: live allocations of this device with the lengths given.
+        let p = unsafe {
+            NormProblem::rmsnorm_raw(
+                dtype,
+                x.ptr(),
+                x.len(),
+                shape,
+                w.ptr(),
+                w.len(),
+                y.ptr(),
+                y.len(),
+                shape,
+                1e-6,
+            )
+        }
+        .unwrap();
+        rt.launch_config::<RmsNorm>(&stream, &c, &p)
+            .unwrap_or_else(|e| panic!("{c:?}: {e}"));
+        stream.synchronize().unwrap();
+        compare(
+            &format!("{c:?}"),
+            &y.read(),
+            &want,
+            shape,
+            reference::tolerance(dtype),
+        );
+    }
+}
+
+/// A search on the in-place fused kernel: every candidate runs many times on the same
+/// x and residual, so without the restore the residual would hold dozens of
+/// additions. After the search both hold exactly one plain run's result.
+#[test]
+fn tuning_restores_in_place_buffers_and_writes_a_gfx_table() {
+    let cache_dir = temp_dir("cache");
+    let Some((rt, stream)) = runtime(
+        "tuning_restores_in_place_buffers_and_writes_a_gfx_table",
+        DiskCache::at(cache_dir.clone()),
+    ) else {
+        return;
+    };
+    let (dtype, rows, cols) = (DType::Bf16, 16usize, 2048usize);
+    let shape = Rows::contiguous(rows, cols);
+    let x_host = stored(dtype, &pseudo_random(rows * cols, 21, 2.0, 0.0));
+    let r_host = stored(dtype, &pseudo_random(rows * cols, 22, 2.0, 0.0));
+    let w_host = stored(dtype, &pseudo_random(cols, 23, 0.5, 1.0));
+    let (x, res, w) = (
+        Buf::new(&rt, dtype, &x_host, 0),
+        Buf::new(&rt, dtype, &r_host, 0),
+        Buf::new(&rt, dtype, &w_host, 0),
+    );
+    // SAFETY: live allocations of this device with the lengths given.
+    let p = unsafe {
+        NormProblem::fused_add_rmsnorm_raw(
+            dtype,
+            x.ptr(),
+            x.len(),
+            shape,
+            res.ptr(),
+            res.len(),
+            shape,
+            w.ptr(),
+            w.len(),
+            1e-6,
+        )
+    }
+    .unwrap();
+    let mut opts = TuneOptions::default();
+    opts.timing.reps = 10;
+    opts.max_candidates = 6;
+    let report = rt.tune::<FusedAddRmsNorm>(&stream, &p, &opts);
+    assert_eq!(report.failure, None);
+    assert_eq!(report.final_run, Ok(()));
+    assert!(
+        report.chosen_index.is_some() && report.default_us().is_some(),
+        "{report:?}"
+    );
+    assert!(report.candidates.len() <= 6);
+    let key = RmsNormKey {
+        dtype,
+        cols: cols as u32,
+    };
+    assert_eq!(
+        report.candidates[0].config,
+        FusedAddRmsNorm::analytic_default(rt.limits().tuning_target(), &key, rows as u64),
+        "the analytic default is the first candidate"
+    );
+    let (mut want_x, mut want_r) = (x_host.clone(), r_host.clone());
+    reference::fused_add_rmsnorm(&mut want_x, cols, &mut want_r, cols, &w_host, rows, 1e-6, dtype);
+    compare("residual after tuning", &res.read(), &want_r, shape, (0.0, 0.0));
+    compare(
+        "x after tuning",
+        &x.read(),
+        &want_x,
+        shape,
+        reference::tolerance(dtype),
+    );
+    let record = rt.record_of::<FusedAddRmsNorm>(&report).unwrap();
+    assert_eq!(record.device, rt.device().info().name);
+    assert!(record.compiler.starts_with("hiprtc"), "{}", record.compiler);
+
+    // The table `kernels tune --backend hip` writes, for one shape.
+    let Some(target) = rt.limits().target() else {
+        eprintln!(
+            "SKIPPED the table half of this test: arch {} has no table target",
+            rt.arch()
+        );
+        return;
+    };
+    let tables = temp_dir("tables");
+    let k: &dyn DynHipTunable = &FUSED_ADD_RMSNORM_HIP_TUNABLE;
+    let static_key = StaticKey::parse(k.schema(), "dtype=bf16,cols=2048").unwrap();
+    let shapes = vec![(static_key, 8u64)];
+    let compiler = rt.compiler().id();
+    let job = TableJob {
+        schema: k.schema(),
+        target,
+        source_fingerprint: k.source_fingerprint(),
+        device: &rt.device().info().name,
+        compiler: &compiler,
+        tables_dir: &tables,
+        retune: false,
+    };
+    let key_for = |key: &StaticKey, batch: u64| {
+        rt.tuning_key(
+            k.schema().kernel,
+            k.source_fingerprint(),
+            key.as_str(),
+            batch,
+            AlignClass::A16,
+        )
+    };
+    let out = tune_table(
+        &job,
+        &shapes,
+        rt.cache(),
+        &key_for,
+        &mut |key, batch| k.search(&rt, &stream, key, batch, &opts),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert!(out.failed.is_empty(), "{:?}", out.failed);
+    assert!(out.written, "nothing written");
+    let file = tuned::TableFile::read(&out.path, Some(k.schema())).unwrap();
+    assert_eq!(
+        out.path,
+        tables
+            .join("fused_add_rmsnorm")
+            .join(format!("{}.json", target.name()))
+    );
+    assert_eq!(file.header.target, target);
+    assert_eq!(file.header.device, rt.device().info().name);
+    assert_eq!(file.header.compiler, compiler);
+    assert_eq!(
+        file.header.source_fingerprint,
+        kernels_rmsnorm::SOURCE_FINGERPRINT
+    );
+    assert_eq!(file.entries.len(), 1);
+    assert_eq!(file.entries[0].batch, 8);
+    let _ = std::fs::remove_dir_all(&tables);
+    let _ = std::fs::remove_dir_all(&cache_dir);
+}

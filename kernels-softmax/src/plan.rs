@@ -1,0 +1,459 @@
+//! Backend-neutral launches of softmax and log-softmax: the problem as device
+//! addresses ([`SoftmaxProblem`], validated when built), the config fitted to its
+//! alignment, and its launch (dimensions and arguments, [`kernels_core::PlannedKernel`];
+//! with the variant, a [`kernels_core::LaunchPlan`]) that both the CUDA ops
+//! (`crate::ops`) and the HIP ops (`crate::hip`, feature `rocm`) launch.
+
+use std::marker::PhantomData;
+
+use kernels_core::{
+    check_disjoint, AlignClass, BufferRole, DeviceInfo, Error, KernelArgs, KernelSource, LaunchDims,
+    PlannedKernel, Result, Rows, TuneBuffer, Variant,
+};
+use tuned::{DType, Target};
+
+use crate::{space, LogSoftmax, Softmax, SoftmaxConfig, SoftmaxKey, Strategy};
+
+/// The device source: the shared prelude followed by `cuda/softmax.cu`.
+pub static SOURCE: KernelSource = KernelSource::new(
+    "softmax",
+    concat!(
+        include_str!("../../kernels-core/cuda/prelude.cuh"),
+        include_str!("../cuda/softmax.cu")
+    ),
+    crate::SOURCE_FINGERPRINT,
+);
+
+/// One softmax call, as device addresses. `y` may be `x` itself (in place, with equal
+/// strides). Build it with [`SoftmaxProblem::new`] or [`SoftmaxProblem::raw`].
+#[derive(Clone, Copy, Debug)]
+pub struct SoftmaxProblem<'a> {
+    pub(crate) key: SoftmaxKey,
+    pub(crate) rows: u64,
+    pub(crate) x: u64,
+    pub(crate) x_stride: u64,
+    pub(crate) y: u64,
+    pub(crate) y_stride: u64,
+    pub(crate) scale: f32,
+    pub(crate) _buffers: PhantomData<&'a mut [u8]>,
+}
+
+impl<'a> SoftmaxProblem<'a> {
+    /// `y = softmax(x * scale)` per row over device addresses.
+    ///
+    /// # Safety
+    /// `x` and `y` must be device allocations of the runtime's context holding `x_len`
+    /// and `y_len` elements of `dtype`, valid for `'a`.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn raw(
+        dtype: DType,
+        x: u64,
+        x_len: usize,
+        x_rows: Rows,
+        y: u64,
+        y_len: usize,
+        y_rows: Rows,
+        scale: f32,
+    ) -> Result<SoftmaxProblem<'a>> {
+        x_rows.check("x", x_len)?;
+        y_rows.check("y", y_len)?;
+        if (y_rows.rows, y_rows.cols) != (x_rows.rows, x_rows.cols) {
+            return Err(Error::invalid(
+                "y",
+                format!(
+                    "is [{}, {}] but `x` is [{}, {}]",
+                    y_rows.rows, y_rows.cols, x_rows.rows, x_rows.cols
+                ),
+            ));
+        }
+        if !scale.is_finite() {
+            return Err(Error::invalid("scale", format!("must be finite, got {scale}")));
+        }
+        for (name, p) in [("x", x), ("y", y)] {
+            if p == 0 {
+                return Err(Error::invalid(name, "is a null device pointer"));
+            }
+            if p % dtype.size() as u64 != 0 {
+                return Err(Error::invalid(
+                    name,
+                    format!("address {p:#x} is not aligned to its {dtype} elements"),
+                ));
+            }
+        }
+        // In place is fine (each row is read before it is written); partial overlap is not.
+        if !(x == y && x_rows.stride == y_rows.stride) {
+            check_disjoint(
+                ("x", x_rows.byte_range(x, dtype)),
+                ("y", y_rows.byte_range(y, dtype)),
+            )?;
+        }
+        Ok(SoftmaxProblem {
+            key: SoftmaxKey {
+                dtype,
+                cols: x_rows.cols as u32,
+            },
+            rows: x_rows.rows as u64,
+            x,
+            x_stride: x_rows.stride as u64,
+            y,
+            y_stride: y_rows.stride as u64,
+            scale,
+            _buffers: PhantomData,
+        })
+    }
+}
+
+impl SoftmaxProblem<'_> {
+    /// The static key: dtype and row length.
+    pub fn key(&self) -> SoftmaxKey {
+        self.key
+    }
+
+    /// The batch: rows.
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    pub(crate) fn span_bytes(&self, stride: u64) -> usize {
+        Rows::strided(self.rows as usize, self.key.cols as usize, stride as usize).span_bytes(self.key.dtype)
+    }
+
+    pub(crate) fn alignment(&self) -> AlignClass {
+        let s = self.key.dtype.size() as u64;
+        AlignClass::of([self.x, self.y, self.x_stride * s, self.y_stride * s])
+    }
+}
+
+/// The config with its vector narrowed to what the buffers' alignment allows; a
+/// narrower vector needs more vectors per thread, so a register strategy that no
+/// longer fits moves to `online`, which takes any length.
+pub(crate) fn fit(
+    target: Target,
+    key: &SoftmaxKey,
+    mut c: SoftmaxConfig,
+    align: AlignClass,
+) -> SoftmaxConfig {
+    let size = key.dtype.size() as u32;
+    let before = c.vec;
+    while c.vec > 1 && (c.vec * size > align.bytes() || !key.cols.is_multiple_of(c.vec)) {
+        c.vec /= 2;
+    }
+    if c.vec != before && !space::fits(target, key, &c) {
+        c = SoftmaxConfig {
+            strategy: Strategy::Online,
+            threads: c.threads.max(target.warp_size()),
+            vec: c.vec,
+            rows: 1,
+            splits: 1,
+        };
+        if !space::fits(target, key, &c) {
+            // Rows this short fit one warp's registers whatever the vector.
+            c = SoftmaxConfig {
+                strategy: Strategy::Row,
+                threads: target.warp_size(),
+                vec: c.vec,
+                rows: 1,
+                splits: 1,
+            };
+        }
+    }
+    c
+}
+
+pub(crate) fn variant(target: Target, key: &SoftmaxKey, c: &SoftmaxConfig, log: bool) -> Variant {
+    let strategy = match c.strategy {
+        Strategy::Row => 0,
+        Strategy::Online => 1,
+        Strategy::Cluster => 2,
+        Strategy::Staged => 3,
+    };
+    let v = Variant::new("softmax_kernel")
+        .define("DTYPE", kernels_core::dtype_define(key.dtype))
+        .define("COLS", key.cols)
+        .define("THREADS", c.threads)
+        .define("VEC", c.vec)
+        .define("ROWS", c.rows)
+        .define("STRATEGY", strategy)
+        .define("SPLITS", c.splits)
+        .define("LOG_SOFTMAX", u32::from(log));
+    match c.strategy {
+        Strategy::Staged => v.define("STAGE_VECS", c.stage_vectors(target, key)),
+        _ => v,
+    }
+}
+
+/// The launch of `c` on `p` on `device` (softmax and log-softmax alike): one block
+/// per row group (`row`), per row (`online`) or per row slice (`cluster`, `staged`,
+/// whose stage takes dynamic shared memory), and cuda/softmax.cu's arguments
+/// `(x, y, rows, x_stride, y_stride, scale)`. A config whose vector the buffers'
+/// alignment does not allow is an error naming `x`; so are more than 2^31 - 1 blocks
+/// (`rows`).
+pub fn launch_args(
+    device: &DeviceInfo,
+    c: &SoftmaxConfig,
+    p: &SoftmaxProblem<'_>,
+) -> Result<(LaunchDims, KernelArgs)> {
+    let align = p.alignment();
+    if c.vec * p.key.dtype.size() as u32 > align.bytes() {
+        return Err(Error::invalid(
+            "x",
+            format!(
+                "buffers aligned to {align} do not allow {}-element vectors",
+                c.vec
+            ),
+        ));
+    }
+    let (blocks, threads) = match c.strategy {
+        Strategy::Row => (p.rows.div_ceil(c.rows as u64), c.block_threads()),
+        Strategy::Online => (p.rows, c.threads),
+        Strategy::Cluster | Strategy::Staged => (p.rows.saturating_mul(c.splits as u64), c.threads),
+    };
+    if blocks > i32::MAX as u64 {
+        return Err(Error::invalid(
+            "rows",
+            format!("{} rows need more than 2^31 - 1 blocks", p.rows),
+        ));
+    }
+    let target = device.tuning_target();
+    // At most the staged limit (space::fits); the launch checks it against the device.
+    let smem = u32::try_from(c.smem_bytes(target, &p.key))
+        .map_err(|_| Error::invalid("config", "staged slice exceeds shared memory"))?;
+    let mut args = KernelArgs::new();
+    args.ptr(p.x)
+        .ptr(p.y)
+        .i64(p.rows as i64)
+        .i64(p.x_stride as i64)
+        .i64(p.y_stride as i64)
+        .f32(p.scale);
+    Ok((LaunchDims::linear(blocks as u32, threads).with_smem(smem), args))
+}
+
+macro_rules! planned {
+    ($ty:ident, $log:literal) => {
+        // Safety: `buffers` lists x and y with their full spans, and `launch_args` passes
+        // exactly those to the kernel, which stays within them.
+        unsafe impl PlannedKernel for $ty {
+            type Problem<'a> = SoftmaxProblem<'a>;
+            const SOURCE: &'static KernelSource = &SOURCE;
+
+            fn search_space(device: &DeviceInfo, key: &SoftmaxKey, _batch: u64) -> Vec<SoftmaxConfig> {
+                space::search_space(device.tuning_target(), key)
+            }
+
+            fn variant(device: &DeviceInfo, key: &SoftmaxKey, c: &SoftmaxConfig) -> Variant {
+                variant(device.tuning_target(), key, c, $log)
+            }
+
+            fn problem_shape(p: &SoftmaxProblem<'_>) -> (SoftmaxKey, u64) {
+                (p.key, p.rows)
+            }
+
+            fn buffers(p: &SoftmaxProblem<'_>) -> Vec<TuneBuffer> {
+                if p.x == p.y {
+                    // In place: every run must start from the caller's input.
+                    return vec![TuneBuffer {
+                        name: "x",
+                        ptr: p.x,
+                        bytes: p.span_bytes(p.x_stride),
+                        role: BufferRole::Restore,
+                    }];
+                }
+                vec![
+                    TuneBuffer {
+                        name: "x",
+                        ptr: p.x,
+                        bytes: p.span_bytes(p.x_stride),
+                        role: BufferRole::Read,
+                    },
+                    TuneBuffer {
+                        name: "y",
+                        ptr: p.y,
+                        bytes: p.span_bytes(p.y_stride),
+                        role: BufferRole::Write,
+                    },
+                ]
+            }
+
+            fn alignment(p: &SoftmaxProblem<'_>) -> AlignClass {
+                p.alignment()
+            }
+
+            fn fit_alignment(
+                device: &DeviceInfo,
+                key: &SoftmaxKey,
+                c: SoftmaxConfig,
+                align: AlignClass,
+            ) -> SoftmaxConfig {
+                fit(device.tuning_target(), key, c, align)
+            }
+
+            fn launch_args(
+                device: &DeviceInfo,
+                c: &SoftmaxConfig,
+                p: &SoftmaxProblem<'_>,
+            ) -> Result<(LaunchDims, KernelArgs)> {
+                launch_args(device, c, p)
+            }
+        }
+    };
+}
+
+planned!(Softmax, false);
+planned!(LogSoftmax, true);
+
+#[cfg(test)]
+mod tests {
+    //! Argument checks run before anything touches a device, so they are tested here
+    //! with made-up (never dereferenced) device addresses.
+    use super::*;
+
+    const X: u64 = 0x7f00_0000_0000;
+    const Y: u64 = 0x7f20_0000_0000;
+
+    fn raw(x: u64, x_len: usize, xr: Rows, y: u64, yr: Rows, scale: f32) -> Result<SoftmaxProblem<'static>> {
+        let y_len = yr.span().unwrap_or(0);
+        unsafe { SoftmaxProblem::raw(DType::F32, x, x_len, xr, y, y_len, yr, scale) }
+    }
+
+    fn bad_arg(r: Result<SoftmaxProblem<'static>>) -> String {
+        match r {
+            Err(Error::InvalidArgument { name, .. }) => name,
+            Err(e) => panic!("not an argument error: {e}"),
+            Ok(_) => panic!("bad input was accepted"),
+        }
+    }
+
+    #[test]
+    fn in_place_is_allowed_partial_overlap_is_not() {
+        let s = Rows::contiguous(8, 1000);
+        assert!(
+            raw(X, 8000, s, X, s, 1.0).is_ok(),
+            "y == x with equal strides is in place"
+        );
+        assert_eq!(bad_arg(raw(X, 8000, s, X + 4, s, 1.0)), "y");
+        assert_eq!(
+            bad_arg(raw(X, 8000, s, X, Rows::strided(8, 1000, 1004), 1.0)),
+            "y"
+        );
+    }
+
+    #[test]
+    fn each_bad_argument_is_named() {
+        let s = Rows::contiguous(8, 1000);
+        assert!(raw(X, 8000, s, Y, s, 0.5).is_ok());
+        assert_eq!(bad_arg(raw(X, 8000, s, Y, s, f32::INFINITY)), "scale");
+        assert_eq!(bad_arg(raw(X, 7999, s, Y, s, 1.0)), "x");
+        assert_eq!(bad_arg(raw(X, 8000, s, Y, Rows::contiguous(8, 999), 1.0)), "y");
+        assert_eq!(
+            bad_arg(raw(X + 2, 8000, s, Y, s, 1.0)),
+            "x",
+            "2-byte offset for 4-byte elements"
+        );
+        assert_eq!(bad_arg(raw(X, 0, Rows::contiguous(0, 1000), Y, s, 1.0)), "rows");
+    }
+
+    #[test]
+    fn alignment_narrows_the_vector_and_keeps_the_config_valid() {
+        let key = SoftmaxKey {
+            dtype: DType::Bf16,
+            cols: 128256,
+        };
+        // A cluster config holding its row slice in registers at 8-wide vectors.
+        let c = SoftmaxConfig {
+            strategy: Strategy::Cluster,
+            threads: 256,
+            vec: 8,
+            rows: 1,
+            splits: 8,
+        };
+        assert!(space::fits(Target::Sm90, &key, &c));
+        for align in [AlignClass::A16, AlignClass::A8, AlignClass::A4, AlignClass::A2] {
+            let f = fit(Target::Sm90, &key, c, align);
+            assert!(f.vec * 2 <= align.bytes(), "{align}: {f:?}");
+            assert!(
+                space::fits(Target::Sm90, &key, &f),
+                "{align}: {f:?} must still fit"
+            );
+        }
+    }
+
+    /// An AMD device as the HIP path describes it (`HipDeviceInfo::launch_limits`).
+    fn gfx942() -> DeviceInfo {
+        DeviceInfo {
+            name: "AMD Instinct MI300X".into(),
+            warp_size: 64,
+            max_smem_per_block_optin: 64 << 10,
+            amd_arch: Some("gfx942".into()),
+            ..DeviceInfo::nominal(Target::Sm90).unwrap()
+        }
+    }
+
+    #[test]
+    fn the_plan_carries_the_kernel_abi() {
+        let s = Rows::strided(8, 4096, 4104);
+        let p = raw(X, s.span().unwrap(), s, Y, Rows::contiguous(8, 4096), 0.5).unwrap();
+        let c = SoftmaxConfig {
+            strategy: Strategy::Row,
+            threads: 256,
+            vec: 4,
+            rows: 2,
+            splits: 1,
+        };
+        let plan = <Softmax as PlannedKernel>::plan(&gfx942(), &c, &p).unwrap();
+        // (x, y, rows, x_stride, y_stride, scale), one slot each.
+        assert_eq!(plan.args.slots(), &[X, Y, 8, 4104, 4096, 0.5f32.to_bits() as u64]);
+        assert_eq!(plan.dims, LaunchDims::linear(4, 512));
+        let log = <LogSoftmax as PlannedKernel>::plan(&gfx942(), &c, &p).unwrap();
+        assert_eq!(log.args, plan.args);
+        assert_ne!(log.variant, plan.variant, "log-softmax compiles its own variant");
+    }
+
+    /// The CUDA ops and the HIP ops launch `PlannedKernel::plan`; for a config both
+    /// kinds of device run, the plan (variant, dims, dynamic shared memory, argument
+    /// bytes) does not depend on the backend, and its variant is the one the runtime
+    /// compiles for the config.
+    #[test]
+    fn cuda_and_hip_get_the_same_plan_for_the_same_config() {
+        let key = SoftmaxKey {
+            dtype: DType::Bf16,
+            cols: 32000,
+        };
+        let s = Rows::contiguous(64, 32000);
+        let p = unsafe { SoftmaxProblem::raw(DType::Bf16, X, 64 * 32000, s, Y, 64 * 32000, s, 1.0) }.unwrap();
+        let (nvidia, amd) = (DeviceInfo::nominal(Target::Sm90).unwrap(), gfx942());
+        let space = space::search_space(Target::Gfx942, &key);
+        assert!(space.len() > 5, "{}", space.len());
+        for c in &space {
+            let on_cuda = <Softmax as PlannedKernel>::plan(&nvidia, c, &p).unwrap();
+            let on_hip = <Softmax as PlannedKernel>::plan(&amd, c, &p).unwrap();
+            assert_eq!(on_cuda, on_hip, "{c:?}");
+            assert_eq!(on_hip.variant, <Softmax as PlannedKernel>::variant(&amd, &key, c));
+        }
+        // A staged config takes shared memory by the device's target (none on AMD,
+        // where the space has no staged configs).
+        let staged = space::search_space(Target::Sm90, &key)
+            .into_iter()
+            .find(|c| c.strategy == Strategy::Staged)
+            .unwrap();
+        let plan = <Softmax as PlannedKernel>::plan(&nvidia, &staged, &p).unwrap();
+        assert_eq!(plan.dims.smem_bytes as u64, staged.smem_bytes(Target::Sm90, &key));
+        assert!(plan.dims.smem_bytes > 0);
+    }
+
+    #[test]
+    fn a_vector_the_buffers_do_not_allow_is_refused_naming_x() {
+        let s = Rows::contiguous(4, 4096);
+        let p = unsafe { SoftmaxProblem::raw(DType::Bf16, X + 4, 4 * 4096, s, Y, 4 * 4096, s, 1.0) }.unwrap();
+        let c = SoftmaxConfig {
+            strategy: Strategy::Row,
+            threads: 256,
+            vec: 8,
+            rows: 1,
+            splits: 1,
+        };
+        match <Softmax as PlannedKernel>::plan(&gfx942(), &c, &p) {
+            Err(Error::InvalidArgument { name, .. }) => assert_eq!(name, "x"),
+            other => panic!("expected an error naming x, got {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,249 @@
+//! Softmax and log-softmax on an AMD GPU (feature `rocm`) against the CPU reference:
+//! the ops as an engine calls them (raw pointers, a HIP stream, the config resolved
+//! like on CUDA), every config of the device's search space on one shape, and bad
+//! input refused before anything is launched.
+//!
+//! Without an AMD GPU each test prints `SKIPPED ...` to stderr; with
+//! `KERNELS_REQUIRE_GPU=1` that is a failure instead.
+
+use kernels_core::{
+    decode, encode, pseudo_random, DiskCache, Error, HipBuffer, HipDevice, HipRuntime, HipStream,
+    PlannedKernel, Policy, Rows,
+};
+use kernels_softmax::plan::SoftmaxProblem;
+use kernels_softmax::{hip, reference, space, LogSoftmax, Softmax, SoftmaxConfig, SoftmaxKey, Strategy};
+use tuned::{resolve_serve, DType, Resolved, Source, TunedKernel};
+
+fn runtime(test: &str) -> Option<(HipRuntime, HipStream)> {
+    let dev = match HipDevice::open(0) {
+        Ok(d) => d,
+        Err(e) => {
+            if std::env::var("KERNELS_REQUIRE_GPU").as_deref() == Ok("1") {
+                panic!("{test}: KERNELS_REQUIRE_GPU=1 but no HIP device could be opened: {e}");
+            }
+            // Past the harness's output capture, so the skip shows in every run.
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr(), "SKIPPED {test}: no AMD GPU found ({e})");
+            return None;
+        }
+    };
+    let rt = HipRuntime::with_cache(dev, DiskCache::from_env())
+        .expect("hipRTC loads where an AMD GPU is")
+        .with_policy(Policy::Serve);
+    let stream = rt.device().new_stream().expect("stream");
+    Some((rt, stream))
+}
+
+/// Device memory holding `host` in `dtype`, its usable part `offset` elements in (to
+/// make it not 16-byte aligned).
+struct Buf {
+    mem: HipBuffer<u8>,
+    dtype: DType,
+    offset: usize,
+}
+
+impl Buf {
+    fn new(rt: &HipRuntime, dtype: DType, host: &[f32], offset: usize) -> Buf {
+        let mut all = vec![0.0f32; offset];
+        all.extend_from_slice(host);
+        let mem = rt.device().from_host(&encode(dtype, &all)).expect("alloc");
+        Buf { mem, dtype, offset }
+    }
+    fn ptr(&self) -> u64 {
+        self.mem.device_ptr() + (self.offset * self.dtype.size()) as u64
+    }
+    fn len(&self) -> usize {
+        self.mem.len() / self.dtype.size() - self.offset
+    }
+    fn read(&self) -> Vec<f32> {
+        decode(self.dtype, &self.mem.to_vec().expect("read back"))[self.offset..].to_vec()
+    }
+}
+
+/// Fails unless `got` matches `want` within `(atol, rtol)` on the rows' columns (NaN
+/// where `want` is NaN, equal infinities) and equals it bit for bit in the padding.
+fn compare(what: &str, got: &[f32], want: &[f32], shape: Rows, tol: (f64, f64)) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let (r, c) = (i / shape.stride, i % shape.stride);
+        if r >= shape.rows || c >= shape.cols {
+            assert!(
+                g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                "{what}: padding element {i} was written ({g}, was {w})"
+            );
+            continue;
+        }
+        let ok = if w.is_nan() {
+            g.is_nan()
+        } else if w.is_infinite() {
+            g == w
+        } else {
+            ((g as f64) - (w as f64)).abs() <= tol.0 + tol.1 * (w as f64).abs()
+        };
+        assert!(ok, "{what}: row {r} col {c}: got {g}, want {w}");
+    }
+}
+
+/// The problem of `y = softmax(x * scale)` over two buffers of this device.
+fn problem<'a>(dtype: DType, x: &'a Buf, y: &'a Buf, shape: Rows, scale: f32) -> SoftmaxProblem<'a> {
+    // SAFETY: both buffers are live allocations of this device with the lengths given.
+    unsafe { SoftmaxProblem::raw(dtype, x.ptr(), x.len(), shape, y.ptr(), y.len(), shape, scale) }
+        .expect("valid problem")
+}
+
+/// The reference output: `y0` with the rows' columns overwritten.
+fn want(log: bool, x: &[f32], shape: Rows, y0: &[f32], scale: f32) -> Vec<f32> {
+    let mut y = y0.to_vec();
+    let f = if log {
+        reference::log_softmax
+    } else {
+        reference::softmax
+    };
+    f(
+        x,
+        shape.stride,
+        &mut y,
+        shape.stride,
+        shape.rows,
+        shape.cols,
+        scale,
+    );
+    y
+}
+
+/// Inputs as the device holds them (rounded to `dtype`).
+fn stored(dtype: DType, v: &[f32]) -> Vec<f32> {
+    decode(dtype, &encode(dtype, v))
+}
+
+#[test]
+fn ops_match_the_reference_and_resolve_like_cuda() {
+    let Some((rt, stream)) = runtime("ops_match_the_reference_and_resolve_like_cuda") else {
+        return;
+    };
+    let limits = rt.limits().clone();
+    // Log-softmax runs on the same stream lent as an engine's raw `hipStream_t`.
+    // SAFETY: `stream` is a live stream of this device and outlives `lent`.
+    let lent = unsafe { rt.device().borrow_stream(stream.as_raw()) };
+    for (dtype, rows, cols, stride, offset) in [
+        (DType::Bf16, 1, 1, 1, 0),
+        (DType::Bf16, 37, 1000, 1000, 0),
+        (DType::Bf16, 2, 40000, 40000, 0),
+        (DType::Bf16, 3, 151936, 151936, 0),
+        (DType::F16, 5, 2048, 2056, 1),
+        (DType::F32, 3, 4096, 4100, 2),
+    ] {
+        let shape = Rows::strided(rows, cols, stride);
+        let n = shape.span().unwrap();
+        let x_host = stored(dtype, &pseudo_random(n, 7, 6.0, 0.0));
+        let poison = vec![-7.5f32; n];
+        for log in [false, true] {
+            let what = format!(
+                "{} {dtype} [{rows}, {cols}] stride {stride} offset {offset}",
+                if log { "log_softmax" } else { "softmax" }
+            );
+            let x = Buf::new(&rt, dtype, &x_host, offset);
+            let y = Buf::new(&rt, dtype, &poison, offset);
+            let p = problem(dtype, &x, &y, shape, 0.75);
+            let used = if log {
+                hip::log_softmax(&rt, &lent, &p)
+            } else {
+                hip::softmax(&rt, &stream, &p)
+            }
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+            stream.synchronize().unwrap();
+            let expect = want(log, &x_host, shape, &poison, 0.75);
+            compare(&what, &y.read(), &expect, shape, reference::tolerance(dtype, log));
+
+            // Resolved as on CUDA: the gfx target's table, else the analytic default.
+            let key = SoftmaxKey {
+                dtype,
+                cols: cols as u32,
+            };
+            let serve = match limits.target() {
+                Some(t) => resolve_serve::<Softmax>(t, &key, rows as u64),
+                None => Resolved {
+                    config: Softmax::analytic_default(limits.tuning_target(), &key, rows as u64),
+                    source: Source::Default,
+                },
+            };
+            assert_eq!(used.source, serve.source, "{what}");
+            if offset == 0 && stride % 8 == 0 {
+                assert_eq!(used.config, serve.config, "{what}");
+            }
+        }
+    }
+    // Dropping the lent stream leaves the engine's stream alive.
+    drop(lent);
+    stream.synchronize().expect("the lent stream was not destroyed");
+}
+
+#[test]
+fn every_config_of_the_device_space_matches_the_reference() {
+    let Some((rt, stream)) = runtime("every_config_of_the_device_space_matches_the_reference") else {
+        return;
+    };
+    let (dtype, shape) = (DType::Bf16, Rows::strided(9, 4096, 4104));
+    let key = SoftmaxKey { dtype, cols: 4096 };
+    let n = shape.span().unwrap();
+    let x_host = stored(dtype, &pseudo_random(n, 3, 5.0, 0.0));
+    let poison = vec![3.25f32; n];
+    let x = Buf::new(&rt, dtype, &x_host, 0);
+    let configs = space::search_space(rt.limits().tuning_target(), &key);
+    assert!(!configs.is_empty());
+    let expect = want(true, &x_host, shape, &poison, 1.0);
+    for c in configs {
+        let y = Buf::new(&rt, dtype, &poison, 0);
+        let p = problem(dtype, &x, &y, shape, 1.0);
+        rt.launch_config::<LogSoftmax>(&stream, &c, &p)
+            .unwrap_or_else(|e| panic!("{c:?}: {e}"));
+        stream.synchronize().unwrap();
+        compare(
+            &format!("{c:?}"),
+            &y.read(),
+            &expect,
+            shape,
+            reference::tolerance(dtype, true),
+        );
+    }
+}
+
+#[test]
+fn bad_input_is_refused_naming_the_argument_and_launches_nothing() {
+    let Some((rt, stream)) = runtime("bad_input_is_refused_naming_the_argument_and_launches_nothing") else {
+        return;
+    };
+    let (dtype, shape) = (DType::Bf16, Rows::contiguous(4, 4096));
+    let poison = vec![1.5f32; 4 * 4096];
+    // Shifted by one element: 2-byte aligned, so 8-wide vectors are not allowed.
+    let x = Buf::new(&rt, dtype, &pseudo_random(4 * 4096, 1, 1.0, 0.0), 1);
+    let y = Buf::new(&rt, dtype, &poison, 1);
+    let p = problem(dtype, &x, &y, shape, 1.0);
+    let wide = SoftmaxConfig {
+        strategy: Strategy::Row,
+        threads: 64,
+        vec: 8,
+        rows: 1,
+        splits: 1,
+    };
+    let named = |r: kernels_core::Result<()>| match r {
+        Err(Error::InvalidArgument { name, .. }) => name,
+        other => panic!("expected an argument error, got {other:?}"),
+    };
+    assert!(<Softmax as PlannedKernel>::plan(rt.limits(), &wide, &p).is_err());
+    assert_eq!(named(rt.launch_config::<Softmax>(&stream, &wide, &p)), "x");
+    // Clusters are an sm_90 feature: not a config of an AMD device.
+    let cluster = SoftmaxConfig {
+        strategy: Strategy::Cluster,
+        threads: 256,
+        vec: 4,
+        rows: 1,
+        splits: 2,
+    };
+    assert_eq!(
+        named(rt.launch_config::<Softmax>(&stream, &cluster, &p)),
+        "config"
+    );
+    stream.synchronize().unwrap();
+    assert_eq!(y.read(), poison, "y was written");
+}
