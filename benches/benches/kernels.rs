@@ -22,8 +22,8 @@ use std::time::Duration;
 use criterion::{BenchmarkId, Criterion, Throughput};
 use kernels::core::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use kernels::core::{
-    alloc_random, time_runs, Device, GraphTimer, KernelArgs, KernelSource, LaunchDims, RawStream, Rows,
-    Runtime, TimingOptions, Tunable, Variant,
+    alloc_random, time_runs, Device, GraphTimer, KernelArgs, KernelSource, LaunchDims, PlannedKernel,
+    RawStream, Rows, Runtime, TimingOptions, Tunable, Variant,
 };
 use kernels::rmsnorm::ops::{self as norm_ops, NormProblem};
 use kernels::rmsnorm::{FusedAddRmsNorm, RmsNorm, RmsNormConfig, RmsNormKey};

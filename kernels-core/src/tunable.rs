@@ -1,44 +1,39 @@
 //! The [`Tunable`] trait a kernel family implements to be compiled, launched and tuned
 //! by the runtime, and [`DynTunable`], its object-safe form for tools (`kernels tune`).
 
-use std::fmt::Debug;
-use std::hash::Hash;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
-use tuned::{KernelSchema, StaticKey, TunedKernel};
+use tuned::{KernelSchema, StaticKey};
 
-use crate::{
-    AlignClass, DeviceInfo, Error, Kernel, KernelSource, Recheck, Result, Runtime, TuneBuffer, TuneOptions,
-    TuneRecord, Variant,
-};
+use crate::{Error, Kernel, PlannedKernel, RawStream, Recheck, Result, Runtime, TuneOptions, TuneRecord};
 
-/// A kernel family the runtime can compile, launch and tune. Builds on
-/// [`TunedKernel`] (key, config, schema, analytic default, baked tables).
+/// A kernel family the CUDA runtime can compile, launch and tune: a [`PlannedKernel`]
+/// (key, config, schema, analytic default and tables through [`tuned::TunedKernel`]; search
+/// space, variants, problems, buffers and launch plans without a backend) plus what
+/// the CUDA tuner needs of its own: problems it allocates ([`Tunable::alloc_problem`])
+/// and the launch on a CUDA stream.
 ///
-/// A problem is the kernel's arguments for one call ([`Tunable::Problem`], borrowing
-/// the caller's buffers); [`Tunable::buffers`] describes its device memory so the tuner
-/// can make repeated runs safe: `Restore` buffers are snapshotted and put back, and
-/// `Zero` buffers zeroed, before every run and outside the timed region; after tuning
-/// the caller's buffers hold exactly what one plain run of the chosen config gives.
+/// The tuner makes repeated runs safe through [`PlannedKernel::buffers`]: `Restore`
+/// buffers are snapshotted and put back, and `Zero` buffers zeroed, before every run
+/// and outside the timed region; after tuning the caller's buffers hold exactly what
+/// one plain run of the chosen config gives.
 ///
 /// # Safety
-/// [`Tunable::buffers`] must list every buffer [`Tunable::launch`] writes, with
-/// addresses and lengths valid for as long as the problem lives: the tuner copies into
-/// and zeroes them. `launch` must launch `kernel` with arguments that match the source's
-/// entry point and stay within those buffers.
+/// As for [`PlannedKernel`]; an overriding [`Tunable::launch`] must also stay within
+/// the buffers [`PlannedKernel::buffers`] lists.
 ///
 /// # Example
 ///
 /// ```ignore
 /// static SOURCE: KernelSource = KernelSource::new("scale", include_str!("../cuda/scale.cu"), SOURCE_FINGERPRINT);
 ///
-/// pub struct ScaleProblem<'a> { x: &'a mut CudaSlice<f32>, a: f32 }
+/// // Raw device addresses, so the same problem serves CUDA and HIP.
+/// pub struct ScaleProblem<'a> { x: u64, n: u32, a: f32, _buf: PhantomData<&'a mut [f32]> }
 ///
-/// unsafe impl Tunable for Scale {
+/// unsafe impl PlannedKernel for Scale {
 ///     type Problem<'a> = ScaleProblem<'a>;
-///     type Owned = (CudaSlice<f32>, f32);
 ///     const SOURCE: &'static KernelSource = &SOURCE;
 ///
 ///     fn search_space(_: &DeviceInfo, _: &ScaleKey, _: u64) -> Vec<ScaleConfig> {
@@ -47,80 +42,43 @@ use crate::{
 ///     fn variant(_: &DeviceInfo, _: &ScaleKey, c: &ScaleConfig) -> Variant {
 ///         Variant::new("scale").define("THREADS", c.threads)
 ///     }
-///     fn problem_shape(p: &ScaleProblem<'_>) -> (ScaleKey, u64) { (ScaleKey, p.x.len() as u64) }
+///     fn problem_shape(p: &ScaleProblem<'_>) -> (ScaleKey, u64) { (ScaleKey, p.n as u64) }
 ///     fn buffers(p: &ScaleProblem<'_>) -> Vec<TuneBuffer> {
-///         let (ptr, _) = p.x.device_ptr(p.x.stream());
-///         vec![TuneBuffer { name: "x", ptr, bytes: p.x.num_bytes(), role: BufferRole::Restore }]
+///         vec![TuneBuffer { name: "x", ptr: p.x, bytes: p.n as usize * 4, role: BufferRole::Restore }]
 ///     }
-///     fn launch(k: &Kernel, stream: &Arc<CudaStream>, c: &ScaleConfig, p: &ScaleProblem<'_>) -> Result<()> {
-///         let n = p.x.len() as u32;
-///         let mut l = k.builder(stream, LaunchDims::linear(n.div_ceil(c.threads), c.threads))?;
-///         l.arg(&*p.x).arg(&p.a).arg(&n);
-///         unsafe { l.launch() }
+///     fn launch_args(_: &DeviceInfo, c: &ScaleConfig, p: &ScaleProblem<'_>) -> Result<(LaunchDims, KernelArgs)> {
+///         let mut args = KernelArgs::new();
+///         args.ptr(p.x).f32(p.a).u32(p.n);
+///         Ok((LaunchDims::linear(p.n.div_ceil(c.threads), c.threads), args))
 ///     }
+/// }
+///
+/// unsafe impl Tunable for Scale {
+///     type Owned = (CudaSlice<f32>, f32);
 ///     fn alloc_problem(stream: &Arc<CudaStream>, _: &ScaleKey, batch: u64) -> Result<(CudaSlice<f32>, f32)> { ... }
-///     fn borrow_problem(o: &mut (CudaSlice<f32>, f32)) -> ScaleProblem<'_> { ScaleProblem { x: &mut o.0, a: o.1 } }
+///     fn borrow_problem(o: &mut (CudaSlice<f32>, f32)) -> ScaleProblem<'_> { ... }
 /// }
 /// ```
-pub unsafe trait Tunable:
-    TunedKernel<
-    Key: Clone + Eq + Hash + Debug + Send + Sync + 'static,
-    Config: Eq + Hash + Debug + Send + Sync + 'static,
->
-{
-    /// The arguments of one call, borrowing the caller's buffers.
-    type Problem<'a>;
+pub unsafe trait Tunable: PlannedKernel {
     /// A problem the tuner allocates itself (offline tuning, online resolution without
     /// a caller's problem).
     type Owned;
 
-    /// The device source every variant compiles from.
-    const SOURCE: &'static KernelSource;
-
-    /// The search space for `key` and `batch`, pruned by the kernel's rules and the
-    /// device's limits (threads, shared memory, registers). The analytic default is
-    /// added by the tuner whether or not it is listed.
-    fn search_space(device: &DeviceInfo, key: &Self::Key, batch: u64) -> Vec<Self::Config>;
-
-    /// The compiled variant of `config` for `key`: entry point, defines and hints.
-    /// Configs that share a variant share a module.
-    fn variant(device: &DeviceInfo, key: &Self::Key, config: &Self::Config) -> Variant;
-
-    /// The static key and batch of a problem.
-    fn problem_shape(problem: &Self::Problem<'_>) -> (Self::Key, u64);
-
-    /// Every device buffer of the problem with its role.
-    fn buffers(problem: &Self::Problem<'_>) -> Vec<TuneBuffer>;
-
-    /// The pointer/stride alignment class of a problem (part of the online cache key
-    /// and memo). The default computes it from [`Tunable::buffers`]; override it to
-    /// avoid building that list on every launch.
-    fn alignment(problem: &Self::Problem<'_>) -> AlignClass {
-        AlignClass::of(Self::buffers(problem).iter().map(|b| b.ptr))
-    }
-
-    /// The config adjusted to what a problem's pointer and stride alignment allows (a
-    /// narrower vector for buffers that are not 16-byte aligned). Applied to every
-    /// resolved config and every tuning candidate before it is compiled, on `device`.
-    /// The default keeps the config.
-    fn fit_alignment(
-        _device: &DeviceInfo,
-        _key: &Self::Key,
-        config: Self::Config,
-        _align: AlignClass,
-    ) -> Self::Config {
-        config
-    }
-
-    /// Launches `kernel` (compiled from [`Tunable::variant`] of `config`) on `problem`.
-    /// Validate what the config needs (alignment, sizes) and return an error naming
-    /// the argument rather than launching.
+    /// Launches `kernel` (compiled from [`PlannedKernel::variant`] of `config`) on
+    /// `problem`: by default the plan's [`PlannedKernel::launch_args`] (which checks
+    /// what the config needs of the problem and names the argument otherwise) through
+    /// [`Kernel::launch_raw`].
     fn launch(
         kernel: &Kernel,
         stream: &Arc<CudaStream>,
         config: &Self::Config,
         problem: &Self::Problem<'_>,
-    ) -> Result<()>;
+    ) -> Result<()> {
+        let (dims, args) = Self::launch_args(kernel.info(), config, problem)?;
+        // SAFETY: the PlannedKernel contract: the plan matches the variant's entry
+        // point and stays within the problem's buffers.
+        unsafe { kernel.launch_raw(RawStream::of(stream), dims, &args) }
+    }
 
     /// Allocates a problem of `key` and `batch` with deterministic contents.
     fn alloc_problem(stream: &Arc<CudaStream>, key: &Self::Key, batch: u64) -> Result<Self::Owned>;

@@ -14,8 +14,9 @@ use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, PushKernelArg};
 use kernels_core::{
     parse_shapes, tune_table, BufferRole, Device, DeviceInfo, DiskCache, DynTunable, Error, Kernel,
-    KernelArgs, KernelSource, LaunchDims, ModuleOrigin, Policy, RawStream, Runtime, RuntimeOptions, TableJob,
-    TimingMethod, TimingOptions, Tunable, TunableDyn, TuneBuffer, TuneOptions, Variant,
+    KernelArgs, KernelSource, LaunchDims, ModuleOrigin, PlannedKernel, Policy, RawStream, Runtime,
+    RuntimeOptions, TableJob, TimingMethod, TimingOptions, Tunable, TunableDyn, TuneBuffer, TuneOptions,
+    Variant,
 };
 use tuned::{
     int_key, int_param, BakedTable, Field, KernelSchema, KeyValues, Source, Target, TunedKernel, Value,
@@ -203,10 +204,9 @@ fn scale_variant(c: &ScaleConfig) -> Variant {
         .define("BROKEN", c.broken as u32)
 }
 
-// SAFETY: `buffers` lists `x`, the only buffer `launch` touches, with its real length.
-unsafe impl Tunable for Scale {
+// SAFETY: `buffers` lists `x`, the only buffer the plan touches, with its real length.
+unsafe impl PlannedKernel for Scale {
     type Problem<'a> = ScaleProblem<'a>;
-    type Owned = (CudaSlice<f32>, u64, u32);
     const SOURCE: &'static KernelSource = &SOURCE;
 
     fn search_space(_: &DeviceInfo, _: &ScaleKey, _: u64) -> Vec<ScaleConfig> {
@@ -244,6 +244,32 @@ unsafe impl Tunable for Scale {
             role: BufferRole::Restore,
         }]
     }
+    fn launch_args(
+        _: &DeviceInfo,
+        c: &ScaleConfig,
+        p: &ScaleProblem<'_>,
+    ) -> kernels_core::Result<(LaunchDims, KernelArgs)> {
+        let n = p.rows * p.cols as u64;
+        if p.x.len() as u64 != n {
+            return Err(Error::invalid(
+                "x",
+                format!("has {} elements, rows*cols = {n}", p.x.len()),
+            ));
+        }
+        let (ptr, _record) = p.x.device_ptr(p.x.stream());
+        let mut args = KernelArgs::new();
+        args.ptr(ptr).u64(n).f32(A).f32(B);
+        Ok((
+            LaunchDims::linear(n.div_ceil(c.threads as u64) as u32, c.threads),
+            args,
+        ))
+    }
+}
+
+// SAFETY: as the PlannedKernel implementation; `launch` (cudarc's builder, with
+// the buffers' event tracking) passes exactly the buffers `buffers` lists.
+unsafe impl Tunable for Scale {
+    type Owned = (CudaSlice<f32>, u64, u32);
     fn launch(
         kernel: &Kernel,
         stream: &Arc<CudaStream>,
@@ -344,10 +370,9 @@ struct HistProblem<'a> {
     hist: &'a mut CudaSlice<u32>,
 }
 
-// SAFETY: `buffers` lists both buffers `launch` touches, with their real lengths.
-unsafe impl Tunable for Hist {
+// SAFETY: `buffers` lists both buffers the plan touches, with their real lengths.
+unsafe impl PlannedKernel for Hist {
     type Problem<'a> = HistProblem<'a>;
-    type Owned = (CudaSlice<u32>, CudaSlice<u32>);
     const SOURCE: &'static KernelSource = &SOURCE;
 
     fn search_space(_: &DeviceInfo, _: &u32, _: u64) -> Vec<HistConfig> {
@@ -388,6 +413,25 @@ unsafe impl Tunable for Hist {
             },
         ]
     }
+    fn launch_args(
+        device: &DeviceInfo,
+        c: &HistConfig,
+        p: &HistProblem<'_>,
+    ) -> kernels_core::Result<(LaunchDims, KernelArgs)> {
+        let n = p.x.len() as u64;
+        let grid = (device.sm_count * c.blocks_per_sm).min(n.div_ceil(c.threads as u64).max(1) as u32);
+        let (x, _r1) = p.x.device_ptr(p.x.stream());
+        let (h, _r2) = p.hist.device_ptr(p.hist.stream());
+        let mut args = KernelArgs::new();
+        args.ptr(x).u64(n).ptr(h).u32(p.hist.len() as u32);
+        Ok((LaunchDims::linear(grid, c.threads), args))
+    }
+}
+
+// SAFETY: as the PlannedKernel implementation; `launch` (cudarc's builder, with
+// the buffers' event tracking) passes exactly the buffers `buffers` lists.
+unsafe impl Tunable for Hist {
+    type Owned = (CudaSlice<u32>, CudaSlice<u32>);
     fn launch(
         kernel: &Kernel,
         stream: &Arc<CudaStream>,

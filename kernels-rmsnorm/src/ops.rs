@@ -9,10 +9,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use kernels_core::cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut};
-use kernels_core::{
-    alloc_random, AlignClass, DeviceInfo, Element, Kernel, KernelSource, PlannedKernel, RawStream, Result,
-    Rows, Runtime, Tunable, TunableDyn, TuneBuffer, Variant,
-};
+use kernels_core::{alloc_random, Element, Result, Rows, Runtime, Tunable, TunableDyn};
 use tuned::Resolved;
 
 use crate::{FusedAddRmsNorm, RmsNorm, RmsNormConfig, RmsNormKey};
@@ -126,65 +123,12 @@ impl NormBuffers {
     }
 }
 
-/// Launches `c` on `p` on the kernel's device ([`PlannedKernel::launch_args`]).
-fn launch<K: PlannedKernel>(
-    kernel: &Kernel,
-    stream: &CudaStream,
-    c: &K::Config,
-    p: &K::Problem<'_>,
-) -> Result<()> {
-    let (dims, args) = K::launch_args(kernel.info(), c, p)?;
-    // Safe: the plan follows cuda/rmsnorm.cu's ABI and the problem was validated
-    // against the buffers' lengths when it was built.
-    unsafe { kernel.launch_raw(RawStream::of(stream), dims, &args) }
-}
-
 macro_rules! tunable {
     ($ty:ident, $dyn:ident) => {
-        // Safety: as the PlannedKernel implementation (crate::plan), whose buffers and
-        // plan these delegate to.
+        // Safety: the launch is the PlannedKernel plan (crate::plan), whose buffers
+        // and arguments follow the kernel's ABI.
         unsafe impl Tunable for $ty {
-            type Problem<'a> = NormProblem<'a>;
             type Owned = NormBuffers;
-            const SOURCE: &'static KernelSource = &SOURCE;
-
-            fn search_space(device: &DeviceInfo, key: &RmsNormKey, batch: u64) -> Vec<RmsNormConfig> {
-                <$ty as PlannedKernel>::search_space(device, key, batch)
-            }
-
-            fn variant(device: &DeviceInfo, key: &RmsNormKey, c: &RmsNormConfig) -> Variant {
-                <$ty as PlannedKernel>::variant(device, key, c)
-            }
-
-            fn problem_shape(p: &NormProblem<'_>) -> (RmsNormKey, u64) {
-                <$ty as PlannedKernel>::problem_shape(p)
-            }
-
-            fn buffers(p: &NormProblem<'_>) -> Vec<TuneBuffer> {
-                <$ty as PlannedKernel>::buffers(p)
-            }
-
-            fn alignment(p: &NormProblem<'_>) -> AlignClass {
-                p.alignment()
-            }
-
-            fn fit_alignment(
-                device: &DeviceInfo,
-                key: &RmsNormKey,
-                c: RmsNormConfig,
-                align: AlignClass,
-            ) -> RmsNormConfig {
-                <$ty as PlannedKernel>::fit_alignment(device, key, c, align)
-            }
-
-            fn launch(
-                kernel: &Kernel,
-                stream: &Arc<CudaStream>,
-                c: &RmsNormConfig,
-                p: &NormProblem<'_>,
-            ) -> Result<()> {
-                launch::<$ty>(kernel, stream, c, p)
-            }
 
             fn alloc_problem(stream: &Arc<CudaStream>, key: &RmsNormKey, batch: u64) -> Result<NormBuffers> {
                 NormBuffers::alloc(stream, key, batch)

@@ -104,7 +104,7 @@ fn jobs_of<K: Tunable>(
 /// (entry, defines, arch). AMD targets get the same kinds of defines; they compile
 /// with clang for the gfx arch (`scripts/hip_check.py`).
 pub fn reachable(target: Target, shapes_dir: &Path) -> Result<Vec<VariantJob>, String> {
-    // These kernels' variants depend on key and config only; `Tunable::variant` takes a
+    // These kernels' variants depend on key and config only; `PlannedKernel::variant` takes a
     // device description, so a nominal one stands in (with AMD's 64-lane wavefront).
     let info = match target.vendor() {
         tuned::Vendor::Nvidia => DeviceInfo::nominal(target),

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use kernels::core::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use kernels::core::Rows;
 use kernels::core::{
-    decode, encode, pseudo_random, AlignClass, Device, DiskCache, Policy, Runtime, RuntimeOptions, Tunable,
-    TuneOptions,
+    decode, encode, pseudo_random, AlignClass, Device, DiskCache, PlannedKernel, Policy, Runtime,
+    RuntimeOptions, TuneOptions,
 };
 use kernels::rmsnorm::ops::{self as norm_ops, NormProblem};
 use kernels::rmsnorm::{reference as norm_ref, FusedAddRmsNorm, RmsNorm, RmsNormKey};
