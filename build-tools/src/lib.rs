@@ -331,7 +331,7 @@ fn emit_table(code: &mut String, ident: &str, table: &TableFile, built_fingerpri
     let params: Vec<String> = h.params.iter().map(|p| format!("{p:?}")).collect();
     writeln!(
         code,
-        "/// `{}` tuned for {} on {} ({}), {}.\npub static {ident}: ::tuned::BakedTable = ::tuned::BakedTable {{\n    kernel: {:?},\n    target: ::tuned::Target::{:?},\n    device: {:?},\n    compiler: {:?},\n    source_fingerprint: {:?},\n    built_fingerprint: {:?},\n    tuned_at: {:?},\n    params: &[{}],\n    len: {},\n    entries: {},\n}};",
+        "/// `{}` tuned for {} on {} ({}), {}.\npub static {ident}: ::tuned::BakedTable = ::tuned::BakedTable {{\n    kernel: {:?},\n    target: ::tuned::Target::{:?},\n    device: {:?},\n    compiler: {:?},\n    source_fingerprint: {:?},\n    built_fingerprint: {:?},\n    tuned_at: {:?},\n    timing: {:?},\n    params: &[{}],\n    len: {},\n    entries: {},\n}};",
         h.kernel,
         h.target,
         h.device,
@@ -344,6 +344,7 @@ fn emit_table(code: &mut String, ident: &str, table: &TableFile, built_fingerpri
         h.source_fingerprint,
         built_fingerprint,
         h.tuned_at,
+        h.timing,
         params.join(", "),
         table.entries.len(),
         map.build()

@@ -55,8 +55,8 @@ impl TimingMethod {
     /// `single` or `graph`.
     pub fn name(self) -> &'static str {
         match self {
-            TimingMethod::Single => "single",
-            TimingMethod::Graph => "graph",
+            TimingMethod::Single => tuned::TIMING_SINGLE,
+            TimingMethod::Graph => tuned::TIMING_GRAPH,
         }
     }
 }

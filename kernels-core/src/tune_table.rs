@@ -250,6 +250,9 @@ pub struct TableJob<'a> {
     pub tables_dir: &'a Path,
     /// Search every shape again, ignoring cached results.
     pub retune: bool,
+    /// How `search` times candidates (recorded in the table; a table's entries all
+    /// share one method).
+    pub timing: crate::TimingMethod,
 }
 
 impl TableJob<'_> {
@@ -430,6 +433,7 @@ fn write_table(job: &TableJob<'_>, entries: Vec<TableEntry>, outcome: &mut Table
         compiler: job.compiler.to_string(),
         source_fingerprint: job.source_fingerprint.to_string(),
         tuned_at: today(),
+        timing: job.timing.name().to_string(),
         key_fields: job.schema.key_names().map(str::to_string).collect(),
         params: job.schema.param_names().map(str::to_string).collect(),
     };
@@ -590,6 +594,7 @@ mod tests {
             compiler: "nvrtc 13.0",
             tables_dir: dir,
             retune,
+            timing: crate::TimingMethod::Single,
         }
     }
 

@@ -1043,6 +1043,7 @@ fn tune_command_path_writes_a_table_and_resumes() {
         compiler: &rt.compiler().id(),
         tables_dir: &tables,
         retune: false,
+        timing: kernels_core::TimingMethod::Single,
     };
     let key_for = |key: &tuned::StaticKey, batch: u64| {
         rt.tuning_key(

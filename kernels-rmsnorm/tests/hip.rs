@@ -375,6 +375,7 @@ fn tuning_restores_in_place_buffers_and_writes_a_gfx_table() {
         compiler: &compiler,
         tables_dir: &tables,
         retune: false,
+        timing: kernels_core::TimingMethod::Single,
     };
     let key_for = |key: &StaticKey, batch: u64| {
         rt.tuning_key(

@@ -402,21 +402,28 @@ fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {
             if json {
                 let arr: Vec<_> = baked
                     .iter()
-                    .map(|b| serde_json::json!({"kernel": b.kernel, "target": b.target.name(), "entries": b.entries, "markers": b.markers, "device": b.device, "tuned_at": b.tuned_at, "fingerprint": b.fingerprint, "stale": b.stale}))
+                    .map(|b| serde_json::json!({"kernel": b.kernel, "target": b.target.name(), "entries": b.entries, "markers": b.markers, "device": b.device, "tuned_at": b.tuned_at, "timing": b.timing, "fingerprint": b.fingerprint, "stale": b.stale}))
                     .collect();
                 println!("{}", serde_json::Value::from(arr));
             } else if baked.is_empty() {
                 println!("no tables are baked into this binary (every lookup uses the analytic default)");
             } else {
                 println!(
-                    "{:<18} {:<7} {:>7} {:>7}  {:<14} {:<11} fingerprint",
-                    "kernel", "target", "entries", "markers", "device", "tuned"
+                    "{:<18} {:<7} {:>7} {:>7}  {:<14} {:<11} {:<7} fingerprint",
+                    "kernel", "target", "entries", "markers", "device", "tuned", "timing"
                 );
                 for b in &baked {
                     let fresh = if b.stale { "stale" } else { "fresh" };
                     println!(
-                        "{:<18} {:<7} {:>7} {:>7}  {:<14} {:<11} {} ({fresh})",
-                        b.kernel, b.target, b.entries, b.markers, b.device, b.tuned_at, b.fingerprint
+                        "{:<18} {:<7} {:>7} {:>7}  {:<14} {:<11} {:<7} {} ({fresh})",
+                        b.kernel,
+                        b.target,
+                        b.entries,
+                        b.markers,
+                        b.device,
+                        b.tuned_at,
+                        b.timing,
+                        b.fingerprint
                     );
                 }
                 println!("(markers: batches where tuning measured the analytic default best; they serve it)");

@@ -2,9 +2,12 @@
 //! GPU runtime (`kernels-core`); the retune bench calls [`tune`] too. Shape files are described in
 //! `kernels_core::tune_table` (a JSON array of `{key fields..., "batch": N or [N, ...]}`).
 
-use std::path::{Path, PathBuf};
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+use std::path::Path;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
+#[cfg(any(feature = "cuda", feature = "rocm"))]
 use tuned::{StaticKey, Target};
 
 /// What `kernels tune` was asked.
@@ -77,6 +80,7 @@ pub fn tune(args: TuneArgs) -> CmdResult {
 /// The target to tune for: the device's (`auto`), or the one named, which must be the
 /// device's. `device` describes the device for messages. A device without a table
 /// target under `auto` is a runtime failure (printed), not a usage error.
+#[cfg(any(feature = "cuda", feature = "rocm"))]
 fn choose_target(
     asked: &str,
     device_target: Option<Target>,
@@ -97,6 +101,7 @@ fn choose_target(
 
 /// Prints what `tune_table` did and returns the exit status (failure when a shape
 /// failed).
+#[cfg(any(feature = "cuda", feature = "rocm"))]
 fn report_table(out: &kernels_core::TableOutcome) -> ExitCode {
     for (key, batch, reason) in &out.failed {
         println!("failed: [{key}] batch {batch}: {reason}");
@@ -120,13 +125,17 @@ fn report_table(out: &kernels_core::TableOutcome) -> ExitCode {
         for (key, batch) in &m.stale_dropped {
             println!("dropped  [{key}] batch {batch}: measured against another kernel source");
         }
+        for (key, batch) in &m.retimed_dropped {
+            println!("dropped  [{key}] batch {batch}: timed with another method");
+        }
         println!(
-            "wrote {} ({} added, {} replaced, {} kept, {} stale dropped; {} searched, {} from cache)",
+            "wrote {} ({} added, {} replaced, {} kept, {} stale dropped, {} retimed dropped; {} searched, {} from cache)",
             out.path.display(),
             m.added.len(),
             m.replaced.len(),
             m.kept.len(),
             m.stale_dropped.len(),
+            m.retimed_dropped.len(),
             out.tuned,
             out.cached
         );
@@ -141,6 +150,7 @@ fn report_table(out: &kernels_core::TableOutcome) -> ExitCode {
 }
 
 /// `[done/total]` per shape, and an ETA from the pace of the shapes done so far.
+#[cfg(any(feature = "cuda", feature = "rocm"))]
 fn print_progress(p: &kernels_core::Progress<'_>, started: std::time::Instant) {
     use kernels_core::Progress;
     let eta = |index: usize, total: usize| {
@@ -202,6 +212,7 @@ fn print_progress(p: &kernels_core::Progress<'_>, started: std::time::Instant) {
 /// default and a quick search, all on the device), prints what moved, and fails when
 /// an entry is more than `threshold` slower than the default or than the quick
 /// search's best. Default markers are skipped and counted (they serve the default).
+#[cfg(any(feature = "cuda", feature = "rocm"))]
 fn check_entries<K>(
     target: Target,
     kernels: &[K],
@@ -273,7 +284,88 @@ fn check_entries<K>(
     })
 }
 
+/// What `kernels tune` needs of an open device, whatever the backend.
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+struct TuneDevice<'a> {
+    schema: &'static tuned::KernelSchema,
+    fingerprint: &'static str,
+    target: Target,
+    /// Device name, as recorded in the table.
+    device: &'a str,
+    /// Compiler and version, as recorded in the table.
+    compiler: &'a str,
+    arch: &'a str,
+    /// How candidates are timed (HIP: single launches, whatever was asked).
+    timing: kernels_core::TimingMethod,
+    /// The backend and timing, for the banner (`graph timing`, `HIP, single-launch timing`).
+    timing_label: &'a str,
+    cache: &'a kernels_core::DiskCache,
+}
+
+/// The backend-neutral rest of `kernels tune` once a device is open: the options, the
+/// table job, the banner, [`kernels_core::tune_table`] over `shapes` (each shape
+/// searched by `search`, results cached under `key_for`) and the report.
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+fn tune_on(
+    args: &TuneArgs,
+    dev: &TuneDevice<'_>,
+    shapes: &[(StaticKey, u64)],
+    key_for: &dyn Fn(&StaticKey, u64) -> kernels_core::CacheKey,
+    search: &mut dyn FnMut(
+        &StaticKey,
+        u64,
+        &kernels_core::TuneOptions,
+    ) -> kernels_core::Result<kernels_core::TuneRecord>,
+) -> CmdResult {
+    let mut opts = kernels_core::TuneOptions::default();
+    if let Some(r) = args.reps {
+        opts.timing.reps = r;
+    }
+    opts.timing.method = dev.timing;
+    let tables = args.tables.clone().unwrap_or_else(crate::tables::default_dir);
+    let job = kernels_core::TableJob {
+        schema: dev.schema,
+        target: dev.target,
+        source_fingerprint: dev.fingerprint,
+        device: dev.device,
+        compiler: dev.compiler,
+        tables_dir: &tables,
+        retune: args.retune,
+        timing: dev.timing,
+    };
+    println!(
+        "tuning {} on {} ({}, {}, {}) for {} shape(s); results cached in {}",
+        dev.schema.kernel,
+        dev.device,
+        dev.target,
+        dev.arch,
+        dev.timing_label,
+        shapes.len(),
+        dev.cache
+            .root()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "(cache disabled: not resumable)".into())
+    );
+    let started = std::time::Instant::now();
+    let result = kernels_core::tune_table(
+        &job,
+        shapes,
+        dev.cache,
+        key_for,
+        &mut |key, batch| search(key, batch, &opts),
+        &mut |p| print_progress(&p, started),
+    );
+    match result {
+        Ok(out) => Ok(report_table(&out)),
+        Err(e) => {
+            eprintln!("kernels: tune: {e}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
 /// Reads and parses a shape file for `schema`.
+#[cfg(any(feature = "cuda", feature = "rocm"))]
 fn read_shapes(schema: &'static tuned::KernelSchema, path: &Path) -> Result<Vec<(StaticKey, u64)>, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("--shapes: cannot read {}: {e}", path.display()))?;
@@ -282,6 +374,7 @@ fn read_shapes(schema: &'static tuned::KernelSchema, path: &Path) -> Result<Vec<
 }
 
 /// The shapes `kernels tune` searches: at least one.
+#[cfg(any(feature = "cuda", feature = "rocm"))]
 fn tune_shapes(schema: &'static tuned::KernelSchema, path: &Path) -> Result<Vec<(StaticKey, u64)>, String> {
     let shapes = read_shapes(schema, path)?;
     if shapes.is_empty() {
@@ -291,6 +384,7 @@ fn tune_shapes(schema: &'static tuned::KernelSchema, path: &Path) -> Result<Vec<
 }
 
 /// The error of a kernel name no tunable matches, listing those that do.
+#[cfg(any(feature = "cuda", feature = "rocm"))]
 fn unknown_kernel(kernel: &str, names: &[&str], what: &str) -> String {
     let known = if names.is_empty() {
         "none yet".to_string()
@@ -319,7 +413,7 @@ pub fn check_tables(
         Backend::Cuda => cuda::check_tables(threshold, sample, timing, only),
         #[cfg(not(feature = "cuda"))]
         Backend::Cuda => {
-            let _ = timing;
+            let _ = (threshold, sample, timing, only);
             Err("check: this binary was built without the `cuda` feature; use --offline".into())
         }
         #[cfg(feature = "rocm")]
@@ -329,7 +423,7 @@ pub fn check_tables(
         }
         #[cfg(not(feature = "rocm"))]
         Backend::Hip => {
-            let _ = timing;
+            let _ = (threshold, sample, timing, only);
             Err(no_rocm())
         }
     }
@@ -352,15 +446,12 @@ pub fn info(_: usize) -> CmdResult {
 mod cuda {
     use std::process::ExitCode;
 
-    use kernels_core::{
-        tune_table, Device, DiskCache, DynTunable, Policy, Runtime, TableJob, TuneOptions, CODEGEN_ENV_VARS,
-        TUNING_ENV,
-    };
+    use kernels_core::{Device, DiskCache, DynTunable, Policy, Runtime, CODEGEN_ENV_VARS, TUNING_ENV};
     use tuned::StaticKey;
 
     use super::{
-        check_entries, choose_target, print_progress, read_shapes, report_table, tune_shapes, unknown_kernel,
-        CmdResult, TuneArgs,
+        check_entries, choose_target, read_shapes, tune_on, tune_shapes, unknown_kernel, CmdResult, TuneArgs,
+        TuneDevice,
     };
 
     /// Every kernel that implements `kernels_core::Tunable`, for `tune` and
@@ -409,22 +500,6 @@ mod cuda {
                 return Ok(ExitCode::FAILURE);
             }
         };
-        let mut opts = TuneOptions::default();
-        if let Some(r) = args.reps {
-            opts.timing.reps = r;
-        }
-        opts.timing.method = args.timing;
-        let tables = args.tables.unwrap_or_else(crate::tables::default_dir);
-        let compiler = rt.compiler().id();
-        let job = TableJob {
-            schema: k.schema(),
-            target,
-            source_fingerprint: k.source_fingerprint(),
-            device: &info.name,
-            compiler: &compiler,
-            tables_dir: &tables,
-            retune: args.retune,
-        };
         let stream = match rt.device().new_stream() {
             Ok(s) => s,
             Err(e) => {
@@ -432,18 +507,19 @@ mod cuda {
                 return Ok(ExitCode::FAILURE);
             }
         };
-        println!(
-            "tuning {} on {} ({target}, {}, {} timing) for {} shape(s); results cached in {}",
-            k.schema().kernel,
-            info.name,
-            rt.arch(),
-            args.timing,
-            shapes.len(),
-            rt.cache()
-                .root()
-                .map(|p| p.display().to_string())
-                .unwrap_or_else(|| "(cache disabled: not resumable)".into())
-        );
+        let compiler = rt.compiler().id();
+        let timing = format!("{} timing", args.timing);
+        let dev = TuneDevice {
+            schema: k.schema(),
+            fingerprint: k.source_fingerprint(),
+            target,
+            device: &info.name,
+            compiler: &compiler,
+            arch: rt.arch(),
+            timing: args.timing,
+            timing_label: &timing,
+            cache: rt.cache(),
+        };
         // Results of one timing method never resume a run of the other.
         let key_for = |key: &StaticKey, batch: u64| {
             rt.offline_tuning_key(
@@ -454,22 +530,9 @@ mod cuda {
                 args.timing,
             )
         };
-        let started = std::time::Instant::now();
-        let result = tune_table(
-            &job,
-            &shapes,
-            rt.cache(),
-            &key_for,
-            &mut |key, batch| k.search(&rt, &stream, key, batch, &opts),
-            &mut |p| print_progress(&p, started),
-        );
-        match result {
-            Ok(out) => Ok(report_table(&out)),
-            Err(e) => {
-                eprintln!("kernels: tune: {e}");
-                Ok(ExitCode::FAILURE)
-            }
-        }
+        tune_on(&args, &dev, &shapes, &key_for, &mut |key, batch, opts| {
+            k.search(&rt, &stream, key, batch, opts)
+        })
     }
 
     /// `kernels tables check` on an NVIDIA GPU ([`super::check_entries`]), timed with
@@ -651,12 +714,11 @@ mod cuda {
 mod hip {
     use std::process::ExitCode;
 
-    use kernels_core::{tune_table, AlignClass, DynHipTunable, HipDevice, HipRuntime, TableJob, TuneOptions};
+    use kernels_core::{AlignClass, DynHipTunable, HipDevice, HipRuntime};
     use tuned::StaticKey;
 
     use super::{
-        check_entries, choose_target, print_progress, report_table, tune_shapes, unknown_kernel, CmdResult,
-        TuneArgs,
+        check_entries, choose_target, tune_on, tune_shapes, unknown_kernel, CmdResult, TuneArgs, TuneDevice,
     };
 
     /// Every kernel `kernels tune --backend hip` can tune. (Log-softmax shares
@@ -702,21 +764,6 @@ mod hip {
                 return Ok(ExitCode::FAILURE);
             }
         };
-        let mut opts = TuneOptions::default();
-        if let Some(r) = args.reps {
-            opts.timing.reps = r;
-        }
-        let tables = args.tables.unwrap_or_else(crate::tables::default_dir);
-        let compiler = rt.compiler().id();
-        let job = TableJob {
-            schema: k.schema(),
-            target,
-            source_fingerprint: k.source_fingerprint(),
-            device: &info.name,
-            compiler: &compiler,
-            tables_dir: &tables,
-            retune: args.retune,
-        };
         let stream = match rt.device().new_stream() {
             Ok(s) => s,
             Err(e) => {
@@ -724,17 +771,18 @@ mod hip {
                 return Ok(ExitCode::FAILURE);
             }
         };
-        println!(
-            "tuning {} on {} ({target}, {}, HIP) for {} shape(s); results cached in {}",
-            k.schema().kernel,
-            info.name,
-            rt.arch(),
-            shapes.len(),
-            rt.cache()
-                .root()
-                .map(|p| p.display().to_string())
-                .unwrap_or_else(|| "(cache disabled: not resumable)".into())
-        );
+        let compiler = rt.compiler().id();
+        let dev = TuneDevice {
+            schema: k.schema(),
+            fingerprint: k.source_fingerprint(),
+            target,
+            device: &info.name,
+            compiler: &compiler,
+            arch: rt.arch(),
+            timing: kernels_core::TimingMethod::Single,
+            timing_label: "HIP, single-launch timing",
+            cache: rt.cache(),
+        };
         let key_for = |key: &StaticKey, batch: u64| {
             rt.tuning_key(
                 k.schema().kernel,
@@ -744,22 +792,9 @@ mod hip {
                 AlignClass::A16,
             )
         };
-        let started = std::time::Instant::now();
-        let result = tune_table(
-            &job,
-            &shapes,
-            rt.cache(),
-            &key_for,
-            &mut |key, batch| k.search(&rt, &stream, key, batch, &opts),
-            &mut |p| print_progress(&p, started),
-        );
-        match result {
-            Ok(out) => Ok(report_table(&out)),
-            Err(e) => {
-                eprintln!("kernels: tune: {e}");
-                Ok(ExitCode::FAILURE)
-            }
-        }
+        tune_on(&args, &dev, &shapes, &key_for, &mut |key, batch, opts| {
+            k.search(&rt, &stream, key, batch, opts)
+        })
     }
 
     /// `kernels tables check --backend hip`: the baked entries of the AMD device's

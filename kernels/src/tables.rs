@@ -16,6 +16,8 @@ pub struct BakedInfo {
     pub markers: usize,
     pub device: &'static str,
     pub tuned_at: &'static str,
+    /// How the entries were timed (`graph` or `single`).
+    pub timing: &'static str,
     pub fingerprint: &'static str,
     pub stale: bool,
 }
@@ -33,6 +35,7 @@ pub fn baked() -> Vec<BakedInfo> {
                     markers: b.markers(),
                     device: b.device,
                     tuned_at: b.tuned_at,
+                    timing: b.timing,
                     fingerprint: b.source_fingerprint,
                     stale: b.is_stale(),
                 });
@@ -297,6 +300,8 @@ pub fn promote(cache: &kernels_core::DiskCache, tables: &Path) -> Result<Promote
                     compiler: record.compiler.clone(),
                     source_fingerprint: fingerprint.clone(),
                     tuned_at: record.tuned_at.clone(),
+                    // Online tuning times single launches on the caller's buffers.
+                    timing: tuned::TIMING_SINGLE.to_string(),
                     key_fields: schema.key_names().map(str::to_string).collect(),
                     params: schema.param_names().map(str::to_string).collect(),
                 },

@@ -56,6 +56,8 @@ pub struct BakedTable {
     /// Fingerprint of the kernel source this binary was built from.
     pub built_fingerprint: &'static str,
     pub tuned_at: &'static str,
+    /// How the entries were timed: `graph` or `single` (the table file's `timing`).
+    pub timing: &'static str,
     pub params: &'static [&'static str],
     /// Canonical static key -> entries sorted by batch, batches unique.
     pub entries: phf::Map<&'static str, &'static [BakedEntry]>,

@@ -47,6 +47,7 @@ pub use resolve::{resolve_serve, Dyn, DynKernel, PreparedKey, Resolution, Resolv
 pub use schema::{dtype_key, int_key, int_param, name_param, param_index, Field, FieldKind, KernelSchema};
 pub use table::{
     origin_of_path, table_files, MergeReport, TableEntry, TableError, TableFile, TableHeader, SCHEMA_VERSION,
+    TIMINGS, TIMING_GRAPH, TIMING_SINGLE,
 };
 pub use target::{Target, TargetError, Vendor};
 pub use value::Value;

@@ -24,7 +24,15 @@ const HEADER_FIELDS: &[&str] = &[
     "params",
     "entries",
 ];
+/// Header fields a file may leave out (older files): `timing` (absent: `single`).
+const HEADER_OPTIONAL: &[&str] = &["timing"];
 const ENTRY_FIELDS: &[&str] = &["key", "batch", "config", "us", "default_us"];
+/// The header's `timing` values: graph replays per launch, or single launches.
+pub const TIMINGS: &[&str] = &[TIMING_GRAPH, TIMING_SINGLE];
+/// `timing` of tables timed from CUDA-graph replays (`kernels tune`'s default).
+pub const TIMING_GRAPH: &str = "graph";
+/// `timing` of tables timed one launch at a time (and of files without the field).
+pub const TIMING_SINGLE: &str = "single";
 /// The `config` of a default marker entry.
 const DEFAULT_MARKER: &str = "default";
 
@@ -58,6 +66,10 @@ pub struct TableHeader {
     pub source_fingerprint: String,
     /// Date of the tuning run (`YYYY-MM-DD`).
     pub tuned_at: String,
+    /// How the entries were timed: `graph` (back-to-back launches replayed from a CUDA
+    /// graph, per launch) or `single` (one launch after an L2 flush). Optional in the
+    /// file; absent means `single`, how every table was timed before the field existed.
+    pub timing: String,
     pub key_fields: Vec<String>,
     pub params: Vec<String>,
 }
@@ -156,7 +168,7 @@ impl TableFile {
         let obj = json
             .as_object()
             .ok_or_else(|| err(None, "top level is not an object".into()))?;
-        check_fields(obj, HEADER_FIELDS).map_err(|r| err(None, r))?;
+        check_fields(obj, HEADER_FIELDS, HEADER_OPTIONAL).map_err(|r| err(None, r))?;
 
         let schema_v = obj["schema"]
             .as_u64()
@@ -230,6 +242,16 @@ impl TableFile {
                 ));
             }
         }
+        let timing = match obj.get("timing") {
+            None => TIMING_SINGLE.to_string(),
+            Some(Json::String(t)) if TIMINGS.contains(&t.as_str()) => t.clone(),
+            Some(other) => {
+                return Err(err(
+                    None,
+                    format!("`timing` must be \"graph\" or \"single\", got {other}"),
+                ))
+            }
+        };
         let header = TableHeader {
             kernel: file_kernel,
             target,
@@ -237,6 +259,7 @@ impl TableFile {
             compiler: string("compiler")?,
             source_fingerprint: string("source_fingerprint")?,
             tuned_at: string("tuned_at")?,
+            timing,
             key_fields,
             params,
         };
@@ -289,6 +312,7 @@ impl TableFile {
             q(&h.source_fingerprint)
         ));
         out.push_str(&format!("  \"tuned_at\": {},\n", q(&h.tuned_at)));
+        out.push_str(&format!("  \"timing\": {},\n", q(&h.timing)));
         out.push_str(&format!("  \"key_fields\": {},\n", list(&h.key_fields)));
         out.push_str(&format!("  \"params\": {},\n", list(&h.params)));
         out.push_str("  \"entries\": [");
@@ -332,11 +356,21 @@ impl TableFile {
     /// The header (provenance) becomes `newer`'s when any of its entries is kept.
     /// Entries measured against another kernel source than `newer`'s are dropped
     /// (listed in [`MergeReport::stale_dropped`]): a table carries one fingerprint, and
-    /// its entries must all have been measured with that source.
+    /// its entries must all have been measured with that source. Likewise, entries
+    /// timed with another method than `newer`'s are dropped
+    /// ([`MergeReport::retimed_dropped`]).
     pub fn merge(&mut self, newer: TableFile) -> MergeReport {
         let mut report = MergeReport::default();
         if self.header.source_fingerprint != newer.header.source_fingerprint {
             report.stale_dropped = std::mem::take(&mut self.entries)
+                .into_iter()
+                .map(|e| (e.key, e.batch))
+                .collect();
+            self.header = newer.header.clone();
+        } else if self.header.timing != newer.header.timing {
+            // Times of two methods do not compare (a single launch carries its launch
+            // latency): a table holds one method's, the newer one's.
+            report.retimed_dropped = std::mem::take(&mut self.entries)
                 .into_iter()
                 .map(|e| (e.key, e.batch))
                 .collect();
@@ -383,6 +417,9 @@ pub struct MergeReport {
     pub kept: Vec<((StaticKey, u64), f64, f64)>,
     /// Existing entries dropped because they were measured against another source.
     pub stale_dropped: Vec<(StaticKey, u64)>,
+    /// Existing entries dropped because they were timed with another method (same
+    /// source).
+    pub retimed_dropped: Vec<(StaticKey, u64)>,
 }
 
 fn round_us(us: f64) -> String {
@@ -402,8 +439,11 @@ fn json_kind(v: &Json) -> &'static str {
     }
 }
 
-fn check_fields(obj: &Map<String, Json>, known: &[&str]) -> Result<(), String> {
-    if let Some(k) = obj.keys().find(|k| !known.contains(&k.as_str())) {
+fn check_fields(obj: &Map<String, Json>, known: &[&str], optional: &[&str]) -> Result<(), String> {
+    if let Some(k) = obj
+        .keys()
+        .find(|k| !known.contains(&k.as_str()) && !optional.contains(&k.as_str()))
+    {
         return Err(format!("unknown field `{k}`"));
     }
     if let Some(k) = known.iter().find(|k| !obj.contains_key(**k)) {
@@ -476,7 +516,7 @@ fn parse_entry(
     let obj = raw
         .as_object()
         .ok_or_else(|| "entry is not an object".to_string())?;
-    check_fields(obj, ENTRY_FIELDS)?;
+    check_fields(obj, ENTRY_FIELDS, &[])?;
 
     let key_obj = obj["key"].as_object().ok_or("`key` must be an object")?;
     let mut key_values = Vec::with_capacity(schema.key.len());

@@ -242,6 +242,52 @@ fn merge_drops_entries_of_another_source() {
     assert_eq!(old.header.source_fingerprint, "fnv1a64:0000000000000002");
 }
 
+#[test]
+fn timing_is_read_defaulted_checked_and_written() {
+    // Files from before the field: single-launch timing.
+    let t = parse(GOOD).unwrap();
+    assert_eq!(t.header.timing, "single");
+    let graph = parse(&GOOD.replace(
+        "\"tuned_at\": \"2026-11-30\",",
+        "\"tuned_at\": \"2026-11-30\",\n  \"timing\": \"graph\",",
+    ))
+    .unwrap();
+    assert_eq!(graph.header.timing, "graph");
+    // Written, and read back the same.
+    let text = graph.to_json_string();
+    assert!(text.contains("\"timing\": \"graph\""), "{text}");
+    assert_eq!(parse(&text).unwrap(), graph);
+    let bad = parse(&GOOD.replace(
+        "\"tuned_at\": \"2026-11-30\",",
+        "\"tuned_at\": \"2026-11-30\",\n  \"timing\": \"fast\",",
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(bad.contains("`timing`") && bad.contains("\"fast\""), "{bad}");
+}
+
+#[test]
+fn merge_drops_entries_timed_another_way() {
+    // Old entries timed single-launch (2.25 and 3.5 us, launch latency included); a
+    // graph-timed run of one shape must not be compared with them, nor kept beside them.
+    let mut old = parse(GOOD).unwrap();
+    let mut newer = parse(&GOOD.replace(
+        "\"tuned_at\": \"2026-11-30\",",
+        "\"tuned_at\": \"2026-12-01\",\n  \"timing\": \"graph\",",
+    ))
+    .unwrap();
+    newer.entries.retain(|e| e.batch == 64);
+    newer.entries[0].us = 4.0; // slower than the old 3.5: would have been "kept"
+    let report = old.merge(newer);
+    assert_eq!(report.retimed_dropped.len(), 2, "{report:?}");
+    assert!(report.stale_dropped.is_empty() && report.kept.is_empty());
+    assert_eq!(report.added.len(), 1);
+    assert_eq!(old.entries.len(), 1);
+    assert_eq!(old.entries[0].us, 4.0);
+    assert_eq!(old.header.timing, "graph");
+    assert_eq!(old.header.tuned_at, "2026-12-01");
+}
+
 /// The good fixture plus a default marker at batch 256.
 fn with_marker(us: &str, default_us: &str) -> String {
     let marker = format!(
