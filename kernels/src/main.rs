@@ -149,8 +149,9 @@ enum TablesCommand {
         /// On a GPU: only this kernel's table.
         #[arg(long)]
         kernel: Option<String>,
-        /// On a GPU: how to time (`graph` or `single`, as for `kernels tune`).
-        #[arg(long, default_value = "graph")]
+        /// On a GPU: how to time: `auto` (each table as it was tuned, its header's
+        /// `timing`), `graph` or `single` (as for `kernels tune`).
+        #[arg(long, default_value = "auto")]
         timing: String,
         /// On a GPU: `cuda` (NVIDIA) or `hip` (AMD; needs a binary built with `--features rocm`).
         #[arg(long, default_value = "cuda")]
@@ -514,7 +515,10 @@ fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {
             }
             let threshold: f64 = arg("threshold", &threshold)?;
             let sample: usize = arg("sample", &sample)?;
-            let timing = arg("timing", &timing)?;
+            let timing = match timing.as_str() {
+                "auto" => None,
+                t => Some(arg("timing", t)?),
+            };
             runtime_cmd::check_tables(threshold, sample, timing, kernel, backend).map_err(Usage)
         }
     }

@@ -212,6 +212,7 @@ fn print_progress(p: &kernels_core::Progress<'_>, started: std::time::Instant) {
 /// default and a quick search, all on the device), prints what moved, and fails when
 /// an entry is more than `threshold` slower than the default or than the quick
 /// search's best. Default markers are skipped and counted (they serve the default).
+/// `recheck` is also given the table's timing method (`graph` or `single`).
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 fn check_entries<K>(
     target: Target,
@@ -219,7 +220,13 @@ fn check_entries<K>(
     schema_of: impl Fn(&K) -> &'static tuned::KernelSchema,
     threshold: f64,
     only: Option<&str>,
-    mut recheck: impl FnMut(&K, &StaticKey, u64, &[tuned::Value]) -> kernels_core::Result<kernels_core::Recheck>,
+    mut recheck: impl FnMut(
+        &K,
+        &StaticKey,
+        u64,
+        &[tuned::Value],
+        &str,
+    ) -> kernels_core::Result<kernels_core::Recheck>,
 ) -> CmdResult {
     let (mut checked, mut failed, mut markers) = (0usize, 0usize, 0usize);
     println!(
@@ -247,7 +254,7 @@ fn check_entries<K>(
                     continue;
                 };
                 checked += 1;
-                let r = match recheck(k, &key, e.batch, config) {
+                let r = match recheck(k, &key, e.batch, config, table.timing) {
                     Ok(r) => r,
                     Err(err) => {
                         failed += 1;
@@ -400,11 +407,12 @@ pub fn precompile(_: String, _: PathBuf, _: usize) -> CmdResult {
 }
 
 /// `kernels tables check` on a GPU of `backend` ([`check_entries`]), timing with
-/// `timing` (HIP has single-launch timing only).
+/// `timing`, or with each table's own method where `None` (HIP has single-launch timing
+/// only).
 pub fn check_tables(
     threshold: f64,
     sample: usize,
-    timing: kernels_core::TimingMethod,
+    timing: Option<kernels_core::TimingMethod>,
     only: Option<String>,
     backend: Backend,
 ) -> CmdResult {
@@ -536,11 +544,11 @@ mod cuda {
     }
 
     /// `kernels tables check` on an NVIDIA GPU ([`super::check_entries`]), timed with
-    /// `method` (graph replays by default, as `kernels tune` times).
+    /// `method`, or where `None` as each table was tuned (its header's `timing`).
     pub fn check_tables(
         threshold: f64,
         sample: usize,
-        method: kernels_core::TimingMethod,
+        method: Option<kernels_core::TimingMethod>,
         only: Option<String>,
     ) -> CmdResult {
         let rt = match open(0) {
@@ -561,18 +569,25 @@ mod cuda {
             eprintln!("kernels: tables check: this device has no table target");
             return Ok(ExitCode::FAILURE);
         };
-        let timing = kernels_core::TimingOptions {
-            method,
-            ..kernels_core::TimingOptions::default()
-        };
-        println!("timing: {method}");
+        match method {
+            Some(m) => println!("timing: {m}"),
+            None => println!("timing: each table's own (its header's `timing`)"),
+        }
         check_entries(
             target,
             &tunables(),
             |k| k.schema(),
             threshold,
             only.as_deref(),
-            |k, key, batch, config| k.recheck(&rt, &stream, key, batch, config, sample, &timing),
+            |k, key, batch, config, table_timing| {
+                // A table's method is `graph` or `single` (the build validated it).
+                let method = method.unwrap_or_else(|| table_timing.parse().unwrap_or_default());
+                let timing = kernels_core::TimingOptions {
+                    method,
+                    ..kernels_core::TimingOptions::default()
+                };
+                k.recheck(&rt, &stream, key, batch, config, sample, &timing)
+            },
         )
     }
 
@@ -829,7 +844,10 @@ mod hip {
             |k| k.schema(),
             threshold,
             only.as_deref(),
-            |k, key, batch, config| k.recheck(&rt, &stream, key, batch, config, sample, &timing),
+            // HIP times single launches, whatever the table says.
+            |k, key, batch, config, _table_timing| {
+                k.recheck(&rt, &stream, key, batch, config, sample, &timing)
+            },
         )
     }
 }
