@@ -56,6 +56,21 @@ impl std::str::FromStr for Backend {
 /// `ExitCode::FAILURE`.
 pub type CmdResult = Result<ExitCode, String>;
 
+/// The value of a `Result`, or: print `kernels: <command>: <error>` and return
+/// `Ok(ExitCode::FAILURE)` (a runtime failure, not a usage error).
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+macro_rules! or_fail {
+    ($cmd:literal, $result:expr) => {
+        match $result {
+            Ok(v) => v,
+            Err(e) => {
+                eprintln!(concat!("kernels: ", $cmd, ": {}"), e);
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+    };
+}
+
 #[cfg(feature = "cuda")]
 pub use cuda::{info, precompile, tunables};
 #[cfg(feature = "rocm")]
@@ -489,32 +504,14 @@ mod cuda {
     pub fn tune(args: TuneArgs) -> CmdResult {
         let k = find(&args.kernel)?;
         let shapes = tune_shapes(k.schema(), &args.shapes)?;
-        let rt = match open(args.device) {
-            Ok(rt) => rt,
-            Err(e) => {
-                eprintln!("kernels: tune: {e}");
-                return Ok(ExitCode::FAILURE);
-            }
-        };
+        let rt = or_fail!("tune", open(args.device));
         let info = rt.device().info();
         let described = format!(
             "`{}` (compute capability {}.{})",
             info.name, info.compute_capability.0, info.compute_capability.1
         );
-        let target = match choose_target(&args.target, info.target(), &described)? {
-            Ok(t) => t,
-            Err(e) => {
-                eprintln!("kernels: tune: {e}");
-                return Ok(ExitCode::FAILURE);
-            }
-        };
-        let stream = match rt.device().new_stream() {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("kernels: tune: {e}");
-                return Ok(ExitCode::FAILURE);
-            }
-        };
+        let target = or_fail!("tune", choose_target(&args.target, info.target(), &described)?);
+        let stream = or_fail!("tune", rt.device().new_stream());
         let compiler = rt.compiler().id();
         let timing = format!("{} timing", args.timing);
         let dev = TuneDevice {
@@ -551,20 +548,8 @@ mod cuda {
         method: Option<kernels_core::TimingMethod>,
         only: Option<String>,
     ) -> CmdResult {
-        let rt = match open(0) {
-            Ok(rt) => rt,
-            Err(e) => {
-                eprintln!("kernels: tables check: {e}");
-                return Ok(ExitCode::FAILURE);
-            }
-        };
-        let stream = match rt.device().new_stream() {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("kernels: tables check: {e}");
-                return Ok(ExitCode::FAILURE);
-            }
-        };
+        let rt = or_fail!("tables check", open(0));
+        let stream = or_fail!("tables check", rt.device().new_stream());
         let Some(target) = rt.device().info().target() else {
             eprintln!("kernels: tables check: this device has no table target");
             return Ok(ExitCode::FAILURE);
@@ -596,20 +581,8 @@ mod cuda {
     pub fn precompile(kernel: String, shapes: std::path::PathBuf, device: usize) -> CmdResult {
         let k = find(&kernel)?;
         let shapes = read_shapes(k.schema(), &shapes)?;
-        let rt = match open(device) {
-            Ok(rt) => rt,
-            Err(e) => {
-                eprintln!("kernels: precompile: {e}");
-                return Ok(ExitCode::FAILURE);
-            }
-        };
-        let stream = match rt.device().new_stream() {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("kernels: precompile: {e}");
-                return Ok(ExitCode::FAILURE);
-            }
-        };
+        let rt = or_fail!("precompile", open(device));
+        let stream = or_fail!("precompile", rt.device().new_stream());
         let t = std::time::Instant::now();
         let results = k.precompile(&rt, &stream, &shapes);
         let secs = t.elapsed().as_secs_f64();
@@ -760,32 +733,14 @@ mod hip {
         let k = find(&args.kernel)?;
         let shapes = tune_shapes(k.schema(), &args.shapes)?;
         let opened = HipDevice::open(args.device).and_then(HipRuntime::new);
-        let rt = match opened {
-            Ok(rt) => rt,
-            Err(e) => {
-                eprintln!("kernels: tune: {e}");
-                return Ok(ExitCode::FAILURE);
-            }
-        };
+        let rt = or_fail!("tune", opened);
         if args.timing == kernels_core::TimingMethod::Graph {
             println!("timing: HIP has single-launch timing only (L2 flushed where it fits); graph timing is CUDA's");
         }
         let info = rt.device().info();
         let described = format!("`{}` ({})", info.name, info.gcn_arch_name);
-        let target = match choose_target(&args.target, info.target(), &described)? {
-            Ok(t) => t,
-            Err(e) => {
-                eprintln!("kernels: tune: {e}");
-                return Ok(ExitCode::FAILURE);
-            }
-        };
-        let stream = match rt.device().new_stream() {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("kernels: tune: {e}");
-                return Ok(ExitCode::FAILURE);
-            }
-        };
+        let target = or_fail!("tune", choose_target(&args.target, info.target(), &described)?);
+        let stream = or_fail!("tune", rt.device().new_stream());
         let compiler = rt.compiler().id();
         let dev = TuneDevice {
             schema: k.schema(),
@@ -816,20 +771,8 @@ mod hip {
     /// target re-measured on it ([`super::check_entries`]).
     pub fn check_tables(threshold: f64, sample: usize, only: Option<String>) -> CmdResult {
         let opened = HipDevice::open(0).and_then(HipRuntime::new);
-        let rt = match opened {
-            Ok(rt) => rt,
-            Err(e) => {
-                eprintln!("kernels: tables check: {e}");
-                return Ok(ExitCode::FAILURE);
-            }
-        };
-        let stream = match rt.device().new_stream() {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("kernels: tables check: {e}");
-                return Ok(ExitCode::FAILURE);
-            }
-        };
+        let rt = or_fail!("tables check", opened);
+        let stream = or_fail!("tables check", rt.device().new_stream());
         let Some(target) = rt.limits().target() else {
             eprintln!(
                 "kernels: tables check: this device ({}) has no table target",
