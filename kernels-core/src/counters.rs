@@ -1,7 +1,9 @@
 //! What a runtime did, the same for every backend: where each module came from and
 //! counters of compiles, cache hits, corrupt files and searches.
 
+#[cfg(any(feature = "cuda", feature = "rocm"))]
 use std::sync::atomic::{AtomicU64, Ordering};
+#[cfg(any(feature = "cuda", feature = "rocm"))]
 use std::sync::{Mutex, MutexGuard};
 
 /// Where a module came from.
@@ -33,6 +35,7 @@ pub struct Stats {
     pub searches: u64,
 }
 
+#[cfg(any(feature = "cuda", feature = "rocm"))]
 /// The live counters behind [`Stats`].
 #[derive(Default)]
 pub(crate) struct Counters {
@@ -44,6 +47,7 @@ pub(crate) struct Counters {
     pub(crate) searches: AtomicU64,
 }
 
+#[cfg(any(feature = "cuda", feature = "rocm"))]
 impl Counters {
     pub(crate) fn snapshot(&self) -> Stats {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -58,10 +62,12 @@ impl Counters {
     }
 }
 
+#[cfg(any(feature = "cuda", feature = "rocm"))]
 pub(crate) fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
+#[cfg(any(feature = "cuda", feature = "rocm"))]
 /// Locks a memo. Inserts are single calls, so a poisoned memo is still consistent.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())

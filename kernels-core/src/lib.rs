@@ -51,6 +51,8 @@ mod element;
 mod error;
 mod plan;
 mod policy;
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+mod precompile;
 mod search;
 mod select;
 mod shape;
@@ -84,7 +86,8 @@ pub use error::{Error, Result};
 pub use plan::{BufferRole, LaunchPlan, PlannedKernel, TuneBuffer};
 pub use policy::{resolve_in_order, Outcome, Policy, ResolutionSteps, Step, TUNING_ENV};
 pub use search::{
-    all_failed, candidate_configs, conclude, tune_record, CandidateReport, Recheck, TuneOptions, TuneReport,
+    all_failed, candidate_configs, conclude, recheck_configs, tune_record, CandidateReport, Recheck,
+    TuneOptions, TuneReport,
 };
 pub use select::{median, select, Measured, NOISE_THRESHOLD};
 pub use shape::{check_disjoint, check_eps, dtype_define, widest_vector, Rows};

@@ -3,7 +3,6 @@
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::CudaStream;
@@ -55,8 +54,6 @@ pub struct Prepared<C> {
 type Loaded = (Arc<Kernel>, ModuleOrigin);
 /// A config resolution and its search failure, if any.
 type Picked<C> = (Resolved<C>, Option<String>);
-/// One compile thread's result.
-type ImageSlot = Mutex<Option<Result<(Image, ModuleOrigin)>>>;
 
 type MemoKey<K> = (<K as TunedKernel>::Key, u64, AlignClass);
 type Memo<K> = HashMap<MemoKey<K>, Prepared<<K as TunedKernel>::Config>>;
@@ -405,69 +402,15 @@ impl Runtime {
         threads: usize,
     ) -> Vec<Result<Loaded>> {
         let keys: Vec<CacheKey> = jobs.iter().map(|(s, v)| self.module_key(s, v)).collect();
-        let mut results: Vec<Option<Result<Loaded>>> = (0..jobs.len()).map(|_| None).collect();
-        // Memo hits, and one representative per distinct key for the rest.
-        let mut todo: Vec<usize> = Vec::new();
-        let mut first_of: HashMap<&str, usize> = HashMap::new();
-        {
-            let modules = lock(&self.modules);
-            for (i, key) in keys.iter().enumerate() {
-                if let Some(k) = modules.get(key.text()) {
-                    bump(&self.counters.memo_hits);
-                    results[i] = Some(Ok((k.clone(), ModuleOrigin::Memo)));
-                } else if let std::collections::hash_map::Entry::Vacant(e) = first_of.entry(key.text()) {
-                    e.insert(i);
-                    todo.push(i);
-                }
-            }
-        }
-        let threads = if threads == 0 {
-            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(4)
-        } else {
-            threads
-        }
-        .min(todo.len())
-        .max(1);
-        let images: Vec<ImageSlot> = todo.iter().map(|_| Mutex::new(None)).collect();
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        std::thread::scope(|s| {
-            for _ in 0..threads {
-                s.spawn(|| loop {
-                    let t = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&i) = todo.get(t) else { break };
-                    let (source, variant) = &jobs[i];
-                    let r = self.image(source, variant, &keys[i]);
-                    *lock(&images[t]) = Some(r);
-                });
-            }
-        });
-        // Modules load on this thread: loading is fast and needs the context bound.
-        for (t, &i) in todo.iter().enumerate() {
-            let (source, variant) = &jobs[i];
-            let r = match lock(&images[t]).take() {
-                Some(Ok((image, origin))) => self
-                    .load(&image, origin, source, variant, &keys[i])
-                    .map(|k| (k, origin)),
-                Some(Err(e)) => Err(e),
-                None => Err(Error::kernel(source.name, "compile thread did not finish")),
-            };
-            results[i] = Some(r);
-        }
-        // Duplicates share their representative's result.
-        for i in 0..jobs.len() {
-            if results[i].is_none() {
-                let rep = first_of.get(keys[i].text()).copied().unwrap_or(i);
-                results[i] = Some(match &results[rep] {
-                    Some(Ok((k, _))) => Ok((k.clone(), ModuleOrigin::Memo)),
-                    Some(Err(e)) => Err(e.clone()),
-                    None => Err(Error::kernel(jobs[i].0.name, "not compiled")),
-                });
-            }
-        }
-        results
-            .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(Error::kernel("", "not compiled"))))
-            .collect()
+        crate::precompile::precompile_jobs(
+            jobs,
+            &keys,
+            threads,
+            &self.modules,
+            &self.counters.memo_hits,
+            |source, variant, key| self.image(source, variant, key),
+            |image, origin, source, variant, key| self.load(&image, origin, source, variant, key),
+        )
     }
 
     // ---- typed resolution -------------------------------------------------------

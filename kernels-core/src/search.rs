@@ -93,6 +93,36 @@ pub struct Recheck {
     pub best_us: f64,
 }
 
+/// The comparison behind a recheck, whatever the backend: `time` the committed `entry`,
+/// the analytic `default` (timed once when it is the entry) and `sample` configs spread
+/// evenly over `space`; the fastest config found, the entry unless a sampled one beat
+/// it. A sampled config that fails to time is skipped (it is no better than the entry);
+/// the entry or the default failing is the error.
+pub fn recheck_configs<C: Clone + PartialEq>(
+    entry: &C,
+    default: &C,
+    space: Vec<C>,
+    sample: usize,
+    mut time: impl FnMut(&C) -> Result<f64>,
+) -> Result<(f64, f64, C, f64)> {
+    let step = (space.len() / sample.max(1)).max(1);
+    let entry_us = time(entry)?;
+    let default_us = if default == entry {
+        entry_us
+    } else {
+        time(default)?
+    };
+    let (mut best, mut best_us) = (entry.clone(), entry_us);
+    for c in space.into_iter().step_by(step).take(sample) {
+        if let Ok(us) = time(&c) {
+            if us < best_us {
+                (best, best_us) = (c, us);
+            }
+        }
+    }
+    Ok((entry_us, default_us, best, best_us))
+}
+
 /// The candidates of a search: `default` first, then `space` in its order, each
 /// `fit` to the problem's alignment, kept when `accepts` it, without duplicates; at
 /// most `max` of them (0: all).
@@ -198,6 +228,52 @@ pub fn tune_record<K: TunedKernel>(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn recheck_times_entry_default_and_an_even_sample() {
+        // Configs are numbers; a config's time is its value, 7 fails to time.
+        let mut timed = Vec::new();
+        let mut time = |c: &u32| {
+            timed.push(*c);
+            if *c == 7 {
+                Err(Error::invalid("config", "fails"))
+            } else {
+                Ok(*c as f64)
+            }
+        };
+        let space: Vec<u32> = (1..=12).rev().collect(); // 12, 11, ..., 1
+        let (entry_us, default_us, best, best_us) = recheck_configs(&9, &10, space, 4, &mut time).unwrap();
+        assert_eq!((entry_us, default_us), (9.0, 10.0));
+        // Every third config of the space: 12, 9, 6, 3; 3 is the fastest.
+        assert_eq!(timed, vec![9, 10, 12, 9, 6, 3]);
+        assert_eq!((best, best_us), (3, 3.0));
+
+        // The default is the entry: timed once; a failing sampled config is skipped;
+        // nothing beats the entry, which stays the best.
+        let mut n = 0;
+        let r = recheck_configs(&1, &1, vec![7, 5], 2, |c: &u32| {
+            n += 1;
+            if *c == 7 {
+                Err(Error::invalid("config", "fails"))
+            } else {
+                Ok(*c as f64)
+            }
+        })
+        .unwrap();
+        assert_eq!(r, (1.0, 1.0, 1, 1.0));
+        assert_eq!(n, 3);
+
+        // The entry failing is the error.
+        let e = recheck_configs(&7, &1, vec![], 4, |c: &u32| {
+            if *c == 7 {
+                Err(Error::invalid("config", "fails"))
+            } else {
+                Ok(1.0)
+            }
+        });
+        assert!(e.is_err());
+    }
+
     use super::*;
 
     fn report(outcomes: &[std::result::Result<f64, &str>]) -> TuneReport<u32> {

@@ -215,8 +215,6 @@ impl<K: Tunable> DynTunable for TunableDyn<K> {
         let entry_cfg = K::config_from_values(entry).map_err(|e| Error::kernel(K::SCHEMA.kernel, e))?;
         let default = K::analytic_default(info.tuning_target(), &k, batch);
         let space = K::search_space(info, &k, batch);
-        let step = (space.len() / sample.max(1)).max(1);
-        let sampled: Vec<K::Config> = space.into_iter().step_by(step).take(sample).collect();
         let mut owned = Self::alloc_copies(rt, stream, &k, batch, timing)?;
         let problems: Vec<K::Problem<'_>> = owned.iter_mut().map(K::borrow_problem).collect();
         let problem = &problems[0];
@@ -245,21 +243,8 @@ impl<K: Tunable> DynTunable for TunableDyn<K> {
             })
             .map(|t| t.median_us)
         };
-        let entry_us = time(&entry_cfg)?;
-        let default_us = if default == entry_cfg {
-            entry_us
-        } else {
-            time(&default)?
-        };
-        let (mut best, mut best_us) = (entry_cfg.clone(), entry_us);
-        for c in sampled {
-            // A sampled config that fails is no better than the entry; skip it.
-            if let Ok(us) = time(&c) {
-                if us < best_us {
-                    (best, best_us) = (c, us);
-                }
-            }
-        }
+        let (entry_us, default_us, best, best_us) =
+            crate::recheck_configs(&entry_cfg, &default, space, sample, time)?;
         Ok(Recheck {
             entry_us,
             default_us,

@@ -5,7 +5,6 @@ use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::ffi::{self, FunctionHandle, ModuleHandle};
@@ -19,8 +18,6 @@ use crate::{
 
 /// A loaded kernel and where its module came from.
 type Loaded = (Arc<HipKernel>, ModuleOrigin);
-/// One compile thread's result.
-type ImageSlot = Mutex<Option<Result<(Image, ModuleOrigin)>>>;
 
 /// The version of this crate, part of every cache key (as on CUDA).
 const CRATE_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -445,65 +442,15 @@ impl HipRuntime {
     /// failure is that job's error (hipRTC's log for a compile error).
     pub fn precompile(&self, jobs: &[(KernelSource, Variant)], threads: usize) -> Vec<Result<Loaded>> {
         let keys: Vec<CacheKey> = jobs.iter().map(|(s, v)| self.module_key(s, v)).collect();
-        let mut results: Vec<Option<Result<Loaded>>> = (0..jobs.len()).map(|_| None).collect();
-        // Memo hits, and one representative per distinct key for the rest.
-        let mut todo: Vec<usize> = Vec::new();
-        let mut first_of: HashMap<&str, usize> = HashMap::new();
-        {
-            let modules = lock(&self.modules);
-            for (i, key) in keys.iter().enumerate() {
-                if let Some(k) = modules.get(key.text()) {
-                    bump(&self.counters.memo_hits);
-                    results[i] = Some(Ok((k.clone(), ModuleOrigin::Memo)));
-                } else if let std::collections::hash_map::Entry::Vacant(e) = first_of.entry(key.text()) {
-                    e.insert(i);
-                    todo.push(i);
-                }
-            }
-        }
-        let threads = match threads {
-            0 => std::thread::available_parallelism().map_or(4, |n| n.get()),
-            n => n,
-        }
-        .min(todo.len())
-        .max(1);
-        let images: Vec<ImageSlot> = todo.iter().map(|_| Mutex::new(None)).collect();
-        let next = AtomicUsize::new(0);
-        std::thread::scope(|scope| {
-            for _ in 0..threads {
-                scope.spawn(|| loop {
-                    let t = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&i) = todo.get(t) else { break };
-                    let (source, variant) = &jobs[i];
-                    *lock(&images[t]) = Some(self.image(source, variant, &keys[i]));
-                });
-            }
-        });
-        for (t, &i) in todo.iter().enumerate() {
-            let (source, variant) = &jobs[i];
-            results[i] = Some(match lock(&images[t]).take() {
-                Some(Ok((image, origin))) => self
-                    .load(&image, origin, source, variant, &keys[i])
-                    .map(|k| (k, origin)),
-                Some(Err(e)) => Err(e),
-                None => Err(Error::kernel(source.name, "compile thread did not finish")),
-            });
-        }
-        // Duplicates share their representative's result.
-        for i in 0..jobs.len() {
-            if results[i].is_none() {
-                let rep = first_of.get(keys[i].text()).copied().unwrap_or(i);
-                results[i] = Some(match &results[rep] {
-                    Some(Ok((k, _))) => Ok((k.clone(), ModuleOrigin::Memo)),
-                    Some(Err(e)) => Err(e.clone()),
-                    None => Err(Error::kernel(jobs[i].0.name, "not compiled")),
-                });
-            }
-        }
-        results
-            .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(Error::kernel("", "not compiled"))))
-            .collect()
+        crate::precompile::precompile_jobs(
+            jobs,
+            &keys,
+            threads,
+            &self.modules,
+            &self.counters.memo_hits,
+            |source, variant, key| self.image(source, variant, key),
+            |image, origin, source, variant, key| self.load(&image, origin, source, variant, key),
+        )
     }
 
     /// The code object: the disk cache's (checked), else compiled now and stored.

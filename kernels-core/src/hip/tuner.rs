@@ -297,8 +297,6 @@ impl<K: HipTunable> DynHipTunable for HipTunableDyn<K> {
         let entry_cfg = K::config_from_values(entry).map_err(|e| Error::kernel(K::SCHEMA.kernel, e))?;
         let default = K::analytic_default(info.tuning_target(), &k, batch);
         let space = K::search_space(info, &k, batch);
-        let step = (space.len() / sample.max(1)).max(1);
-        let sampled: Vec<K::Config> = space.into_iter().step_by(step).take(sample).collect();
         let mut owned = K::alloc_hip_problem(rt.device(), &k, batch)?;
         let problem = K::borrow_hip_problem(&mut owned);
         let align = K::alignment(&problem);
@@ -325,21 +323,8 @@ impl<K: HipTunable> DynHipTunable for HipTunableDyn<K> {
             )
             .map(|t| t.median_us)
         };
-        let entry_us = time(&entry_cfg)?;
-        let default_us = if default == entry_cfg {
-            entry_us
-        } else {
-            time(&default)?
-        };
-        let (mut best, mut best_us) = (entry_cfg.clone(), entry_us);
-        for c in sampled {
-            // A sampled config that fails is no better than the entry; skip it.
-            if let Ok(us) = time(&c) {
-                if us < best_us {
-                    (best, best_us) = (c, us);
-                }
-            }
-        }
+        let (entry_us, default_us, best, best_us) =
+            crate::recheck_configs(&entry_cfg, &default, space, sample, &mut time)?;
         Ok(Recheck {
             entry_us,
             default_us,
