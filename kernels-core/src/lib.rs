@@ -22,7 +22,8 @@
 //!   [`LaunchDims`], [`KernelArgs`] from a config and a problem of raw device addresses),
 //!   which the CUDA [`Tunable`] and the HIP `HipTunable` both launch.
 //! - [`time_runs`]: the one timing routine. [`select`]: the one selection rule;
-//!   [`candidate_configs`] and [`TuneReport`] are shared by both backends' tuners.
+//!   [`start_search`] (candidates and report), [`recheck_configs`] and [`TuneReport`] are
+//!   shared by both backends' tuners.
 //! - [`tune_table`]: `kernels tune`'s resumable driver writing committed tables.
 //! - With the `rocm` feature, the AMD backend: `HipDevice`, `HipCompiler` (hipRTC),
 //!   `HipRuntime` (the same module cache and key; resolution under the policy, launches
@@ -86,8 +87,8 @@ pub use error::{Error, Result};
 pub use plan::{BufferRole, LaunchPlan, PlannedKernel, TuneBuffer};
 pub use policy::{resolve_in_order, Outcome, Policy, ResolutionSteps, Step, TUNING_ENV};
 pub use search::{
-    all_failed, candidate_configs, conclude, recheck_configs, tune_record, CandidateReport, Recheck,
-    TuneOptions, TuneReport,
+    all_failed, candidate_configs, conclude, recheck_configs, start_search, tune_record, CandidateReport,
+    Recheck, TuneOptions, TuneReport,
 };
 pub use select::{median, select, Measured, NOISE_THRESHOLD};
 pub use shape::{check_disjoint, check_eps, dtype_define, widest_vector, Rows};

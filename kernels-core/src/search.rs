@@ -93,6 +93,48 @@ pub struct Recheck {
     pub best_us: f64,
 }
 
+/// The start of a search on `problem` on `device`, whatever the backend: the problem's
+/// key, the candidates ([`candidate_configs`]: the analytic default first, the space
+/// fitted to the problem's alignment) and a report naming the default as chosen, with
+/// every candidate not run yet.
+pub fn start_search<K: crate::PlannedKernel>(
+    device: &crate::DeviceInfo,
+    problem: &K::Problem<'_>,
+    max_candidates: usize,
+) -> (K::Key, Vec<K::Config>, TuneReport<K::Config>) {
+    let target = device.tuning_target();
+    let (key, batch) = K::problem_shape(problem);
+    let mut static_key = String::new();
+    let _ = tuned::write_canonical(K::SCHEMA, K::key_values(&key).as_slice(), &mut static_key);
+    let align = K::alignment(problem);
+    let default = K::fit_alignment(device, &key, K::analytic_default(target, &key, batch), align);
+    let configs = candidate_configs(
+        default.clone(),
+        K::search_space(device, &key, batch),
+        |c| K::fit_alignment(device, &key, c, align),
+        |c| K::accepts(target, &key, batch, c),
+        max_candidates,
+    );
+    let report = TuneReport {
+        kernel: K::SCHEMA.kernel,
+        static_key,
+        batch,
+        alignment: align,
+        chosen: default,
+        chosen_index: None,
+        candidates: configs
+            .iter()
+            .map(|c| CandidateReport {
+                config: c.clone(),
+                outcome: Err("not run".into()),
+            })
+            .collect(),
+        failure: None,
+        final_run: Err("not run".into()),
+    };
+    (key, configs, report)
+}
+
 /// The comparison behind a recheck, whatever the backend: `time` the committed `entry`,
 /// the analytic `default` (timed once when it is the entry) and `sample` configs spread
 /// evenly over `space`; the fastest config found, the entry unless a sampled one beat

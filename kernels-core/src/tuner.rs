@@ -8,9 +8,8 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 
 use crate::ffi::{self, driver_error};
 use crate::{
-    candidate_configs, conclude, graph_launches, select, time_graph_runs, time_runs, BufferRole,
-    CandidateReport, KernelSource, L2Flush, Measured, Result, Runtime, TimingMethod, Tunable, TuneBuffer,
-    TuneOptions, TuneReport, Variant,
+    conclude, graph_launches, select, start_search, time_graph_runs, time_runs, BufferRole, KernelSource,
+    L2Flush, Measured, Result, Runtime, TimingMethod, Tunable, TuneBuffer, TuneOptions, TuneReport, Variant,
 };
 
 /// Snapshots of a problem's `Restore` buffers and the list of its `Zero` buffers.
@@ -92,38 +91,7 @@ impl Runtime {
         opts: &TuneOptions,
     ) -> TuneReport<K::Config> {
         let info = self.device().info();
-        let target = info.tuning_target();
-        let (key, batch) = K::problem_shape(problem);
-        let mut static_key = String::new();
-        let _ = tuned::write_canonical(K::SCHEMA, K::key_values(&key).as_slice(), &mut static_key);
-        let align = K::alignment(problem);
-        let default = K::fit_alignment(info, &key, K::analytic_default(target, &key, batch), align);
-
-        let configs = candidate_configs(
-            default.clone(),
-            K::search_space(info, &key, batch),
-            |c| K::fit_alignment(info, &key, c, align),
-            |c| K::accepts(target, &key, batch, c),
-            opts.max_candidates,
-        );
-
-        let mut report = TuneReport {
-            kernel: K::SCHEMA.kernel,
-            static_key,
-            batch,
-            alignment: align,
-            chosen: default.clone(),
-            chosen_index: None,
-            candidates: configs
-                .iter()
-                .map(|c| CandidateReport {
-                    config: c.clone(),
-                    outcome: Err("not run".into()),
-                })
-                .collect(),
-            failure: None,
-            final_run: Err("not run".into()),
-        };
+        let (key, configs, mut report) = start_search::<K>(info, problem, opts.max_candidates);
 
         match ffi::is_capturing(stream.cu_stream()) {
             Ok(false) => {}

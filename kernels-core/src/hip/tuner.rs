@@ -10,9 +10,8 @@ use tuned::{KernelSchema, StaticKey, TunedKernel};
 
 use super::{time_hip_runs, HipBuffer, HipDevice, HipL2Flush, HipRuntime, HipStream};
 use crate::{
-    candidate_configs, conclude, select, tune_record, BufferRole, CandidateReport, Error, KernelSource,
-    Measured, PlannedKernel, Recheck, Result, TimingOptions, TuneBuffer, TuneOptions, TuneRecord, TuneReport,
-    Variant,
+    conclude, select, start_search, tune_record, BufferRole, Error, KernelSource, Measured, PlannedKernel,
+    Recheck, Result, TimingOptions, TuneBuffer, TuneOptions, TuneRecord, TuneReport, Variant,
 };
 
 /// A [`PlannedKernel`] the HIP runtime can tune on a problem it allocates itself
@@ -90,36 +89,7 @@ impl HipRuntime {
         opts: &TuneOptions,
     ) -> TuneReport<K::Config> {
         let info = &self.limits;
-        let target = info.tuning_target();
-        let (key, batch) = K::problem_shape(problem);
-        let mut static_key = String::new();
-        let _ = tuned::write_canonical(K::SCHEMA, K::key_values(&key).as_slice(), &mut static_key);
-        let align = K::alignment(problem);
-        let default = K::fit_alignment(info, &key, K::analytic_default(target, &key, batch), align);
-        let configs = candidate_configs(
-            default.clone(),
-            K::search_space(info, &key, batch),
-            |c| K::fit_alignment(info, &key, c, align),
-            |c| K::accepts(target, &key, batch, c),
-            opts.max_candidates,
-        );
-        let mut report = TuneReport {
-            kernel: K::SCHEMA.kernel,
-            static_key,
-            batch,
-            alignment: align,
-            chosen: default,
-            chosen_index: None,
-            candidates: configs
-                .iter()
-                .map(|c| CandidateReport {
-                    config: c.clone(),
-                    outcome: Err("not run".into()),
-                })
-                .collect(),
-            failure: None,
-            final_run: Err("not run".into()),
-        };
+        let (key, configs, mut report) = start_search::<K>(info, problem, opts.max_candidates);
 
         match stream.is_capturing() {
             Ok(false) => {}
