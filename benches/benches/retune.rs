@@ -50,8 +50,9 @@ fn main() -> ExitCode {
             tables: Some(root.join("tuned/tables")),
             retune: std::env::var("KERNELS_RETUNE_FRESH").as_deref() == Ok("1"),
             reps: None,
-            // As `kernels tune` does by default, and as the GPU bench measures.
-            timing: kernels::core::TimingMethod::Graph,
+            // The backend's best, as `kernels tune` by default: graph replays on CUDA,
+            // as the GPU bench measures.
+            timing: None,
             device: 0,
             backend: Backend::Cuda,
         };

@@ -98,8 +98,9 @@ enum Command {
         reps: Option<u32>,
         /// `graph`: back-to-back launches replayed from a CUDA graph over rotating
         /// copies, per launch (as engines run them and the GPU bench measures);
-        /// `single`: one launch after an L2 flush.
-        #[arg(long, default_value = "graph")]
+        /// `single`: one launch after an L2 flush; `auto`: the backend's best, graph
+        /// on CUDA, single on HIP (which has no graph timing).
+        #[arg(long, default_value = "auto")]
         timing: String,
         #[arg(long, default_value = "0")]
         device: usize,
@@ -364,7 +365,10 @@ fn run(cli: Cli) -> Result<ExitCode, Usage> {
             tables,
             retune,
             reps,
-            timing: arg("timing", &timing)?,
+            timing: match timing.as_str() {
+                "auto" => None,
+                t => Some(arg("timing", t)?),
+            },
             device,
             backend: arg("backend", &backend)?,
         })

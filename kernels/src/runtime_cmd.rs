@@ -22,9 +22,9 @@ pub struct TuneArgs {
     pub retune: bool,
     /// Timed repetitions per candidate (default 25, at least 10).
     pub reps: Option<u32>,
-    /// How candidates are timed (the command's default: graph replays; HIP times
-    /// single launches whatever is asked, and says so).
-    pub timing: kernels_core::TimingMethod,
+    /// How candidates are timed; `None`: the backend's best (graph replays on CUDA,
+    /// single launches on HIP, which has nothing else and says so when graph is asked).
+    pub timing: Option<kernels_core::TimingMethod>,
     pub device: usize,
     /// The GPU runtime that measures: CUDA (NVIDIA, the default) or HIP (AMD).
     pub backend: Backend,
@@ -513,7 +513,8 @@ mod cuda {
         let target = or_fail!("tune", choose_target(&args.target, info.target(), &described)?);
         let stream = or_fail!("tune", rt.device().new_stream());
         let compiler = rt.compiler().id();
-        let timing = format!("{} timing", args.timing);
+        let method = args.timing.unwrap_or(kernels_core::TimingMethod::Graph);
+        let timing = format!("{method} timing");
         let dev = TuneDevice {
             schema: k.schema(),
             fingerprint: k.source_fingerprint(),
@@ -521,7 +522,7 @@ mod cuda {
             device: &info.name,
             compiler: &compiler,
             arch: rt.arch(),
-            timing: args.timing,
+            timing: method,
             timing_label: &timing,
             cache: rt.cache(),
         };
@@ -532,7 +533,7 @@ mod cuda {
                 k.source_fingerprint(),
                 key.as_str(),
                 batch,
-                args.timing,
+                method,
             )
         };
         tune_on(&args, &dev, &shapes, &key_for, &mut |key, batch, opts| {
@@ -734,7 +735,7 @@ mod hip {
         let shapes = tune_shapes(k.schema(), &args.shapes)?;
         let opened = HipDevice::open(args.device).and_then(HipRuntime::new);
         let rt = or_fail!("tune", opened);
-        if args.timing == kernels_core::TimingMethod::Graph {
+        if args.timing == Some(kernels_core::TimingMethod::Graph) {
             println!("timing: HIP has single-launch timing only (L2 flushed where it fits); graph timing is CUDA's");
         }
         let info = rt.device().info();
