@@ -3,7 +3,9 @@
 
 Times torch eager, torch.compile and Liger (liger-kernel 0.8.5) on the shapes of
 benches/shapes/norm_softmax.json, plus the device's own device-to-device copy
-bandwidth, and writes one JSON object per measurement to the file given by --out.
+bandwidth (1 GiB) and, per shape, that copy moving the shape's bytes (kind
+copy_same_bytes: the bound for the shape's size), and writes one JSON object per
+measurement to the file given by --out (--copy-only: the copies alone).
 
 Kernel time, not Python launch overhead: each measurement captures a CUDA graph of
 many launches over rotating input buffers (working set above 2x L2), replays it
@@ -65,6 +67,8 @@ def main():
     ap.add_argument("--shapes", default="benches/shapes/norm_softmax.json")
     ap.add_argument("--out", required=True)
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--copy-only", action="store_true",
+                    help="only the device copy of each shape's bytes (kind copy_same_bytes)")
     args = ap.parse_args()
     shapes = json.load(open(args.shapes))
     dt = torch.bfloat16
@@ -102,7 +106,7 @@ def main():
         return y, s
 
     compiled = {}
-    if not args.no_compile:
+    if not args.no_compile and not args.copy_only:
         compiled["softmax"] = torch.compile(lambda x: torch.softmax(x, -1), dynamic=True)
         compiled["rmsnorm"] = torch.compile(rms_eager, dynamic=True)
         compiled["fused_add_rmsnorm"] = torch.compile(fused_compiled_fn, dynamic=True)
@@ -113,6 +117,21 @@ def main():
             # bytes a fused kernel must move: softmax/rmsnorm read x, write y; fused reads x, r, writes x, r
             nbytes = elems * 2 * (4 if kernel == "fused_add_rmsnorm" else 2)
             nb = buffers(nbytes)
+            # The bound for this shape: the driver's device-to-device copy (what
+            # Tensor.copy_ runs for same-dtype contiguous tensors, and what the 1 GiB
+            # reference measures) reading nbytes / 2 and writing nbytes / 2, timed the
+            # same way.
+            half = nbytes // 2
+            srcs = [torch.empty(half, dtype=torch.uint8, device="cuda") for _ in range(nb)]
+            dsts = [torch.empty(half, dtype=torch.uint8, device="cuda") for _ in range(nb)]
+            us = graph_time_us(lambda i: dsts[i].copy_(srcs[i]), nb)
+            del srcs, dsts
+            emit(kind="copy_same_bytes", kernel=kernel, rows=rows, cols=cols, us=us,
+                 tbs=nbytes / (us * 1e-6) / 1e12)
+            print(f"{kernel:18} {rows:6}x{cols:<7} {'memcpy':14} {us:9.2f} us "
+                  f"{nbytes / (us * 1e-6) / 1e12 / copy_tbs:5.2f}x copy", flush=True)
+            if args.copy_only:
+                continue
             xs = [torch.randn(rows, cols, dtype=dt, device="cuda") for _ in range(nb)]
             w = torch.randn(cols, dtype=dt, device="cuda")
             peers = {}
