@@ -9,9 +9,9 @@ B=.device-bin
 R=/tmp/s4c; mkdir -p $R
 cp -r tuned/tables /tmp/tables
 for k in ${KS:-k_cpa k_cpa16}; do
-  ( time KERNELS_CACHE_DIR=/tmp/kc-$k timeout 150 $B/$k tune softmax --shapes scripts/exp_pipe_shapes.json --tables /tmp/tables --retune ) > $R/tune-$k.log 2>&1
+  ( time KERNELS_CACHE_DIR=/tmp/kc-$k timeout ${TUNE_TIMEOUT:-150} $B/$k tune softmax --shapes ${SHAPES:-scripts/exp_pipe_shapes.json} --tables /tmp/tables --retune ) > $R/tune-$k.log 2>&1
   echo "$k tune exit $?"
   python3 scripts/tune_records_top.py /tmp/kc-$k --top 200 > $R/top-$k.txt 2>&1
-  grep -E "static_key|best per|pipelined" $R/top-$k.txt | head -40
+  grep -E "static_key|best per|${PAT:-pipelined}" $R/top-$k.txt | head -${LINES_MAX:-40}
   tar czf "$OUT/s4c.tgz" -C $R .
 done
