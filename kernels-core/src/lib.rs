@@ -87,8 +87,8 @@ pub use error::{Error, Result};
 pub use plan::{BufferRole, LaunchPlan, PlannedKernel, TuneBuffer};
 pub use policy::{resolve_in_order, Outcome, Policy, ResolutionSteps, Step, TUNING_ENV};
 pub use search::{
-    all_failed, candidate_configs, conclude, recheck_configs, start_search, tune_record, CandidateReport,
-    Recheck, TuneOptions, TuneReport,
+    all_failed, cached_config, candidate_configs, conclude, recheck_configs, start_search, time_candidates,
+    tune_record, CandidateReport, Recheck, TuneOptions, TuneReport,
 };
 pub use select::{median, select, Measured, NOISE_THRESHOLD};
 pub use shape::{check_disjoint, check_eps, dtype_define, widest_vector, Rows};

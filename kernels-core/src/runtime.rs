@@ -664,28 +664,14 @@ impl<K: Tunable> ResolutionSteps<K::Config> for Steps<'_, '_, '_, '_, K> {
     }
 
     fn disk_cache(&mut self) -> Option<K::Config> {
-        let key = self.tuning_key();
-        match self.rt.options.cache.load(Section::Tuning, &key) {
-            Lookup::Hit(e) => {
-                let record = std::str::from_utf8(&e.payload)
-                    .ok()
-                    .and_then(|t| TuneRecord::from_json(t).ok());
-                let config = record.and_then(|r| K::config_from_values(&r.config).ok());
-                let target = self.rt.device.info().tuning_target();
-                match config {
-                    Some(c) if K::accepts(target, self.key, self.batch, &c) => Some(c),
-                    _ => {
-                        bump(&self.rt.counters.corrupt_files);
-                        None
-                    }
-                }
-            }
-            Lookup::Corrupt { .. } => {
-                bump(&self.rt.counters.corrupt_files);
-                None
-            }
-            Lookup::Miss => None,
-        }
+        crate::cached_config::<K>(
+            &self.rt.options.cache,
+            &self.tuning_key(),
+            self.rt.device.info().tuning_target(),
+            self.key,
+            self.batch,
+            &self.rt.counters.corrupt_files,
+        )
     }
 
     fn search(&mut self) -> Result<K::Config, String> {

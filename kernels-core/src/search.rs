@@ -1,15 +1,21 @@
 //! What a search is and what it found, whatever the backend: [`TuneOptions`],
-//! [`TuneReport`], the candidate list ([`candidate_configs`]), the message when every
-//! candidate failed ([`all_failed`]) and the [`TuneRecord`] of a report
-//! ([`tune_record`]). The CUDA tuner (`Runtime::tune`) and the HIP tuner
-//! (`HipRuntime::tune`) share them, with [`crate::select`] picking the winner.
+//! [`TuneReport`], the candidate list ([`candidate_configs`]), the candidate loop
+//! ([`time_candidates`], with [`crate::select`] picking the winner), the message when
+//! every candidate failed ([`all_failed`]), the [`TuneRecord`] of a report
+//! ([`tune_record`]) and the resolution's disk-cache step ([`cached_config`]). The CUDA
+//! tuner (`Runtime::tune`) and the HIP tuner (`HipRuntime::tune`) share them.
 
 use std::collections::HashSet;
 use std::hash::Hash;
 
-use tuned::TunedKernel;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::{AlignClass, CandidateRecord, Error, Result, Timing, TimingOptions, TuneRecord, NOISE_THRESHOLD};
+use tuned::{Target, TunedKernel};
+
+use crate::{
+    select, AlignClass, CacheKey, CandidateRecord, DiskCache, Error, Lookup, Measured, Result, Section,
+    Timing, TimingOptions, TuneRecord, NOISE_THRESHOLD,
+};
 
 /// How to search.
 #[derive(Clone, Debug, PartialEq)]
@@ -209,6 +215,64 @@ pub fn all_failed<C>(candidates: &[CandidateReport<C>]) -> String {
     )
 }
 
+/// The candidate loop of a search, whatever the backend: times each candidate whose
+/// kernel compiled and loaded (`time(config, kernel)`; a failed load or run becomes the
+/// candidate's error), records every outcome in `report.candidates`, and picks the
+/// winner with [`select`]: the default (index 0) unless another is faster by more than
+/// `noise`. `configs` and `kernels` are parallel to `report.candidates`. Returns the
+/// winner's index and kernel (`None` when every candidate failed).
+pub fn time_candidates<C, Kn: Clone, O>(
+    report: &mut TuneReport<C>,
+    configs: &[C],
+    kernels: &[Result<(Kn, O)>],
+    noise: f64,
+    mut time: impl FnMut(&C, &Kn) -> Result<Timing>,
+) -> Option<(usize, Kn)> {
+    let mut measured = Vec::with_capacity(configs.len());
+    for (i, (config, kernel)) in configs.iter().zip(kernels).enumerate() {
+        let outcome = match kernel {
+            Err(e) => Err(e.to_string()),
+            Ok((kernel, _)) => time(config, kernel).map_err(|e| e.to_string()),
+        };
+        measured.push(match &outcome {
+            Ok(t) => Measured::Time(t.median_us),
+            Err(e) => Measured::Failed(e.clone()),
+        });
+        report.candidates[i].outcome = outcome;
+    }
+    report.chosen_index = select(&measured, 0, noise);
+    report
+        .chosen_index
+        .and_then(|i| kernels[i].as_ref().ok().map(|(k, _)| (i, k.clone())))
+}
+
+/// The resolution's disk-cache step, whatever the backend: the config of the tuning
+/// record stored under `key`, if the file is intact, decodes, and `K::accepts` it for
+/// (`target`, `k`, `batch`). A corrupt file or a record that does not decode or is
+/// refused counts in `corrupt` and is a miss (the next search replaces it).
+pub fn cached_config<K: TunedKernel>(
+    cache: &DiskCache,
+    key: &CacheKey,
+    target: Target,
+    k: &K::Key,
+    batch: u64,
+    corrupt: &AtomicU64,
+) -> Option<K::Config> {
+    let config = match cache.load(Section::Tuning, key) {
+        Lookup::Hit(e) => std::str::from_utf8(&e.payload)
+            .ok()
+            .and_then(|t| TuneRecord::from_json(t).ok())
+            .and_then(|r| K::config_from_values(&r.config).ok())
+            .filter(|c| K::accepts(target, k, batch, c)),
+        Lookup::Corrupt { .. } => None,
+        Lookup::Miss => return None,
+    };
+    if config.is_none() {
+        corrupt.fetch_add(1, Ordering::Relaxed);
+    }
+    config
+}
+
 /// Records the end of a search in `report`: the winner (`winner`, an index into
 /// `report.candidates`) and how its final plain run went, or, with no winner, why the
 /// search failed and whether the buffers were restored (`final_run` is then the
@@ -368,13 +432,74 @@ mod tests {
         assert!(e.contains("all 2 candidates failed"), "{e}");
     }
 
-    /// A kernel for the record's config values only.
+    /// A kernel whose configs are a thread count, accepted up to 1024.
     struct Dummy;
     static DUMMY: tuned::KernelSchema = tuned::KernelSchema {
         kernel: "k",
         key: &[tuned::Field::int("cols")],
         params: &[tuned::Field::int("threads")],
     };
+    #[test]
+    fn the_default_comes_first_and_duplicates_after_fitting_go() {
+        // fit rounds down to even: 5 becomes 4 (the default) and 3 becomes 2 (already seen).
+        let c = candidate_configs(4u32, [2, 5, 3, 8, 10], |c| c & !1, |c| *c <= 8, 0);
+        assert_eq!(c, vec![4, 2, 8]);
+        assert_eq!(candidate_configs(4u32, [2, 8], |c| c, |_| true, 2), vec![4, 2]);
+    }
+
+    #[test]
+    fn the_candidate_loop_records_every_outcome_and_picks_by_the_noise_rule() {
+        let fail = |what: &str| Err(Error::invalid("candidate", what));
+        // Candidate 1 did not compile; 3 fails when run; 2 is the fastest.
+        let kernels: Vec<Result<(&str, ())>> =
+            vec![Ok(("k0", ())), fail("compile"), Ok(("k2", ())), Ok(("k3", ()))];
+        let configs = [0u32, 10, 20, 30];
+        let mut r = report(&[Err("not run"); 4]);
+        let mut ran = Vec::new();
+        let winner = time_candidates(&mut r, &configs, &kernels, 0.02, |c, k| {
+            ran.push((*c, *k));
+            match *k {
+                "k0" => Ok(Timing::from_samples(&[10.0], true)),
+                "k2" => Ok(Timing::from_samples(&[5.0], true)),
+                _ => Err(Error::invalid("launch", "fails")),
+            }
+        });
+        assert_eq!(
+            ran,
+            vec![(0, "k0"), (20, "k2"), (30, "k3")],
+            "only loaded kernels run"
+        );
+        assert_eq!(winner, Some((2, "k2")));
+        assert_eq!(r.chosen_index, Some(2));
+        let outcomes: Vec<_> = r
+            .candidates
+            .iter()
+            .map(|c| c.outcome.as_ref().map(|t| t.median_us))
+            .collect();
+        assert_eq!(outcomes[0], Ok(10.0));
+        assert!(outcomes[1].as_ref().unwrap_err().contains("compile"));
+        assert_eq!(outcomes[2], Ok(5.0));
+        assert!(outcomes[3].as_ref().unwrap_err().contains("fails"));
+
+        // Within the noise threshold the default (index 0) stays.
+        let mut r = report(&[Err("not run"); 2]);
+        let kernels: Vec<Result<(&str, ())>> = vec![Ok(("a", ())), Ok(("b", ()))];
+        let us = |k: &str| if k == "a" { 10.0 } else { 9.9 };
+        let w = time_candidates(&mut r, &[0, 10], &kernels, 0.02, |_, k| {
+            Ok(Timing::from_samples(&[us(k)], true))
+        });
+        assert_eq!(w, Some((0, "a")));
+
+        // Nothing ran: no winner.
+        let mut r = report(&[Err("not run"); 2]);
+        let kernels: Vec<Result<(&str, ())>> = vec![fail("compile"), fail("compile")];
+        assert_eq!(
+            time_candidates(&mut r, &[0, 10], &kernels, 0.02, |_, _| unreachable!()),
+            None
+        );
+        assert_eq!(r.chosen_index, None);
+    }
+
     impl TunedKernel for Dummy {
         type Key = u32;
         type Config = u32;
@@ -386,26 +511,103 @@ mod tests {
         fn key_from_values(_: &[tuned::Value]) -> std::result::Result<u32, String> {
             Ok(0)
         }
-        fn config_from_values(_: &[tuned::Value]) -> std::result::Result<u32, String> {
-            Ok(0)
+        fn config_from_values(v: &[tuned::Value]) -> std::result::Result<u32, String> {
+            match v {
+                [tuned::Value::Int(t)] => Ok(*t as u32),
+                _ => Err("not a thread count".into()),
+            }
         }
         fn config_values(c: &u32) -> Vec<tuned::Value> {
             vec![tuned::Value::Int(*c as i64)]
         }
         fn analytic_default(_: tuned::Target, _: &u32, _: u64) -> u32 {
-            0
+            256
         }
         fn baked_table(_: tuned::Target) -> Option<&'static tuned::BakedTable> {
             None
         }
+        fn accepts(_: Target, _: &u32, _: u64, c: &u32) -> bool {
+            *c <= 1024
+        }
     }
 
     #[test]
-    fn the_default_comes_first_and_duplicates_after_fitting_go() {
-        // fit rounds down to even: 5 becomes 4 (the default) and 3 becomes 2 (already seen).
-        let c = candidate_configs(4u32, [2, 5, 3, 8, 10], |c| c & !1, |c| *c <= 8, 0);
-        assert_eq!(c, vec![4, 2, 8]);
-        assert_eq!(candidate_configs(4u32, [2, 8], |c| c, |_| true, 2), vec![4, 2]);
+    fn the_disk_cache_step_trusts_only_intact_decodable_accepted_records() {
+        let dir = std::env::temp_dir().join(format!("kernels-core-cached-config-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cache = DiskCache::at(&dir);
+        let key = |batch: u64| {
+            crate::cache_key(&crate::CacheKeyParts {
+                crate_version: "0.1.0",
+                kernel: "k",
+                source_fingerprint: "fnv1a64:0",
+                compiler: "nvrtc 13.0",
+                arch: "sm_90a",
+                device_name: "NVIDIA H200",
+                sm_count: 132,
+                codegen_env: &[],
+                variant: crate::Component::DoesNotApply,
+                static_key: crate::Component::Applies("cols=4096"),
+                batch: crate::Component::Applies(batch),
+                alignment: crate::Component::Applies(AlignClass::A16),
+            })
+        };
+        let record = |threads: i64| TuneRecord {
+            config: vec![tuned::Value::Int(threads)],
+            us: 1.0,
+            default_us: Some(1.0),
+            device: "NVIDIA H200".into(),
+            compiler: "nvrtc 13.0".into(),
+            tuned_at: "2026-11-30".into(),
+            candidates: Vec::new(),
+        };
+        let corrupt = AtomicU64::new(0);
+        let get = |batch| cached_config::<Dummy>(&cache, &key(batch), Target::Sm90, &4096, batch, &corrupt);
+        let count = || corrupt.load(Ordering::Relaxed);
+
+        assert_eq!(get(1), None, "a miss");
+        assert_eq!(count(), 0, "a miss is not corrupt");
+
+        cache
+            .store(Section::Tuning, &key(1), "tune", record(512).to_json().as_bytes())
+            .unwrap();
+        assert_eq!((get(1), count()), (Some(512), 0));
+
+        // A record of a config the space refuses, one that does not decode, and
+        // a payload that is not a record: each a miss, counted.
+        cache
+            .store(
+                Section::Tuning,
+                &key(2),
+                "tune",
+                record(2048).to_json().as_bytes(),
+            )
+            .unwrap();
+        assert_eq!((get(2), count()), (None, 1));
+        let mut odd = record(512);
+        odd.config.push(tuned::Value::Int(1));
+        cache
+            .store(Section::Tuning, &key(3), "tune", odd.to_json().as_bytes())
+            .unwrap();
+        assert_eq!((get(3), count()), (None, 2));
+        cache
+            .store(Section::Tuning, &key(4), "tune", b"{not json")
+            .unwrap();
+        assert_eq!((get(4), count()), (None, 3));
+
+        // A file changed on disk fails its checksum.
+        let files: Vec<_> = std::fs::read_dir(dir.join("v1").join("tuning"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        for f in &files {
+            let mut bytes = std::fs::read(f).unwrap();
+            let last = bytes.len() - 1;
+            bytes[last] ^= 0x55;
+            std::fs::write(f, bytes).unwrap();
+        }
+        assert_eq!((get(1), count()), (None, 4));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -8,8 +8,9 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 
 use crate::ffi::{self, driver_error};
 use crate::{
-    conclude, graph_launches, select, start_search, time_graph_runs, time_runs, BufferRole, KernelSource,
-    L2Flush, Measured, Result, Runtime, TimingMethod, Tunable, TuneBuffer, TuneOptions, TuneReport, Variant,
+    conclude, graph_launches, start_search, time_candidates, time_graph_runs, time_runs, BufferRole,
+    KernelSource, L2Flush, Result, Runtime, TimingMethod, Tunable, TuneBuffer, TuneOptions, TuneReport,
+    Variant,
 };
 
 /// Snapshots of a problem's `Restore` buffers and the list of its `Zero` buffers.
@@ -135,39 +136,29 @@ impl Runtime {
         let launches = graph_launches(working_set, copies);
         let problem_at = |i: usize| if i == 0 { problem } else { &rotation[i - 1] };
 
-        let mut measured = Vec::with_capacity(configs.len());
-        for (i, (config, kernel)) in configs.iter().zip(&kernels).enumerate() {
-            let outcome = match kernel {
-                Err(e) => Err(e.to_string()),
-                Ok((kernel, _)) if graph => guarded
-                    .reset(stream)
-                    .and_then(|_| {
-                        time_graph_runs(stream, &opts.timing, launches, copies, &mut |i| {
-                            K::launch(kernel, stream, config, problem_at(i))
-                        })
+        let winner = time_candidates(
+            &mut report,
+            &configs,
+            &kernels,
+            opts.noise_threshold,
+            |config, kernel| {
+                if graph {
+                    guarded.reset(stream)?;
+                    time_graph_runs(stream, &opts.timing, launches, copies, &mut |i| {
+                        K::launch(kernel, stream, config, problem_at(i))
                     })
-                    .map_err(|e| e.to_string()),
-                Ok((kernel, _)) => time_runs(
-                    stream,
-                    &opts.timing,
-                    flush.as_ref(),
-                    &mut || guarded.reset(stream),
-                    &mut || K::launch(kernel, stream, config, problem),
-                )
-                .map_err(|e| e.to_string()),
-            };
-            measured.push(match &outcome {
-                Ok(t) => Measured::Time(t.median_us),
-                Err(e) => Measured::Failed(e.clone()),
-            });
-            report.candidates[i].outcome = outcome;
-        }
+                } else {
+                    time_runs(
+                        stream,
+                        &opts.timing,
+                        flush.as_ref(),
+                        &mut || guarded.reset(stream),
+                        &mut || K::launch(kernel, stream, config, problem),
+                    )
+                }
+            },
+        );
         drop(flush);
-
-        report.chosen_index = select(&measured, 0, opts.noise_threshold);
-        let winner = report
-            .chosen_index
-            .and_then(|i| kernels[i].as_ref().ok().map(|(k, _)| (i, k.clone())));
         // Leave the buffers as one plain run of the winner leaves them.
         let final_run = (|| -> Result<()> {
             guarded.reset(stream)?;

@@ -12,10 +12,7 @@ use tuned::{resolve_serve, Resolved, Source, TunedKernel};
 use super::tuner::HipTunable;
 use super::{HipKernel, HipRuntime, HipStream};
 use crate::counters::{bump, lock};
-use crate::{
-    resolve_in_order, AlignClass, CacheKey, Error, Lookup, PlannedKernel, ResolutionSteps, Result, Section,
-    TuneRecord,
-};
+use crate::{resolve_in_order, AlignClass, CacheKey, Error, PlannedKernel, ResolutionSteps, Result, Section};
 
 /// A resolved config with its loaded HIP kernel: what a HIP op launches.
 #[derive(Clone, Debug)]
@@ -266,27 +263,14 @@ impl<K: HipTunable> ResolutionSteps<K::Config> for Steps<'_, K> {
     }
 
     fn disk_cache(&mut self) -> Option<K::Config> {
-        match self.rt.cache().load(Section::Tuning, &self.tuning_key()) {
-            Lookup::Hit(e) => {
-                let record = std::str::from_utf8(&e.payload)
-                    .ok()
-                    .and_then(|t| TuneRecord::from_json(t).ok());
-                let config = record.and_then(|r| K::config_from_values(&r.config).ok());
-                let target = self.rt.limits.tuning_target();
-                match config {
-                    Some(c) if K::accepts(target, self.key, self.batch, &c) => Some(c),
-                    _ => {
-                        bump(&self.rt.counters.corrupt_files);
-                        None
-                    }
-                }
-            }
-            Lookup::Corrupt { .. } => {
-                bump(&self.rt.counters.corrupt_files);
-                None
-            }
-            Lookup::Miss => None,
-        }
+        crate::cached_config::<K>(
+            self.rt.cache(),
+            &self.tuning_key(),
+            self.rt.limits.tuning_target(),
+            self.key,
+            self.batch,
+            &self.rt.counters.corrupt_files,
+        )
     }
 
     fn search(&mut self) -> std::result::Result<K::Config, String> {

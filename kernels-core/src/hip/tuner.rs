@@ -10,7 +10,7 @@ use tuned::{KernelSchema, StaticKey, TunedKernel};
 
 use super::{time_hip_runs, HipBuffer, HipDevice, HipL2Flush, HipRuntime, HipStream};
 use crate::{
-    conclude, select, start_search, tune_record, BufferRole, Error, KernelSource, Measured, PlannedKernel,
+    conclude, start_search, time_candidates, tune_record, BufferRole, Error, KernelSource, PlannedKernel,
     Recheck, Result, TimingOptions, TuneBuffer, TuneOptions, TuneRecord, TuneReport, Variant,
 };
 
@@ -127,37 +127,26 @@ impl HipRuntime {
             None
         };
 
-        let mut measured = Vec::with_capacity(configs.len());
-        for (i, (config, kernel)) in configs.iter().zip(&kernels).enumerate() {
-            let outcome = match kernel {
-                Err(e) => Err(e.to_string()),
-                Ok((kernel, _)) => K::launch_args(kernel.info(), config, problem)
-                    .and_then(|(dims, args)| {
-                        time_hip_runs(
-                            self.device(),
-                            stream,
-                            &opts.timing,
-                            flush.as_mut(),
-                            &mut || guarded.reset(stream),
-                            // SAFETY: the plan follows the kernel's ABI and stays within
-                            // the problem's buffers (PlannedKernel contract).
-                            &mut || unsafe { kernel.launch(stream, dims, &args) },
-                        )
-                    })
-                    .map_err(|e| e.to_string()),
-            };
-            measured.push(match &outcome {
-                Ok(t) => Measured::Time(t.median_us),
-                Err(e) => Measured::Failed(e.clone()),
-            });
-            report.candidates[i].outcome = outcome;
-        }
+        let winner = time_candidates(
+            &mut report,
+            &configs,
+            &kernels,
+            opts.noise_threshold,
+            |config, kernel| {
+                let (dims, args) = K::launch_args(kernel.info(), config, problem)?;
+                time_hip_runs(
+                    self.device(),
+                    stream,
+                    &opts.timing,
+                    flush.as_mut(),
+                    &mut || guarded.reset(stream),
+                    // SAFETY: the plan follows the kernel's ABI and stays within the
+                    // problem's buffers (PlannedKernel contract).
+                    &mut || unsafe { kernel.launch(stream, dims, &args) },
+                )
+            },
+        );
         drop(flush);
-
-        report.chosen_index = select(&measured, 0, opts.noise_threshold);
-        let winner = report
-            .chosen_index
-            .and_then(|i| kernels[i].as_ref().ok().map(|(k, _)| (i, k.clone())));
         // Leave the buffers as one plain run of the winner leaves them.
         let final_run = (|| -> Result<()> {
             guarded.reset(stream)?;
