@@ -16,7 +16,7 @@ use kernels::core::{
 };
 use kernels::rmsnorm::ops::{self as norm_ops, NormProblem};
 use kernels::rmsnorm::{reference as norm_ref, FusedAddRmsNorm, RmsNorm, RmsNormKey};
-use kernels::softmax::ops::{self as sm_ops, SoftmaxProblem};
+use kernels::softmax::ops::SoftmaxProblem;
 use kernels::softmax::{reference as sm_ref, LogSoftmax, Softmax, SoftmaxKey};
 use tuned::DType;
 
@@ -106,6 +106,55 @@ fn round_all(dtype: DType, v: &mut [f32]) {
     for x in v.iter_mut() {
         *x = norm_ref::round_to(dtype, *x);
     }
+}
+
+/// The configs a launch on buffers aligned to `align` runs: every config of `space`
+/// fitted to the alignment (consecutive duplicates dropped), each variant of both
+/// kernels `A` and `B` of the family compiled before anything runs.
+fn fitted_and_compiled<A, B>(
+    rt: &Runtime,
+    key: &A::Key,
+    space: &[A::Config],
+    align: AlignClass,
+) -> Vec<A::Config>
+where
+    A: PlannedKernel,
+    B: PlannedKernel<Key = A::Key, Config = A::Config>,
+{
+    assert!(!space.is_empty(), "{key:?}: empty space");
+    let info = rt.device().info();
+    let mut configs: Vec<_> = space
+        .iter()
+        .map(|c| A::fit_alignment(info, key, c.clone(), align))
+        .collect();
+    configs.dedup();
+    let jobs: Vec<_> = configs
+        .iter()
+        .flat_map(|c| {
+            [
+                (*A::SOURCE, A::variant(info, key, c)),
+                (*B::SOURCE, B::variant(info, key, c)),
+            ]
+        })
+        .collect();
+    for r in rt.precompile(&jobs) {
+        r.expect("every variant of the space compiles");
+    }
+    configs
+}
+
+/// Prints how many (config, shape) runs were checked and fails on the first failures.
+fn report(family: &str, checked: usize, failures: &[String]) {
+    println!(
+        "{family}: {checked} (config, shape) runs checked, {} failed",
+        failures.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} failures, first: {}",
+        failures.len(),
+        failures[..failures.len().min(10)].join("\n")
+    );
 }
 
 struct Case {
@@ -201,28 +250,9 @@ fn rmsnorm_every_config_matches_reference() {
         let mut fx = Buf::new(&stream, case.dtype, &x, case.offset);
         let mut fr = Buf::new(&stream, case.dtype, &res, case.offset);
 
-        let space = kernels::rmsnorm::space::search_space(target, &key);
-        assert!(!space.is_empty(), "{key:?}: empty space");
         let align = AlignClass::of([xb.ptr(&stream), (shape.stride * case.dtype.size()) as u64]);
-        let info = rt.device().info();
-        let mut configs: Vec<_> = space
-            .iter()
-            .map(|c| RmsNorm::fit_alignment(info, &key, *c, align))
-            .collect();
-        configs.dedup();
-        let jobs: Vec<_> = configs
-            .iter()
-            .flat_map(|c| {
-                [
-                    (norm_ops::SOURCE, RmsNorm::variant(info, &key, c)),
-                    (norm_ops::SOURCE, FusedAddRmsNorm::variant(info, &key, c)),
-                ]
-            })
-            .collect();
-        for r in rt.precompile(&jobs) {
-            r.expect("every variant of the space compiles");
-        }
-        for c in &configs {
+        let space = kernels::rmsnorm::space::search_space(target, &key);
+        for c in &fitted_and_compiled::<RmsNorm, FusedAddRmsNorm>(&rt, &key, &space, align) {
             let what = format!(
                 "rmsnorm {:?} cols={} rows={} offset={} {c:?}",
                 case.dtype, case.cols, case.rows, case.offset
@@ -295,16 +325,7 @@ fn rmsnorm_every_config_matches_reference() {
             checked += 2;
         }
     }
-    println!(
-        "rmsnorm: {checked} (config, shape) runs checked, {} failed",
-        failures.len()
-    );
-    assert!(
-        failures.is_empty(),
-        "{} failures, first: {}",
-        failures.len(),
-        failures[..failures.len().min(10)].join("\n")
-    );
+    report("rmsnorm", checked, &failures);
 }
 
 #[test]
@@ -380,28 +401,9 @@ fn softmax_every_config_matches_reference() {
         let xb = Buf::new(&stream, case.dtype, &x, case.offset);
         let mut yb = Buf::new(&stream, case.dtype, &vec![poison; x.len()], case.offset);
 
-        let space = kernels::softmax::space::search_space(target, &key);
-        assert!(!space.is_empty(), "{key:?}: empty space");
         let align = AlignClass::of([xb.ptr(&stream), (shape.stride * case.dtype.size()) as u64]);
-        let info = rt.device().info();
-        let mut configs: Vec<_> = space
-            .iter()
-            .map(|c| Softmax::fit_alignment(info, &key, *c, align))
-            .collect();
-        configs.dedup();
-        let jobs: Vec<_> = configs
-            .iter()
-            .flat_map(|c| {
-                [
-                    (sm_ops::SOURCE, Softmax::variant(info, &key, c)),
-                    (sm_ops::SOURCE, LogSoftmax::variant(info, &key, c)),
-                ]
-            })
-            .collect();
-        for r in rt.precompile(&jobs) {
-            r.expect("every variant of the space compiles");
-        }
-        for c in &configs {
+        let space = kernels::softmax::space::search_space(target, &key);
+        for c in &fitted_and_compiled::<Softmax, LogSoftmax>(&rt, &key, &space, align) {
             for log in [false, true] {
                 let what = format!(
                     "{} {:?} cols={} rows={} offset={} {c:?}",
@@ -444,16 +446,7 @@ fn softmax_every_config_matches_reference() {
             }
         }
     }
-    println!(
-        "softmax: {checked} (config, shape) runs checked, {} failed",
-        failures.len()
-    );
-    assert!(
-        failures.is_empty(),
-        "{} failures, first: {}",
-        failures.len(),
-        failures[..failures.len().min(10)].join("\n")
-    );
+    report("softmax", checked, &failures);
 }
 
 #[test]
