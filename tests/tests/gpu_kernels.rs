@@ -75,6 +75,36 @@ impl Buf {
     }
 }
 
+/// The fused add RMSNorm problem over `x` and `residual` (both laid out as `shape`)
+/// and the weight `w` (`shape.cols` elements).
+fn fused_problem<'a>(
+    stream: &CudaStream,
+    x: &'a Buf,
+    residual: &'a Buf,
+    w: &'a Buf,
+    shape: Rows,
+    eps: f32,
+) -> NormProblem<'a> {
+    let len = shape.span().unwrap();
+    // Safety: each Buf holds `len` (w: `shape.cols`) elements of its dtype past its
+    // offset, and outlives the problem.
+    unsafe {
+        NormProblem::fused_add_rmsnorm_raw(
+            x.dtype,
+            x.ptr(stream),
+            len,
+            shape,
+            residual.ptr(stream),
+            len,
+            shape,
+            w.ptr(stream),
+            shape.cols,
+            eps,
+        )
+    }
+    .expect("valid problem")
+}
+
 /// Fails unless `got` matches `want` within `(atol, rtol)` on the rows' columns (NaN
 /// where the reference is NaN, equal infinities) and equals it exactly elsewhere (the
 /// padding between rows, which the kernels must not write; the references leave it
@@ -287,21 +317,7 @@ fn rmsnorm_every_config_matches_reference() {
             let what = what.replacen("rmsnorm", "fused_add_rmsnorm", 1);
             fx.write(&stream, &x);
             fr.write(&stream, &res);
-            let p = unsafe {
-                NormProblem::fused_add_rmsnorm_raw(
-                    case.dtype,
-                    fx.ptr(&stream),
-                    x.len(),
-                    shape,
-                    fr.ptr(&stream),
-                    x.len(),
-                    shape,
-                    wb.ptr(&stream),
-                    w.len(),
-                    eps,
-                )
-            }
-            .expect("valid problem");
+            let p = fused_problem(&stream, &fx, &fr, &wb, shape, eps);
             rt.launch_config::<FusedAddRmsNorm>(&stream, c, &p)
                 .expect("launch");
             if let Err(e) = compare(
@@ -560,21 +576,7 @@ fn fused_add_rmsnorm_tuned_online_leaves_one_plain_run() {
     let xb = Buf::new(&stream, dtype, &x, 0);
     let rb = Buf::new(&stream, dtype, &res, 0);
     let wb = Buf::new(&stream, dtype, &w, 0);
-    let p = unsafe {
-        NormProblem::fused_add_rmsnorm_raw(
-            dtype,
-            xb.ptr(&stream),
-            x.len(),
-            shape,
-            rb.ptr(&stream),
-            res.len(),
-            shape,
-            wb.ptr(&stream),
-            cols,
-            1e-6,
-        )
-    }
-    .unwrap();
+    let p = fused_problem(&stream, &xb, &rb, &wb, shape, 1e-6);
     let used = rt.run::<FusedAddRmsNorm>(&stream, &p).expect("online run");
     assert_eq!(
         used.resolved.source,
@@ -588,21 +590,7 @@ fn fused_add_rmsnorm_tuned_online_leaves_one_plain_run() {
     let mut rb2 = Buf::new(&stream, dtype, &res, 0);
     xb2.write(&stream, &x);
     rb2.write(&stream, &res);
-    let p2 = unsafe {
-        NormProblem::fused_add_rmsnorm_raw(
-            dtype,
-            xb2.ptr(&stream),
-            x.len(),
-            shape,
-            rb2.ptr(&stream),
-            res.len(),
-            shape,
-            wb.ptr(&stream),
-            cols,
-            1e-6,
-        )
-    }
-    .unwrap();
+    let p2 = fused_problem(&stream, &xb2, &rb2, &wb, shape, 1e-6);
     plain_rt
         .launch_config::<FusedAddRmsNorm>(&stream, &used.resolved.config, &p2)
         .unwrap();
