@@ -75,138 +75,55 @@ fn lookup_resolves_every_kernel() {
 
 #[test]
 fn bad_arguments_exit_2_with_one_line_naming_the_argument() {
-    let cases: &[(&[&str], &str)] = &[
+    // Each case: the command line (split at spaces) and what its one line must name.
+    let cases: &[(&str, &str)] = &[
         (
-            &[
-                "lookup",
-                "rmsnorm",
-                "--target",
-                "sm75",
-                "--dtype",
-                "bf16",
-                "--batch",
-                "7",
-                "cols=4096",
-            ],
+            "lookup rmsnorm --target sm75 --dtype bf16 --batch 7 cols=4096",
             "--target",
         ),
         (
-            &[
-                "lookup",
-                "rmsnorm",
-                "--target",
-                "sm90",
-                "--dtype",
-                "int8",
-                "--batch",
-                "7",
-                "cols=4096",
-            ],
+            "lookup rmsnorm --target sm90 --dtype int8 --batch 7 cols=4096",
             "--dtype",
         ),
         (
-            &[
-                "lookup",
-                "rmsnorm",
-                "--target",
-                "sm90",
-                "--dtype",
-                "bf16",
-                "--batch",
-                "0",
-                "cols=4096",
-            ],
+            "lookup rmsnorm --target sm90 --dtype bf16 --batch 0 cols=4096",
             "--batch",
         ),
         (
-            &[
-                "lookup",
-                "rmsnorm",
-                "--target",
-                "sm90",
-                "--dtype",
-                "bf16",
-                "--batch",
-                "x",
-                "cols=4096",
-            ],
+            "lookup rmsnorm --target sm90 --dtype bf16 --batch x cols=4096",
             "--batch",
         ),
         (
-            &[
-                "lookup",
-                "rmsnorm",
-                "--target",
-                "sm90",
-                "--dtype",
-                "bf16",
-                "--batch",
-                "7",
-                "rows=4096",
-            ],
+            "lookup rmsnorm --target sm90 --dtype bf16 --batch 7 rows=4096",
             "rows",
         ),
         (
-            &[
-                "lookup", "rmsnorm", "--target", "sm90", "--dtype", "bf16", "--batch", "7", "cols=abc",
-            ],
+            "lookup rmsnorm --target sm90 --dtype bf16 --batch 7 cols=abc",
             "cols",
         ),
         (
-            &[
-                "lookup", "rmsnorm", "--target", "sm90", "--dtype", "bf16", "--batch", "7", "cols=0",
-            ],
+            "lookup rmsnorm --target sm90 --dtype bf16 --batch 7 cols=0",
             "cols",
         ),
+        ("lookup rmsnorm --target sm90 --dtype bf16 --batch 7", "cols"),
         (
-            &[
-                "lookup", "rmsnorm", "--target", "sm90", "--dtype", "bf16", "--batch", "7",
-            ],
-            "cols",
-        ),
-        (
-            &[
-                "lookup", "rmsnorm", "--target", "sm90", "--dtype", "bf16", "--batch", "7", "cols",
-            ],
+            "lookup rmsnorm --target sm90 --dtype bf16 --batch 7 cols",
             "KEY=VALUE",
         ),
         (
-            &[
-                "lookup",
-                "attention",
-                "--target",
-                "sm90",
-                "--dtype",
-                "bf16",
-                "--batch",
-                "7",
-                "cols=1",
-            ],
+            "lookup attention --target sm90 --dtype bf16 --batch 7 cols=1",
             "attention",
         ),
-        (
-            &[
-                "lookup",
-                "rmsnorm",
-                "--dtype",
-                "bf16",
-                "--batch",
-                "7",
-                "cols=4096",
-            ],
-            "--target",
-        ),
-        (&["plan", "--model", "gpt-5"], "--model"),
-        (&["plan", "--model", "Qwen2.5-7B", "--tp", "3"], "--tp"),
-        (&["frobnicate"], "frobnicate"),
-        (
-            &["tune", "rmsnorm", "--shapes", "shapes.json", "--timing", "fast"],
-            "--timing",
-        ),
-        (&["tables", "check", "--timing", "fast"], "--timing"),
+        ("lookup rmsnorm --dtype bf16 --batch 7 cols=4096", "--target"),
+        ("plan --model gpt-5", "--model"),
+        ("plan --model Qwen2.5-7B --tp 3", "--tp"),
+        ("frobnicate", "frobnicate"),
+        ("tune rmsnorm --shapes shapes.json --timing fast", "--timing"),
+        ("tables check --timing fast", "--timing"),
     ];
-    for (args, names) in cases {
-        let o = kernels(args);
+    for (line, names) in cases {
+        let args: Vec<&str> = line.split_whitespace().collect();
+        let o = kernels(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
         let err = stderr(&o);
         assert_eq!(
