@@ -57,6 +57,7 @@ mod precompile;
 mod search;
 mod select;
 mod shape;
+pub mod testing;
 mod timing;
 mod tune_table;
 mod variant;

@@ -14,19 +14,7 @@ use tuned::Target;
 
 // ---- harness ------------------------------------------------------------------------
 
-fn require_gpu() -> bool {
-    std::env::var("KERNELS_REQUIRE_GPU").as_deref() == Ok("1")
-}
-
-/// Prints a skip past the harness's output capture, or fails under
-/// `KERNELS_REQUIRE_GPU=1`.
-fn skip(test: &str, why: &str) {
-    if require_gpu() {
-        panic!("{test}: KERNELS_REQUIRE_GPU=1 but {why}");
-    }
-    use std::io::Write as _;
-    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
-}
+use kernels_core::testing::skip_or_fail as skip;
 
 fn gpu(test: &str) -> Option<HipDevice> {
     match HipDevice::open(0) {

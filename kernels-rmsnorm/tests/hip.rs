@@ -16,16 +16,16 @@ use kernels_rmsnorm::plan::NormProblem;
 use kernels_rmsnorm::{reference, space, FusedAddRmsNorm, RmsNorm, RmsNormKey};
 use tuned::{resolve_serve, DType, Resolved, Source, StaticKey, TunedKernel};
 
+/// Panics unless `got` matches `want` ([`kernels_core::testing::compare_rows`]).
+fn compare(what: &str, got: &[f32], want: &[f32], shape: Rows, tol: (f64, f64)) {
+    kernels_core::testing::compare_rows(what, got, want, shape, tol).unwrap_or_else(|e| panic!("{e}"));
+}
+
 fn runtime(test: &str, cache: DiskCache) -> Option<(HipRuntime, HipStream)> {
     let dev = match HipDevice::open(0) {
         Ok(d) => d,
         Err(e) => {
-            if std::env::var("KERNELS_REQUIRE_GPU").as_deref() == Ok("1") {
-                panic!("{test}: KERNELS_REQUIRE_GPU=1 but no HIP device could be opened: {e}");
-            }
-            // Past the harness's output capture, so the skip shows in every run.
-            use std::io::Write as _;
-            let _ = writeln!(std::io::stderr(), "SKIPPED {test}: no AMD GPU found ({e})");
+            kernels_core::testing::skip_or_fail(test, &format!("no AMD GPU found ({e})"));
             return None;
         }
     };
@@ -64,28 +64,6 @@ impl Buf {
     }
     fn read(&self) -> Vec<f32> {
         decode(self.dtype, &self.mem.to_vec().expect("read back"))[self.offset..].to_vec()
-    }
-}
-
-/// Fails unless `got` matches `want` within `(atol, rtol)` on the rows' columns (NaN
-/// where `want` is NaN) and equals it bit for bit in the padding.
-fn compare(what: &str, got: &[f32], want: &[f32], shape: Rows, tol: (f64, f64)) {
-    assert_eq!(got.len(), want.len(), "{what}: lengths");
-    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        let (r, c) = (i / shape.stride, i % shape.stride);
-        if r >= shape.rows || c >= shape.cols {
-            assert!(
-                g.to_bits() == w.to_bits(),
-                "{what}: padding element {i} was written ({g}, was {w})"
-            );
-            continue;
-        }
-        let ok = if w.is_nan() {
-            g.is_nan()
-        } else {
-            ((g as f64) - (w as f64)).abs() <= tol.0 + tol.1 * (w as f64).abs()
-        };
-        assert!(ok, "{what}: row {r} col {c}: got {g}, want {w}");
     }
 }
 

@@ -9,6 +9,7 @@
 use std::sync::Arc;
 
 use kernels::core::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use kernels::core::testing::{compare_rows as compare, skip_or_fail};
 use kernels::core::Rows;
 use kernels::core::{
     decode, encode, pseudo_random, AlignClass, Device, DiskCache, PlannedKernel, Policy, Runtime,
@@ -24,13 +25,7 @@ fn runtime(test: &str) -> Option<(Runtime, Arc<CudaStream>)> {
     let dev = match Device::open(0) {
         Ok(d) => d,
         Err(e) => {
-            if std::env::var("KERNELS_REQUIRE_GPU").as_deref() == Ok("1") {
-                panic!("{test}: KERNELS_REQUIRE_GPU=1 but no GPU could be opened: {e}");
-            }
-            // Written to stderr directly, past the test harness's output capture, so the
-            // skip shows in every run's output instead of passing silently.
-            use std::io::Write as _;
-            let _ = writeln!(std::io::stderr(), "SKIPPED {test}: no CUDA GPU found ({e})");
+            skip_or_fail(test, &format!("no CUDA GPU found ({e})"));
             return None;
         }
     };
@@ -103,33 +98,6 @@ fn fused_problem<'a>(
         )
     }
     .expect("valid problem")
-}
-
-/// Fails unless `got` matches `want` within `(atol, rtol)` on the rows' columns (NaN
-/// where the reference is NaN, equal infinities) and equals it exactly elsewhere (the
-/// padding between rows, which the kernels must not write; the references leave it
-/// as it was).
-fn compare(what: &str, got: &[f32], want: &[f32], shape: Rows, tol: (f64, f64)) -> Result<(), String> {
-    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        let (r, c) = (i / shape.stride, i % shape.stride);
-        if r >= shape.rows || c >= shape.cols {
-            if g.to_bits() != w.to_bits() && !(g.is_nan() && w.is_nan()) {
-                return Err(format!("{what}: padding element {i} was written ({g}, was {w})"));
-            }
-            continue;
-        }
-        let ok = if w.is_nan() {
-            g.is_nan()
-        } else if w.is_infinite() {
-            g == w
-        } else {
-            ((g as f64) - (w as f64)).abs() <= tol.0 + tol.1 * (w as f64).abs()
-        };
-        if !ok {
-            return Err(format!("{what}: row {r} col {c}: got {g}, want {w}"));
-        }
-    }
-    Ok(())
 }
 
 fn round_all(dtype: DType, v: &mut [f32]) {

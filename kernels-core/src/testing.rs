@@ -1,0 +1,86 @@
+//! Helpers for the GPU tests of every kernel family and backend; they need no GPU
+//! themselves: what a test does where it cannot run ([`skip_or_fail`]) and how an
+//! output is compared with its CPU reference ([`compare_rows`]).
+
+use crate::Rows;
+
+/// The environment variable that turns a GPU test's skip into a failure (`1`), for
+/// runs on a machine that must have the GPU.
+pub const REQUIRE_GPU_ENV: &str = "KERNELS_REQUIRE_GPU";
+
+/// What a GPU test does where it cannot run: with `KERNELS_REQUIRE_GPU=1` it fails
+/// (panics, naming `test` and `why`); otherwise it prints `SKIPPED <test>: <why>` to
+/// stderr directly, past the test harness's output capture, so the skip shows in
+/// every run's output instead of passing silently.
+pub fn skip_or_fail(test: &str, why: &str) {
+    if std::env::var(REQUIRE_GPU_ENV).as_deref() == Ok("1") {
+        panic!("{test}: {REQUIRE_GPU_ENV}=1 but {why}");
+    }
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
+}
+
+/// Compares an output `got` with the reference `want`, both laid out as `shape`: on
+/// each row's columns within `atol + rtol * |want|` (`tol` = (atol, rtol)), NaN where
+/// `want` is NaN and the same infinity where it is infinite; in the padding between
+/// rows, unchanged (the kernels must not write it; a NaN poison equals any NaN). The
+/// error names `what` and the first mismatch.
+pub fn compare_rows(
+    what: &str,
+    got: &[f32],
+    want: &[f32],
+    shape: Rows,
+    tol: (f64, f64),
+) -> Result<(), String> {
+    if got.len() != want.len() {
+        return Err(format!("{what}: {} values, want {}", got.len(), want.len()));
+    }
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let (r, c) = (i / shape.stride, i % shape.stride);
+        if r >= shape.rows || c >= shape.cols {
+            if g.to_bits() != w.to_bits() && !(g.is_nan() && w.is_nan()) {
+                return Err(format!("{what}: padding element {i} was written ({g}, was {w})"));
+            }
+            continue;
+        }
+        let ok = if w.is_nan() {
+            g.is_nan()
+        } else if w.is_infinite() {
+            g == w
+        } else {
+            ((g as f64) - (w as f64)).abs() <= tol.0 + tol.1 * (w as f64).abs()
+        };
+        if !ok {
+            return Err(format!("{what}: row {r} col {c}: got {g}, want {w}"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_within_tolerance_padding_untouched() {
+        // 2 rows of 3 columns in rows of 4: index 3 and 7 are padding.
+        let shape = Rows::strided(2, 3, 4);
+        let nan = f32::NAN;
+        let want = [1.0, nan, f32::INFINITY, nan, 100.0, -2.0, 0.5, 7.0];
+        let ok = [1.001, nan, f32::INFINITY, nan, 100.1, -2.0, 0.5, 7.0];
+        assert_eq!(compare_rows("t", &ok, &want, shape, (0.01, 0.001)), Ok(()));
+        let off = |i: usize, v: f32| {
+            let mut g = ok;
+            g[i] = v;
+            compare_rows("t", &g, &want, shape, (0.01, 0.001)).unwrap_err()
+        };
+        assert!(off(0, 1.02).contains("row 0 col 0"), "outside the tolerance");
+        assert!(off(1, 0.0).contains("row 0 col 1"), "a NaN expected");
+        assert!(off(2, f32::MAX).contains("row 0 col 2"), "the infinity expected");
+        assert!(off(3, 0.0).contains("padding element 3"), "padding written");
+        assert!(off(7, 7.5).contains("padding element 7"), "padding written");
+        assert!(compare_rows("t", &ok[..7], &want, shape, (0.01, 0.001))
+            .unwrap_err()
+            .contains("7 values, want 8"));
+    }
+}
