@@ -44,6 +44,12 @@
 //            __cluster_dims__(SPLITS, 1, 1), sm_90), and pass 2 writes everything.
 //            One pass over HBM unless the tail is long.
 //            STAGE_VECS (define): SLICE_VECS, or a multiple of THREADS below it.
+//            PREFETCH_ROWS (define): 0, or (sm_90, where one block fills an SM) the
+//            rows of one wave, SMs / SPLITS: before pass 2 each block asks L2 to
+//            prefetch its slice of row + PREFETCH_ROWS, the row the next wave's block
+//            takes, so those HBM reads overlap this wave's writes instead of
+//            following them (all blocks of a wave start, read, reduce and write in
+//            step, which leaves HBM idle between the phases otherwise).
 //
 // Special values, as torch.softmax: -inf contributes 0; a row of only -inf gives NaN
 // everywhere; a NaN anywhere in a row makes the whole row NaN; so does +inf (its
@@ -368,8 +374,8 @@ extern "C" __global__ void __cluster_dims__(SPLITS, 1, 1) KD_LAUNCH_BOUNDS(THREA
 #endif
 static_assert(SPLITS == 1 || (SPLITS >= 2 && SPLITS <= 8), "SPLITS: 1, or a cluster of 2..8");
 static_assert(sizeof(V) >= 4, "cp.async copies 4, 8 or 16 bytes");
-#ifndef STAGE_VECS
-#error "the staged strategy needs STAGE_VECS"
+#if !defined(STAGE_VECS) || !defined(PREFETCH_ROWS)
+#error "the staged strategy needs STAGE_VECS and PREFETCH_ROWS"
 #endif
 constexpr int SLICE_VECS = (NVEC + SPLITS - 1) / SPLITS;  // vectors per block (the last: fewer)
 // Vectors per thread per step (one cp.async group): about 64 bytes per thread.
@@ -518,6 +524,18 @@ extern "C" __global__ void KD_STAGED_CLUSTER KD_LAUNCH_BOUNDS(THREADS)
     st = cluster_stats(part);
     // Done reading the others' shared memory: they may exit once all have arrived.
     cluster_arrive();
+#endif
+
+#if PREFETCH_ROWS > 0 && !defined(KD_AMD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // The next wave's row: the 16-byte aligned part of this block's slice of it (a
+    // bulk prefetch needs 16-byte bounds; nothing outside the slice is touched).
+    if (tid == 0 && row + PREFETCH_ROWS < rows) {
+        const unsigned long long b = (unsigned long long)(x + (row + PREFETCH_ROWS) * x_stride + (long long)first * VEC);
+        const unsigned long long e = b + (unsigned long long)len * sizeof(V);
+        const unsigned long long b16 = (b + 15) & ~15ull, e16 = e & ~15ull;
+        if (e16 > b16)
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(b16), "r"(unsigned(e16 - b16)) : "memory");
+    }
 #endif
 
     // Pass 2: the tail (from registers, or read again last part first, the likeliest

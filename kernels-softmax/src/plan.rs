@@ -160,7 +160,35 @@ pub(crate) fn fit(
     c
 }
 
-pub(crate) fn variant(target: Target, key: &SoftmaxKey, c: &SoftmaxConfig, log: bool) -> Variant {
+/// Largest stage that prefetches the next wave's row: measured on the H200 (graph-timed
+/// tuning, docs/results/2026-11-30-h200-session4.md), the prefetch made 65536-column
+/// bf16 rows (128 KiB stages) 1.6-2.3% faster and 148-229 KiB stages 4-7% slower: a
+/// wave of those (20-30 MB) and its own traffic no longer fit the 60 MiB L2 together.
+pub const PREFETCH_MAX_STAGE: u64 = 128 << 10;
+
+/// Rows of one wave for the staged kernel's L2 prefetch of the next wave's row
+/// (`PREFETCH_ROWS` in cuda/softmax.cu): on Hopper, for a staged config whose stage
+/// takes more than half an SM's shared memory (so exactly one block per SM) and at
+/// most [`PREFETCH_MAX_STAGE`], the SMs over the blocks per row; 0 (no prefetch)
+/// otherwise.
+pub(crate) fn prefetch_rows(device: &DeviceInfo, key: &SoftmaxKey, c: &SoftmaxConfig) -> u32 {
+    let target = device.tuning_target();
+    let stage = c.smem_bytes(target, key);
+    let one_per_sm = 2 * stage > device.smem_per_sm as u64;
+    if c.strategy == Strategy::Staged && target == Target::Sm90 && one_per_sm && stage <= PREFETCH_MAX_STAGE {
+        device.sm_count / c.splits.max(1)
+    } else {
+        0
+    }
+}
+
+pub(crate) fn variant(
+    target: Target,
+    key: &SoftmaxKey,
+    c: &SoftmaxConfig,
+    log: bool,
+    prefetch: u32,
+) -> Variant {
     let strategy = match c.strategy {
         Strategy::Row => 0,
         Strategy::Online => 1,
@@ -177,7 +205,9 @@ pub(crate) fn variant(target: Target, key: &SoftmaxKey, c: &SoftmaxConfig, log: 
         .define("SPLITS", c.splits)
         .define("LOG_SOFTMAX", u32::from(log));
     match c.strategy {
-        Strategy::Staged => v.define("STAGE_VECS", c.stage_vectors(target, key)),
+        Strategy::Staged => v
+            .define("STAGE_VECS", c.stage_vectors(target, key))
+            .define("PREFETCH_ROWS", prefetch),
         _ => v,
     }
 }
@@ -241,7 +271,13 @@ macro_rules! planned {
             }
 
             fn variant(device: &DeviceInfo, key: &SoftmaxKey, c: &SoftmaxConfig) -> Variant {
-                variant(device.tuning_target(), key, c, $log)
+                variant(
+                    device.tuning_target(),
+                    key,
+                    c,
+                    $log,
+                    prefetch_rows(device, key, c),
+                )
             }
 
             fn problem_shape(p: &SoftmaxProblem<'_>) -> (SoftmaxKey, u64) {
@@ -438,6 +474,46 @@ mod tests {
         let plan = <Softmax as PlannedKernel>::plan(&nvidia, &staged, &p).unwrap();
         assert_eq!(plan.dims.smem_bytes as u64, staged.smem_bytes(Target::Sm90, &key));
         assert!(plan.dims.smem_bytes > 0);
+    }
+
+    #[test]
+    fn the_staged_prefetch_spans_one_wave_where_one_block_fills_an_sm() {
+        let h200 = DeviceInfo::nominal(Target::Sm90).unwrap();
+        let a100 = DeviceInfo::nominal(Target::Sm80).unwrap();
+        let staged = |threads, splits| SoftmaxConfig {
+            strategy: Strategy::Staged,
+            threads,
+            vec: 8,
+            rows: 1,
+            splits,
+        };
+        let key = |cols| SoftmaxKey {
+            dtype: DType::Bf16,
+            cols,
+        };
+        // A 128 KiB stage (65536 columns; 128256 split over 2 blocks) fills an SM: one
+        // wave is one row per SM, or per cluster of 2.
+        assert_eq!(prefetch_rows(&h200, &key(65536), &staged(512, 1)), h200.sm_count);
+        assert_eq!(
+            prefetch_rows(&h200, &key(128256), &staged(512, 2)),
+            h200.sm_count / 2
+        );
+        let v = <Softmax as PlannedKernel>::variant(&h200, &key(65536), &staged(512, 1));
+        let want = ("PREFETCH_ROWS".to_string(), h200.sm_count.to_string());
+        assert!(v.defines().contains(&want), "{v:?}");
+        // Larger stages (a whole vocabulary row, or 148 KiB halves) do not prefetch; a
+        // 64 KiB stage shares the SM; nor on A100 (no bulk prefetch), nor for other
+        // strategies.
+        let vocab = key(128256);
+        assert_eq!(prefetch_rows(&h200, &vocab, &staged(1024, 1)), 0);
+        assert_eq!(prefetch_rows(&h200, &key(151936), &staged(512, 2)), 0);
+        assert_eq!(prefetch_rows(&h200, &key(32768), &staged(512, 1)), 0);
+        assert_eq!(prefetch_rows(&a100, &vocab, &staged(1024, 1)), 0);
+        let online = SoftmaxConfig {
+            strategy: Strategy::Online,
+            ..staged(1024, 1)
+        };
+        assert_eq!(prefetch_rows(&h200, &vocab, &online), 0);
     }
 
     #[test]

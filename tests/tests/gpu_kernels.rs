@@ -346,6 +346,16 @@ fn softmax_every_config_matches_reference() {
         offset: 0,
         specials: true,
     });
+    // More rows than one wave of 128 KiB stages: the staged blocks prefetch the next
+    // wave's rows into L2.
+    cases.push(Case {
+        dtype: DType::Bf16,
+        cols: 65536,
+        rows: 140,
+        pad: 8,
+        offset: 0,
+        specials: false,
+    });
     cases.push(Case {
         dtype: DType::Bf16,
         cols: 262144,
