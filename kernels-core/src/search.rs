@@ -7,7 +7,6 @@
 
 use std::collections::HashSet;
 use std::hash::Hash;
-
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use tuned::{Target, TunedKernel};
@@ -439,6 +438,37 @@ mod tests {
         key: &[tuned::Field::int("cols")],
         params: &[tuned::Field::int("threads")],
     };
+    impl TunedKernel for Dummy {
+        type Key = u32;
+        type Config = u32;
+        const SCHEMA: &'static tuned::KernelSchema = &DUMMY;
+        const SOURCE_FINGERPRINT: &'static str = "fnv1a64:0";
+        fn key_values(k: &u32) -> tuned::KeyValues {
+            tuned::KeyValues::new().push(*k as i64)
+        }
+        fn key_from_values(_: &[tuned::Value]) -> std::result::Result<u32, String> {
+            Ok(0)
+        }
+        fn config_from_values(v: &[tuned::Value]) -> std::result::Result<u32, String> {
+            match v {
+                [tuned::Value::Int(t)] => Ok(*t as u32),
+                _ => Err("not a thread count".into()),
+            }
+        }
+        fn config_values(c: &u32) -> Vec<tuned::Value> {
+            vec![tuned::Value::Int(*c as i64)]
+        }
+        fn analytic_default(_: tuned::Target, _: &u32, _: u64) -> u32 {
+            256
+        }
+        fn baked_table(_: tuned::Target) -> Option<&'static tuned::BakedTable> {
+            None
+        }
+        fn accepts(_: Target, _: &u32, _: u64, c: &u32) -> bool {
+            *c <= 1024
+        }
+    }
+
     #[test]
     fn the_default_comes_first_and_duplicates_after_fitting_go() {
         // fit rounds down to even: 5 becomes 4 (the default) and 3 becomes 2 (already seen).
@@ -498,37 +528,6 @@ mod tests {
             None
         );
         assert_eq!(r.chosen_index, None);
-    }
-
-    impl TunedKernel for Dummy {
-        type Key = u32;
-        type Config = u32;
-        const SCHEMA: &'static tuned::KernelSchema = &DUMMY;
-        const SOURCE_FINGERPRINT: &'static str = "fnv1a64:0";
-        fn key_values(k: &u32) -> tuned::KeyValues {
-            tuned::KeyValues::new().push(*k as i64)
-        }
-        fn key_from_values(_: &[tuned::Value]) -> std::result::Result<u32, String> {
-            Ok(0)
-        }
-        fn config_from_values(v: &[tuned::Value]) -> std::result::Result<u32, String> {
-            match v {
-                [tuned::Value::Int(t)] => Ok(*t as u32),
-                _ => Err("not a thread count".into()),
-            }
-        }
-        fn config_values(c: &u32) -> Vec<tuned::Value> {
-            vec![tuned::Value::Int(*c as i64)]
-        }
-        fn analytic_default(_: tuned::Target, _: &u32, _: u64) -> u32 {
-            256
-        }
-        fn baked_table(_: tuned::Target) -> Option<&'static tuned::BakedTable> {
-            None
-        }
-        fn accepts(_: Target, _: &u32, _: u64, c: &u32) -> bool {
-            *c <= 1024
-        }
     }
 
     #[test]

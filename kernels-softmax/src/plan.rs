@@ -171,7 +171,7 @@ pub const PREFETCH_MAX_STAGE: u64 = 128 << 10;
 /// takes more than half an SM's shared memory (so exactly one block per SM) and at
 /// most [`PREFETCH_MAX_STAGE`], the SMs over the blocks per row; 0 (no prefetch)
 /// otherwise.
-pub(crate) fn prefetch_rows(device: &DeviceInfo, key: &SoftmaxKey, c: &SoftmaxConfig) -> u32 {
+pub fn prefetch_rows(device: &DeviceInfo, key: &SoftmaxKey, c: &SoftmaxConfig) -> u32 {
     let target = device.tuning_target();
     let stage = c.smem_bytes(target, key);
     let one_per_sm = 2 * stage > device.smem_per_sm as u64;
