@@ -169,6 +169,16 @@ enum TablesCommand {
         #[arg(long)]
         tables: Option<PathBuf>,
     },
+    /// Record in tuned/variants.lock the compiled variants each baked table serves (run
+    /// after tuning a table); with --check, fail if they differ from the recorded ones
+    /// (the Rust code deriving a config's defines changed what a table serves).
+    Lock {
+        #[arg(long)]
+        check: bool,
+        /// The lock file (default: tuned/variants.lock of this source tree).
+        #[arg(long)]
+        path: Option<PathBuf>,
+    },
     /// Turn entries that do not beat their analytic default by more than --margin
     /// (default 0.02, the tuner's noise threshold) into default markers (the batch then
     /// serves the analytic default, not a neighbour's config), rewriting the files
@@ -383,6 +393,51 @@ fn run(cli: Cli) -> Result<ExitCode, Usage> {
 }
 
 #[cfg(feature = "cuda")]
+fn lock_command(check: bool, path: Option<PathBuf>) -> Result<ExitCode, Usage> {
+    use kernels::variants::{check_lock, default_lock_path, lock_text, served_variants};
+    let path = path.unwrap_or_else(default_lock_path);
+    let now = served_variants().map_err(Usage)?;
+    if check {
+        let recorded =
+            std::fs::read_to_string(&path).map_err(|e| Usage(format!("--path: {}: {e}", path.display())))?;
+        return Ok(match check_lock(&recorded, &now) {
+            Ok(()) => {
+                println!(
+                    "{}: {} table(s) serve the locked variants",
+                    path.display(),
+                    now.len()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                println!("FAIL {}: {e}", path.display());
+                ExitCode::FAILURE
+            }
+        });
+    }
+    tuned::write_atomic(&path, lock_text(&now).as_bytes())
+        .map_err(|e| Usage(format!("--path: {}: {e}", path.display())))?;
+    for t in &now {
+        println!(
+            "{} {} {} entries {}",
+            t.kernel,
+            t.target.name(),
+            t.entries,
+            t.digest
+        );
+    }
+    println!("wrote {}", path.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(not(feature = "cuda"))]
+fn lock_command(_: bool, _: Option<PathBuf>) -> Result<ExitCode, Usage> {
+    Err(Usage(
+        "tables lock: this binary was built without the `cuda` feature".into(),
+    ))
+}
+
+#[cfg(feature = "cuda")]
 fn variants_command(target: &str, shapes: Option<PathBuf>) -> Result<ExitCode, Usage> {
     let target: Target = arg("target", target)?;
     let dir = shapes.unwrap_or_else(kernels::variants::default_shapes_dir);
@@ -464,6 +519,7 @@ fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {
                 }
             }
         }
+        TablesCommand::Lock { check, path } => lock_command(check, path),
         TablesCommand::Prune { margin, paths } => {
             let margin: f64 = arg("margin", &margin)?;
             if !(0.0..1.0).contains(&margin) {

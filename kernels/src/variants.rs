@@ -42,6 +42,55 @@ impl VariantJob {
 
 const PRELUDE: &str = "kernels-core/cuda/prelude.cuh";
 
+/// One entry of a baked table as it serves: canonical key, batch, decoded key, the
+/// config it launches (a default marker: the analytic default for its batch) and
+/// whether it is a marker.
+struct Served<K: Tunable> {
+    canonical: String,
+    batch: u64,
+    key: K::Key,
+    config: K::Config,
+    marker: bool,
+}
+
+/// Every entry of `K`'s baked table for `target` (none without a table).
+fn served<K: Tunable>(target: Target) -> Result<Vec<Served<K>>, String> {
+    let kernel = K::SCHEMA.kernel;
+    let Some(table) = K::baked_table(target) else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for (canonical, entries) in table.entries.entries() {
+        let key = tuned::StaticKey::parse(K::SCHEMA, canonical)
+            .and_then(|k| K::key_from_values(k.values()))
+            .map_err(|e| format!("{kernel} table key `{canonical}`: {e}"))?;
+        for e in entries.iter() {
+            // A default marker serves the analytic default (computed for the requested
+            // batch), here for the marker's batch.
+            let (config, marker) = match e.config.tuned() {
+                None => (K::analytic_default(target, &key, e.batch), true),
+                Some(values) => {
+                    let config = K::config_from_baked(values).ok_or_else(|| {
+                        format!(
+                            "{kernel} table key `{canonical}` batch {}: config does not decode",
+                            e.batch
+                        )
+                    })?;
+                    (config, false)
+                }
+            };
+            out.push(Served {
+                canonical: canonical.to_string(),
+                batch: e.batch,
+                key: key.clone(),
+                config,
+                marker,
+            });
+        }
+    }
+    Ok(out)
+}
+
 fn jobs_of<K: Tunable>(
     target: Target,
     info: &DeviceInfo,
@@ -61,32 +110,13 @@ fn jobs_of<K: Tunable>(
             arch: target.compile_arch().to_string(),
         });
     };
-    if let Some(table) = K::baked_table(target) {
-        for (canonical, entries) in table.entries.entries() {
-            let key = tuned::StaticKey::parse(K::SCHEMA, canonical)
-                .and_then(|k| K::key_from_values(k.values()))
-                .map_err(|e| format!("{kernel} table key `{canonical}`: {e}"))?;
-            for e in entries.iter() {
-                // A default marker serves the analytic default (computed for the requested
-                // batch; the shape sets below cover those), here for the marker's batch.
-                let Some(values) = e.config.tuned() else {
-                    let config = K::analytic_default(target, &key, e.batch);
-                    push(
-                        format!("table-default [{canonical}] batch {}", e.batch),
-                        &key,
-                        &config,
-                    );
-                    continue;
-                };
-                let config = K::config_from_baked(values).ok_or_else(|| {
-                    format!(
-                        "{kernel} table key `{canonical}` batch {}: config does not decode",
-                        e.batch
-                    )
-                })?;
-                push(format!("table [{canonical}] batch {}", e.batch), &key, &config);
-            }
-        }
+    for s in served::<K>(target)? {
+        let origin = if s.marker { "table-default" } else { "table" };
+        push(
+            format!("{origin} [{}] batch {}", s.canonical, s.batch),
+            &s.key,
+            &s.config,
+        );
     }
     let path = shapes_dir.join(shape_file);
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -99,14 +129,11 @@ fn jobs_of<K: Tunable>(
     Ok(())
 }
 
-/// The variants of every tunable kernel reachable on `target`, from its baked tables
-/// and the analytic defaults over the shape sets in `shapes_dir`. Deduplicated by
-/// (entry, defines, arch). AMD targets get the same kinds of defines; they compile
-/// with clang for the gfx arch (`scripts/hip_check.py`).
-pub fn reachable(target: Target, shapes_dir: &Path) -> Result<Vec<VariantJob>, String> {
-    // These kernels' variants depend on key and config only; `PlannedKernel::variant` takes a
-    // device description, so a nominal one stands in (with AMD's 64-lane wavefront).
-    let info = match target.vendor() {
+/// The device description variants are derived for on `target` (as `kernels variants`
+/// and the variants lock use it): the target's nominal device, AMD's with its 64-lane
+/// wavefront.
+fn nominal(target: Target) -> Result<DeviceInfo, String> {
+    match target.vendor() {
         tuned::Vendor::Nvidia => DeviceInfo::nominal(target),
         tuned::Vendor::Amd => DeviceInfo::nominal(Target::Sm90).map(|d| DeviceInfo {
             name: format!("AMD {} (nominal)", target.name()),
@@ -114,7 +141,17 @@ pub fn reachable(target: Target, shapes_dir: &Path) -> Result<Vec<VariantJob>, S
             ..d
         }),
     }
-    .ok_or_else(|| format!("--target: no nominal device for {target}"))?;
+    .ok_or_else(|| format!("--target: no nominal device for {target}"))
+}
+
+/// The variants of every tunable kernel reachable on `target`, from its baked tables
+/// and the analytic defaults over the shape sets in `shapes_dir`. Deduplicated by
+/// (entry, defines, arch). AMD targets get the same kinds of defines; they compile
+/// with clang for the gfx arch (`scripts/hip_check.py`).
+pub fn reachable(target: Target, shapes_dir: &Path) -> Result<Vec<VariantJob>, String> {
+    // `PlannedKernel::variant` takes a device description (the staged softmax's prefetch
+    // reads its SM count and shared memory); the target's nominal device stands in.
+    let info = nominal(target)?;
     let mut jobs = BTreeSet::new();
     use kernels_rmsnorm::{FusedAddRmsNorm, RmsNorm};
     use kernels_softmax::{LogSoftmax, Softmax};
@@ -144,4 +181,172 @@ pub fn reachable(target: Target, shapes_dir: &Path) -> Result<Vec<VariantJob>, S
 /// The shape sets of the source tree this binary was built from.
 pub fn default_shapes_dir() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tuned/shapes")
+}
+
+// ---- the variants lock ------------------------------------------------------------
+
+/// The lock file: `tuned/variants.lock` in the source tree this binary was built from.
+pub fn default_lock_path() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tuned/variants.lock")
+}
+
+/// One committed table's served variants: every entry's (key, batch) and the entry
+/// point and defines its config compiles to on the target's nominal device, digested.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableVariants {
+    pub kernel: &'static str,
+    pub target: Target,
+    pub entries: usize,
+    /// `fnv1a64:` and 16 hex digits over the sorted entry lines.
+    pub digest: String,
+}
+
+fn lines_of<K: Tunable>(target: Target, info: &DeviceInfo, lines: &mut Vec<String>) -> Result<usize, String> {
+    let served = served::<K>(target)?;
+    for s in &served {
+        let v = K::variant(info, &s.key, &s.config);
+        let defines: Vec<String> = v.defines().iter().map(|(k, v)| format!("{k}={v}")).collect();
+        lines.push(format!(
+            "{} {} {} {}",
+            s.canonical,
+            s.batch,
+            v.entry(),
+            defines.join(",")
+        ));
+    }
+    Ok(served.len())
+}
+
+/// Every baked table's [`TableVariants`], tables in a fixed order (kernel, target).
+///
+/// The source fingerprint covers a kernel's device code only. The Rust code that turns a
+/// config into `-D` defines (the staged softmax's `STAGE_VECS` and `PREFETCH_ROWS`, the
+/// analytic default a marker serves) can change what an entry compiles to without
+/// staling its table; the lock records what each table served when it was last
+/// tuned, so such a change fails the check until the table is retuned and relocked.
+pub fn served_variants() -> Result<Vec<TableVariants>, String> {
+    use kernels_rmsnorm::{FusedAddRmsNorm, RmsNorm};
+    use kernels_softmax::{LogSoftmax, Softmax};
+    let mut out = Vec::new();
+    for target in Target::ALL {
+        let info = nominal(target)?;
+        // The softmax table serves softmax and log-softmax.
+        let mut lines = Vec::new();
+        let n = lines_of::<Softmax>(target, &info, &mut lines)?;
+        lines_of::<LogSoftmax>(target, &info, &mut lines)?;
+        push_table(&mut out, "softmax", target, n, lines);
+        let mut lines = Vec::new();
+        let n = lines_of::<RmsNorm>(target, &info, &mut lines)?;
+        push_table(&mut out, "rmsnorm", target, n, lines);
+        let mut lines = Vec::new();
+        let n = lines_of::<FusedAddRmsNorm>(target, &info, &mut lines)?;
+        push_table(&mut out, "fused_add_rmsnorm", target, n, lines);
+    }
+    out.sort_by_key(|t| (t.kernel, t.target.name()));
+    Ok(out)
+}
+
+fn push_table(
+    out: &mut Vec<TableVariants>,
+    kernel: &'static str,
+    target: Target,
+    entries: usize,
+    mut lines: Vec<String>,
+) {
+    if entries == 0 {
+        return;
+    }
+    lines.sort();
+    let text = lines.join("\n");
+    out.push(TableVariants {
+        kernel,
+        target,
+        entries,
+        digest: format!("fnv1a64:{:016x}", tuned::fnv1a64(text.as_bytes())),
+    });
+}
+
+/// The lock file's text for `tables`.
+pub fn lock_text(tables: &[TableVariants]) -> String {
+    let mut s = String::from(
+        "# The compiled variants each committed table serves, digested: kernel, target, entries,\n\
+         # digest. Written by `kernels tables lock` after a table is tuned; `kernels tables lock\n\
+         # --check` and the tests fail when the Rust code that derives a config's defines changes\n\
+         # what a table serves (retune the keys whose variants differ, then relock).\n",
+    );
+    for t in tables {
+        s.push_str(&format!(
+            "{} {} {} {}\n",
+            t.kernel,
+            t.target.name(),
+            t.entries,
+            t.digest
+        ));
+    }
+    s
+}
+
+/// Compares the lock file's text with what the baked tables serve now; the error names
+/// every table that differs and what to do.
+pub fn check_lock(recorded: &str, now: &[TableVariants]) -> Result<(), String> {
+    let rows = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+            .map(str::to_string)
+            .collect()
+    };
+    let (was, is) = (rows(recorded), rows(&lock_text(now)));
+    if was == is {
+        return Ok(());
+    }
+    let mut diff = Vec::new();
+    for l in was.iter().filter(|l| !is.contains(l)) {
+        diff.push(format!("locked: {l}"));
+    }
+    for l in is.iter().filter(|l| !was.contains(l)) {
+        diff.push(format!("now:    {l}"));
+    }
+    Err(format!(
+        "the tables serve other variants than tuned/variants.lock records ({}). If a table was \
+         retuned on these sources, record it with `kernels tables lock`. Otherwise the Rust code \
+         that derives a config's defines changed what a committed entry compiles to: retune the \
+         keys whose variants differ (`kernels variants --target T`, before and after), then relock.",
+        diff.join("; ")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lock_names_every_table_that_serves_other_variants() {
+        let now = served_variants().unwrap();
+        assert!(!now.is_empty(), "the committed sm90 tables are baked");
+        let text = lock_text(&now);
+        assert_eq!(check_lock(&text, &now), Ok(()));
+        // A recorded digest that differs, and a table the lock does not know.
+        let mut changed = now.clone();
+        changed[0].digest = "fnv1a64:0000000000000000".into();
+        let e = check_lock(&lock_text(&changed), &now).unwrap_err();
+        assert!(
+            e.contains(&format!("locked: {} {}", now[0].kernel, now[0].target.name())),
+            "{e}"
+        );
+        assert!(e.contains("kernels tables lock"), "{e}");
+        let e = check_lock(&lock_text(&now[1..]), &now).unwrap_err();
+        assert!(
+            e.contains(&format!("now:    {} {}", now[0].kernel, now[0].target.name())),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_committed_lock_matches_what_the_tables_serve() {
+        let path = default_lock_path();
+        let recorded = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        if let Err(e) = check_lock(&recorded, &served_variants().unwrap()) {
+            panic!("{}: {e}", path.display());
+        }
+    }
 }

@@ -168,6 +168,52 @@ fn plan_lists_a_layer_with_sources() {
 }
 
 #[test]
+fn the_variants_lock_passes_on_the_committed_tree_and_names_a_changed_table() {
+    let o = kernels(&["tables", "lock", "--check"]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("serve the locked variants"), "{}", stdout(&o));
+
+    // A lock recording another digest for the softmax table fails, naming it.
+    let committed =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tuned/variants.lock"))
+            .unwrap();
+    let softmax = committed
+        .lines()
+        .find(|l| l.starts_with("softmax sm90 "))
+        .unwrap();
+    let (head, _) = softmax.rsplit_once(' ').unwrap();
+    let altered = committed.replace(softmax, &format!("{head} fnv1a64:0000000000000000"));
+    let dir = std::env::temp_dir().join(format!("kernels-cli-lock-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("variants.lock");
+    std::fs::write(&path, altered).unwrap();
+    let o = kernels(&["tables", "lock", "--check", "--path", path.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains(&format!("locked: {head} fnv1a64:0000000000000000")),
+        "{}",
+        stdout(&o)
+    );
+
+    // Writing the lock to another path records what the tables serve, so it then passes.
+    let o = kernels(&["tables", "lock", "--path", path.to_str().unwrap()]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), committed);
+
+    // A lock file that cannot be read is a usage error naming --path.
+    let o = kernels(&[
+        "tables",
+        "lock",
+        "--check",
+        "--path",
+        dir.join("missing").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--path"), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn tables_validate_and_offline_check() {
     let good = fixtures().join("tables");
     let o = kernels(&["tables", "validate", good.to_str().unwrap()]);
