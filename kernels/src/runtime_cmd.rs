@@ -154,6 +154,10 @@ fn report_table(out: &kernels_core::TableOutcome) -> ExitCode {
             out.tuned,
             out.cached
         );
+        println!(
+            "next: `kernels tables prune`, then, on a build with the new tables, `kernels tables lock` \
+             (tuned/variants.lock records the variants they serve)"
+        );
     } else {
         println!("nothing to write to {}", out.path.display());
     }
