@@ -411,13 +411,24 @@ fn tune_shapes(schema: &'static tuned::KernelSchema, path: &Path) -> Result<Vec<
 
 /// The error of a kernel name no tunable matches, listing those that do.
 #[cfg(any(feature = "cuda", feature = "rocm"))]
-fn unknown_kernel(kernel: &str, names: &[&str], what: &str) -> String {
+/// The kernel named `kernel` among `all` (named by their schema), or an error naming
+/// `KERNEL`, what it lacks (`what`: the trait) and the kernels there are.
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+fn find_kernel<T: ?Sized>(
+    all: Vec<&'static T>,
+    kernel: &str,
+    schema: impl Fn(&T) -> &'static tuned::KernelSchema,
+    what: &str,
+) -> Result<&'static T, String> {
+    let names: Vec<&str> = all.iter().map(|k| schema(k).kernel).collect();
     let known = if names.is_empty() {
         "none yet".to_string()
     } else {
         names.join(", ")
     };
-    format!("KERNEL: `{kernel}` has no {what} implementation (tunable kernels: {known})")
+    all.into_iter()
+        .find(|k| schema(k).kernel == kernel)
+        .ok_or_else(|| format!("KERNEL: `{kernel}` has no {what} implementation (tunable kernels: {known})"))
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -477,7 +488,7 @@ mod cuda {
     use tuned::StaticKey;
 
     use super::{
-        check_entries, choose_target, read_shapes, tune_on, tune_shapes, unknown_kernel, CmdResult, TuneArgs,
+        check_entries, choose_target, find_kernel, read_shapes, tune_on, tune_shapes, CmdResult, TuneArgs,
         TuneDevice,
     };
 
@@ -492,11 +503,7 @@ mod cuda {
     }
 
     fn find(kernel: &str) -> Result<&'static dyn DynTunable, String> {
-        let all = tunables();
-        let names: Vec<&str> = all.iter().map(|k| k.schema().kernel).collect();
-        all.into_iter()
-            .find(|k| k.schema().kernel == kernel)
-            .ok_or_else(|| unknown_kernel(kernel, &names, "Tunable"))
+        find_kernel(tunables(), kernel, |k| k.schema(), "Tunable")
     }
 
     fn open(device: usize) -> Result<Runtime, String> {
@@ -711,7 +718,7 @@ mod hip {
     use tuned::StaticKey;
 
     use super::{
-        check_entries, choose_target, tune_on, tune_shapes, unknown_kernel, CmdResult, TuneArgs, TuneDevice,
+        check_entries, choose_target, find_kernel, tune_on, tune_shapes, CmdResult, TuneArgs, TuneDevice,
     };
 
     /// Every kernel `kernels tune --backend hip` can tune. (Log-softmax shares
@@ -725,11 +732,7 @@ mod hip {
     }
 
     fn find(kernel: &str) -> Result<&'static dyn DynHipTunable, String> {
-        let all = hip_tunables();
-        let names: Vec<&str> = all.iter().map(|k| k.schema().kernel).collect();
-        all.into_iter()
-            .find(|k| k.schema().kernel == kernel)
-            .ok_or_else(|| unknown_kernel(kernel, &names, "HipTunable"))
+        find_kernel(hip_tunables(), kernel, |k| k.schema(), "HipTunable")
     }
 
     /// `kernels tune --backend hip`: the CUDA command's steps on an AMD GPU, writing
