@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# On the GPU machine (session 4, third and fourth calls): builds of the pipelined softmax
-# (mbarrier waits with a suspend-time hint / a test_wait spin; 8 KiB / 16 KiB chunks),
-# each tuned on three large shapes with every candidate kept; all in $OUT/s4c.tgz.
+# On the GPU machine (session 4, calls 3, 4, 6 and 8): experimental builds of the kernels
+# binary named by KS (default k_cpa k_cpa16; also k_hint, k_spin, k_hint16, k_t2048,
+# k_t4096 for the pipelined softmax and k_occ2 for staged two-per-SM), each tuned over
+# SHAPES (default scripts/exp_pipe_shapes.json) with every candidate kept in its own
+# cache; the candidates matching PAT are printed; all in $OUT/s4c.tgz.
 set -u
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export KERNELS_REQUIRE_GPU=1
