@@ -77,6 +77,15 @@ struct f16 {
     u16 bits;
 };
 
+template <typename T>
+struct IsBf16 {
+    static constexpr bool value = false;
+};
+template <>
+struct IsBf16<bf16> {
+    static constexpr bool value = true;
+};
+
 __device__ __forceinline__ float to_f32(float v) { return v; }
 
 __device__ __forceinline__ float to_f32(bf16 v) { return bits_f32(u32(v.bits) << 16); }
@@ -181,10 +190,22 @@ __device__ __forceinline__ u32 pack2(float lo, float hi, f16*) {
 }
 
 // A vector's elements as floats.
+// bf16 pairs go through their 32-bit word: the low element is the word shifted up,
+// the high one the word with its low half cleared (one instruction each, where
+// converting each element on its own costs an extract and a shift for the high one).
 template <typename T, int N>
 __device__ __forceinline__ void unpack(const Vec<T, N>& v, float (&f)[N]) {
+    if constexpr (IsBf16<T>::value && N % 2 == 0) {
 #pragma unroll
-    for (int e = 0; e < N; ++e) f[e] = to_f32(v.v[e]);
+        for (int e = 0; e < N; e += 2) {
+            const u32 w = reinterpret_cast<const u32*>(&v)[e / 2];
+            f[e] = bits_f32(w << 16);
+            f[e + 1] = bits_f32(w & 0xffff0000u);
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < N; ++e) f[e] = to_f32(v.v[e]);
+    }
 }
 
 // Evict-first access (ld/st.global.cs) for the last use of data, so it does not push
@@ -256,9 +277,7 @@ __device__ __forceinline__ Vec<T, N> pack(const float (&f)[N]) {
     if constexpr (sizeof(T) == 2 && N % 2 == 0) {
 #pragma unroll
         for (int e = 0; e < N; e += 2) {
-            const u32 d = pack2(f[e], f[e + 1], (T*)nullptr);
-            v.v[e].bits = u16(d);
-            v.v[e + 1].bits = u16(d >> 16);
+            reinterpret_cast<u32*>(&v)[e / 2] = pack2(f[e], f[e + 1], (T*)nullptr);
         }
     } else {
 #pragma unroll
@@ -297,12 +316,7 @@ __device__ __forceinline__ void opaque(Vec<T, N>& v) {
         for (int e = 0; e < N; ++e) asm volatile("" : "+f"(v.v[e]));
     } else if constexpr (N % 2 == 0) {
 #pragma unroll
-        for (int e = 0; e < N; e += 2) {
-            u32 w = u32(v.v[e].bits) | (u32(v.v[e + 1].bits) << 16);
-            asm volatile("" : "+r"(w));
-            v.v[e].bits = u16(w);
-            v.v[e + 1].bits = u16(w >> 16);
-        }
+        for (int e = 0; e < N; e += 2) asm volatile("" : "+r"(reinterpret_cast<u32*>(&v)[e / 2]));
     } else {
         asm volatile("" : "+h"(v.v[0].bits));
     }

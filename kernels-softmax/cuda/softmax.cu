@@ -57,8 +57,9 @@
 // The NaN travels through the sum: fmaxf ignores NaN, but 2^(NaN - max) is NaN.
 //
 // Numerics: t = x * scale * log2(e) (one fma), e = 2^(t - max) on the special-function
-// unit (ex2.approx, ~2 ulp); softmax = e * (1 / sum); log_softmax = (t - max) * ln 2 -
-// ln(sum).
+// unit (ex2.approx, ~2 ulp); softmax = e * (1 / sum) for f32, 2^(t - (max + log2(sum)))
+// for 16-bit outputs (see Finish); log_softmax = (t - max) * ln 2 - ln(sum). 16-bit rows
+// find the max with packed max instructions (see part_stats).
 
 #if !defined(DTYPE) || !defined(COLS) || !defined(THREADS) || !defined(VEC) || \
     !defined(ROWS) || !defined(STRATEGY) || !defined(SPLITS) || !defined(LOG_SOFTMAX)
@@ -101,8 +102,55 @@ __device__ __forceinline__ Stats warp_merge(Stats st) {
 
 // Max and sum of one part of the row held in registers: `valid(i)` says whether
 // vector i is inside the row. The max is exact; the sum is relative to ref(max).
+//
+// Rounding is monotonic, so max(x * k) = max(x) * k for k >= 0 and min(x) * k for
+// k < 0: 16-bit rows take the max (or min) of the raw values two at a time (one
+// max.bf16x2 or max.f16x2 per pair, sm_80+) and scale once. Like fmaxf, the packed
+// max ignores NaN; a NaN still reaches the sum.
+#if !defined(KD_AMD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && DTYPE != 0 && VEC % 2 == 0
+#define KD_PACKED_MAX 1
+template <bool MIN>
+__device__ __forceinline__ kd::u32 max2(kd::u32 a, kd::u32 b) {
+    kd::u32 d;
+    if (MIN) {
+        if (DTYPE == 2) asm("min.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+        else asm("min.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    } else {
+        if (DTYPE == 2) asm("max.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+        else asm("max.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    }
+    return d;
+}
+
+// The max (MIN: the min) of the valid vectors, as a float; -inf (MIN: +inf) if none.
+template <bool MIN, int ITERS, typename Valid>
+__device__ __forceinline__ float packed_extreme(const V (&buf)[ITERS], Valid valid) {
+    // Two infinities of the storage type packed in a word: the identity of the max.
+    constexpr kd::u32 INF = DTYPE == 2 ? 0x7f807f80u : 0x7c007c00u;
+    constexpr kd::u32 IDENTITY = MIN ? INF : (INF | 0x80008000u);
+    kd::u32 acc = IDENTITY;
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i) {
+        if (!valid(i)) continue;
+        const kd::u32* w = reinterpret_cast<const kd::u32*>(&buf[i]);
+#pragma unroll
+        for (int e = 0; e < VEC / 2; ++e) acc = max2<MIN>(acc, w[e]);
+    }
+    kd::Vec<T, 2> pair;
+    *reinterpret_cast<kd::u32*>(&pair) = acc;
+    float f[2];
+    kd::unpack(pair, f);
+    return MIN ? fminf(f[0], f[1]) : fmaxf(f[0], f[1]);
+}
+#endif
+
 template <int ITERS, typename Valid>
 __device__ __forceinline__ Stats part_stats(const V (&buf)[ITERS], float k, Valid valid) {
+#if defined(KD_PACKED_MAX)
+    // k is uniform: every thread takes the same branch.
+    if (k >= 0.f) return {packed_extreme<false>(buf, valid) * k, 0.f};
+    return {packed_extreme<true>(buf, valid) * k, 0.f};
+#else
     float m = kd::neg_inf();
 #pragma unroll
     for (int i = 0; i < ITERS; ++i) {
@@ -113,6 +161,7 @@ __device__ __forceinline__ Stats part_stats(const V (&buf)[ITERS], float k, Vali
         for (int e = 0; e < VEC; ++e) m = fmaxf(m, f[e] * k);
     }
     return {m, 0.f};
+#endif
 }
 
 // Each pass starts with kd::opaque on the row so the floats of the previous pass
@@ -138,11 +187,19 @@ __device__ __forceinline__ float part_sum(const V (&buf)[ITERS], float k, float 
 }
 
 // The output vector for input vector `in`, given the row's max m and sum s.
+//
+// 16-bit outputs fold the sum into the exponent, 2^(t - m - log2 s), which saves a
+// multiply per element; the extra rounding of m + log2 s is a few fp32 ulps, far
+// below one rounding to 16 bits. f32 outputs multiply by 1 / s. Special rows still
+// give NaN: s = 0 (only -inf) makes m + log2 s = -inf and t - (-inf) = NaN with
+// t = -inf; s = NaN stays NaN.
+constexpr bool FOLD_SUM = DTYPE != 0;
 struct Finish {
     float k, m, inv_s, log_s;
     __device__ __forceinline__ Finish(float k_, Stats st) : k(k_), m(st.m) {
         inv_s = 1.f / st.s;
         log_s = logf(st.s);
+        if (FOLD_SUM && !LOG_SOFTMAX) m = st.m + log2f(st.s);
     }
     __device__ __forceinline__ V operator()(const V& in) const {
         float f[VEC];
@@ -150,7 +207,7 @@ struct Finish {
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
             const float t = fmaf(f[e], k, -m);
-            f[e] = LOG_SOFTMAX ? fmaf(t, kd::LN2, -log_s) : kd::fast_exp2(t) * inv_s;
+            f[e] = LOG_SOFTMAX ? fmaf(t, kd::LN2, -log_s) : FOLD_SUM ? kd::fast_exp2(t) : kd::fast_exp2(t) * inv_s;
         }
         return kd::pack<T, VEC>(f);
     }

@@ -19,7 +19,7 @@ use kernels::rmsnorm::ops::{self as norm_ops, NormProblem};
 use kernels::rmsnorm::{reference as norm_ref, FusedAddRmsNorm, RmsNorm, RmsNormKey};
 use kernels::softmax::ops::SoftmaxProblem;
 use kernels::softmax::{reference as sm_ref, LogSoftmax, Softmax, SoftmaxKey};
-use tuned::DType;
+use tuned::{DType, Target};
 
 fn runtime(test: &str) -> Option<(Runtime, Arc<CudaStream>)> {
     let dev = match Device::open(0) {
@@ -329,11 +329,12 @@ fn softmax_every_config_matches_reference() {
         offset: 0,
         specials: false,
     });
-    // Long rows with special values and padded strides: the staged and online paths.
+    // Long rows with special values (which take 5 rows) and padded strides: the staged
+    // and online paths.
     cases.push(Case {
         dtype: DType::F32,
         cols: 50001,
-        rows: 2,
+        rows: 5,
         pad: 3,
         offset: 0,
         specials: true,
@@ -341,7 +342,7 @@ fn softmax_every_config_matches_reference() {
     cases.push(Case {
         dtype: DType::F16,
         cols: 65536,
-        rows: 3,
+        rows: 5,
         pad: 8,
         offset: 0,
         specials: true,
@@ -370,77 +371,110 @@ fn softmax_every_config_matches_reference() {
             cols: case.cols as u32,
         };
         let (x, shape) = input(&case, 17, 6.0, true);
-        let scale = 0.7;
-        let poison = f32::NAN;
-        let mut want = vec![poison; x.len()];
-        let mut want_log = vec![poison; x.len()];
-        sm_ref::softmax(
-            &x,
-            shape.stride,
-            &mut want,
-            shape.stride,
-            case.rows,
-            case.cols,
-            scale,
-        );
-        sm_ref::log_softmax(
-            &x,
-            shape.stride,
-            &mut want_log,
-            shape.stride,
-            case.rows,
-            case.cols,
-            scale,
-        );
-        let xb = Buf::new(&stream, case.dtype, &x, case.offset);
-        let mut yb = Buf::new(&stream, case.dtype, &vec![poison; x.len()], case.offset);
-
-        let align = AlignClass::of([xb.ptr(&stream), (shape.stride * case.dtype.size()) as u64]);
-        let space = kernels::softmax::space::search_space(target, &key);
-        for c in &fitted_and_compiled::<Softmax, LogSoftmax>(&rt, &key, &space, align) {
-            for log in [false, true] {
-                let what = format!(
-                    "{} {:?} cols={} rows={} offset={} {c:?}",
-                    if log { "log_softmax" } else { "softmax" },
-                    case.dtype,
-                    case.cols,
-                    case.rows,
-                    case.offset
-                );
-                yb.write(&stream, &vec![poison; x.len()]);
-                let p = unsafe {
-                    SoftmaxProblem::raw(
-                        case.dtype,
-                        xb.ptr(&stream),
-                        x.len(),
-                        shape,
-                        yb.ptr(&stream),
-                        x.len(),
-                        shape,
-                        scale,
-                    )
-                }
-                .expect("valid problem");
-                if log {
-                    rt.launch_config::<LogSoftmax>(&stream, c, &p).expect("launch");
-                } else {
-                    rt.launch_config::<Softmax>(&stream, c, &p).expect("launch");
-                }
-                let w = if log { &want_log } else { &want };
-                if let Err(e) = compare(
-                    &what,
-                    &yb.read(&stream),
-                    w,
-                    shape,
-                    sm_ref::tolerance(case.dtype, log),
-                ) {
-                    failures.push(e);
-                }
-                checked += 1;
-            }
+        // A negative scale takes the min path of the 16-bit packed max, and 0 turns
+        // infinities into NaN: both on the cases with special values.
+        let scales: &[f32] = if case.specials { &[0.7, -1.3, 0.0] } else { &[0.7] };
+        for &scale in scales {
+            check_softmax_case(
+                &rt,
+                &stream,
+                target,
+                &case,
+                &key,
+                &x,
+                shape,
+                scale,
+                &mut failures,
+                &mut checked,
+            );
         }
     }
     report("softmax", checked, &failures);
+}
+
+/// Every fitting config of the softmax search space, softmax and log-softmax, on one
+/// case at one scale, against the reference.
+#[allow(clippy::too_many_arguments)]
+fn check_softmax_case(
+    rt: &Runtime,
+    stream: &Arc<CudaStream>,
+    target: Target,
+    case: &Case,
+    key: &SoftmaxKey,
+    x: &[f32],
+    shape: Rows,
+    scale: f32,
+    failures: &mut Vec<String>,
+    checked: &mut usize,
+) {
+    let poison = f32::NAN;
+    let mut want = vec![poison; x.len()];
+    let mut want_log = vec![poison; x.len()];
+    sm_ref::softmax(
+        x,
+        shape.stride,
+        &mut want,
+        shape.stride,
+        case.rows,
+        case.cols,
+        scale,
+    );
+    sm_ref::log_softmax(
+        x,
+        shape.stride,
+        &mut want_log,
+        shape.stride,
+        case.rows,
+        case.cols,
+        scale,
+    );
+    let xb = Buf::new(stream, case.dtype, x, case.offset);
+    let mut yb = Buf::new(stream, case.dtype, &vec![poison; x.len()], case.offset);
+
+    let align = AlignClass::of([xb.ptr(stream), (shape.stride * case.dtype.size()) as u64]);
+    let space = kernels::softmax::space::search_space(target, key);
+    for c in &fitted_and_compiled::<Softmax, LogSoftmax>(rt, key, &space, align) {
+        for log in [false, true] {
+            let what = format!(
+                "{} {:?} cols={} rows={} offset={} scale={scale} {c:?}",
+                if log { "log_softmax" } else { "softmax" },
+                case.dtype,
+                case.cols,
+                case.rows,
+                case.offset
+            );
+            yb.write(stream, &vec![poison; x.len()]);
+            let p = unsafe {
+                SoftmaxProblem::raw(
+                    case.dtype,
+                    xb.ptr(stream),
+                    x.len(),
+                    shape,
+                    yb.ptr(stream),
+                    x.len(),
+                    shape,
+                    scale,
+                )
+            }
+            .expect("valid problem");
+            if log {
+                rt.launch_config::<LogSoftmax>(stream, c, &p).expect("launch");
+            } else {
+                rt.launch_config::<Softmax>(stream, c, &p).expect("launch");
+            }
+            let w = if log { &want_log } else { &want };
+            if let Err(e) = compare(
+                &what,
+                &yb.read(stream),
+                w,
+                shape,
+                sm_ref::tolerance(case.dtype, log),
+            ) {
+                failures.push(e);
+            }
+            *checked += 1;
+        }
+    }
 }
 
 #[test]

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Compile one kernel variant with NVRTC (no GPU) and count its SASS instructions.
+
+For reading what a device-code change does to the instruction mix before spending GPU
+time on it. Needs the NVRTC wheel (as scripts/nvrtc_check.py) and nvdisasm (the
+nvidia-cuda-nvdisasm wheel, or $NVDISASM).
+
+    python3 scripts/sass_mix.py kernels-softmax/cuda/softmax.cu \
+        -D DTYPE=2 -D COLS=128256 -D THREADS=1024 -D VEC=8 -D ROWS=1 -D STRATEGY=3 \
+        -D SPLITS=1 -D LOG_SOFTMAX=0 -D STAGE_VECS=14336 -D PREFETCH_ROWS=0 [--sass F]
+
+Prints the static count per opcode (whole kernel; loops count once) and ptxas' register
+and spill line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import nvrtc_check  # noqa: E402
+
+
+def find_nvdisasm() -> str:
+    if os.environ.get("NVDISASM"):
+        return os.environ["NVDISASM"]
+    spec = importlib.util.find_spec("nvidia")
+    for base in list(spec.submodule_search_locations) if spec else []:
+        for c in glob.glob(os.path.join(base, "cu13", "bin", "nvdisasm")):
+            return c
+    sys.exit("sass_mix: no nvdisasm; `pip install nvidia-cuda-nvdisasm` or set NVDISASM")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("source", help="kernel source; the prelude is prepended")
+    ap.add_argument("-D", dest="defines", action="append", default=[], help="NAME=VALUE")
+    ap.add_argument("--arch", default="sm_90a")
+    ap.add_argument("--sass", help="also write the disassembly here")
+    args = ap.parse_args()
+
+    src = nvrtc_check.read_source([nvrtc_check.PRELUDE, args.source])
+    opts = nvrtc_check.BASE_OPTIONS + [f"-arch={args.arch}", "-Xptxas", "-v"] + [f"-D{d}" for d in args.defines]
+    nv = nvrtc_check.Nvrtc(nvrtc_check.find_nvrtc())
+    ok, log, cubin = nv.compile(src, os.path.basename(args.source), opts, want_cubin=True)
+    if not ok:
+        print(log, file=sys.stderr)
+        return 1
+    for line in log.splitlines():
+        if "registers" in line or "spill" in line:
+            print(line.strip())
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        sass = subprocess.run([find_nvdisasm(), "-c", f.name], check=True, capture_output=True, text=True).stdout
+    if args.sass:
+        with open(args.sass, "w", encoding="utf-8") as out:
+            out.write(sass)
+    ops = collections.Counter()
+    for line in sass.splitlines():
+        m = re.match(r"\s*(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(\.[A-Z0-9_.]+)?\s", line.split("*/", 1)[-1])
+        if m and "/*" in line:
+            ops[m.group(1) + (m.group(2) or "")] += 1
+    total = sum(ops.values())
+    print(f"{total} instructions")
+    for op, n in ops.most_common():
+        print(f"{n:6d} {op}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
