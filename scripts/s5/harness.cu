@@ -114,26 +114,6 @@ int main(int argc, char** argv) {
     const double gbs = 2.0 * bytes / (t[t.size() / 2] * 1e-6) / 1e9;
     printf("%-28s grid=%u rows=%lld cols=%d median_us=%.2f min_us=%.2f GB/s=%.0f tol_frac=%.3f max_ulp=%.0f\n", name, grid, rows,
            COLS, t[t.size() / 2], t[0], gbs, worst, maxulp);
-#if defined(XP_TRACE)
-    {
-        // One more launch on set 1 (set 0 stays as the correctness run left it), after
-        // the timed ones, with (start, reduced, end, smid) per block.
-        unsigned long long* tr;
-        CK(cudaMalloc(&tr, size_t(grid) * 32));
-        CK(cudaMemcpyToSymbol(xp_trace, &tr, sizeof(tr)));
-        softmax_kernel<<<grid, block, smem, st>>>(xs[1 % sets], ys[1 % sets], rows, COLS, COLS, 1.f);
-        CK(cudaStreamSynchronize(st));
-        std::vector<unsigned long long> ht(size_t(grid) * 4);
-        CK(cudaMemcpy(ht.data(), tr, ht.size() * 8, cudaMemcpyDeviceToHost));
-        char path[512];
-        snprintf(path, sizeof(path), "%s/trace-%s.bin", getenv("OUT") ? getenv("OUT") : ".", name);
-        FILE* f = fopen(path, "wb");
-        if (f) {
-            fwrite(ht.data(), 8, ht.size(), f);
-            fclose(f);
-        }
-    }
-#endif
     if (memcpy_ref) {
         std::vector<float> tc;
         for (int rep = 0; rep < 13; ++rep) {
