@@ -1,6 +1,7 @@
 //! Helpers for the GPU tests of every kernel family and backend; they need no GPU
 //! themselves: what a test does where it cannot run ([`skip_or_fail`]) and how an
-//! output is compared with its CPU reference ([`compare_rows`]).
+//! output is compared with its CPU reference ([`compare_rows`]); with the `rocm`
+//! feature, the AMD tests' runtime and buffers ([`hip`]).
 
 use crate::Rows;
 
@@ -55,6 +56,68 @@ pub fn compare_rows(
         }
     }
     Ok(())
+}
+
+/// What the AMD GPU tests of the kernel families share (feature `rocm`): a runtime
+/// on device 0 that skips (or fails, see [`skip_or_fail`]) without an AMD GPU, and
+/// device buffers of converted host values.
+#[cfg(feature = "rocm")]
+pub mod hip {
+    use tuned::DType;
+
+    use crate::{decode, encode, DiskCache, HipBuffer, HipDevice, HipRuntime, HipStream, Policy};
+
+    /// A runtime on AMD device 0 with `cache` under [`Policy::Serve`] and a stream on
+    /// it; `None` (after [`super::skip_or_fail`] naming `test`) where there is no AMD
+    /// GPU.
+    pub fn runtime(test: &str, cache: DiskCache) -> Option<(HipRuntime, HipStream)> {
+        let dev = match HipDevice::open(0) {
+            Ok(d) => d,
+            Err(e) => {
+                super::skip_or_fail(test, &format!("no AMD GPU found ({e})"));
+                return None;
+            }
+        };
+        let rt = HipRuntime::with_cache(dev, cache)
+            .expect("hipRTC loads where an AMD GPU is")
+            .with_policy(Policy::Serve);
+        let stream = rt.device().new_stream().expect("stream");
+        Some((rt, stream))
+    }
+
+    /// Device memory holding `host` converted to `dtype`, its usable part `offset`
+    /// elements in (an offset makes it not 16-byte aligned).
+    pub struct Buf {
+        mem: HipBuffer<u8>,
+        dtype: DType,
+        offset: usize,
+    }
+
+    impl Buf {
+        /// Allocates and fills it; panics where the device refuses (a test helper).
+        pub fn new(rt: &HipRuntime, dtype: DType, host: &[f32], offset: usize) -> Buf {
+            let mut all = vec![0.0f32; offset];
+            all.extend_from_slice(host);
+            let mem = rt.device().from_host(&encode(dtype, &all)).expect("alloc");
+            Buf { mem, dtype, offset }
+        }
+        /// The device address of the usable part.
+        pub fn ptr(&self) -> u64 {
+            self.mem.device_ptr() + (self.offset * self.dtype.size()) as u64
+        }
+        /// Elements in the usable part.
+        pub fn len(&self) -> usize {
+            self.mem.len() / self.dtype.size() - self.offset
+        }
+        /// Whether the usable part is empty.
+        pub fn is_empty(&self) -> bool {
+            self.len() == 0
+        }
+        /// The usable part read back, as floats.
+        pub fn read(&self) -> Vec<f32> {
+            decode(self.dtype, &self.mem.to_vec().expect("read back"))[self.offset..].to_vec()
+        }
+    }
 }
 
 #[cfg(test)]

@@ -7,9 +7,10 @@
 //! Without an AMD GPU each test prints `SKIPPED ...` to stderr; with
 //! `KERNELS_REQUIRE_GPU=1` that is a failure instead.
 
+use kernels_core::testing::hip::{runtime, Buf};
 use kernels_core::{
-    decode, encode, pseudo_random, tune_table, AlignClass, DiskCache, DynHipTunable, HipBuffer, HipDevice,
-    HipRuntime, HipStream, Policy, Rows, TableJob, TuneOptions,
+    decode, encode, pseudo_random, tune_table, AlignClass, DiskCache, DynHipTunable, HipRuntime, Rows,
+    TableJob, TuneOptions,
 };
 use kernels_rmsnorm::hip::{self as norm_hip, FUSED_ADD_RMSNORM_HIP_TUNABLE};
 use kernels_rmsnorm::plan::NormProblem;
@@ -21,50 +22,10 @@ fn compare(what: &str, got: &[f32], want: &[f32], shape: Rows, tol: (f64, f64)) 
     kernels_core::testing::compare_rows(what, got, want, shape, tol).unwrap_or_else(|e| panic!("{e}"));
 }
 
-fn runtime(test: &str, cache: DiskCache) -> Option<(HipRuntime, HipStream)> {
-    let dev = match HipDevice::open(0) {
-        Ok(d) => d,
-        Err(e) => {
-            kernels_core::testing::skip_or_fail(test, &format!("no AMD GPU found ({e})"));
-            return None;
-        }
-    };
-    let rt = HipRuntime::with_cache(dev, cache)
-        .expect("hipRTC loads where an AMD GPU is")
-        .with_policy(Policy::Serve);
-    let stream = rt.device().new_stream().expect("stream");
-    Some((rt, stream))
-}
-
 fn temp_dir(tag: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("kernels-rmsnorm-hip-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     d
-}
-
-/// Device memory holding `host` in `dtype`, its usable part `offset` elements in.
-struct Buf {
-    mem: HipBuffer<u8>,
-    dtype: DType,
-    offset: usize,
-}
-
-impl Buf {
-    fn new(rt: &HipRuntime, dtype: DType, host: &[f32], offset: usize) -> Buf {
-        let mut all = vec![0.0f32; offset];
-        all.extend_from_slice(host);
-        let mem = rt.device().from_host(&encode(dtype, &all)).expect("alloc");
-        Buf { mem, dtype, offset }
-    }
-    fn ptr(&self) -> u64 {
-        self.mem.device_ptr() + (self.offset * self.dtype.size()) as u64
-    }
-    fn len(&self) -> usize {
-        self.mem.len() / self.dtype.size() - self.offset
-    }
-    fn read(&self) -> Vec<f32> {
-        decode(self.dtype, &self.mem.to_vec().expect("read back"))[self.offset..].to_vec()
-    }
 }
 
 /// Inputs as the device holds them (rounded to `dtype`).

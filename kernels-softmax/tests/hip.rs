@@ -6,10 +6,8 @@
 //! Without an AMD GPU each test prints `SKIPPED ...` to stderr; with
 //! `KERNELS_REQUIRE_GPU=1` that is a failure instead.
 
-use kernels_core::{
-    decode, encode, pseudo_random, DiskCache, Error, HipBuffer, HipDevice, HipRuntime, HipStream,
-    PlannedKernel, Policy, Rows,
-};
+use kernels_core::testing::hip::{runtime, Buf};
+use kernels_core::{decode, encode, pseudo_random, DiskCache, Error, PlannedKernel, Rows};
 use kernels_softmax::plan::SoftmaxProblem;
 use kernels_softmax::{hip, reference, space, LogSoftmax, Softmax, SoftmaxConfig, SoftmaxKey, Strategy};
 use tuned::{resolve_serve, DType, Resolved, Source, TunedKernel};
@@ -17,47 +15,6 @@ use tuned::{resolve_serve, DType, Resolved, Source, TunedKernel};
 /// Panics unless `got` matches `want` ([`kernels_core::testing::compare_rows`]).
 fn compare(what: &str, got: &[f32], want: &[f32], shape: Rows, tol: (f64, f64)) {
     kernels_core::testing::compare_rows(what, got, want, shape, tol).unwrap_or_else(|e| panic!("{e}"));
-}
-
-fn runtime(test: &str) -> Option<(HipRuntime, HipStream)> {
-    let dev = match HipDevice::open(0) {
-        Ok(d) => d,
-        Err(e) => {
-            kernels_core::testing::skip_or_fail(test, &format!("no AMD GPU found ({e})"));
-            return None;
-        }
-    };
-    let rt = HipRuntime::with_cache(dev, DiskCache::from_env())
-        .expect("hipRTC loads where an AMD GPU is")
-        .with_policy(Policy::Serve);
-    let stream = rt.device().new_stream().expect("stream");
-    Some((rt, stream))
-}
-
-/// Device memory holding `host` in `dtype`, its usable part `offset` elements in (to
-/// make it not 16-byte aligned).
-struct Buf {
-    mem: HipBuffer<u8>,
-    dtype: DType,
-    offset: usize,
-}
-
-impl Buf {
-    fn new(rt: &HipRuntime, dtype: DType, host: &[f32], offset: usize) -> Buf {
-        let mut all = vec![0.0f32; offset];
-        all.extend_from_slice(host);
-        let mem = rt.device().from_host(&encode(dtype, &all)).expect("alloc");
-        Buf { mem, dtype, offset }
-    }
-    fn ptr(&self) -> u64 {
-        self.mem.device_ptr() + (self.offset * self.dtype.size()) as u64
-    }
-    fn len(&self) -> usize {
-        self.mem.len() / self.dtype.size() - self.offset
-    }
-    fn read(&self) -> Vec<f32> {
-        decode(self.dtype, &self.mem.to_vec().expect("read back"))[self.offset..].to_vec()
-    }
 }
 
 /// The problem of `y = softmax(x * scale)` over two buffers of this device.
@@ -94,7 +51,10 @@ fn stored(dtype: DType, v: &[f32]) -> Vec<f32> {
 
 #[test]
 fn ops_match_the_reference_and_resolve_like_cuda() {
-    let Some((rt, stream)) = runtime("ops_match_the_reference_and_resolve_like_cuda") else {
+    let Some((rt, stream)) = runtime(
+        "ops_match_the_reference_and_resolve_like_cuda",
+        DiskCache::from_env(),
+    ) else {
         return;
     };
     let limits = rt.limits().clone();
@@ -156,7 +116,10 @@ fn ops_match_the_reference_and_resolve_like_cuda() {
 
 #[test]
 fn every_config_of_the_device_space_matches_the_reference() {
-    let Some((rt, stream)) = runtime("every_config_of_the_device_space_matches_the_reference") else {
+    let Some((rt, stream)) = runtime(
+        "every_config_of_the_device_space_matches_the_reference",
+        DiskCache::from_env(),
+    ) else {
         return;
     };
     let (dtype, shape) = (DType::Bf16, Rows::strided(9, 4096, 4104));
@@ -186,7 +149,10 @@ fn every_config_of_the_device_space_matches_the_reference() {
 
 #[test]
 fn bad_input_is_refused_naming_the_argument_and_launches_nothing() {
-    let Some((rt, stream)) = runtime("bad_input_is_refused_naming_the_argument_and_launches_nothing") else {
+    let Some((rt, stream)) = runtime(
+        "bad_input_is_refused_naming_the_argument_and_launches_nothing",
+        DiskCache::from_env(),
+    ) else {
         return;
     };
     let (dtype, shape) = (DType::Bf16, Rows::contiguous(4, 4096));
