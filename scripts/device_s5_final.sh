@@ -3,6 +3,7 @@
 # tuned this session: the criterion GPU bench, the peers, the memcpy of each shape's
 # bytes and the on-GPU table check with graph timing; everything in $OUT/final.tgz.
 # (The GPU tests ran on these sources in scripts/device_s5_retune.sh.)
+# NO_CHECK=1 leaves the table check out (the second run, after the copy peer changed).
 set -u
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export KERNELS_CACHE_DIR=/tmp/kc KERNELS_REQUIRE_GPU=1
@@ -20,6 +21,7 @@ pack
 ( time timeout 70 python3 scripts/peers_bench.py --copy-only --out $R/memcpy.jsonl ) > $R/memcpy.log 2>&1
 echo "memcpy exit $?"; tail -n 3 $R/memcpy.log
 pack
+[ -n "${NO_CHECK:-}" ] && exit 0
 ( time timeout 100 $B/kernels tables check --sample 6 ) > $R/tables-check.log 2>&1
 echo "check exit $?"; tail -n 3 $R/tables-check.log
 pack
