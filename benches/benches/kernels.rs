@@ -39,12 +39,10 @@ static EMPTY: KernelSource = KernelSource::new(
     "fnv1a64:0",
 );
 
-/// The copy peer: 16-byte vectors, a grid-stride loop over `n` vectors, launched as
-/// 1024-thread blocks, up to 32 per SM (an SM copy: a memcpy node captured in a graph
-/// runs on the copy engines, measured at about 2.7 TB/s on the H200). The launch is
-/// the fastest of the grid-stride copies measured on the H200 (126.5 us for 2 x 263 MB,
-/// as fast as `cudaMemcpyAsync`; 4 blocks of 512 threads per SM took 136.2 us:
-/// docs/results/2026-11-30-h200-session5-copy-patterns.txt).
+/// The copy peer: 16-byte vectors, a grid-stride loop over `n` vectors (an SM copy: a
+/// memcpy node captured in a graph runs on the copy engines, measured at about 2.7 TB/s
+/// on the H200). Launched as the faster of two shapes measured on the H200 for each
+/// size ([`copy_launch`]).
 static COPY: KernelSource = KernelSource::new(
     "copy",
     "struct __align__(16) V4 { unsigned a, b, c, d; };\n\
@@ -61,6 +59,20 @@ static COPY: KernelSource = KernelSource::new(
     // A new value whenever the text changes: the module cache is keyed by it.
     "fnv1a64:2",
 );
+
+/// Blocks and threads of the copy peer moving `half` bytes (`vectors` of 16) each way.
+/// From 64 MiB each way: 1024-thread blocks, up to 32 per SM, the fastest grid-stride
+/// copy measured there (2 x 263 MB in 126.5 us, as fast as `cudaMemcpyAsync`, against
+/// 136.2 us for 4 blocks of 512 threads per SM:
+/// docs/results/2026-11-30-h200-session5-copy-patterns.txt; and on all 15 bench
+/// shapes from 64 MiB each way). Below: 512-thread blocks, up to 4 per SM, faster on
+/// 14 of the bench's 17 smaller shapes (1 x 128256 softmax bytes: 1.35 against 1.67
+/// us; 32 MiB each way: 18.76 against 19.08).
+fn copy_launch(half: usize, vectors: i64, sms: i64) -> (u32, u32) {
+    let (threads, per_sm) = if half >= 64 << 20 { (1024, 32) } else { (512, 4) };
+    let blocks = (sms * per_sm).min((vectors + threads - 1) / threads).max(1);
+    (blocks as u32, threads as u32)
+}
 
 fn main() {
     let dev = match Device::open(0) {
@@ -268,13 +280,13 @@ fn run(c: &mut Criterion, dev: Device, out_path: Option<String>) -> Result<(), B
         // An SM copy kernel over raw pointers (cudarc's tracked copies would wait on
         // events recorded outside the capture, which a graph capture refuses).
         let vectors = (half / 16) as i64;
-        let blocks = (info.sm_count as i64 * 32).min((vectors + 1023) / 1024).max(1) as u32;
+        let (blocks, threads) = copy_launch(half, vectors, info.sm_count as i64);
         let mut launch_copy = |i: usize| {
             let off = (i * half) as u64;
             let mut args = KernelArgs::new();
             args.ptr(sp + off).ptr(dp + off).i64(vectors);
             // Safe: both ranges lie inside the allocations above, which outlive the graph.
-            unsafe { copy.launch_raw(RawStream::of(&stream), LaunchDims::linear(blocks, 1024), &args) }
+            unsafe { copy.launch_raw(RawStream::of(&stream), LaunchDims::linear(blocks, threads), &args) }
         };
         let g = capture(&stream, copies, &mut launch_copy)?;
         let copy_us = bench(&mut group, BenchmarkId::from_parameter("copy"), &g)?;
