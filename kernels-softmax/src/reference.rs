@@ -106,7 +106,8 @@ fn for_each_row(
 fn softmax_row(x: &[f32], y: &mut [f32], scale: f32, log: bool) {
     let scale = f64::from(scale);
     let t = |v: f32| f64::from(v) * scale;
-    // f64::max ignores NaN, as the kernels' fmaxf does; a NaN then poisons the sum.
+    // f64::max ignores NaN, as the kernels' max does (fmaxf, and max.bf16x2 / max.f16x2 on
+    // 16-bit rows); a NaN then poisons the sum.
     let max = x.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(t(v)));
     // max = -inf (a row of -inf) gives exp(-inf + inf) = NaN; max = +inf likewise.
     let sum: f64 = x.iter().map(|&v| (t(v) - max).exp()).sum();
