@@ -55,6 +55,7 @@ fn main() -> ExitCode {
             timing: None,
             device: 0,
             backend: Backend::Cuda,
+            filter: Default::default(),
         };
         match tune(args) {
             Ok(code) if code == ExitCode::SUCCESS => {}

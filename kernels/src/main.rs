@@ -107,6 +107,14 @@ enum Command {
         /// `cuda` (NVIDIA) or `hip` (AMD; needs a binary built with `--features rocm`).
         #[arg(long, default_value = "cuda")]
         backend: String,
+        /// Tune only the shapes whose key field FIELD is VALUE (repeatable; values of one
+        /// field are alternatives). Refused where the table was tuned against another
+        /// source or timing, since the merge would drop the other entries.
+        #[arg(long, value_name = "FIELD=VALUE")]
+        only: Vec<String>,
+        /// Tune only these batches of the file's shapes (repeatable).
+        #[arg(long = "batch", value_name = "N")]
+        batches: Vec<u64>,
     },
     /// Resolve a kernel's shapes under KERNELS_TUNING and compile them in parallel into
     /// the module cache.
@@ -368,6 +376,8 @@ fn run(cli: Cli) -> Result<ExitCode, Usage> {
             timing,
             device,
             backend,
+            only,
+            batches,
         } => runtime_cmd::tune(runtime_cmd::TuneArgs {
             kernel,
             shapes,
@@ -381,6 +391,7 @@ fn run(cli: Cli) -> Result<ExitCode, Usage> {
             },
             device,
             backend: arg("backend", &backend)?,
+            filter: runtime_cmd::ShapeFilter::new(&only, &batches).map_err(Usage)?,
         })
         .map_err(Usage),
         Command::Precompile {

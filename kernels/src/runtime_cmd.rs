@@ -28,6 +28,110 @@ pub struct TuneArgs {
     pub device: usize,
     /// The GPU runtime that measures: CUDA (NVIDIA, the default) or HIP (AMD).
     pub backend: Backend,
+    /// Which shapes of the file to tune (`--only`, `--batch`); empty: all of them.
+    pub filter: ShapeFilter,
+}
+
+/// `kernels tune --only FIELD=VALUE --batch N`: the part of a shape file to tune, to
+/// measure a few shapes again (after a host-side change, or to look closer) without
+/// the whole file. A shape is kept when, for every key field named, its value is one
+/// of the values given for that field, and its batch is one of the batches given (if
+/// any). Tuning part of a file merges into the table like the whole file does, so it
+/// is refused where the table was tuned against another source or timing: the merge
+/// would drop every other entry as stale.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ShapeFilter {
+    /// (key field, value) pairs, as given (`cols=128256`).
+    pub only: Vec<(String, String)>,
+    pub batches: Vec<u64>,
+}
+
+impl ShapeFilter {
+    /// The filter of `--only FIELD=VALUE` arguments and `--batch` values; an `--only`
+    /// without `=` is an error naming it.
+    pub fn new(only: &[String], batches: &[u64]) -> Result<ShapeFilter, String> {
+        let only = only
+            .iter()
+            .map(|raw| {
+                raw.split_once('=')
+                    .filter(|(f, v)| !f.is_empty() && !v.is_empty())
+                    .map(|(f, v)| (f.to_string(), v.to_string()))
+                    .ok_or_else(|| format!("--only: expected FIELD=VALUE, got `{raw}`"))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(ShapeFilter {
+            only,
+            batches: batches.to_vec(),
+        })
+    }
+
+    /// Whether it keeps every shape.
+    pub fn is_empty(&self) -> bool {
+        self.only.is_empty() && self.batches.is_empty()
+    }
+
+    /// The shapes it keeps, in file order. Errors name the argument: a field the
+    /// kernel's key lacks, or a filter that keeps nothing.
+    pub fn apply(
+        &self,
+        schema: &tuned::KernelSchema,
+        shapes: Vec<(tuned::StaticKey, u64)>,
+    ) -> Result<Vec<(tuned::StaticKey, u64)>, String> {
+        if self.is_empty() {
+            return Ok(shapes);
+        }
+        let mut fields = Vec::new();
+        for (name, _) in &self.only {
+            let idx = schema.key.iter().position(|f| f.name == name).ok_or_else(|| {
+                format!(
+                    "--only: kernel `{}` has no key field `{name}` (fields: {})",
+                    schema.kernel,
+                    schema.key_names().collect::<Vec<_>>().join(", ")
+                )
+            })?;
+            fields.push(idx);
+        }
+        let keeps = |key: &tuned::StaticKey, batch: u64| {
+            let by_field = fields.iter().zip(&self.only).all(|(&idx, (name, _))| {
+                self.only
+                    .iter()
+                    .filter(|(n, _)| n == name)
+                    .any(|(_, v)| key.values()[idx].to_string() == *v)
+            });
+            by_field && (self.batches.is_empty() || self.batches.contains(&batch))
+        };
+        let kept: Vec<_> = shapes.into_iter().filter(|(k, b)| keeps(k, *b)).collect();
+        if kept.is_empty() {
+            return Err("--only/--batch: no shape of the file matches".into());
+        }
+        Ok(kept)
+    }
+
+    /// Refuses to tune part of a file into the table at `path` when that table was
+    /// tuned against another source (`fingerprint`) or timing (`timing`): merging
+    /// would drop its other entries. Nothing to check for the whole file or a table
+    /// not written yet.
+    pub fn check_table(&self, path: &std::path::Path, fingerprint: &str, timing: &str) -> Result<(), String> {
+        if self.is_empty() || !path.exists() {
+            return Ok(());
+        }
+        let table = tuned::TableFile::read(path, None).map_err(|e| format!("--only/--batch: {e}"))?;
+        let h = &table.header;
+        let why = if h.source_fingerprint != fingerprint {
+            format!(
+                "tuned against source {}, the kernel is now {fingerprint}",
+                h.source_fingerprint
+            )
+        } else if h.timing != timing {
+            format!("timed with `{}`, this run with `{timing}`", h.timing)
+        } else {
+            return Ok(());
+        };
+        Err(format!(
+            "--only/--batch: {} was {why}; tuning part of the shapes would drop every other entry: tune the whole shape file",
+            path.display()
+        ))
+    }
 }
 
 /// Which GPU runtime `kernels tune` measures with.
@@ -359,6 +463,8 @@ fn tune_on(
         retune: args.retune,
         timing: dev.timing,
     };
+    args.filter
+        .check_table(&job.table_path(), dev.fingerprint, &dev.timing.to_string())?;
     println!(
         "tuning {} on {} ({}, {}, {}) for {} shape(s); results cached in {}",
         dev.schema.kernel,
@@ -399,18 +505,20 @@ fn read_shapes(schema: &'static tuned::KernelSchema, path: &Path) -> Result<Vec<
         .map_err(|e| format!("--shapes: {e}"))
 }
 
-/// The shapes `kernels tune` searches: at least one.
+/// The shapes `kernels tune` searches: those of the file `filter` keeps, at least one.
 #[cfg(any(feature = "cuda", feature = "rocm"))]
-fn tune_shapes(schema: &'static tuned::KernelSchema, path: &Path) -> Result<Vec<(StaticKey, u64)>, String> {
+fn tune_shapes(
+    schema: &'static tuned::KernelSchema,
+    path: &Path,
+    filter: &ShapeFilter,
+) -> Result<Vec<(StaticKey, u64)>, String> {
     let shapes = read_shapes(schema, path)?;
     if shapes.is_empty() {
         return Err("--shapes: the file lists no shapes".into());
     }
-    Ok(shapes)
+    filter.apply(schema, shapes)
 }
 
-/// The error of a kernel name no tunable matches, listing those that do.
-#[cfg(any(feature = "cuda", feature = "rocm"))]
 /// The kernel named `kernel` among `all` (named by their schema), or an error naming
 /// `KERNEL`, what it lacks (`what`: the trait) and the kernels there are.
 #[cfg(any(feature = "cuda", feature = "rocm"))]
@@ -514,7 +622,7 @@ mod cuda {
     /// `kernels tune` on CUDA.
     pub fn tune(args: TuneArgs) -> CmdResult {
         let k = find(&args.kernel)?;
-        let shapes = tune_shapes(k.schema(), &args.shapes)?;
+        let shapes = tune_shapes(k.schema(), &args.shapes, &args.filter)?;
         let rt = or_fail!("tune", open(args.device));
         let info = rt.device().info();
         let described = format!(
@@ -739,7 +847,7 @@ mod hip {
     /// the table of the device's gfx target. Nothing is written when no device opens.
     pub fn tune(args: TuneArgs) -> CmdResult {
         let k = find(&args.kernel)?;
-        let shapes = tune_shapes(k.schema(), &args.shapes)?;
+        let shapes = tune_shapes(k.schema(), &args.shapes, &args.filter)?;
         let opened = HipDevice::open(args.device).and_then(HipRuntime::new);
         let rt = or_fail!("tune", opened);
         if args.timing == Some(kernels_core::TimingMethod::Graph) {
@@ -800,5 +908,99 @@ mod hip {
                 k.recheck(&rt, &stream, key, batch, config, sample, &timing)
             },
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ShapeFilter;
+    use tuned::{StaticKey, TableFile};
+
+    fn shapes() -> Vec<(StaticKey, u64)> {
+        let schema = &kernels_softmax::schema::SOFTMAX;
+        let key = |dtype: &str, cols: &str| {
+            StaticKey::from_pairs(schema, [("dtype", dtype), ("cols", cols)]).unwrap()
+        };
+        let mut out = Vec::new();
+        for (dtype, cols) in [
+            ("bf16", "4096"),
+            ("bf16", "128256"),
+            ("f16", "128256"),
+            ("bf16", "151936"),
+        ] {
+            for batch in [1, 64, 1024] {
+                out.push((key(dtype, cols), batch));
+            }
+        }
+        out
+    }
+
+    fn kept(filter: &ShapeFilter) -> Result<Vec<String>, String> {
+        Ok(filter
+            .apply(&kernels_softmax::schema::SOFTMAX, shapes())?
+            .into_iter()
+            .map(|(k, b)| format!("{k} {b}"))
+            .collect())
+    }
+
+    #[test]
+    fn filter_values_of_a_field_are_alternatives_and_fields_and_batches_all_apply() {
+        let f = |only: &[&str], batches: &[u64]| {
+            let only: Vec<String> = only.iter().map(|s| s.to_string()).collect();
+            ShapeFilter::new(&only, batches).unwrap()
+        };
+        assert_eq!(kept(&f(&[], &[])).unwrap().len(), 12, "no filter keeps all");
+        assert_eq!(
+            kept(&f(&["cols=128256", "cols=151936"], &[1024])).unwrap(),
+            [
+                "dtype=bf16,cols=128256 1024",
+                "dtype=f16,cols=128256 1024",
+                "dtype=bf16,cols=151936 1024"
+            ]
+        );
+        assert_eq!(
+            kept(&f(&["cols=128256", "dtype=f16"], &[])).unwrap(),
+            [
+                "dtype=f16,cols=128256 1",
+                "dtype=f16,cols=128256 64",
+                "dtype=f16,cols=128256 1024"
+            ]
+        );
+        let e = kept(&f(&["cols=4097"], &[])).unwrap_err();
+        assert!(e.contains("--only/--batch") && e.contains("no shape"), "{e}");
+        let e = kept(&f(&["rows=4"], &[])).unwrap_err();
+        assert!(
+            e.contains("--only") && e.contains("`rows`") && e.contains("dtype, cols"),
+            "{e}"
+        );
+        for bad in ["cols", "=4096", "cols="] {
+            let e = ShapeFilter::new(&[bad.to_string()], &[]).unwrap_err();
+            assert!(e.contains("--only") && e.contains(bad), "{e}");
+        }
+    }
+
+    #[test]
+    fn part_of_a_file_is_refused_over_a_table_of_another_source_or_timing() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tuned/tables/softmax/sm90.json");
+        let header = TableFile::read(&path, None).unwrap().header;
+        let (fp, timing) = (header.source_fingerprint.as_str(), header.timing.as_str());
+        let part = ShapeFilter::new(&["cols=128256".to_string()], &[]).unwrap();
+        part.check_table(&path, fp, timing).unwrap();
+        let e = part
+            .check_table(&path, "fnv1a64:0000000000000000", timing)
+            .unwrap_err();
+        assert!(
+            e.contains("tuned against source") && e.contains("whole shape file"),
+            "{e}"
+        );
+        let other = if timing == "graph" { "single" } else { "graph" };
+        let e = part.check_table(&path, fp, other).unwrap_err();
+        assert!(e.contains("timed with"), "{e}");
+        // The whole file, or a table not written yet: nothing to refuse.
+        ShapeFilter::default()
+            .check_table(&path, "fnv1a64:0000000000000000", other)
+            .unwrap();
+        part.check_table(&path.with_file_name("sm_none.json"), "fnv1a64:0", other)
+            .unwrap();
     }
 }

@@ -120,6 +120,22 @@ fn bad_arguments_exit_2_with_one_line_naming_the_argument() {
         ("frobnicate", "frobnicate"),
         ("tune rmsnorm --shapes shapes.json --timing fast", "--timing"),
         ("tables check --timing fast", "--timing"),
+        (
+            "tune rmsnorm --shapes ../tuned/shapes/rmsnorm.json --only cols",
+            "--only",
+        ),
+        (
+            "tune rmsnorm --shapes ../tuned/shapes/rmsnorm.json --only colz=4096",
+            "--only",
+        ),
+        (
+            "tune rmsnorm --shapes ../tuned/shapes/rmsnorm.json --only cols=4097",
+            "--only",
+        ),
+        (
+            "tune rmsnorm --shapes ../tuned/shapes/rmsnorm.json --only cols=4096 --batch 3",
+            "--batch",
+        ),
     ];
     for (line, names) in cases {
         let args: Vec<&str> = line.split_whitespace().collect();
