@@ -82,13 +82,7 @@ impl ShapeFilter {
         }
         let mut fields = Vec::new();
         for (name, _) in &self.only {
-            let idx = schema.key.iter().position(|f| f.name == name).ok_or_else(|| {
-                format!(
-                    "--only: kernel `{}` has no key field `{name}` (fields: {})",
-                    schema.kernel,
-                    schema.key_names().collect::<Vec<_>>().join(", ")
-                )
-            })?;
+            let idx = schema.key_index(name).map_err(|e| format!("--only: {e}"))?;
             fields.push(idx);
         }
         let keeps = |key: &tuned::StaticKey, batch: u64| {

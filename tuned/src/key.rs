@@ -242,13 +242,7 @@ impl StaticKey {
     ) -> Result<StaticKey, String> {
         let mut slots: Vec<Option<Value>> = vec![None; schema.key.len()];
         for (name, raw) in pairs {
-            let idx = schema.key.iter().position(|f| f.name == name).ok_or_else(|| {
-                format!(
-                    "kernel `{}` has no key field `{name}` (fields: {})",
-                    schema.kernel,
-                    schema.key_names().collect::<Vec<_>>().join(", ")
-                )
-            })?;
+            let idx = schema.key_index(name)?;
             if slots[idx].is_some() {
                 return Err(format!("key field `{name}` given twice"));
             }

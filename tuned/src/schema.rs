@@ -84,6 +84,17 @@ impl KernelSchema {
         self.params.iter().map(|f| f.name)
     }
 
+    /// The position of key field `name`, or an error naming it and the fields there are.
+    pub fn key_index(&self, name: &str) -> Result<usize, String> {
+        self.key.iter().position(|f| f.name == name).ok_or_else(|| {
+            format!(
+                "kernel `{}` has no key field `{name}` (fields: {})",
+                self.kernel,
+                self.key_names().collect::<Vec<_>>().join(", ")
+            )
+        })
+    }
+
     /// Checks a config (values in `params` order) field by field.
     pub fn check_params(&self, values: &[Value]) -> Result<(), String> {
         if values.len() != self.params.len() {
