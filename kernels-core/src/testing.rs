@@ -3,7 +3,9 @@
 //! output is compared with its CPU reference ([`compare_rows`]); with the `rocm`
 //! feature, the AMD tests' runtime and buffers ([`hip`]).
 
-use crate::Rows;
+use tuned::DType;
+
+use crate::{decode, encode, Rows};
 
 /// The environment variable that turns a GPU test's skip into a failure (`1`), for
 /// runs on a machine that must have the GPU.
@@ -56,6 +58,16 @@ pub fn compare_rows(
         }
     }
     Ok(())
+}
+
+/// [`compare_rows`] that panics with its error: for tests.
+pub fn assert_rows(what: &str, got: &[f32], want: &[f32], shape: Rows, tol: (f64, f64)) {
+    compare_rows(what, got, want, shape, tol).unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// `v` as the device holds it in `dtype` (each value rounded through the storage type).
+pub fn stored(dtype: DType, v: &[f32]) -> Vec<f32> {
+    decode(dtype, &encode(dtype, v))
 }
 
 /// What the AMD GPU tests of the kernel families share (feature `rocm`): a runtime

@@ -8,29 +8,19 @@
 //! `KERNELS_REQUIRE_GPU=1` that is a failure instead.
 
 use kernels_core::testing::hip::{runtime, Buf};
+use kernels_core::testing::{assert_rows as compare, stored};
 use kernels_core::{
-    decode, encode, pseudo_random, tune_table, AlignClass, DiskCache, DynHipTunable, HipRuntime, Rows,
-    TableJob, TuneOptions,
+    pseudo_random, tune_table, AlignClass, DiskCache, DynHipTunable, HipRuntime, Rows, TableJob, TuneOptions,
 };
 use kernels_rmsnorm::hip::{self as norm_hip, FUSED_ADD_RMSNORM_HIP_TUNABLE};
 use kernels_rmsnorm::plan::NormProblem;
 use kernels_rmsnorm::{reference, space, FusedAddRmsNorm, RmsNorm, RmsNormKey};
 use tuned::{resolve_serve, DType, Resolved, Source, StaticKey, TunedKernel};
 
-/// Panics unless `got` matches `want` ([`kernels_core::testing::compare_rows`]).
-fn compare(what: &str, got: &[f32], want: &[f32], shape: Rows, tol: (f64, f64)) {
-    kernels_core::testing::compare_rows(what, got, want, shape, tol).unwrap_or_else(|e| panic!("{e}"));
-}
-
 fn temp_dir(tag: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("kernels-rmsnorm-hip-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     d
-}
-
-/// Inputs as the device holds them (rounded to `dtype`).
-fn stored(dtype: DType, v: &[f32]) -> Vec<f32> {
-    decode(dtype, &encode(dtype, v))
 }
 
 /// The resolution `serve` gives on this device: the gfx table, else the default.

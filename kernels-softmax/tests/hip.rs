@@ -7,15 +7,11 @@
 //! `KERNELS_REQUIRE_GPU=1` that is a failure instead.
 
 use kernels_core::testing::hip::{runtime, Buf};
-use kernels_core::{decode, encode, pseudo_random, DiskCache, Error, PlannedKernel, Rows};
+use kernels_core::testing::{assert_rows as compare, stored};
+use kernels_core::{pseudo_random, DiskCache, Error, PlannedKernel, Rows};
 use kernels_softmax::plan::SoftmaxProblem;
 use kernels_softmax::{hip, reference, space, LogSoftmax, Softmax, SoftmaxConfig, SoftmaxKey, Strategy};
 use tuned::{resolve_serve, DType, Resolved, Source, TunedKernel};
-
-/// Panics unless `got` matches `want` ([`kernels_core::testing::compare_rows`]).
-fn compare(what: &str, got: &[f32], want: &[f32], shape: Rows, tol: (f64, f64)) {
-    kernels_core::testing::compare_rows(what, got, want, shape, tol).unwrap_or_else(|e| panic!("{e}"));
-}
 
 /// The problem of `y = softmax(x * scale)` over two buffers of this device.
 fn problem<'a>(dtype: DType, x: &'a Buf, y: &'a Buf, shape: Rows, scale: f32) -> SoftmaxProblem<'a> {
@@ -42,11 +38,6 @@ fn want(log: bool, x: &[f32], shape: Rows, y0: &[f32], scale: f32) -> Vec<f32> {
         scale,
     );
     y
-}
-
-/// Inputs as the device holds them (rounded to `dtype`).
-fn stored(dtype: DType, v: &[f32]) -> Vec<f32> {
-    decode(dtype, &encode(dtype, v))
 }
 
 #[test]
