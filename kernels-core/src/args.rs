@@ -3,13 +3,23 @@
 
 use crate::{DeviceInfo, Error, Result};
 
-/// Grid, block and dynamic shared memory of one launch.
+/// Most blocks in a thread-block cluster (Hopper); more than
+/// [`MAX_PORTABLE_CLUSTER`] is a non-portable size the launch allows on the function.
+pub const MAX_CLUSTER: u32 = 16;
+/// Most blocks in a cluster every cluster-capable device runs.
+pub const MAX_PORTABLE_CLUSTER: u32 = 8;
+
+/// Grid, block, dynamic shared memory and cluster size of one launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LaunchDims {
     pub grid: (u32, u32, u32),
     pub block: (u32, u32, u32),
     /// Dynamic shared memory per block, bytes.
     pub smem_bytes: u32,
+    /// Blocks per thread-block cluster along x, as the kernel declares it with
+    /// `__cluster_dims__` (1: no cluster). The launch checks it and, above
+    /// [`MAX_PORTABLE_CLUSTER`], allows the non-portable size on the function first.
+    pub cluster: u32,
 }
 
 impl LaunchDims {
@@ -19,6 +29,7 @@ impl LaunchDims {
             grid: (grid, 1, 1),
             block: (block, 1, 1),
             smem_bytes: 0,
+            cluster: 1,
         }
     }
 
@@ -30,8 +41,16 @@ impl LaunchDims {
         }
     }
 
-    /// Checks the launch against the device's limits; the error names `grid`, `block`
-    /// or `smem_bytes` and the limit.
+    /// The same launch for a kernel compiled with `__cluster_dims__(blocks, 1, 1)`.
+    pub const fn with_cluster(self, blocks: u32) -> LaunchDims {
+        LaunchDims {
+            cluster: blocks,
+            ..self
+        }
+    }
+
+    /// Checks the launch against the device's limits; the error names `grid`, `block`,
+    /// `smem_bytes` or `cluster` and the limit.
     pub fn validate(&self, info: &DeviceInfo) -> Result<()> {
         let (gx, gy, gz) = self.grid;
         let (bx, by, bz) = self.block;
@@ -64,6 +83,25 @@ impl LaunchDims {
                 format!(
                     "{} bytes exceeds the device's {} bytes per block",
                     self.smem_bytes, info.max_smem_per_block_optin
+                ),
+            ));
+        }
+        let clusters = info.amd_arch.is_none() && info.compute_capability >= (9, 0);
+        if self.cluster == 0 || self.cluster > MAX_CLUSTER || (self.cluster > 1 && !clusters) {
+            return Err(Error::invalid(
+                "cluster",
+                format!(
+                    "{} blocks per cluster; clusters of 2..={MAX_CLUSTER} blocks need an NVIDIA device of compute capability 9.0 or newer ({})",
+                    self.cluster, info.name
+                ),
+            ));
+        }
+        if !gx.is_multiple_of(self.cluster) {
+            return Err(Error::invalid(
+                "grid",
+                format!(
+                    "{gx} blocks is not a whole number of {}-block clusters",
+                    self.cluster
                 ),
             ));
         }
@@ -173,5 +211,50 @@ impl KernelArgs {
 impl PartialEq for KernelArgs {
     fn eq(&self, other: &KernelArgs) -> bool {
         self.slots() == other.slots() && self.overflow == other.overflow
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tuned::Target;
+
+    use super::*;
+
+    fn field(e: Error) -> String {
+        e.to_string()
+    }
+
+    #[test]
+    fn clusters_are_checked_against_the_grid_and_the_device() {
+        let h200 = DeviceInfo::nominal(Target::Sm90).unwrap();
+        let a100 = DeviceInfo::nominal(Target::Sm80).unwrap();
+        let plain = LaunchDims::linear(24, 128);
+        assert_eq!(plain.cluster, 1);
+        assert!(plain.validate(&h200).is_ok());
+        assert!(plain.validate(&a100).is_ok());
+        // 16-block clusters (non-portable) run on Hopper with a whole number of them.
+        assert!(LaunchDims::linear(32, 128)
+            .with_cluster(16)
+            .validate(&h200)
+            .is_ok());
+        let e = field(plain.with_cluster(16).validate(&h200).unwrap_err());
+        assert!(e.contains("grid") && e.contains("16-block clusters"), "{e}");
+        for bad in [0, 17, 32] {
+            let e = field(
+                LaunchDims::linear(64, 128)
+                    .with_cluster(bad)
+                    .validate(&h200)
+                    .unwrap_err(),
+            );
+            assert!(e.contains("cluster"), "{e}");
+        }
+        // No clusters before compute capability 9.0.
+        let e = field(
+            LaunchDims::linear(8, 128)
+                .with_cluster(2)
+                .validate(&a100)
+                .unwrap_err(),
+        );
+        assert!(e.contains("cluster") && e.contains("A100"), "{e}");
     }
 }

@@ -224,6 +224,20 @@ pub(crate) fn set_max_dynamic_smem(func: dsys::CUfunction, bytes: u32) -> Result
     .map_err(|e| driver_error("cuFuncSetAttribute", e))
 }
 
+/// `cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED)`: lets a function run in
+/// clusters of more than 8 blocks (16 on Hopper).
+pub(crate) fn allow_non_portable_cluster(func: dsys::CUfunction) -> Result<()> {
+    // SAFETY: `func` belongs to a module the caller keeps loaded.
+    unsafe {
+        drv::function::set_function_attribute(
+            func,
+            dsys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+            1,
+        )
+    }
+    .map_err(|e| driver_error("cuFuncSetAttribute", e))
+}
+
 /// `cuLaunchKernel` with raw parameters.
 ///
 /// # Safety

@@ -5,7 +5,7 @@
 use std::ffi::c_void;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchArgs, LaunchConfig};
@@ -71,6 +71,8 @@ pub struct Kernel {
     info: Arc<DeviceInfo>,
     /// Dynamic shared memory this function is opted in to (48 KiB until raised).
     smem_limit: AtomicU32,
+    /// Whether the function may run in non-portable cluster sizes (set on first need).
+    non_portable_cluster: AtomicBool,
 }
 
 impl fmt::Debug for Kernel {
@@ -103,6 +105,7 @@ impl Kernel {
             ctx,
             info,
             smem_limit: AtomicU32::new(DEFAULT_SMEM_LIMIT),
+            non_portable_cluster: AtomicBool::new(false),
         })
     }
 
@@ -127,9 +130,14 @@ impl Kernel {
     }
 
     /// Validates `dims` and opts the function in to its dynamic shared memory (once per
-    /// new maximum: a driver call, no compile, legal during graph capture).
+    /// new maximum) and to a non-portable cluster size (once): driver calls, no
+    /// compile, legal during graph capture.
     fn prepare(&self, dims: &LaunchDims) -> Result<()> {
         dims.validate(&self.info)?;
+        if dims.cluster > crate::MAX_PORTABLE_CLUSTER && !self.non_portable_cluster.load(Ordering::Acquire) {
+            ffi::allow_non_portable_cluster(self.function.cu_function())?;
+            self.non_portable_cluster.store(true, Ordering::Release);
+        }
         if dims.smem_bytes > self.smem_limit.load(Ordering::Acquire) {
             ffi::set_max_dynamic_smem(self.function.cu_function(), dims.smem_bytes)?;
             self.smem_limit.fetch_max(dims.smem_bytes, Ordering::AcqRel);

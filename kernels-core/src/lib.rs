@@ -76,7 +76,7 @@ mod tuner;
 #[cfg(feature = "rocm")]
 mod hip;
 
-pub use args::{KernelArgs, LaunchDims, MAX_KERNEL_ARGS};
+pub use args::{KernelArgs, LaunchDims, MAX_CLUSTER, MAX_KERNEL_ARGS, MAX_PORTABLE_CLUSTER};
 pub use cache::{default_cache_dir, CacheEntry, DiskCache, Lookup, Section, CACHE_DIR_ENV};
 pub use cache_key::{
     cache_key, codegen_env, AlignClass, CacheKey, CacheKeyParts, Component, CODEGEN_ENV_VARS,
