@@ -16,7 +16,8 @@
 //       and both strides aligned to VEC elements
 //   ROWS rows per block (row strategy; 1 otherwise)
 //   STRATEGY 0 = row, 1 = online, 2 = cluster (sm_90), 3 = staged
-//   SPLITS blocks per row (cluster; staged: 1, or a cluster of 2..8 on sm_90)
+//   SPLITS blocks per row (cluster: 2, 4, 8 or 16, where 16 is non-portable and the
+//       host allows it on the function; staged: 1, or a cluster of 2..8 on sm_90)
 //   LOG_SOFTMAX 0 or 1
 //   KD_MIN_BLOCKS (optional compiler hint, NVIDIA) blocks per SM for __launch_bounds__
 // Grid (1D, at most 2^31 - 1 blocks, blocks of the given size; dynamic shared memory
@@ -29,8 +30,9 @@
 //            reads hit what pass 1 left in L2, and writes, both evict-first.
 //   cluster: rows * SPLITS blocks of THREADS threads; __cluster_dims__(SPLITS, 1, 1) is
 //            compiled in, so a plain launch forms the clusters. Each block holds
-//            1/SPLITS of the row in registers (<= 16 vectors per thread); the blocks
-//            swap (max, sum) through distributed shared memory. One pass over HBM.
+//            1/SPLITS of the row in registers (<= 16 vectors per thread); each block
+//            merges its threads' (max, sum) once, and the blocks swap theirs through
+//            distributed shared memory. One pass over HBM.
 //   staged:  rows * SPLITS blocks of THREADS threads with STAGE_VECS * sizeof(vector)
 //            bytes of dynamic shared memory; sm_80+ (cp.async), vectors of 4 bytes or
 //            more. Block `rank` of a row owns the contiguous slice of SLICE_VECS =
@@ -147,6 +149,12 @@ __device__ __forceinline__ float packed_extreme(const V (&buf)[ITERS], Valid val
 template <int ITERS, typename Valid>
 __device__ __forceinline__ Stats part_stats(const V (&buf)[ITERS], float k, Valid valid) {
 #if defined(KD_PACKED_MAX)
+    // A part with no valid vector is -inf (the identity scaled by k = 0 would be NaN,
+    // which merge turns into a NaN sum).
+    bool any = false;
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i) any = any || valid(i);
+    if (!any) return {kd::neg_inf(), 0.f};
     // k is uniform: every thread takes the same branch.
     if (k >= 0.f) return {packed_extreme<false>(buf, valid) * k, 0.f};
     return {packed_extreme<true>(buf, valid) * k, 0.f};
@@ -213,6 +221,24 @@ struct Finish {
     }
 };
 
+// The block's (max, sum) from each thread's part: warps merge by shuffles, then the
+// warps' parts through shared memory (`red_m`, `red_s`: WARPS floats each). Every
+// thread ends with the block's result; every thread of the block must call it.
+__device__ __forceinline__ Stats block_merge(Stats st, float* red_m, float* red_s) {
+    st = warp_merge<kd::WARP>(st);
+    if (WARPS > 1) {
+        const int tid = int(threadIdx.x);
+        if (kd::lane_id() == 0) {
+            red_m[tid / kd::WARP] = st.m;
+            red_s[tid / kd::WARP] = st.s;
+        }
+        __syncthreads();
+        const int l = kd::lane_id() % WARPS;
+        st = warp_merge<WARPS>({red_m[l], red_s[l]});
+    }
+    return st;
+}
+
 // ---- thread-block clusters (sm_90): rank, barrier, remote shared memory ----------
 
 #define KD_CLUSTER (STRATEGY == 2 || (STRATEGY == 3 && SPLITS > 1))
@@ -254,6 +280,24 @@ __device__ __forceinline__ Stats cluster_stats(const float* part) {
     if (lane < SPLITS) all = {load_peer(&part[0], lane), load_peer(&part[1], lane)};
     all = warp_merge<SPLITS>(all);
     return {kd::shfl(all.m, 0), kd::shfl(all.s, 0)};
+}
+
+// The row's (max, sum) from each block's (max, sum) `st` (the same in every thread of
+// the block), through this block's `part` (2 floats of shared memory). Every thread
+// of every block of the cluster must call it, then end with cluster_wait() after
+// its last use of the result: that keeps `part` alive until every block has read it.
+__device__ __forceinline__ Stats cluster_merge(Stats st, float* part) {
+    if (threadIdx.x == 0) {
+        part[0] = st.m;
+        part[1] = st.s;
+    }
+    // Every block's `part` is written (and every block has started) after this.
+    cluster_arrive();
+    cluster_wait();
+    st = cluster_stats(part);
+    // Done reading the others' shared memory: they may exit once all have arrived.
+    cluster_arrive();
+    return st;
 }
 #endif  // KD_CLUSTER
 
@@ -336,17 +380,7 @@ extern "C" __global__ void KD_LAUNCH_BOUNDS(THREADS)
         st = merge(st, part);
     }
 
-    // Block merge: warps by shuffles, then the warps' parts through shared memory.
-    st = warp_merge<kd::WARP>(st);
-    if (WARPS > 1) {
-        if (kd::lane_id() == 0) {
-            red_m[tid / kd::WARP] = st.m;
-            red_s[tid / kd::WARP] = st.s;
-        }
-        __syncthreads();
-        const int l = kd::lane_id() % WARPS;
-        st = warp_merge<WARPS>({red_m[l], red_s[l]});
-    }
+    st = block_merge(st, red_m, red_s);
 
     // Pass 2, last step first: the end of the row is the likeliest to be in L2. Its
     // reads and writes are evict-first so they do not push out the part of the row
@@ -369,7 +403,8 @@ extern "C" __global__ void KD_LAUNCH_BOUNDS(THREADS)
 #elif STRATEGY == 2
 // ---- cluster: SPLITS blocks per row, each part in registers, stats over DSMEM -----
 
-static_assert(SPLITS >= 2 && SPLITS <= 8, "a portable cluster has 2..8 blocks");
+// 16 is a non-portable cluster size: the host allows it on the function before launch.
+static_assert(SPLITS >= 2 && SPLITS <= 16, "a cluster has 2..16 blocks");
 
 constexpr int ITERS = (NVEC + THREADS * SPLITS - 1) / (THREADS * SPLITS);
 static_assert(ITERS <= MAX_ITERS, "cluster strategy holds at most 16 vectors per thread");
@@ -377,8 +412,8 @@ static_assert(ITERS <= MAX_ITERS, "cluster strategy holds at most 16 vectors per
 extern "C" __global__ void __cluster_dims__(SPLITS, 1, 1) KD_LAUNCH_BOUNDS(THREADS)
     softmax_kernel(const T* x, T* y, long long rows, long long x_stride, long long y_stride,
                    float scale) {
-    __shared__ float red_max[WARPS];
-    __shared__ float red_sum[WARPS];
+    __shared__ float red_m[WARPS];
+    __shared__ float red_s[WARPS];
     __shared__ float part[2];  // this block's (max, sum), read by the other blocks
     const int tid = int(threadIdx.x);
     const long long row = blockIdx.x / SPLITS;  // a cluster is SPLITS consecutive blocks
@@ -397,30 +432,20 @@ extern "C" __global__ void __cluster_dims__(SPLITS, 1, 1) KD_LAUNCH_BOUNDS(THREA
     for (int i = 0; i < ITERS; ++i)
         if (valid(i)) buf[i] = kd::load_vec<T, VEC>(xp + i * PASS);
 
+    // Each thread's (max, sum), then one merge over the block and one over the cluster.
     Stats st = part_stats(buf, k, valid);
-    st.m = kd::group_max<THREADS>(st.m, red_max);
     forget(buf);
     st.s = part_sum(buf, k, ref(st.m), valid);
-    st.s = kd::group_sum<THREADS>(st.s, red_sum);
     forget(buf);
-    if (tid == 0) {
-        part[0] = st.m;
-        part[1] = st.s;
-    }
-    // Every block's `part` is written (and every block has started) after this.
-    cluster_arrive();
-    cluster_wait();
-    const Stats all = cluster_stats(part);
-    // Done reading the others' shared memory: they may exit once all have arrived.
-    cluster_arrive();
+    st = block_merge(st, red_m, red_s);
+    const Stats all = cluster_merge(st, part);
 
     const Finish finish(k, all);
     T* yp = y + row * y_stride + first * VEC;
 #pragma unroll
     for (int i = 0; i < ITERS; ++i)
         if (valid(i)) kd::store_vec<T, VEC>(yp + i * PASS, finish(buf[i]));
-    // Keep this block's `part` alive until every block has read it.
-    cluster_wait();
+    cluster_wait();  // see cluster_merge
 }
 
 #elif STRATEGY == 3
@@ -559,28 +584,9 @@ extern "C" __global__ void KD_STAGED_CLUSTER KD_LAUNCH_BOUNDS(THREADS)
         st = merge(st, p);
     }
 
-    // Block merge: warps by shuffles, then the warps' parts through shared memory.
-    st = warp_merge<kd::WARP>(st);
-    if (WARPS > 1) {
-        if (kd::lane_id() == 0) {
-            red_m[tid / kd::WARP] = st.m;
-            red_s[tid / kd::WARP] = st.s;
-        }
-        __syncthreads();
-        const int l = kd::lane_id() % WARPS;
-        st = warp_merge<WARPS>({red_m[l], red_s[l]});
-    }
+    st = block_merge(st, red_m, red_s);
 #if SPLITS > 1
-    if (tid == 0) {
-        part[0] = st.m;
-        part[1] = st.s;
-    }
-    // Every block's `part` is written after this.
-    cluster_arrive();
-    cluster_wait();
-    st = cluster_stats(part);
-    // Done reading the others' shared memory: they may exit once all have arrived.
-    cluster_arrive();
+    st = cluster_merge(st, part);
 #endif
 
 #if PREFETCH_ROWS > 0 && !defined(KD_AMD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -623,8 +629,7 @@ extern "C" __global__ void KD_STAGED_CLUSTER KD_LAUNCH_BOUNDS(THREADS)
                                          finish(stage[step * STEP + u * THREADS + tid]));
     }
 #if SPLITS > 1
-    // Keep this block's `part` alive until every block has read it.
-    cluster_wait();
+    cluster_wait();  // see cluster_merge
 #endif
 }
 

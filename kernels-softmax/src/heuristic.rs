@@ -38,6 +38,19 @@ pub fn analytic_default(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxC
     // 2.02 against 1.36 TB/s; 1 row: 4.6 against 5.6 us); 128 at 32000 columns (1 row:
     // 3.0 us against 5.6 for a block per row).
     if target == Target::Sm90 && rows < sms / 2 && key.cols >= 16384 {
+        // One vocabulary row: a non-portable cluster of 16 x 128 (1 x 128256 bf16: 3.48
+        // us against 3.88 for 8 x 256; at 8 rows 8 x 256 stays ahead, 5.21 against 5.82;
+        // docs/results/2026-11-30-h200-session6.md).
+        let wide = SoftmaxConfig {
+            strategy: Strategy::Cluster,
+            threads: 128,
+            vec,
+            rows: 1,
+            splits: 16,
+        };
+        if rows == 1 && key.cols > 32768 && fits(target, key, &wide) {
+            return wide;
+        }
         if let Some(c) = cluster(if key.cols <= 32768 { 128 } else { 256 }) {
             return c;
         }

@@ -153,6 +153,45 @@ mod tests {
             .all(|c| c.strategy != Strategy::Cluster));
     }
 
+    /// Clusters of 16 blocks (non-portable) are in the Hopper space for the cluster
+    /// strategy only, with at most 256 threads per block; the schema refuses a staged
+    /// cluster of 16; one vocabulary row defaults to 16 x 128 and more rows to 8.
+    #[test]
+    fn sixteen_block_clusters_are_cluster_only_and_small() {
+        let key = SoftmaxKey {
+            dtype: DType::Bf16,
+            cols: 128256,
+        };
+        let space = space::search_space(Target::Sm90, &key);
+        let sixteen: Vec<_> = space.iter().filter(|c| c.splits == 16).collect();
+        assert!(!sixteen.is_empty());
+        for c in &sixteen {
+            assert_eq!(c.strategy, Strategy::Cluster, "{c:?}");
+            assert!(c.threads <= 256, "{c:?}");
+        }
+        assert!(space
+            .iter()
+            .any(|c| c.strategy == Strategy::Staged && c.splits == 8));
+        let staged16 = SoftmaxConfig {
+            strategy: Strategy::Staged,
+            threads: 256,
+            vec: 8,
+            rows: 1,
+            splits: 16,
+        };
+        assert!(!space::fits(Target::Sm90, &key, &staged16));
+        let e = schema::check_config(&staged16.values()).unwrap_err();
+        assert!(e.contains("staged") && e.contains("splits"), "{e}");
+        let one = analytic_default(Target::Sm90, &key, 1);
+        assert_eq!(
+            (one.strategy, one.splits, one.threads),
+            (Strategy::Cluster, 16, 128)
+        );
+        let eight = analytic_default(Target::Sm90, &key, 8);
+        assert_eq!((eight.strategy, eight.splits), (Strategy::Cluster, 8));
+        assert!(analytic_default(Target::Sm80, &key, 1).splits == 1);
+    }
+
     /// Every staged config of the space gets a stage the device code accepts (the whole
     /// slice, or whole rounds of threads below it) that fits the target's shared
     /// memory; clusters only on sm90, none on AMD, and long rows keep a tail.

@@ -255,7 +255,18 @@ pub fn launch_args(
         .i64(p.x_stride as i64)
         .i64(p.y_stride as i64)
         .f32(p.scale);
-    Ok((LaunchDims::linear(blocks as u32, threads).with_smem(smem), args))
+    // Clusters are compiled in (__cluster_dims__); the launch checks the grid against
+    // them and allows 16-block clusters on the function.
+    let cluster = match c.strategy {
+        Strategy::Cluster | Strategy::Staged => c.splits.max(1),
+        Strategy::Row | Strategy::Online => 1,
+    };
+    Ok((
+        LaunchDims::linear(blocks as u32, threads)
+            .with_smem(smem)
+            .with_cluster(cluster),
+        args,
+    ))
 }
 
 macro_rules! planned {
@@ -442,6 +453,36 @@ mod tests {
         let log = <LogSoftmax as PlannedKernel>::plan(&gfx942(), &c, &p).unwrap();
         assert_eq!(log.args, plan.args);
         assert_ne!(log.variant, plan.variant, "log-softmax compiles its own variant");
+    }
+
+    /// Cluster configs launch `splits` blocks per row as clusters of `splits`, which the
+    /// launch checks (and allows above 8); the other strategies launch no cluster.
+    #[test]
+    fn cluster_configs_launch_clusters_of_their_splits() {
+        let h200 = DeviceInfo::nominal(Target::Sm90).unwrap();
+        let s = Rows::contiguous(3, 128256);
+        let p = unsafe {
+            SoftmaxProblem::raw(DType::Bf16, X, s.span().unwrap(), s, Y, s.span().unwrap(), s, 1.0)
+        }
+        .unwrap();
+        let mut c = SoftmaxConfig {
+            strategy: Strategy::Cluster,
+            threads: 128,
+            vec: 8,
+            rows: 1,
+            splits: 16,
+        };
+        let plan = <Softmax as PlannedKernel>::plan(&h200, &c, &p).unwrap();
+        assert_eq!(plan.dims, LaunchDims::linear(48, 128).with_cluster(16));
+        assert!(plan.dims.validate(&h200).is_ok());
+        c.strategy = Strategy::Staged;
+        c.splits = 2;
+        c.threads = 512;
+        let plan = <Softmax as PlannedKernel>::plan(&h200, &c, &p).unwrap();
+        assert_eq!((plan.dims.grid.0, plan.dims.cluster), (6, 2));
+        c.splits = 1;
+        let plan = <Softmax as PlannedKernel>::plan(&h200, &c, &p).unwrap();
+        assert_eq!(plan.dims.cluster, 1);
     }
 
     /// The CUDA ops and the HIP ops launch `PlannedKernel::plan`; for a config both

@@ -22,8 +22,9 @@ pub static SOFTMAX: KernelSchema = KernelSchema {
 /// row at threads = 32, a block per row at threads = 1024), `rows` rows per block.
 /// `online`: one block per row streams it twice (online max/sum, then write), for rows
 /// too long for registers. `cluster`: one row split over `splits` blocks of a Hopper
-/// thread-block cluster that exchange max and sum through distributed shared memory.
-/// `staged`: `splits` blocks per row (1, or a Hopper cluster), each streams its slice
+/// thread-block cluster that exchange max and sum through distributed shared memory
+/// (16 is a non-portable cluster size, which the launch allows on the function).
+/// `staged`: `splits` blocks per row (1, or a Hopper cluster of up to 8), each streams its slice
 /// of the row into shared memory once and writes the result from there: one pass over
 /// HBM for rows too long for registers, as long as a slice fits shared memory.
 pub const STRATEGIES: &[&str] = &["row", "online", "cluster", "staged"];
@@ -31,7 +32,7 @@ pub const THREADS: &[i64] = &[32, 64, 128, 256, 512, 1024];
 /// Elements per vector access (at most 16 bytes, which `space` checks per dtype).
 pub const VECS: &[i64] = &[1, 2, 4, 8];
 pub const ROWS: &[i64] = &[1, 2, 4, 8, 16];
-pub const SPLITS: &[i64] = &[1, 2, 4, 8];
+pub const SPLITS: &[i64] = &[1, 2, 4, 8, 16];
 /// Most vectors one thread holds in registers in the `row` and `cluster` strategies.
 pub const MAX_ITERS: i64 = 16;
 
@@ -58,6 +59,7 @@ pub fn check_config(values: &[Value]) -> Result<(), String> {
     }
     match strategy {
         "cluster" if splits < 2 => Err("strategy `cluster` needs splits >= 2".into()),
+        "staged" if splits > 8 => Err("strategy `staged` takes splits <= 8 (a portable cluster)".into()),
         "cluster" | "online" | "staged" if rows != 1 => Err(format!("strategy `{strategy}` takes rows = 1")),
         "row" | "online" if splits != 1 => Err(format!("strategy `{strategy}` takes splits = 1")),
         _ => Ok(()),

@@ -7,8 +7,9 @@ use crate::schema::{MAX_ITERS, ROWS, SPLITS, THREADS, VECS};
 
 /// Whether `config` can run rows of `key` on `target`: a vector is at most 16 bytes
 /// and divides the row; `row` and `cluster` must hold the row in registers
-/// (at most `MAX_ITERS` vectors per thread); clusters exist on Hopper only; a warp
-/// (64 lanes on AMD) is the smallest thread group. `staged` runs on NVIDIA targets
+/// (at most `MAX_ITERS` vectors per thread); clusters exist on Hopper only (16-block
+/// clusters with at most 256 threads per block); a warp (64 lanes on AMD) is the
+/// smallest thread group. `staged` runs on NVIDIA targets
 /// (cp.async; clusters of 2..8 blocks on Hopper only) with vectors of 4 bytes or more
 /// (what cp.async copies) and at least 128 threads, every slice non-empty and at least
 /// one step staged in shared memory.
@@ -25,16 +26,21 @@ pub fn fits(target: Target, key: &SoftmaxKey, config: &SoftmaxConfig) -> bool {
         // More threads than vectors in a row would idle whole warps.
         Strategy::Row => iters <= MAX_ITERS && config.threads <= max_useful_threads(target, key, config.vec),
         Strategy::Online => key.cols > config.threads * config.vec,
-        // Each block of the cluster gets at least one full pass of the row.
+        // Each block of the cluster gets at least one full pass of the row. Clusters of
+        // 16 (non-portable) take at most 256 threads per block: on the H200 at 1 x
+        // 128256 bf16, 16 x 128 ran in 3.48 us, 16 x 256 in 3.86 and 16 x 512 in 4.99
+        // (docs/results/2026-11-30-h200-session6.md).
         Strategy::Cluster => {
             target.vendor() == Vendor::Nvidia
                 && target == Target::Sm90
                 && iters <= MAX_ITERS
+                && (config.splits <= 8 || config.threads <= 256)
                 && key.cols >= config.threads * config.vec * config.splits
         }
         Strategy::Staged => {
             target.vendor() == Vendor::Nvidia
                 && (config.splits == 1 || target == Target::Sm90)
+                && config.splits <= 8
                 && config.threads >= 128
                 && vec_bytes >= 4
                 && key.cols as u64 >= config.threads as u64 * config.vec as u64 * config.splits as u64
