@@ -62,6 +62,8 @@ int main(int argc, char** argv) {
     }
     const size_t smem = size_t(STAGE_VECS) * sizeof(V);
     if (smem > 48 * 1024) CK(cudaFuncSetAttribute(softmax_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    // Clusters of 16 blocks are non-portable: allowed per function (sixth session).
+    if (SPLITS > 8) CK(cudaFuncSetAttribute(softmax_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     unsigned grid = unsigned(rows * SPLITS / ROWS + (rows % ROWS ? 1 : 0));
     if (argc > 4 && atoi(argv[4]) > 0) grid = unsigned(atoi(argv[4]));
     const unsigned block = THREADS * ROWS;
