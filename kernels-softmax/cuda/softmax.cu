@@ -124,12 +124,19 @@ __device__ __forceinline__ kd::u32 max2(kd::u32 a, kd::u32 b) {
     return d;
 }
 
-// The max (MIN: the min) of the valid vectors, as a float; -inf (MIN: +inf) if none.
+// The max (MIN: the min) of the valid vectors, as a float, or at least the lowest
+// (MIN: at most the highest) finite value of the storage type.
+//
+// That start is finite on purpose: a part with no valid vector (the last step of a
+// long row) then scales to a finite or -inf max even at k = 0, where an infinite
+// start would give inf * 0 = NaN and turn the merged sum into NaN. It only ever wins
+// over -inf (MIN: +inf) values, whose terms are 2^-inf = 0 either way, so the sum is
+// the same; a row with no finite t still gets a sum of 0 and so NaN outputs.
 template <bool MIN, int ITERS, typename Valid>
 __device__ __forceinline__ float packed_extreme(const V (&buf)[ITERS], Valid valid) {
-    // Two infinities of the storage type packed in a word: the identity of the max.
-    constexpr kd::u32 INF = DTYPE == 2 ? 0x7f807f80u : 0x7c007c00u;
-    constexpr kd::u32 IDENTITY = MIN ? INF : (INF | 0x80008000u);
+    // The largest finite value of the storage type, in both halves of a word.
+    constexpr kd::u32 MAXF = DTYPE == 2 ? 0x7f7f7f7fu : 0x7bff7bffu;
+    constexpr kd::u32 IDENTITY = MIN ? MAXF : (MAXF | 0x80008000u);
     kd::u32 acc = IDENTITY;
 #pragma unroll
     for (int i = 0; i < ITERS; ++i) {
@@ -149,12 +156,6 @@ __device__ __forceinline__ float packed_extreme(const V (&buf)[ITERS], Valid val
 template <int ITERS, typename Valid>
 __device__ __forceinline__ Stats part_stats(const V (&buf)[ITERS], float k, Valid valid) {
 #if defined(KD_PACKED_MAX)
-    // A part with no valid vector is -inf (the identity scaled by k = 0 would be NaN,
-    // which merge turns into a NaN sum).
-    bool any = false;
-#pragma unroll
-    for (int i = 0; i < ITERS; ++i) any = any || valid(i);
-    if (!any) return {kd::neg_inf(), 0.f};
     // k is uniform: every thread takes the same branch.
     if (k >= 0.f) return {packed_extreme<false>(buf, valid) * k, 0.f};
     return {packed_extreme<true>(buf, valid) * k, 0.f};
