@@ -321,6 +321,7 @@ mod tests {
             sm_count: 132,
             codegen_env: &[],
             variant: Component::DoesNotApply,
+            candidates: Component::DoesNotApply,
             static_key: Component::Applies("dtype=bf16,cols=4096"),
             batch: Component::Applies(batch),
             alignment: Component::Applies(AlignClass::A16),

@@ -3,8 +3,9 @@
 //! Both caches use [`cache_key`]. A compiled module depends on the exact compile
 //! (the [`CacheKeyParts::variant`]) but not on the problem, so its static key, batch
 //! and alignment class are [`Component::DoesNotApply`]; a tuning result depends on the
-//! problem but not on one compile, so its variant does not apply. "Does not apply" is
-//! written into the key, so a module key can never equal a tuning key.
+//! problem but not on one compile, so its variant does not apply; it does depend on
+//! what was searched, the [`CacheKeyParts::candidates`]. "Does not apply" is written
+//! into the key, so a module key can never equal a tuning key.
 //!
 //! ```
 //! use kernels_core::{cache_key, AlignClass, CacheKeyParts, Component};
@@ -18,6 +19,7 @@
 //!     sm_count: 132,
 //!     codegen_env: &[],
 //!     variant: Component::DoesNotApply,
+//!     candidates: Component::Applies("fnv1a64:00000000000000aa"),
 //!     static_key: Component::Applies("dtype=bf16,cols=4096"),
 //!     batch: Component::Applies(64),
 //!     alignment: Component::Applies(AlignClass::A16),
@@ -129,8 +131,13 @@ pub struct CacheKeyParts<'a> {
     pub sm_count: u32,
     /// Set codegen variables (see [`CODEGEN_ENV_VARS`]).
     pub codegen_env: &'a [(String, String)],
-    /// The exact compile: entry point and every compiler option. Modules only.
+    /// The exact compile: entry point and every compiler option. Modules only (offline
+    /// tuning results put their timing method here).
     pub variant: Component<&'a str>,
+    /// Digest of the variants a search compiles for the problem
+    /// ([`crate::candidates_digest`]): a change in the search space or in how the host
+    /// derives a config's defines is a miss, never a stale result. Tuning results only.
+    pub candidates: Component<&'a str>,
     /// Canonical static key (`dtype=bf16,cols=4096`). Tuning results only.
     pub static_key: Component<&'a str>,
     /// The batch (rows, tokens). Tuning results only.
@@ -177,13 +184,13 @@ impl fmt::Display for CacheKey {
 /// The key is a hash over every component of [`CacheKeyParts`], in a fixed order,
 /// each written as `name = value`: the crate version, kernel name, kernel-source
 /// fingerprint, compiler and version, arch, device name, SM count, the set codegen
-/// environment variables, the compile variant, the static key, the batch and the
-/// alignment class. A component that does not apply is written `n/a`.
+/// environment variables, the compile variant, the candidates' digest, the static key,
+/// the batch and the alignment class. A component that does not apply is written `n/a`.
 pub fn cache_key(p: &CacheKeyParts<'_>) -> CacheKey {
     fn q(s: &str) -> String {
         serde_json::Value::from(s).to_string()
     }
-    let mut t = String::from("kernels cache key v1\n");
+    let mut t = String::from("kernels cache key v2\n");
     // Writing to a String cannot fail.
     let _ = writeln!(t, "crate_version = {}", q(p.crate_version));
     let _ = writeln!(t, "kernel = {}", q(p.kernel));
@@ -201,6 +208,10 @@ pub fn cache_key(p: &CacheKeyParts<'_>) -> CacheKey {
     let _ = match p.variant {
         Component::Applies(v) => writeln!(t, "variant = {}", q(v)),
         Component::DoesNotApply => writeln!(t, "variant = n/a"),
+    };
+    let _ = match p.candidates {
+        Component::Applies(c) => writeln!(t, "candidates = {}", q(c)),
+        Component::DoesNotApply => writeln!(t, "candidates = n/a"),
     };
     let _ = match p.static_key {
         Component::Applies(k) => writeln!(t, "static_key = {}", q(k)),
@@ -253,6 +264,7 @@ mod tests {
             sm_count: 132,
             codegen_env: env,
             variant: Component::Applies("entry\n--gpu-architecture=sm_90a -DT=1"),
+            candidates: Component::Applies("fnv1a64:0000000000000003"),
             static_key: Component::Applies("dtype=bf16,cols=4096"),
             batch: Component::Applies(64),
             alignment: Component::Applies(AlignClass::A16),
@@ -280,6 +292,10 @@ mod tests {
                 p.variant = Component::Applies("entry\n--gpu-architecture=sm_90a -DT=2")
             }),
             ("variant n/a", |p| p.variant = Component::DoesNotApply),
+            ("candidates", |p| {
+                p.candidates = Component::Applies("fnv1a64:0000000000000004")
+            }),
+            ("candidates n/a", |p| p.candidates = Component::DoesNotApply),
             ("static_key", |p| {
                 p.static_key = Component::Applies("dtype=bf16,cols=8192")
             }),

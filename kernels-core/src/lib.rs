@@ -85,7 +85,7 @@ pub use compile::{Compiler, Image, ImageKind};
 pub use counters::{ModuleOrigin, Stats};
 pub use device::DeviceInfo;
 pub use error::{Error, Result};
-pub use plan::{BufferRole, LaunchPlan, PlannedKernel, TuneBuffer};
+pub use plan::{candidates_digest, BufferRole, LaunchPlan, PlannedKernel, TuneBuffer};
 pub use policy::{resolve_in_order, Outcome, Policy, ResolutionSteps, Step, TUNING_ENV};
 pub use search::{
     all_failed, cached_config, candidate_configs, conclude, recheck_configs, start_search, time_candidates,

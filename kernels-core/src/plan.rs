@@ -123,3 +123,23 @@ pub unsafe trait PlannedKernel:
         })
     }
 }
+
+/// Digest of what a search for `key` at `batch` on `device` compiles and times: the
+/// variant of every config of [`PlannedKernel::search_space`] and of the analytic
+/// default, in order (`fnv1a64:` and 16 hex digits). It is part of every tuning cache
+/// key ([`crate::CacheKeyParts::candidates`]), so a stored result is a miss once the
+/// search space or the host's derivation of a config's defines changes (the source
+/// fingerprint covers only the device code).
+pub fn candidates_digest<K: PlannedKernel>(device: &DeviceInfo, key: &K::Key, batch: u64) -> String {
+    use std::fmt::Write as _;
+    let mut text = String::new();
+    let default = K::analytic_default(device.tuning_target(), key, batch);
+    for c in K::search_space(device, key, batch)
+        .iter()
+        .chain(std::iter::once(&default))
+    {
+        // Writing to a String cannot fail.
+        let _ = writeln!(text, "{}", K::variant(device, key, c));
+    }
+    format!("fnv1a64:{:016x}", tuned::fnv1a64(text.as_bytes()))
+}

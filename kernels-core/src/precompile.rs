@@ -106,6 +106,7 @@ mod tests {
             sm_count: 132,
             codegen_env: &[],
             variant: Component::Applies(variant),
+            candidates: Component::DoesNotApply,
             static_key: Component::DoesNotApply,
             batch: Component::DoesNotApply,
             alignment: Component::DoesNotApply,

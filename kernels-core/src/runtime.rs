@@ -189,6 +189,7 @@ impl Runtime {
             sm_count: info.sm_count,
             codegen_env: self.compiler.codegen_env(),
             variant: Component::DoesNotApply,
+            candidates: Component::DoesNotApply,
             static_key: Component::DoesNotApply,
             batch: Component::DoesNotApply,
             alignment: Component::DoesNotApply,
@@ -205,7 +206,8 @@ impl Runtime {
         cache_key(&parts)
     }
 
-    /// The online tuning cache key of a problem on this device.
+    /// The online tuning cache key of a problem on this device; `candidates` is the
+    /// search's [`crate::candidates_digest`].
     pub fn tuning_key(
         &self,
         kernel: &str,
@@ -213,8 +215,10 @@ impl Runtime {
         static_key: &str,
         batch: u64,
         alignment: AlignClass,
+        candidates: &str,
     ) -> CacheKey {
         let mut parts = self.key_parts(kernel, fingerprint);
+        parts.candidates = Component::Applies(candidates);
         parts.static_key = Component::Applies(static_key);
         parts.batch = Component::Applies(batch);
         parts.alignment = Component::Applies(alignment);
@@ -232,8 +236,10 @@ impl Runtime {
         static_key: &str,
         batch: u64,
         method: crate::TimingMethod,
+        candidates: &str,
     ) -> CacheKey {
         let mut parts = self.key_parts(kernel, fingerprint);
+        parts.candidates = Component::Applies(candidates);
         parts.static_key = Component::Applies(static_key);
         parts.batch = Component::Applies(batch);
         parts.alignment = Component::Applies(AlignClass::A16);
@@ -647,6 +653,7 @@ impl<K: Tunable> Steps<'_, '_, '_, '_, K> {
             &self.static_key(),
             self.batch,
             self.align,
+            &crate::candidates_digest::<K>(self.rt.device.info(), self.key, self.batch),
         )
     }
 }

@@ -546,6 +546,7 @@ mod tests {
                 sm_count: 132,
                 codegen_env: &[],
                 variant: crate::Component::DoesNotApply,
+                candidates: crate::Component::DoesNotApply,
                 static_key: crate::Component::Applies("cols=4096"),
                 batch: crate::Component::Applies(batch),
                 alignment: crate::Component::Applies(AlignClass::A16),

@@ -94,6 +94,10 @@ pub trait DynTunable: Sync {
     fn schema(&self) -> &'static KernelSchema;
     /// Fingerprint of its source.
     fn source_fingerprint(&self) -> &'static str;
+    /// The [`crate::candidates_digest`] of a search for `key` at `batch` on `device`,
+    /// for its tuning cache key. A key the kernel cannot parse gets a digest of the
+    /// error (the search fails on it anyway).
+    fn candidates(&self, device: &crate::DeviceInfo, key: &StaticKey, batch: u64) -> String;
     /// Tunes one (static key, batch) on a problem the kernel allocates. Not persisted
     /// (the caller decides where results go).
     fn search(
@@ -182,6 +186,13 @@ impl<K: Tunable> DynTunable for TunableDyn<K> {
 
     fn source_fingerprint(&self) -> &'static str {
         K::SOURCE_FINGERPRINT
+    }
+
+    fn candidates(&self, device: &crate::DeviceInfo, key: &StaticKey, batch: u64) -> String {
+        match Self::key(key) {
+            Ok(k) => crate::candidates_digest::<K>(device, &k, batch),
+            Err(e) => format!("invalid key: {e}"),
+        }
     }
 
     fn search(

@@ -496,6 +496,7 @@ mod tests {
             sm_count: 132,
             codegen_env: &[],
             variant: Component::DoesNotApply,
+            candidates: Component::DoesNotApply,
             static_key: Component::Applies(k.as_str()),
             batch: Component::Applies(batch),
             alignment: Component::Applies(AlignClass::A16),

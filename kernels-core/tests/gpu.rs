@@ -1046,6 +1046,7 @@ fn tune_command_path_writes_a_table_and_resumes() {
             key.as_str(),
             batch,
             kernels_core::AlignClass::A16,
+            &k.candidates(dev.info(), key, batch),
         )
     };
     let opts = TuneOptions::default();

@@ -142,9 +142,18 @@ fn hip_tuning_keys_change_with_the_problem_and_the_device() {
     let mi300 = HipDeviceInfo::nominal(Target::Gfx942).unwrap();
     let mi250 = HipDeviceInfo::nominal(Target::Gfx90a).unwrap();
     let key = |dev: &HipDeviceInfo, static_key: &str, batch: u64, align: AlignClass| {
-        hip_tuning_key(&hiprtc, dev, "rmsnorm", "fnv1a64:1", static_key, batch, align)
-            .text()
-            .to_string()
+        hip_tuning_key(
+            &hiprtc,
+            dev,
+            "rmsnorm",
+            "fnv1a64:1",
+            static_key,
+            batch,
+            align,
+            "fnv1a64:c",
+        )
+        .text()
+        .to_string()
     };
     let base = key(&mi300, "dtype=bf16,cols=4096", 8, AlignClass::A16);
     assert!(base.contains("static_key = \"dtype=bf16,cols=4096\""), "{base}");
@@ -163,6 +172,20 @@ fn hip_tuning_keys_change_with_the_problem_and_the_device() {
             "dtype=bf16,cols=4096",
             8,
             AlignClass::A16,
+            "fnv1a64:c",
+        )
+        .text()
+        .to_string(),
+        // Another search (space or host-side defines): another key.
+        hip_tuning_key(
+            &hiprtc,
+            &mi300,
+            "rmsnorm",
+            "fnv1a64:1",
+            "dtype=bf16,cols=4096",
+            8,
+            AlignClass::A16,
+            "fnv1a64:d",
         )
         .text()
         .to_string(),
@@ -201,6 +224,7 @@ fn hip_module_keys_differ_from_cuda_and_by_each_component() {
         sm_count: 132,
         codegen_env: &[],
         variant: Component::Applies(&nvrtc_compile),
+        candidates: Component::DoesNotApply,
         static_key: Component::DoesNotApply,
         batch: Component::DoesNotApply,
         alignment: Component::DoesNotApply,

@@ -56,6 +56,7 @@ fn writer_key(n: u64) -> kernels_core::CacheKey {
         sm_count: 1,
         codegen_env: &[],
         variant: Component::DoesNotApply,
+        candidates: Component::DoesNotApply,
         static_key: Component::Applies("k=1"),
         batch: Component::Applies(n),
         alignment: Component::Applies(AlignClass::A16),

@@ -313,6 +313,7 @@ fn tuning_restores_in_place_buffers_and_writes_a_gfx_table() {
             key.as_str(),
             batch,
             AlignClass::A16,
+            &k.candidates(&rt, key, batch),
         )
     };
     let out = tune_table(

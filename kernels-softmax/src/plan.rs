@@ -455,6 +455,33 @@ mod tests {
         assert_ne!(log.variant, plan.variant, "log-softmax compiles its own variant");
     }
 
+    /// The tuning cache keys a result by a digest of the variants its search compiles,
+    /// so host-side define changes (here the prefetch span, from the SM count) and other
+    /// searches (log-softmax, another key) never share a stored result.
+    #[test]
+    fn the_candidates_digest_follows_the_variants_a_search_compiles() {
+        use kernels_core::candidates_digest;
+        let h200 = DeviceInfo::nominal(Target::Sm90).unwrap();
+        let key = SoftmaxKey {
+            dtype: DType::Bf16,
+            cols: 65536,
+        };
+        let d = candidates_digest::<Softmax>(&h200, &key, 4096);
+        assert!(
+            d.starts_with("fnv1a64:") && d.len() == "fnv1a64:".len() + 16,
+            "{d}"
+        );
+        assert_eq!(d, candidates_digest::<Softmax>(&h200, &key, 4096));
+        assert_ne!(d, candidates_digest::<LogSoftmax>(&h200, &key, 4096));
+        let other = SoftmaxKey { cols: 65544, ..key };
+        assert_ne!(d, candidates_digest::<Softmax>(&h200, &other, 4096));
+        // Staged 128 KiB stages prefetch one wave (SMs / blocks per row) ahead: a part
+        // with fewer SMs compiles other PREFETCH_ROWS defines, so another digest.
+        let mut h100 = h200.clone();
+        h100.sm_count = 114;
+        assert_ne!(d, candidates_digest::<Softmax>(&h100, &key, 4096));
+    }
+
     /// Cluster configs launch `splits` blocks per row as clusters of `splits`, which the
     /// launch checks (and allows above 8); the other strategies launch no cluster.
     #[test]

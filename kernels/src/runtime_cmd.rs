@@ -647,6 +647,7 @@ mod cuda {
                 key.as_str(),
                 batch,
                 method,
+                &k.candidates(info, key, batch),
             )
         };
         tune_on(&args, &dev, &shapes, &key_for, &mut |key, batch, opts| {
@@ -870,6 +871,7 @@ mod hip {
                 key.as_str(),
                 batch,
                 AlignClass::A16,
+                &k.candidates(&rt, key, batch),
             )
         };
         tune_on(&args, &dev, &shapes, &key_for, &mut |key, batch, opts| {

@@ -366,6 +366,7 @@ fn promote_moves_online_results_into_tables() {
             sm_count: 132,
             codegen_env: &[],
             variant: Component::DoesNotApply,
+            candidates: Component::DoesNotApply,
             static_key: Component::Applies(&static_key),
             batch: Component::Applies(64),
             alignment: Component::Applies(align),

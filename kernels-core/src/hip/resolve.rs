@@ -29,7 +29,8 @@ type Memo<K> = HashMap<MemoKey<K>, HipPrepared<<K as TunedKernel>::Config>>;
 
 impl HipRuntime {
     /// The online tuning cache key of a problem on this device
-    /// ([`super::hip_tuning_key`]).
+    /// ([`super::hip_tuning_key`]); `candidates` is the search's
+    /// [`crate::candidates_digest`].
     pub fn tuning_key(
         &self,
         kernel: &str,
@@ -37,6 +38,7 @@ impl HipRuntime {
         static_key: &str,
         batch: u64,
         alignment: AlignClass,
+        candidates: &str,
     ) -> CacheKey {
         super::hip_tuning_key(
             self.compiler(),
@@ -46,7 +48,14 @@ impl HipRuntime {
             static_key,
             batch,
             alignment,
+            candidates,
         )
+    }
+
+    /// The [`crate::candidates_digest`] of a search for `key` at `batch` on this
+    /// device (its launch limits).
+    pub fn candidates_digest<K: crate::PlannedKernel>(&self, key: &K::Key, batch: u64) -> String {
+        crate::candidates_digest::<K>(&self.limits, key, batch)
     }
 
     fn memo_get<K: PlannedKernel>(&self, key: &MemoKey<K>) -> Option<HipPrepared<K::Config>> {
@@ -246,6 +255,7 @@ impl<K: HipTunable> Steps<'_, K> {
             &static_key,
             self.batch,
             self.align,
+            &self.rt.candidates_digest::<K>(self.key, self.batch),
         )
     }
 }

@@ -55,8 +55,10 @@ pub fn hip_module_key(
 
 /// The online tuning cache key of a problem of `kernel` (source `fingerprint`) on
 /// `device` compiled by `compiler`: the module key's components (hipRTC, arch, device
-/// name, CUs) with the canonical static key, the batch and the alignment class, as on
-/// CUDA. `kernels tune --backend hip` resumes from results stored under it.
+/// name, CUs) with the canonical static key, the batch, the alignment class and the
+/// search's [`crate::candidates_digest`], as on CUDA. `kernels tune --backend hip`
+/// resumes from results stored under it.
+#[allow(clippy::too_many_arguments)]
 pub fn hip_tuning_key(
     compiler: &HipCompiler,
     device: &super::HipDeviceInfo,
@@ -65,6 +67,7 @@ pub fn hip_tuning_key(
     static_key: &str,
     batch: u64,
     alignment: crate::AlignClass,
+    candidates: &str,
 ) -> CacheKey {
     let compiler_id = compiler.id();
     let mut parts = hip_key_parts(
@@ -75,6 +78,7 @@ pub fn hip_tuning_key(
         kernel,
         fingerprint,
     );
+    parts.candidates = Component::Applies(candidates);
     parts.static_key = Component::Applies(static_key);
     parts.batch = Component::Applies(batch);
     parts.alignment = Component::Applies(alignment);
@@ -101,6 +105,7 @@ fn hip_key_parts<'a>(
         sm_count: cu_count,
         codegen_env: &[],
         variant: Component::DoesNotApply,
+        candidates: Component::DoesNotApply,
         static_key: Component::DoesNotApply,
         batch: Component::DoesNotApply,
         alignment: Component::DoesNotApply,

@@ -174,6 +174,10 @@ pub trait DynHipTunable: Sync {
     fn schema(&self) -> &'static KernelSchema;
     /// Fingerprint of its source.
     fn source_fingerprint(&self) -> &'static str;
+    /// The [`crate::candidates_digest`] of a search for `key` at `batch` on `rt`'s
+    /// device, for its tuning cache key. A key the kernel cannot parse gets a digest of
+    /// the error (the search fails on it anyway).
+    fn candidates(&self, rt: &HipRuntime, key: &StaticKey, batch: u64) -> String;
     /// Tunes one (static key, batch) on a problem the kernel allocates. Not persisted
     /// (the caller decides where results go).
     fn search(
@@ -223,6 +227,13 @@ impl<K: HipTunable> DynHipTunable for HipTunableDyn<K> {
 
     fn source_fingerprint(&self) -> &'static str {
         K::SOURCE_FINGERPRINT
+    }
+
+    fn candidates(&self, rt: &HipRuntime, key: &StaticKey, batch: u64) -> String {
+        match K::key_from_values(key.values()) {
+            Ok(k) => rt.candidates_digest::<K>(&k, batch),
+            Err(e) => format!("invalid key: {e}"),
+        }
     }
 
     fn search(
