@@ -300,7 +300,7 @@ fn decode_any(bytes: &[u8]) -> Result<(String, CacheEntry), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{cache_key, AlignClass, CacheKeyParts, Component};
+    use crate::cache_key;
 
     pub(crate) fn temp_dir(tag: &str) -> PathBuf {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
@@ -311,21 +311,12 @@ mod tests {
     }
 
     fn key(batch: u64) -> CacheKey {
-        cache_key(&CacheKeyParts {
-            crate_version: "0.1.0",
-            kernel: "softmax",
-            source_fingerprint: "fnv1a64:00000000000000aa",
-            compiler: "nvrtc 13.0",
-            arch: "sm_90a",
-            device_name: "NVIDIA H200",
-            sm_count: 132,
-            codegen_env: &[],
-            variant: Component::DoesNotApply,
-            candidates: Component::DoesNotApply,
-            static_key: Component::Applies("dtype=bf16,cols=4096"),
-            batch: Component::Applies(batch),
-            alignment: Component::Applies(AlignClass::A16),
-        })
+        cache_key(&crate::testing::tuning_key_parts(
+            "softmax",
+            "fnv1a64:00000000000000aa",
+            "dtype=bf16,cols=4096",
+            batch,
+        ))
     }
 
     #[test]

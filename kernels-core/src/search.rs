@@ -536,21 +536,12 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         let cache = DiskCache::at(&dir);
         let key = |batch: u64| {
-            crate::cache_key(&crate::CacheKeyParts {
-                crate_version: "0.1.0",
-                kernel: "k",
-                source_fingerprint: "fnv1a64:0",
-                compiler: "nvrtc 13.0",
-                arch: "sm_90a",
-                device_name: "NVIDIA H200",
-                sm_count: 132,
-                codegen_env: &[],
-                variant: crate::Component::DoesNotApply,
-                candidates: crate::Component::DoesNotApply,
-                static_key: crate::Component::Applies("cols=4096"),
-                batch: crate::Component::Applies(batch),
-                alignment: crate::Component::Applies(AlignClass::A16),
-            })
+            crate::cache_key(&crate::testing::tuning_key_parts(
+                "k",
+                "fnv1a64:0",
+                "cols=4096",
+                batch,
+            ))
         };
         let record = |threads: i64| TuneRecord {
             config: vec![tuned::Value::Int(threads)],

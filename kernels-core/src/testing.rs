@@ -132,6 +132,33 @@ pub mod hip {
     }
 }
 
+/// The parts of a tuning-result cache key on a nominal H200 (crate 0.1.0, nvrtc 13.0,
+/// sm_90a, no codegen variables, no candidates digest, 16-byte alignment) for tests
+/// that store and look up results: override fields with struct update syntax.
+pub fn tuning_key_parts<'a>(
+    kernel: &'a str,
+    fingerprint: &'a str,
+    static_key: &'a str,
+    batch: u64,
+) -> crate::CacheKeyParts<'a> {
+    use crate::Component::{Applies, DoesNotApply};
+    crate::CacheKeyParts {
+        crate_version: "0.1.0",
+        kernel,
+        source_fingerprint: fingerprint,
+        compiler: "nvrtc 13.0",
+        arch: "sm_90a",
+        device_name: "NVIDIA H200",
+        sm_count: 132,
+        codegen_env: &[],
+        variant: DoesNotApply,
+        candidates: DoesNotApply,
+        static_key: Applies(static_key),
+        batch: Applies(batch),
+        alignment: Applies(crate::AlignClass::A16),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -470,7 +470,7 @@ fn write_table(job: &TableJob<'_>, entries: Vec<TableEntry>, outcome: &mut Table
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{cache_key, AlignClass, CacheKeyParts, Component};
+    use crate::cache_key;
     use tuned::Field;
 
     static SCHEMA: KernelSchema = KernelSchema {
@@ -486,21 +486,12 @@ mod tests {
     }
 
     fn key_for(k: &StaticKey, batch: u64) -> CacheKey {
-        cache_key(&CacheKeyParts {
-            crate_version: "0.1.0",
-            kernel: "toy",
-            source_fingerprint: "fnv1a64:1",
-            compiler: "nvrtc 13.0",
-            arch: "sm_90a",
-            device_name: "NVIDIA H200",
-            sm_count: 132,
-            codegen_env: &[],
-            variant: Component::DoesNotApply,
-            candidates: Component::DoesNotApply,
-            static_key: Component::Applies(k.as_str()),
-            batch: Component::Applies(batch),
-            alignment: Component::Applies(AlignClass::A16),
-        })
+        cache_key(&crate::testing::tuning_key_parts(
+            "toy",
+            "fnv1a64:1",
+            k.as_str(),
+            batch,
+        ))
     }
 
     fn record(threads: i64, us: f64, default_us: Option<f64>) -> TuneRecord {

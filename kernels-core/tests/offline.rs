@@ -3,9 +3,7 @@
 
 use std::process::Command;
 
-use kernels_core::{
-    cache_key, AlignClass, CacheKeyParts, Compiler, Component, Device, DiskCache, Error, Lookup, Section,
-};
+use kernels_core::{cache_key, CacheKeyParts, Compiler, Device, DiskCache, Error, Lookup, Section};
 
 #[test]
 fn no_driver_or_gpu_is_an_error_never_a_panic() {
@@ -47,19 +45,9 @@ fn no_driver_or_gpu_is_an_error_never_a_panic() {
 
 fn writer_key(n: u64) -> kernels_core::CacheKey {
     cache_key(&CacheKeyParts {
-        crate_version: "0.1.0",
-        kernel: "writer",
-        source_fingerprint: "fnv1a64:0",
-        compiler: "nvrtc 13.0",
-        arch: "sm_90a",
         device_name: "test",
         sm_count: 1,
-        codegen_env: &[],
-        variant: Component::DoesNotApply,
-        candidates: Component::DoesNotApply,
-        static_key: Component::Applies("k=1"),
-        batch: Component::Applies(n),
-        alignment: Component::Applies(AlignClass::A16),
+        ..kernels_core::testing::tuning_key_parts("writer", "fnv1a64:0", "k=1", n)
     })
 }
 

@@ -357,19 +357,8 @@ fn promote_moves_online_results_into_tables() {
     let store = |fingerprint: &str, cols: u32, align: AlignClass, us: f64| {
         let static_key = format!("dtype=bf16,cols={cols}");
         let key = cache_key(&CacheKeyParts {
-            crate_version: "0.1.0",
-            kernel: "rmsnorm",
-            source_fingerprint: fingerprint,
-            compiler: "nvrtc 13.0",
-            arch: "sm_90a",
-            device_name: "NVIDIA H200",
-            sm_count: 132,
-            codegen_env: &[],
-            variant: Component::DoesNotApply,
-            candidates: Component::DoesNotApply,
-            static_key: Component::Applies(&static_key),
-            batch: Component::Applies(64),
             alignment: Component::Applies(align),
+            ..kernels::core::testing::tuning_key_parts("rmsnorm", fingerprint, &static_key, 64)
         });
         let record = TuneRecord {
             config: vec![Value::Int(256), Value::Int(8), Value::Int(1)],
