@@ -10,15 +10,18 @@
 #   peers     torch, torch.compile and Liger on the same shapes
 #   memcpy    the driver's copy of each shape's bytes
 #   check     the on-GPU table check (graph timing)
-# Logs, tables, tuning records and results go to $OUT/s6.tgz after each step.
+# Logs, tables, tuning records and results go to $OUT/$TAG.tgz after each step.
+# Seventh session: TAG (default s6) names the work folder and the archive; TUNE_LIMIT
+# (seconds) overrides the tune step's time limit (default 330 for softmax, 150 else).
 set -u
+TAG=${TAG:-s6}
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export KERNELS_CACHE_DIR=/tmp/kc KERNELS_REQUIRE_GPU=1
 B=.device-bin
-R=/tmp/s6; mkdir -p $R
+R=/tmp/$TAG; mkdir -p $R
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv > $R/device.txt
 [ -d $R/tables ] || cp -r tuned/tables $R/tables
-pack() { cp -r /tmp/kc/v1/tuning $R/ 2>/dev/null; tar czf "$OUT/s6.tgz" -C $R . ; }
+pack() { cp -r /tmp/kc/v1/tuning $R/ 2>/dev/null; tar czf "$OUT/$TAG.tgz" -C $R . ; }
 peers_env() {
   [ -d /tmp/site ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
     --upgrade --target /tmp/site .whl/*.whl
@@ -41,7 +44,7 @@ for step in ${STEPS:-every:softmax}; do
       done
       pack ;;
     tune:*)
-      k=${step#tune:}; lim=150; [ $k = softmax ] && lim=330
+      k=${step#tune:}; lim=150; [ $k = softmax ] && lim=330; lim=${TUNE_LIMIT:-$lim}
       ( time timeout $lim $B/kernels tune $k --shapes tuned/shapes/$k.json --tables $R/tables ) > $R/tune-$k.log 2>&1
       echo "$k tune exit $?"; tail -n 4 $R/tune-$k.log; pack ;;
     bench)

@@ -46,7 +46,7 @@ def main():
         stage = nvec if nvec <= cap else cap // threads * threads
         smem = stage * vec * 2
         d = dict(DTYPE=2, COLS=cols, THREADS=threads, VEC=vec, ROWS=1, STRATEGY=3, SPLITS=1,
-                 LOG_SOFTMAX=0, STAGE_VECS=stage)
+                 LOG_SOFTMAX=0, KEEP=0, STAGE_VECS=stage)
         opts = ["-arch=sm_90a", *nc.BASE_OPTIONS, *[f"-D{k}={v}" for k, v in d.items()]]
         bytes_per = rows * cols * 2 * 2
         nbuf = max(1, -(-2 * l2 // bytes_per))

@@ -78,7 +78,7 @@ class SoftmaxCfg:
     def defines(self, dtype, cols, log):
         return {"DTYPE": dtype, "COLS": cols, "THREADS": self.threads, "VEC": self.vec,
                 "ROWS": self.rows, "STRATEGY": ["row", "online", "cluster"].index(self.strategy),
-                "SPLITS": self.splits, "LOG_SOFTMAX": int(log)}
+                "SPLITS": self.splits, "LOG_SOFTMAX": int(log), "KEEP": 0}
 
     def launch_dims(self, rows):
         if self.strategy == "row":

@@ -34,7 +34,7 @@ def main():
         # staged_smem_limit(sm90) / 16 bytes, whole rounds of 1024 threads
         stage = ((232448 - 1024) // 16) // threads * threads
         d = dict(DTYPE=2, COLS=cols, THREADS=threads, VEC=8, ROWS=1, STRATEGY=3, SPLITS=1,
-                 LOG_SOFTMAX=0, STAGE_VECS=stage)
+                 LOG_SOFTMAX=0, KEEP=0, STAGE_VECS=stage)
         f = comp.get("softmax", d)["softmax_kernel"]
         smem = stage * 16
         rc = libcuda.cuFuncSetAttribute(ctypes.c_void_p(f.ptr),

@@ -15,7 +15,7 @@ Input: a JSON list on stdin or in a file, one object per variant:
     {"name": "softmax bf16 4096 row",            # optional, defaults to the defines
      "sources": ["kernels-core/cuda/prelude.cuh", "kernels-softmax/cuda/softmax.cu"],
      "defines": {"DTYPE": 2, "COLS": 4096, "THREADS": 128, "VEC": 8, "ROWS": 1,
-                 "STRATEGY": 0, "SPLITS": 1, "LOG_SOFTMAX": 0},
+                 "STRATEGY": 0, "SPLITS": 1, "LOG_SOFTMAX": 0, "KEEP": 0},
      "archs": ["sm_90a", "sm_80"],               # optional, else --arch
      "kernels": ["softmax_kernel"]}              # optional: names that must exist
 
@@ -155,19 +155,22 @@ def smoke_variants() -> list[dict]:
                     useful = max(1 << max(nvec - 1, 0).bit_length(), 32)
                     rows = max(1, min(16, 128 // threads))
                     if iters <= 16 and threads <= useful:
-                        for log in (0, 1):
+                        for log, keep in ((0, 0), (1, 0), (0, 1)):
                             out.append(sm_defs(DTYPE=dtype, COLS=cols, THREADS=threads, VEC=vec,
-                                               ROWS=rows, STRATEGY=0, SPLITS=1, LOG_SOFTMAX=log))
+                                               ROWS=rows, STRATEGY=0, SPLITS=1, LOG_SOFTMAX=log,
+                                               KEEP=keep))
                     if cols > threads * vec:
                         out.append(sm_defs(DTYPE=dtype, COLS=cols, THREADS=threads, VEC=vec,
-                                           ROWS=1, STRATEGY=1, SPLITS=1, LOG_SOFTMAX=0))
+                                           ROWS=1, STRATEGY=1, SPLITS=1, LOG_SOFTMAX=0, KEEP=0))
                     for splits in (2, 8):
                         it = -(-nvec // (threads * splits))
                         if it <= 16 and cols >= threads * vec * splits:
-                            v = sm_defs(DTYPE=dtype, COLS=cols, THREADS=threads, VEC=vec,
-                                        ROWS=1, STRATEGY=2, SPLITS=splits, LOG_SOFTMAX=1)
-                            v["archs"] = ["sm_90a"]
-                            out.append(v)
+                            for log, keep in ((1, 0), (0, 1)):
+                                v = sm_defs(DTYPE=dtype, COLS=cols, THREADS=threads, VEC=vec,
+                                            ROWS=1, STRATEGY=2, SPLITS=splits, LOG_SOFTMAX=log,
+                                            KEEP=keep)
+                                v["archs"] = ["sm_90a"]
+                                out.append(v)
                     if threads <= useful:
                         out.append(rn_defs(DTYPE=dtype, COLS=cols, THREADS=threads, VEC=vec,
                                            ROWS=rows))

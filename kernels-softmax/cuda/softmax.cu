@@ -19,6 +19,8 @@
 //   SPLITS blocks per row (cluster: 2, 4, 8 or 16, where 16 is non-portable and the
 //       host allows it on the function; staged: 1, or a cluster of 2..8 on sm_90)
 //   LOG_SOFTMAX 0 or 1
+//   KEEP 0 or 1: row and cluster strategies keep pass 1's exponentials in registers
+//       (see part_sum_keep); no effect on log-softmax or the other strategies
 //   KD_MIN_BLOCKS (optional compiler hint, NVIDIA) blocks per SM for __launch_bounds__
 // Grid (1D, at most 2^31 - 1 blocks, blocks of the given size; dynamic shared memory
 // for the staged strategy only)
@@ -31,8 +33,9 @@
 //   cluster: rows * SPLITS blocks of THREADS threads; __cluster_dims__(SPLITS, 1, 1) is
 //            compiled in, so a plain launch forms the clusters. Each block holds
 //            1/SPLITS of the row in registers (<= 16 vectors per thread); each block
-//            merges its threads' (max, sum) once, and the blocks swap theirs through
-//            distributed shared memory. One pass over HBM.
+//            merges its threads' (max, sum) once, and the blocks push theirs into each
+//            other's shared memory (st.async, counted by an mbarrier; see Exchange).
+//            One pass over HBM.
 //   staged:  rows * SPLITS blocks of THREADS threads with STAGE_VECS * sizeof(vector)
 //            bytes of dynamic shared memory; sm_80+ (cp.async), vectors of 4 bytes or
 //            more. Block `rank` of a row owns the contiguous slice of SLICE_VECS =
@@ -64,8 +67,8 @@
 // find the max with packed max instructions (see part_stats).
 
 #if !defined(DTYPE) || !defined(COLS) || !defined(THREADS) || !defined(VEC) || \
-    !defined(ROWS) || !defined(STRATEGY) || !defined(SPLITS) || !defined(LOG_SOFTMAX)
-#error "softmax.cu needs DTYPE, COLS, THREADS, VEC, ROWS, STRATEGY, SPLITS, LOG_SOFTMAX"
+    !defined(ROWS) || !defined(STRATEGY) || !defined(SPLITS) || !defined(LOG_SOFTMAX) || !defined(KEEP)
+#error "softmax.cu needs DTYPE, COLS, THREADS, VEC, ROWS, STRATEGY, SPLITS, LOG_SOFTMAX, KEEP"
 #endif
 
 typedef kd::Dtype<DTYPE>::T T;
@@ -195,6 +198,50 @@ __device__ __forceinline__ float part_sum(const V (&buf)[ITERS], float k, float 
     return s[0] + s[1];
 }
 
+// KEEP: pass 1 keeps each exponential in registers (fp32, ITERS * VEC per thread) and
+// pass 2 only scales it: one multiply per element instead of an fma and an exp2 after
+// the row's (max, sum) is known, which is the part no load overlaps. Softmax only
+// (log-softmax needs no exponential in pass 2).
+#define KD_KEEP (KEEP && !LOG_SOFTMAX)
+
+// part_sum that also keeps e[i][j] = 2^(t - r) of every valid element.
+template <int ITERS, typename Valid>
+__device__ __forceinline__ float part_sum_keep(const V (&buf)[ITERS], float k, float r, Valid valid,
+                                               float (&e)[ITERS][VEC]) {
+    float s[2] = {0.f, 0.f};
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i) {
+        if (!valid(i)) continue;
+        float f[VEC];
+        kd::unpack(buf[i], f);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+            e[i][j] = kd::fast_exp2(fmaf(f[j], k, -r));
+            s[j & 1] += e[i][j];
+        }
+    }
+    return s[0] + s[1];
+}
+
+// The output for kept exponentials 2^(t - r), where r = ref(m) of this thread's part
+// max m, given the row's (max, sum): e * 2^(r - max) / sum, the factor once per thread.
+// A part of only -inf (m = -inf, every e = 0) takes 0 * (max + 1 / sum) so its outputs
+// are 0 in a normal row and NaN in a NaN row (sum NaN, max +inf, or only -inf: max
+// -inf and 1 / sum = inf); 2^(0 - max) there could overflow and make 0 * inf = NaN.
+struct FinishKept {
+    float c;
+    __device__ __forceinline__ FinishKept(float m, Stats all) {
+        const float inv_s = 1.f / all.s;
+        c = m == kd::neg_inf() ? 0.f * (all.m + inv_s) : kd::fast_exp2(m - all.m) * inv_s;
+    }
+    __device__ __forceinline__ V operator()(const float (&e)[VEC]) const {
+        float f[VEC];
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) f[j] = e[j] * c;
+        return kd::pack<T, VEC>(f);
+    }
+};
+
 // The output vector for input vector `in`, given the row's max m and sum s.
 //
 // 16-bit outputs fold the sum into the exponent, 2^(t - m - log2 s), which saves a
@@ -254,51 +301,77 @@ __device__ __forceinline__ unsigned cluster_rank() {
     return r;
 }
 
-// Split cluster barrier. arrive.release publishes this thread's shared-memory writes;
-// wait.acquire returns once every thread of every block of the cluster has arrived.
-__device__ __forceinline__ void cluster_arrive() {
+// The blocks of a cluster swap their (max, sum) by pushing, not pulling: block r
+// writes its pair into slot r of every block's `Exchange::parts` with st.async, which
+// also counts the 8 bytes on the receiving block's mbarrier. A block then waits on its
+// own mbarrier only, until all SPLITS pairs (its own included) have landed, and reads
+// them from its own shared memory. There is no cluster-wide barrier after the start,
+// and none at the end: nobody reads another block's memory, and a block cannot finish
+// before every push to it has landed. On the H200 this took 1 x 128256 bf16 (16 x 128)
+// from 3.53 to 2.85 us against reading the peers' pairs between two cluster barriers
+// (docs/results/2026-11-30-h200-session7.md).
+struct Exchange {
+    float parts[2 * SPLITS];
+    unsigned long long bar;  // mbarrier: one arrival (thread 0's) plus 8 * SPLITS bytes
+};
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    unsigned a;
+    asm("{ .reg .u64 g; cvta.to.shared.u64 g, %1; cvt.u32.u64 %0, g; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+// The address of `p` (in this block's shared memory) in block `rank` of the cluster.
+__device__ __forceinline__ unsigned peer_addr(const void* p, unsigned rank) {
+    unsigned r;
+    asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(smem_addr(p)), "r"(rank));
+    return r;
+}
+
+// At the start of the kernel, by every thread: thread 0 arms the mbarrier for the
+// pairs to come, and the cluster barrier's arrive publishes that (the matching wait
+// is in cluster_merge, long after, so it costs nothing by then).
+__device__ __forceinline__ void cluster_begin(Exchange& x) {
+    if (threadIdx.x == 0) {
+        const unsigned bar = smem_addr(&x.bar);
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(unsigned(8 * SPLITS))
+                     : "memory");
+    }
     asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait() {
-    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-
-// Reads a float at `p` (this block's shared memory) in block `rank` of the cluster.
-__device__ __forceinline__ float load_peer(const float* p, unsigned rank) {
-    unsigned local, remote;
-    asm("{ .reg .u64 g; cvta.to.shared.u64 g, %1; cvt.u32.u64 %0, g; }" : "=r"(local) : "l"(p));
-    asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-    float v;
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
-    return v;
-}
-
-// The row's (max, sum) from each block's `part` (this block's included): lane r of
-// each warp reads block r's part; the warp merges and broadcasts.
-__device__ __forceinline__ Stats cluster_stats(const float* part) {
-    const int lane = kd::lane_id();
-    Stats all = {kd::neg_inf(), 0.f};
-    if (lane < SPLITS) all = {load_peer(&part[0], lane), load_peer(&part[1], lane)};
-    all = warp_merge<SPLITS>(all);
-    return {kd::shfl(all.m, 0), kd::shfl(all.s, 0)};
 }
 
 // The row's (max, sum) from each block's (max, sum) `st` (the same in every thread of
-// the block), through this block's `part` (2 floats of shared memory). Every thread
-// of every block of the cluster must call it, then end with cluster_wait() after
-// its last use of the result: that keeps `part` alive until every block has read it.
-__device__ __forceinline__ Stats cluster_merge(Stats st, float* part) {
-    if (threadIdx.x == 0) {
-        part[0] = st.m;
-        part[1] = st.s;
+// the block). Every thread of every block of the cluster calls it once, after
+// cluster_begin.
+__device__ __forceinline__ Stats cluster_merge(Stats st, Exchange& x) {
+    const unsigned me = cluster_rank();
+    // Every block has started and armed its mbarrier after this.
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+    const unsigned t = threadIdx.x;
+    if (t < SPLITS) {
+        asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" ::"r"(
+                         peer_addr(&x.parts[2 * me], t)),
+                     "f"(st.m), "f"(st.s), "r"(peer_addr(&x.bar, t))
+                     : "memory");
     }
-    // Every block's `part` is written (and every block has started) after this.
-    cluster_arrive();
-    cluster_wait();
-    st = cluster_stats(part);
-    // Done reading the others' shared memory: they may exit once all have arrived.
-    cluster_arrive();
-    return st;
+    const unsigned bar = smem_addr(&x.bar);
+    unsigned done = 0;
+    while (!done) {
+        asm volatile(
+            "{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0; "
+            "selp.u32 %0, 1, 0, p; }"
+            : "=r"(done)
+            : "r"(bar)
+            : "memory");
+    }
+    // Lane r of each warp takes block r's pair; the warp merges and broadcasts.
+    const int lane = kd::lane_id();
+    Stats all = {kd::neg_inf(), 0.f};
+    if (lane < SPLITS) all = {x.parts[2 * lane], x.parts[2 * lane + 1]};
+    all = warp_merge<SPLITS>(all);
+    return {kd::shfl(all.m, 0), kd::shfl(all.s, 0)};
 }
 #endif  // KD_CLUSTER
 
@@ -335,15 +408,31 @@ extern "C" __global__ void KD_LAUNCH_BOUNDS(THREADS * ROWS)
     st.m = kd::group_max<THREADS>(st.m, red_max + group * WARPS);
     // The exact max: a row of only -inf gives 2^(-inf + inf) = NaN, as torch does.
     forget(buf);
+    T* yp = y + at * y_stride + tid * VEC;
+#if KD_KEEP
+    // The row's exact max is known here, so the kept 2^(t - max) only need 1 / sum.
+    float e[ITERS][VEC];
+    st.s = part_sum_keep(buf, k, st.m, valid, e);
+    st.s = kd::group_sum<THREADS>(st.s, red_sum + group * WARPS);
+    const float inv_s = 1.f / st.s;
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i) {
+        if (!valid(i)) continue;
+        float f[VEC];
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) f[j] = e[i][j] * inv_s;
+        kd::store_vec<T, VEC>(yp + i * THREADS * VEC, kd::pack<T, VEC>(f));
+    }
+#else
     st.s = part_sum(buf, k, st.m, valid);
     st.s = kd::group_sum<THREADS>(st.s, red_sum + group * WARPS);
     forget(buf);
 
     const Finish finish(k, st);
-    T* yp = y + at * y_stride + tid * VEC;
 #pragma unroll
     for (int i = 0; i < ITERS; ++i)
         if (valid(i)) kd::store_vec<T, VEC>(yp + i * THREADS * VEC, finish(buf[i]));
+#endif
 }
 
 #elif STRATEGY == 1
@@ -415,7 +504,8 @@ extern "C" __global__ void __cluster_dims__(SPLITS, 1, 1) KD_LAUNCH_BOUNDS(THREA
                    float scale) {
     __shared__ float red_m[WARPS];
     __shared__ float red_s[WARPS];
-    __shared__ float part[2];  // this block's (max, sum), read by the other blocks
+    __shared__ Exchange xch;
+    cluster_begin(xch);
     const int tid = int(threadIdx.x);
     const long long row = blockIdx.x / SPLITS;  // a cluster is SPLITS consecutive blocks
     const int rank = int(cluster_rank());
@@ -436,17 +526,23 @@ extern "C" __global__ void __cluster_dims__(SPLITS, 1, 1) KD_LAUNCH_BOUNDS(THREA
     // Each thread's (max, sum), then one merge over the block and one over the cluster.
     Stats st = part_stats(buf, k, valid);
     forget(buf);
+    T* yp = y + row * y_stride + first * VEC;
+#if KD_KEEP
+    float e[ITERS][VEC];
+    const float m = st.m;
+    st.s = part_sum_keep(buf, k, ref(m), valid, e);
+    const FinishKept finish(m, cluster_merge(block_merge(st, red_m, red_s), xch));
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i)
+        if (valid(i)) kd::store_vec<T, VEC>(yp + i * PASS, finish(e[i]));
+#else
     st.s = part_sum(buf, k, ref(st.m), valid);
     forget(buf);
-    st = block_merge(st, red_m, red_s);
-    const Stats all = cluster_merge(st, part);
-
-    const Finish finish(k, all);
-    T* yp = y + row * y_stride + first * VEC;
+    const Finish finish(k, cluster_merge(block_merge(st, red_m, red_s), xch));
 #pragma unroll
     for (int i = 0; i < ITERS; ++i)
         if (valid(i)) kd::store_vec<T, VEC>(yp + i * PASS, finish(buf[i]));
-    cluster_wait();  // see cluster_merge
+#endif
 }
 
 #elif STRATEGY == 3
@@ -515,7 +611,8 @@ extern "C" __global__ void KD_STAGED_CLUSTER KD_LAUNCH_BOUNDS(THREADS)
     __shared__ float red_m[WARPS];
     __shared__ float red_s[WARPS];
 #if SPLITS > 1
-    __shared__ float part[2];  // this block's (max, sum), read by the other blocks
+    __shared__ Exchange xch;
+    cluster_begin(xch);
     const int rank = int(cluster_rank());
 #else
     const int rank = 0;
@@ -587,7 +684,7 @@ extern "C" __global__ void KD_STAGED_CLUSTER KD_LAUNCH_BOUNDS(THREADS)
 
     st = block_merge(st, red_m, red_s);
 #if SPLITS > 1
-    st = cluster_merge(st, part);
+    st = cluster_merge(st, xch);
 #endif
 
 #if PREFETCH_ROWS > 0 && !defined(KD_AMD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -629,9 +726,6 @@ extern "C" __global__ void KD_STAGED_CLUSTER KD_LAUNCH_BOUNDS(THREADS)
                 kd::store_stream<T, VEC>(yp + (step * STEP + u * THREADS) * VEC,
                                          finish(stage[step * STEP + u * THREADS + tid]));
     }
-#if SPLITS > 1
-    cluster_wait();  // see cluster_merge
-#endif
 }
 
 #else

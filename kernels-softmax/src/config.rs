@@ -2,7 +2,7 @@
 
 use tuned::{DType, Target, Value};
 
-use crate::schema::{check_config, ROWS_AT, SOFTMAX, SPLITS_AT, STRATEGY_AT, THREADS_AT, VEC_AT};
+use crate::schema::{check_config, KEEP_AT, ROWS_AT, SOFTMAX, SPLITS_AT, STRATEGY_AT, THREADS_AT, VEC_AT};
 
 /// The static part of a softmax problem: element type and row length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -43,6 +43,9 @@ pub struct SoftmaxConfig {
     pub rows: u32,
     /// Blocks per row (`cluster`; `staged`: 1 or a cluster).
     pub splits: u32,
+    /// `row` and `cluster`: pass 1 keeps its exponentials in registers so pass 2 only
+    /// scales them (softmax; log-softmax needs none). Always false for the others.
+    pub keep: bool,
 }
 
 impl SoftmaxConfig {
@@ -68,6 +71,7 @@ impl SoftmaxConfig {
             vec: int(VEC_AT)?,
             rows: int(ROWS_AT)?,
             splits: int(SPLITS_AT)?,
+            keep: int(KEEP_AT)? == 1,
         })
     }
 
@@ -78,6 +82,7 @@ impl SoftmaxConfig {
             Value::Int(self.vec as i64),
             Value::Int(self.rows as i64),
             Value::Int(self.splits as i64),
+            Value::Int(i64::from(self.keep)),
         ]
     }
 

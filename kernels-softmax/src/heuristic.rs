@@ -6,21 +6,44 @@
 //! docs/results/device-code-notes.md). Tables replace the default wherever a model's
 //! shape was tuned.
 
-use tuned::{DType, Target};
+use tuned::{DType, Target, Vendor};
 
 use crate::config::{SoftmaxConfig, SoftmaxKey, Strategy};
 use crate::schema::MAX_ITERS;
 use crate::space::fits;
 
-/// The default config for `rows` rows of `key` on `target`.
-pub fn analytic_default(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxConfig {
-    let vec = kernels_core::widest_vector(key.dtype, key.cols);
-    let warp = target.warp_size();
-    let sms: u64 = match target {
+/// SMs (compute units) of the target's reference device.
+fn sms(target: Target) -> u64 {
+    match target {
         Target::Sm90 => 132,
         Target::Sm80 => 108,
         _ => 304,
-    };
+    }
+}
+
+/// The default config for `rows` rows of `key` on `target`.
+///
+/// On NVIDIA targets a `row` or `cluster` config keeps pass 1's exponentials when its
+/// grid is at most one block per SM: then the wait for the row's (max, sum) is the
+/// critical path and pass 2 is shorter for it (H200, bf16: 1 x 128256 16 x 128 2.85
+/// to 2.78 us, 8 x 151936 8 x 256 4.78 to 4.52, 1 x 4096 1.71 to 1.65), while at
+/// larger grids the extra registers cost more (64 x 128256 8 x 256: 13.32 to 14.02;
+/// docs/results/2026-11-30-h200-session7.md).
+pub fn analytic_default(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxConfig {
+    let c = ladder(target, key, rows);
+    let blocks = rows.div_ceil(u64::from(c.rows)) * u64::from(c.splits);
+    let kept = SoftmaxConfig { keep: true, ..c };
+    if target.vendor() == Vendor::Nvidia && blocks <= sms(target) && fits(target, key, &kept) {
+        return kept;
+    }
+    c
+}
+
+/// The default before `keep`: a ladder of strategies.
+fn ladder(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxConfig {
+    let vec = kernels_core::widest_vector(key.dtype, key.cols);
+    let warp = target.warp_size();
+    let sms = sms(target);
     let cluster = |threads: u32| {
         [8, 4, 2]
             .into_iter()
@@ -30,6 +53,7 @@ pub fn analytic_default(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxC
                 vec,
                 rows: 1,
                 splits,
+                keep: false,
             })
             .find(|c| fits(target, key, c))
     };
@@ -47,6 +71,7 @@ pub fn analytic_default(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxC
             vec,
             rows: 1,
             splits: 16,
+            keep: false,
         };
         if rows == 1 && key.cols > 32768 && fits(target, key, &wide) {
             return wide;
@@ -70,6 +95,7 @@ pub fn analytic_default(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxC
             vec,
             rows: 1,
             splits: 1,
+            keep: false,
         };
         let row_bytes = key.cols as u64 * key.dtype.size() as u64;
         if row_bytes > crate::config::staged_smem_limit(target) {
@@ -97,6 +123,7 @@ pub fn analytic_default(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxC
             vec,
             rows: 1,
             splits: 1,
+            keep: false,
         };
         if fits(target, key, &c) {
             return c;
@@ -116,6 +143,7 @@ pub fn analytic_default(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxC
         vec,
         rows: 1,
         splits: 1,
+        keep: false,
     };
     // Short rows: several rows per block so a block still has 128+ threads.
     if threads < 128 {
@@ -130,6 +158,7 @@ pub fn analytic_default(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxC
         vec,
         rows: 1,
         splits: 1,
+        keep: false,
     };
     if !fits(target, key, &c) {
         c = SoftmaxConfig {
@@ -138,6 +167,7 @@ pub fn analytic_default(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxC
             vec: 1,
             rows: 1,
             splits: 1,
+            keep: false,
         };
     }
     c

@@ -178,6 +178,7 @@ mod tests {
             vec: 8,
             rows: 1,
             splits: 16,
+            keep: false,
         };
         assert!(!space::fits(Target::Sm90, &key, &staged16));
         let e = schema::check_config(&staged16.values()).unwrap_err();
@@ -190,6 +191,73 @@ mod tests {
         let eight = analytic_default(Target::Sm90, &key, 8);
         assert_eq!((eight.strategy, eight.splits), (Strategy::Cluster, 8));
         assert!(analytic_default(Target::Sm80, &key, 1).splits == 1);
+    }
+
+    /// `keep` is in the space for `row` and `cluster` only, and only where the kept
+    /// exponentials take at most half a thread's registers; the schema refuses it for
+    /// the streaming strategies; the default keeps on NVIDIA when the grid is one wave
+    /// at most, and the variant carries it as KEEP.
+    #[test]
+    fn keep_is_for_register_strategies_and_small_grids() {
+        let vocab = SoftmaxKey {
+            dtype: DType::Bf16,
+            cols: 128256,
+        };
+        let space = space::search_space(Target::Sm90, &vocab);
+        let kept: Vec<_> = space.iter().filter(|c| c.keep).collect();
+        assert!(!kept.is_empty());
+        for c in &kept {
+            assert!(matches!(c.strategy, Strategy::Row | Strategy::Cluster), "{c:?}");
+            let floats = c.iters(vocab.cols) * c.vec;
+            assert!(2 * floats <= (65536 / c.block_threads()).min(255), "{c:?}");
+            assert!(space.contains(&SoftmaxConfig { keep: false, ..**c }), "{c:?}");
+        }
+        // 128 threads x 8 blocks: 16 vectors of 8 per thread, 128 floats: too many.
+        let wide = SoftmaxConfig {
+            strategy: Strategy::Cluster,
+            threads: 128,
+            vec: 8,
+            rows: 1,
+            splits: 8,
+            keep: true,
+        };
+        assert!(space::fits(
+            Target::Sm90,
+            &vocab,
+            &SoftmaxConfig { keep: false, ..wide }
+        ));
+        assert!(!space::fits(Target::Sm90, &vocab, &wide));
+        for strategy in ["online", "staged"] {
+            let mut values = SoftmaxConfig {
+                strategy: Strategy::Online,
+                threads: 1024,
+                vec: 8,
+                rows: 1,
+                splits: 1,
+                keep: true,
+            }
+            .values();
+            values[schema::STRATEGY_AT] = tuned::Value::str(strategy);
+            let e = schema::check_config(&values).unwrap_err();
+            assert!(e.contains(strategy) && e.contains("keep"), "{e}");
+        }
+        let mut values = wide.values();
+        values[schema::KEEP_AT] = tuned::Value::Int(2);
+        assert!(schema::check_config(&values).is_err());
+
+        let one = analytic_default(Target::Sm90, &vocab, 1);
+        assert!(one.keep && one.strategy == Strategy::Cluster, "{one:?}");
+        let sixty_four = analytic_default(Target::Sm90, &vocab, 64);
+        assert!(!sixty_four.keep, "{sixty_four:?}");
+        let short = SoftmaxKey {
+            dtype: DType::Bf16,
+            cols: 4096,
+        };
+        assert!(analytic_default(Target::Sm90, &short, 1).keep);
+        assert!(!analytic_default(Target::Sm90, &short, 16384).keep);
+        assert!(!analytic_default(Target::Gfx942, &short, 1).keep);
+        let v = plan::variant(Target::Sm90, &vocab, &one, false, 0);
+        assert!(format!("{v:?}").contains("KEEP"), "{v:?}");
     }
 
     /// Every staged config of the space gets a stage the device code accepts (the whole
@@ -238,6 +306,7 @@ mod tests {
             vec: 8,
             rows: 1,
             splits: 1,
+            keep: false,
         };
         assert_eq!(
             (c.slice_vectors(&key), c.stage_vectors(Target::Sm90, &key)),

@@ -126,7 +126,8 @@ impl SoftmaxProblem<'_> {
 
 /// The config with its vector narrowed to what the buffers' alignment allows; a
 /// narrower vector needs more vectors per thread, so a register strategy that no
-/// longer fits moves to `online`, which takes any length.
+/// longer fits drops `keep` (more vectors, more kept values), then moves to `online`,
+/// which takes any length.
 pub(crate) fn fit(
     target: Target,
     key: &SoftmaxKey,
@@ -138,6 +139,9 @@ pub(crate) fn fit(
     while c.vec > 1 && (c.vec * size > align.bytes() || !key.cols.is_multiple_of(c.vec)) {
         c.vec /= 2;
     }
+    if c.vec != before && c.keep && !space::fits(target, key, &c) {
+        c.keep = false;
+    }
     if c.vec != before && !space::fits(target, key, &c) {
         c = SoftmaxConfig {
             strategy: Strategy::Online,
@@ -145,6 +149,7 @@ pub(crate) fn fit(
             vec: c.vec,
             rows: 1,
             splits: 1,
+            keep: false,
         };
         if !space::fits(target, key, &c) {
             // Rows this short fit one warp's registers whatever the vector.
@@ -154,6 +159,7 @@ pub(crate) fn fit(
                 vec: c.vec,
                 rows: 1,
                 splits: 1,
+                keep: false,
             };
         }
     }
@@ -203,7 +209,8 @@ pub(crate) fn variant(
         .define("ROWS", c.rows)
         .define("STRATEGY", strategy)
         .define("SPLITS", c.splits)
-        .define("LOG_SOFTMAX", u32::from(log));
+        .define("LOG_SOFTMAX", u32::from(log))
+        .define("KEEP", u32::from(c.keep));
     match c.strategy {
         Strategy::Staged => v
             .define("STAGE_VECS", c.stage_vectors(target, key))
@@ -412,6 +419,7 @@ mod tests {
             vec: 8,
             rows: 1,
             splits: 8,
+            keep: false,
         };
         assert!(space::fits(Target::Sm90, &key, &c));
         for align in [AlignClass::A16, AlignClass::A8, AlignClass::A4, AlignClass::A2] {
@@ -445,6 +453,7 @@ mod tests {
             vec: 4,
             rows: 2,
             splits: 1,
+            keep: false,
         };
         let plan = <Softmax as PlannedKernel>::plan(&gfx942(), &c, &p).unwrap();
         // (x, y, rows, x_stride, y_stride, scale), one slot each.
@@ -498,6 +507,7 @@ mod tests {
             vec: 8,
             rows: 1,
             splits: 16,
+            keep: false,
         };
         let plan = <Softmax as PlannedKernel>::plan(&h200, &c, &p).unwrap();
         assert_eq!(plan.dims, LaunchDims::linear(48, 128).with_cluster(16));
@@ -554,6 +564,7 @@ mod tests {
             vec: 8,
             rows: 1,
             splits,
+            keep: false,
         };
         let key = |cols| SoftmaxKey {
             dtype: DType::Bf16,
@@ -594,6 +605,7 @@ mod tests {
             vec: 8,
             rows: 1,
             splits: 1,
+            keep: false,
         };
         match <Softmax as PlannedKernel>::plan(&gfx942(), &c, &p) {
             Err(Error::InvalidArgument { name, .. }) => assert_eq!(name, "x"),

@@ -12,7 +12,7 @@ use crate::schema::{MAX_ITERS, ROWS, SPLITS, THREADS, VECS};
 /// smallest thread group. `staged` runs on NVIDIA targets
 /// (cp.async; clusters of 2..8 blocks on Hopper only) with vectors of 4 bytes or more
 /// (what cp.async copies) and at least 128 threads, every slice non-empty and at least
-/// one step staged in shared memory.
+/// one step staged in shared memory. `keep` only where [`keep_fits`].
 pub fn fits(target: Target, key: &SoftmaxKey, config: &SoftmaxConfig) -> bool {
     let vec_bytes = config.vec as usize * key.dtype.size();
     if vec_bytes > 16 || !key.cols.is_multiple_of(config.vec) {
@@ -22,6 +22,9 @@ pub fn fits(target: Target, key: &SoftmaxKey, config: &SoftmaxConfig) -> bool {
         return false;
     }
     let iters = config.iters(key.cols) as i64;
+    if config.keep && !keep_fits(config, iters) {
+        return false;
+    }
     match config.strategy {
         // More threads than vectors in a row would idle whole warps.
         Strategy::Row => iters <= MAX_ITERS && config.threads <= max_useful_threads(target, key, config.vec),
@@ -49,6 +52,15 @@ pub fn fits(target: Target, key: &SoftmaxKey, config: &SoftmaxConfig) -> bool {
     }
 }
 
+/// `keep` holds one fp32 per element a thread handles (`iters * vec`) on top of the
+/// row itself: `row` and `cluster` only, and only while those take at most half of
+/// the registers a thread of a full block can have (65536 per SM, 255 per thread), so
+/// keeping never forces a spill or a smaller block count for lack of registers.
+fn keep_fits(config: &SoftmaxConfig, iters: i64) -> bool {
+    let budget = (65536 / config.block_threads().max(1) as i64).min(255);
+    matches!(config.strategy, Strategy::Row | Strategy::Cluster) && 2 * iters * config.vec as i64 <= budget
+}
+
 fn max_useful_threads(target: Target, key: &SoftmaxKey, vec: u32) -> u32 {
     (key.cols / vec).next_power_of_two().max(target.warp_size())
 }
@@ -66,6 +78,7 @@ pub fn search_space(target: Target, key: &SoftmaxKey) -> Vec<SoftmaxConfig> {
                         vec: vec as u32,
                         rows: rows as u32,
                         splits: 1,
+                        keep: false,
                     });
                 }
             }
@@ -75,6 +88,7 @@ pub fn search_space(target: Target, key: &SoftmaxKey) -> Vec<SoftmaxConfig> {
                 vec: vec as u32,
                 rows: 1,
                 splits: 1,
+                keep: false,
             });
             for &splits in SPLITS.iter().filter(|&&s| s >= 2) {
                 out.push(SoftmaxConfig {
@@ -83,6 +97,7 @@ pub fn search_space(target: Target, key: &SoftmaxKey) -> Vec<SoftmaxConfig> {
                     vec: vec as u32,
                     rows: 1,
                     splits: splits as u32,
+                    keep: false,
                 });
             }
             for &splits in SPLITS {
@@ -92,10 +107,17 @@ pub fn search_space(target: Target, key: &SoftmaxKey) -> Vec<SoftmaxConfig> {
                     vec: vec as u32,
                     rows: 1,
                     splits: splits as u32,
+                    keep: false,
                 });
             }
         }
     }
+    let kept: Vec<SoftmaxConfig> = out
+        .iter()
+        .filter(|c| matches!(c.strategy, Strategy::Row | Strategy::Cluster))
+        .map(|c| SoftmaxConfig { keep: true, ..*c })
+        .collect();
+    out.extend(kept);
     out.retain(|c| fits(target, key, c));
     out
 }

@@ -158,6 +158,7 @@ fn bad_input_is_refused_naming_the_argument_and_launches_nothing() {
         vec: 8,
         rows: 1,
         splits: 1,
+        keep: false,
     };
     let named = |r: kernels_core::Result<()>| match r {
         Err(Error::InvalidArgument { name, .. }) => name,
@@ -172,6 +173,7 @@ fn bad_input_is_refused_naming_the_argument_and_launches_nothing() {
         vec: 4,
         rows: 1,
         splits: 2,
+        keep: false,
     };
     assert_eq!(
         named(rt.launch_config::<Softmax>(&stream, &cluster, &p)),
