@@ -615,6 +615,7 @@ impl Runtime {
             align,
             problem,
             ran: false,
+            tuning_key: std::cell::OnceCell::new(),
         };
         let mut outcome = resolve_in_order(self.options.policy, &mut steps);
         outcome.resolved.config = K::fit_alignment(self.device.info(), key, outcome.resolved.config, align);
@@ -637,6 +638,9 @@ struct Steps<'r, 's, 'p, 'q, K: Tunable> {
     align: AlignClass,
     problem: Option<&'q K::Problem<'p>>,
     ran: bool,
+    /// The tuning cache key, built on first use: the disk lookup and the store after
+    /// a search share it (its candidates digest formats every variant of the space).
+    tuning_key: std::cell::OnceCell<CacheKey>,
 }
 
 impl<K: Tunable> Steps<'_, '_, '_, '_, K> {
@@ -646,15 +650,17 @@ impl<K: Tunable> Steps<'_, '_, '_, '_, K> {
         s
     }
 
-    fn tuning_key(&self) -> CacheKey {
-        self.rt.tuning_key(
-            K::SCHEMA.kernel,
-            K::SOURCE.fingerprint,
-            &self.static_key(),
-            self.batch,
-            self.align,
-            &crate::candidates_digest::<K>(self.rt.device.info(), self.key, self.batch),
-        )
+    fn tuning_key(&self) -> &CacheKey {
+        self.tuning_key.get_or_init(|| {
+            self.rt.tuning_key(
+                K::SCHEMA.kernel,
+                K::SOURCE.fingerprint,
+                &self.static_key(),
+                self.batch,
+                self.align,
+                &crate::candidates_digest::<K>(self.rt.device.info(), self.key, self.batch),
+            )
+        })
     }
 }
 
@@ -673,7 +679,7 @@ impl<K: Tunable> ResolutionSteps<K::Config> for Steps<'_, '_, '_, '_, K> {
     fn disk_cache(&mut self) -> Option<K::Config> {
         crate::cached_config::<K>(
             &self.rt.options.cache,
-            &self.tuning_key(),
+            self.tuning_key(),
             self.rt.device.info().tuning_target(),
             self.key,
             self.batch,
@@ -698,10 +704,9 @@ impl<K: Tunable> ResolutionSteps<K::Config> for Steps<'_, '_, '_, '_, K> {
             return Err(format!("the chosen config's final run failed: {e}"));
         }
         self.ran = self.problem.is_some();
-        let key = self.tuning_key();
         self.rt.note_cache_write(self.rt.options.cache.store(
             Section::Tuning,
-            &key,
+            self.tuning_key(),
             "tune",
             record.to_json().as_bytes(),
         ));

@@ -189,6 +189,7 @@ impl HipRuntime {
             key,
             batch,
             align,
+            tuning_key: std::cell::OnceCell::new(),
         };
         let mut outcome = resolve_in_order(self.policy, &mut steps);
         outcome.resolved.config = K::fit_alignment(&self.limits, key, outcome.resolved.config, align);
@@ -243,20 +244,25 @@ struct Steps<'r, K: HipTunable> {
     key: &'r K::Key,
     batch: u64,
     align: AlignClass,
+    /// The tuning cache key, built on first use (shared by the disk lookup and the
+    /// store after a search).
+    tuning_key: std::cell::OnceCell<CacheKey>,
 }
 
 impl<K: HipTunable> Steps<'_, K> {
-    fn tuning_key(&self) -> CacheKey {
-        let mut static_key = String::new();
-        let _ = tuned::write_canonical(K::SCHEMA, K::key_values(self.key).as_slice(), &mut static_key);
-        self.rt.tuning_key(
-            K::SCHEMA.kernel,
-            K::SOURCE.fingerprint,
-            &static_key,
-            self.batch,
-            self.align,
-            &self.rt.candidates_digest::<K>(self.key, self.batch),
-        )
+    fn tuning_key(&self) -> &CacheKey {
+        self.tuning_key.get_or_init(|| {
+            let mut static_key = String::new();
+            let _ = tuned::write_canonical(K::SCHEMA, K::key_values(self.key).as_slice(), &mut static_key);
+            self.rt.tuning_key(
+                K::SCHEMA.kernel,
+                K::SOURCE.fingerprint,
+                &static_key,
+                self.batch,
+                self.align,
+                &self.rt.candidates_digest::<K>(self.key, self.batch),
+            )
+        })
     }
 }
 
@@ -275,7 +281,7 @@ impl<K: HipTunable> ResolutionSteps<K::Config> for Steps<'_, K> {
     fn disk_cache(&mut self) -> Option<K::Config> {
         crate::cached_config::<K>(
             self.rt.cache(),
-            &self.tuning_key(),
+            self.tuning_key(),
             self.rt.limits.tuning_target(),
             self.key,
             self.batch,
@@ -292,7 +298,7 @@ impl<K: HipTunable> ResolutionSteps<K::Config> for Steps<'_, K> {
         let record = self.rt.record_of::<K>(&report).map_err(|e| e.to_string())?;
         if let Err(e) = self.rt.cache().store(
             Section::Tuning,
-            &self.tuning_key(),
+            self.tuning_key(),
             "tune",
             record.to_json().as_bytes(),
         ) {
