@@ -11,13 +11,7 @@ use crate::space::fits;
 
 /// The default config for `m` rows of `key` on `target`.
 pub fn analytic_default(target: Target, key: &GemmKey, m: u64) -> GemmConfig {
-    let sms: u64 = match target {
-        Target::Sm90 => 132,
-        Target::Sm80 => 108,
-        Target::Gfx90a => 104,
-        Target::Gfx942 => 304,
-        Target::Gfx950 => 256,
-    };
+    let sms = u64::from(target.reference_sm_count());
     // Decode (m <= 16) reads the weight once; a 16-row tile wastes the least.
     let block_m: u32 = match m {
         0..=16 => 16,

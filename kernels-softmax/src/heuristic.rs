@@ -12,15 +12,6 @@ use crate::config::{SoftmaxConfig, SoftmaxKey, Strategy};
 use crate::schema::MAX_ITERS;
 use crate::space::fits;
 
-/// SMs (compute units) of the target's reference device.
-fn sms(target: Target) -> u64 {
-    match target {
-        Target::Sm90 => 132,
-        Target::Sm80 => 108,
-        _ => 304,
-    }
-}
-
 /// The default config for `rows` rows of `key` on `target`.
 ///
 /// On NVIDIA targets a `row` or `cluster` config keeps pass 1's exponentials when its
@@ -33,7 +24,10 @@ pub fn analytic_default(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxC
     let c = ladder(target, key, rows);
     let blocks = rows.div_ceil(u64::from(c.rows)) * u64::from(c.splits);
     let kept = SoftmaxConfig { keep: true, ..c };
-    if target.vendor() == Vendor::Nvidia && blocks <= sms(target) && fits(target, key, &kept) {
+    if target.vendor() == Vendor::Nvidia
+        && blocks <= u64::from(target.reference_sm_count())
+        && fits(target, key, &kept)
+    {
         return kept;
     }
     c
@@ -43,7 +37,7 @@ pub fn analytic_default(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxC
 fn ladder(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxConfig {
     let vec = kernels_core::widest_vector(key.dtype, key.cols);
     let warp = target.warp_size();
-    let sms = sms(target);
+    let sms = u64::from(target.reference_sm_count());
     let cluster = |threads: u32| {
         [8, 4, 2]
             .into_iter()

@@ -71,6 +71,20 @@ impl Target {
         }
     }
 
+    /// SMs (compute units on AMD) of the reference device the analytic defaults are
+    /// written for: H100/H200 (132), A100 (108), one MI250X die (104), MI300X (304),
+    /// MI355X (256). A heuristic's guess at how many blocks fill the GPU; the tables
+    /// and the runtime use the device's own count.
+    pub const fn reference_sm_count(self) -> u32 {
+        match self {
+            Target::Sm90 => 132,
+            Target::Sm80 => 108,
+            Target::Gfx90a => 104,
+            Target::Gfx942 => 304,
+            Target::Gfx950 => 256,
+        }
+    }
+
     /// The architecture flag run-time compilers take (`sm_90a` so Hopper-only
     /// instructions are available; `gfx942` for hipRTC).
     pub const fn compile_arch(self) -> &'static str {
