@@ -25,6 +25,15 @@
 #ifndef STAGE_VECS
 #define STAGE_VECS 0
 #endif
+#ifndef XP_SMEM
+#define XP_SMEM 0
+#endif
+#ifndef XP_CARVE
+#define XP_CARVE -1
+#endif
+#ifndef XP_FIXED_Y
+#define XP_FIXED_Y 0
+#endif
 
 static float bf16_to_f(unsigned short b) {
     unsigned u = unsigned(b) << 16;
@@ -60,8 +69,11 @@ int main(int argc, char** argv) {
         CK(cudaMalloc(&ys[i], bytes));
         CK(cudaMemcpy(xs[i], h.data(), bytes, cudaMemcpyHostToDevice));
     }
-    const size_t smem = size_t(STAGE_VECS) * sizeof(V);
+    // XP_SMEM (eighth session): extra dynamic shared memory per block, to cap blocks per SM.
+    const size_t smem = size_t(STAGE_VECS) * sizeof(V) + size_t(XP_SMEM);
     if (smem > 48 * 1024) CK(cudaFuncSetAttribute(softmax_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    // XP_CARVE (eighth session): the preferred shared memory carveout, percent (-1: unset).
+    if (XP_CARVE >= 0) CK(cudaFuncSetAttribute(softmax_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, XP_CARVE));
     // Clusters of 16 blocks are non-portable: allowed per function (sixth session).
     if (SPLITS > 8) CK(cudaFuncSetAttribute(softmax_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     unsigned grid = unsigned(rows * SPLITS / ROWS + (rows % ROWS ? 1 : 0));
@@ -96,7 +108,9 @@ int main(int argc, char** argv) {
     cudaGraphExec_t ge;
     CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
     for (int i = 0; i < ITER; ++i)
-        softmax_kernel<<<grid, block, smem, st>>>(xs[i % sets], ys[i % sets], rows, COLS, COLS, 1.f);
+        // XP_FIXED_Y (eighth session): every launch writes set 0's y, as a peer whose
+        // output comes from the caching allocator does.
+        softmax_kernel<<<grid, block, smem, st>>>(xs[i % sets], ys[XP_FIXED_Y ? 0 : i % sets], rows, COLS, COLS, 1.f);
     CK(cudaStreamEndCapture(st, &g));
     CK(cudaGraphInstantiate(&ge, g, 0));
     cudaEvent_t a, b;
@@ -116,6 +130,14 @@ int main(int argc, char** argv) {
     const double gbs = 2.0 * bytes / (t[t.size() / 2] * 1e-6) / 1e9;
     printf("%-28s grid=%u rows=%lld cols=%d median_us=%.2f min_us=%.2f GB/s=%.0f tol_frac=%.3f max_ulp=%.0f\n", name, grid, rows,
            COLS, t[t.size() / 2], t[0], gbs, worst, maxulp);
+    {
+        // Eighth session: registers and resident blocks per SM of this build.
+        cudaFuncAttributes fa;
+        int occ = -1;
+        CK(cudaFuncGetAttributes(&fa, softmax_kernel));
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, softmax_kernel, int(block), smem) != cudaSuccess) occ = -1;
+        printf("%-28s regs=%d blocks_per_sm=%d\n", name, fa.numRegs, occ);
+    }
     if (memcpy_ref) {
         std::vector<float> tc;
         for (int rep = 0; rep < 13; ++rep) {

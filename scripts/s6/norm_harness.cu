@@ -29,6 +29,20 @@
 #define SPLITS 1
 #endif
 
+// XP_SMEM (eighth session): dynamic shared memory per block, to cap blocks per SM.
+#ifndef XP_SMEM
+#define XP_SMEM 0
+#endif
+// XP_FIXED_Y (eighth session): every launch writes set 0's y, as a peer whose output
+// comes from the caching allocator does.
+// XP_CARVE (eighth session): the preferred shared memory carveout, percent (-1: unset).
+#ifndef XP_CARVE
+#define XP_CARVE -1
+#endif
+#ifndef XP_FIXED_Y
+#define XP_FIXED_Y 0
+#endif
+
 static float bf(unsigned short b) {
     unsigned u = unsigned(b) << 16;
     float f;
@@ -73,13 +87,17 @@ int main(int argc, char** argv) {
     const unsigned grid = unsigned((rows + ROWS - 1) / ROWS * SPLITS);
     const unsigned block = THREADS * ROWS;
 #if NORM_FUSED
+    if (XP_SMEM > 48 * 1024) CK(cudaFuncSetAttribute(fused_add_rmsnorm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, XP_SMEM));
+    if (XP_CARVE >= 0) CK(cudaFuncSetAttribute(fused_add_rmsnorm_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, XP_CARVE));
     if (SPLITS > 8) CK(cudaFuncSetAttribute(fused_add_rmsnorm_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     auto launch = [&](int i, cudaStream_t st) {
-        fused_add_rmsnorm_kernel<<<grid, block, 0, st>>>(xs[i], COLS, rs[i], COLS, w, rows, eps);
+        fused_add_rmsnorm_kernel<<<grid, block, XP_SMEM, st>>>(xs[i], COLS, rs[i], COLS, w, rows, eps);
     };
 #else
+    if (XP_SMEM > 48 * 1024) CK(cudaFuncSetAttribute(rmsnorm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, XP_SMEM));
+    if (XP_CARVE >= 0) CK(cudaFuncSetAttribute(rmsnorm_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, XP_CARVE));
     if (SPLITS > 8) CK(cudaFuncSetAttribute(rmsnorm_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-    auto launch = [&](int i, cudaStream_t st) { rmsnorm_kernel<<<grid, block, 0, st>>>(xs[i], COLS, w, ys[i], COLS, rows, eps); };
+    auto launch = [&](int i, cudaStream_t st) { rmsnorm_kernel<<<grid, block, XP_SMEM, st>>>(xs[i], COLS, w, ys[XP_FIXED_Y ? 0 : i], COLS, rows, eps); };
 #endif
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
@@ -129,5 +147,18 @@ int main(int argc, char** argv) {
     std::sort(t.begin(), t.end());
     printf("%-28s grid=%u rows=%lld cols=%d median_us=%.2f min_us=%.2f GB/s=%.0f max_ulp=%d\n", name, grid, rows, COLS,
            t[t.size() / 2], t[0], moved / (t[t.size() / 2] * 1e-6) / 1e9, maxulp);
+    {
+        // Eighth session: registers and resident blocks per SM of this build.
+#if NORM_FUSED
+        auto kern = fused_add_rmsnorm_kernel;
+#else
+        auto kern = rmsnorm_kernel;
+#endif
+        cudaFuncAttributes fa;
+        int occ = -1;
+        CK(cudaFuncGetAttributes(&fa, kern));
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, int(block), XP_SMEM) != cudaSuccess) occ = -1;
+        printf("%-28s regs=%d blocks_per_sm=%d\n", name, fa.numRegs, occ);
+    }
     return 0;
 }
