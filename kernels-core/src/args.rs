@@ -20,6 +20,13 @@ pub struct LaunchDims {
     /// `__cluster_dims__` (1: no cluster). The launch checks it and, above
     /// [`MAX_PORTABLE_CLUSTER`], allows the non-portable size on the function first.
     pub cluster: u32,
+    /// The shared memory carveout to ask for, as a percentage of the most shared
+    /// memory an SM has (NVIDIA's `PREFERRED_SHARED_MEMORY_CARVEOUT`; the driver rounds
+    /// it up to a size the SM supports, and the rest of the SM's 256 KiB is L1). `None`
+    /// leaves the driver's choice. The CUDA launch sets it on the function when it
+    /// differs from the last value set there; AMD devices have no such split, and a
+    /// launch that asks for one there is refused.
+    pub carveout: Option<u8>,
 }
 
 impl LaunchDims {
@@ -30,6 +37,7 @@ impl LaunchDims {
             block: (block, 1, 1),
             smem_bytes: 0,
             cluster: 1,
+            carveout: None,
         }
     }
 
@@ -37,6 +45,15 @@ impl LaunchDims {
     pub const fn with_smem(self, bytes: u32) -> LaunchDims {
         LaunchDims {
             smem_bytes: bytes,
+            ..self
+        }
+    }
+
+    /// The same launch with the shared memory carveout set to `percent` of the SM's
+    /// most shared memory (see [`LaunchDims::carveout`]).
+    pub const fn with_carveout(self, percent: u8) -> LaunchDims {
+        LaunchDims {
+            carveout: Some(percent),
             ..self
         }
     }
@@ -50,7 +67,7 @@ impl LaunchDims {
     }
 
     /// Checks the launch against the device's limits; the error names `grid`, `block`,
-    /// `smem_bytes` or `cluster` and the limit.
+    /// `smem_bytes`, `cluster` or `carveout` and the limit.
     pub fn validate(&self, info: &DeviceInfo) -> Result<()> {
         let (gx, gy, gz) = self.grid;
         let (bx, by, bz) = self.block;
@@ -85,6 +102,20 @@ impl LaunchDims {
                     self.smem_bytes, info.max_smem_per_block_optin
                 ),
             ));
+        }
+        if let Some(pct) = self.carveout {
+            if pct > 100 {
+                return Err(Error::invalid(
+                    "carveout",
+                    format!("{pct}% is not a percentage of the SM's shared memory"),
+                ));
+            }
+            if info.amd_arch.is_some() {
+                return Err(Error::invalid(
+                    "carveout",
+                    format!("{} has no configurable shared memory / L1 split", info.name),
+                ));
+            }
         }
         let clusters = info.amd_arch.is_none() && info.compute_capability >= (9, 0);
         if self.cluster == 0 || self.cluster > MAX_CLUSTER || (self.cluster > 1 && !clusters) {
@@ -256,5 +287,27 @@ mod tests {
                 .unwrap_err(),
         );
         assert!(e.contains("cluster") && e.contains("A100"), "{e}");
+    }
+
+    #[test]
+    fn carveouts_are_percentages_and_nvidia_only() {
+        let h200 = DeviceInfo::nominal(Target::Sm90).unwrap();
+        let mi300 = DeviceInfo {
+            name: "AMD Instinct MI300X".into(),
+            amd_arch: Some("gfx942".into()),
+            ..h200.clone()
+        };
+        let plain = LaunchDims::linear(24, 128);
+        assert_eq!(plain.carveout, None);
+        assert!(plain.validate(&mi300).is_ok());
+        for pct in [0, 85, 100] {
+            let d = plain.with_carveout(pct);
+            assert_eq!(d.carveout, Some(pct));
+            assert!(d.validate(&h200).is_ok(), "{pct}");
+        }
+        let e = field(plain.with_carveout(101).validate(&h200).unwrap_err());
+        assert!(e.contains("carveout") && e.contains("101%"), "{e}");
+        let e = field(plain.with_carveout(85).validate(&mi300).unwrap_err());
+        assert!(e.contains("carveout") && e.contains("no configurable"), "{e}");
     }
 }

@@ -224,6 +224,20 @@ pub(crate) fn set_max_dynamic_smem(func: dsys::CUfunction, bytes: u32) -> Result
     .map_err(|e| driver_error("cuFuncSetAttribute", e))
 }
 
+/// `cuFuncSetAttribute(PREFERRED_SHARED_MEMORY_CARVEOUT)`: the function's shared memory
+/// carveout, `percent` of the SM's most shared memory (-1: the driver's choice).
+pub(crate) fn set_carveout(func: dsys::CUfunction, percent: i32) -> Result<()> {
+    // SAFETY: `func` belongs to a module the caller keeps loaded.
+    unsafe {
+        drv::function::set_function_attribute(
+            func,
+            dsys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+            percent,
+        )
+    }
+    .map_err(|e| driver_error("cuFuncSetAttribute", e))
+}
+
 /// `cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED)`: lets a function run in
 /// clusters of more than 8 blocks (16 on Hopper).
 pub(crate) fn allow_non_portable_cluster(func: dsys::CUfunction) -> Result<()> {

@@ -5,7 +5,7 @@
 use std::ffi::c_void;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchArgs, LaunchConfig};
@@ -73,6 +73,8 @@ pub struct Kernel {
     smem_limit: AtomicU32,
     /// Whether the function may run in non-portable cluster sizes (set on first need).
     non_portable_cluster: AtomicBool,
+    /// The carveout percentage last set on the function (-1: never set, the driver's).
+    carveout: AtomicI32,
 }
 
 impl fmt::Debug for Kernel {
@@ -106,6 +108,7 @@ impl Kernel {
             info,
             smem_limit: AtomicU32::new(DEFAULT_SMEM_LIMIT),
             non_portable_cluster: AtomicBool::new(false),
+            carveout: AtomicI32::new(-1),
         })
     }
 
@@ -130,8 +133,10 @@ impl Kernel {
     }
 
     /// Validates `dims` and opts the function in to its dynamic shared memory (once per
-    /// new maximum) and to a non-portable cluster size (once): driver calls, no
-    /// compile, legal during graph capture.
+    /// new maximum), to a non-portable cluster size (once) and to its carveout (when it
+    /// differs from the last one set): driver calls, no compile, legal during graph
+    /// capture. A function serves one variant, and the kernels that ask for a carveout
+    /// compile it into the variant, so one function sees one carveout in practice.
     fn prepare(&self, dims: &LaunchDims) -> Result<()> {
         dims.validate(&self.info)?;
         if dims.cluster > crate::MAX_PORTABLE_CLUSTER && !self.non_portable_cluster.load(Ordering::Acquire) {
@@ -141,6 +146,13 @@ impl Kernel {
         if dims.smem_bytes > self.smem_limit.load(Ordering::Acquire) {
             ffi::set_max_dynamic_smem(self.function.cu_function(), dims.smem_bytes)?;
             self.smem_limit.fetch_max(dims.smem_bytes, Ordering::AcqRel);
+        }
+        if let Some(pct) = dims.carveout {
+            let pct = i32::from(pct);
+            if self.carveout.load(Ordering::Acquire) != pct {
+                ffi::set_carveout(self.function.cu_function(), pct)?;
+                self.carveout.store(pct, Ordering::Release);
+            }
         }
         Ok(())
     }

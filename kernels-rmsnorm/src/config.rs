@@ -2,7 +2,7 @@
 
 use tuned::{DType, Value};
 
-use crate::schema::{check_config, RMSNORM, ROWS_AT, THREADS_AT, VEC_AT};
+use crate::schema::{check_config, OCC_AT, RMSNORM, ROWS_AT, THREADS_AT, VEC_AT};
 
 /// The static part of an RMSNorm problem: element type and hidden size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -28,6 +28,8 @@ pub struct RmsNormConfig {
     pub vec: u32,
     /// Rows per block.
     pub rows: u32,
+    /// Resident blocks per SM the launch allows; 0: no cap (see `schema::OCCS`).
+    pub occ: u32,
 }
 
 impl RmsNormConfig {
@@ -44,6 +46,7 @@ impl RmsNormConfig {
             threads: int(THREADS_AT)?,
             vec: int(VEC_AT)?,
             rows: int(ROWS_AT)?,
+            occ: int(OCC_AT)?,
         })
     }
 
@@ -52,6 +55,7 @@ impl RmsNormConfig {
             Value::Int(self.threads as i64),
             Value::Int(self.vec as i64),
             Value::Int(self.rows as i64),
+            Value::Int(self.occ as i64),
         ]
     }
 

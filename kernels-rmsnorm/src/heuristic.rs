@@ -36,6 +36,7 @@ pub fn analytic_default(target: Target, key: &RmsNormKey, _rows: u64) -> RmsNorm
         threads,
         vec,
         rows: 1,
+        occ: 0,
     }
 }
 
@@ -55,5 +56,6 @@ pub fn analytic_default_fused(target: Target, key: &RmsNormKey, _rows: u64) -> R
         threads,
         vec,
         rows: 1,
+        occ: 0,
     }
 }

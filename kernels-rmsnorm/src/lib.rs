@@ -156,4 +156,57 @@ mod tests {
             assert_eq!(RmsNormConfig::from_values(&c.values()).unwrap(), *c);
         }
     }
+
+    /// Blocks-per-SM caps are searched on sm90 only, each leaving 768..=2048 resident
+    /// threads; elsewhere, and outside that range, the space and the schema refuse them.
+    #[test]
+    fn blocks_per_sm_caps_are_for_hopper_and_leave_enough_threads() {
+        let key = RmsNormKey {
+            dtype: DType::Bf16,
+            cols: 4096,
+        };
+        let sm90 = space::search_space(Target::Sm90, &key);
+        let capped: Vec<_> = sm90.iter().filter(|c| c.occ > 0).collect();
+        assert!(!capped.is_empty());
+        for c in &capped {
+            let resident = c.block_threads() * c.occ;
+            assert!((768..=2048).contains(&resident), "{c:?}");
+        }
+        // The measured winner at 32768 x 4096 and the fused kernel's 512-thread cap.
+        for (threads, occ) in [(128, 6), (256, 6), (256, 3), (512, 3)] {
+            assert!(
+                capped
+                    .iter()
+                    .any(|c| (c.threads, c.rows, c.occ) == (threads, 1, occ)),
+                "{threads} x {occ}"
+            );
+        }
+        for t in [Target::Sm80, Target::Gfx942] {
+            assert!(space::search_space(t, &key).iter().all(|c| c.occ == 0), "{t}");
+        }
+        let c = |threads: i64, rows: i64, occ: i64| {
+            schema::check_config(&[
+                Value::Int(threads),
+                Value::Int(8),
+                Value::Int(rows),
+                Value::Int(occ),
+            ])
+        };
+        assert!(c(128, 1, 6).is_ok() && c(512, 1, 3).is_ok() && c(1024, 1, 0).is_ok());
+        for (threads, rows, occ) in [(128, 1, 3), (1024, 1, 3), (512, 1, 6)] {
+            let e = c(threads, rows, occ).unwrap_err();
+            assert!(e.contains("occ") && e.contains("768..=2048"), "{e}");
+        }
+        let e = c(128, 1, 5).unwrap_err();
+        assert!(e.contains("occ"), "{e}");
+        let capped = RmsNormConfig {
+            threads: 256,
+            vec: 8,
+            rows: 1,
+            occ: 6,
+        };
+        assert!(space::fits(Target::Sm90, &key, &capped));
+        assert!(!space::fits(Target::Sm80, &key, &capped));
+        assert!(!space::fits(Target::Gfx942, &key, &capped));
+    }
 }

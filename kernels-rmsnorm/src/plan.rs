@@ -199,12 +199,48 @@ pub(crate) fn fit(key: &RmsNormKey, mut c: RmsNormConfig, align: AlignClass) -> 
 }
 
 fn variant(entry: &str, key: &RmsNormKey, c: &RmsNormConfig) -> Variant {
-    Variant::new(entry)
+    let v = Variant::new(entry)
         .define("DTYPE", kernels_core::dtype_define(key.dtype))
         .define("COLS", key.cols)
         .define("THREADS", c.threads)
         .define("VEC", c.vec)
-        .define("ROWS", c.rows)
+        .define("ROWS", c.rows);
+    // The device code does not read OCC: it gives a capped config its own function, so
+    // the carveout its launch sets on that function never reaches an uncapped launch.
+    if c.occ > 0 {
+        v.define("OCC", c.occ)
+    } else {
+        v
+    }
+}
+
+/// Hopper's shared memory carveout below the full 228 KiB, and the percentage of 228
+/// KiB the driver rounds up to it.
+const OCC_CARVEOUT_BYTES: u32 = 196 << 10;
+const OCC_CARVEOUT_PERCENT: u8 = 85;
+/// Shared memory the system reserves per block (sm_80 and newer), and the granule
+/// shared memory is allocated in.
+const SMEM_RESERVED_PER_BLOCK: u32 = 1 << 10;
+const SMEM_GRANULE: u32 = 128;
+
+/// The dynamic shared memory that lets at most `c.occ` blocks of `c` reside on an SM
+/// under the 196 KiB carveout, and no more than that even under the full 228 KiB (each
+/// block then takes more than 228 KiB / (occ + 1)). The kernel does not touch it. An
+/// error naming `occ` on a device without Hopper's carveouts.
+pub(crate) fn occ_smem(info: &DeviceInfo, c: &RmsNormConfig) -> Result<u32> {
+    if info.amd_arch.is_some() || info.compute_capability.0 != 9 || info.smem_per_sm < 228 << 10 {
+        return Err(Error::invalid(
+            "occ",
+            format!(
+                "a cap of {} blocks per SM needs Hopper's 196 KiB shared memory carveout, which {} does not have",
+                c.occ, info.name
+            ),
+        ));
+    }
+    // cuda/rmsnorm.cu's static shared memory: one float per warp of each row.
+    let static_bytes = (c.rows * c.threads / 32 * 4).next_multiple_of(SMEM_GRANULE);
+    let usable = OCC_CARVEOUT_BYTES / c.occ - SMEM_RESERVED_PER_BLOCK;
+    Ok(usable / SMEM_GRANULE * SMEM_GRANULE - static_bytes)
 }
 
 /// The two entry points' parameter orders (cuda/rmsnorm.cu's ABI).
@@ -226,12 +262,14 @@ impl Entry {
     }
 }
 
-/// The launch of `c` on `p` through `entry`: one block per `c.rows` rows, and
-/// cuda/rmsnorm.cu's arguments in `entry`'s order. A config whose vector the buffers'
-/// alignment does not allow is an error naming `x`; so are more than 2^31 - 1 blocks
-/// (`rows`).
+/// The launch of `c` on `p` through `entry`: one block per `c.rows` rows (with the
+/// shared memory and carveout of its blocks-per-SM cap, if any), and cuda/rmsnorm.cu's
+/// arguments in `entry`'s order. A config whose vector the buffers' alignment does not
+/// allow is an error naming `x`; so are more than 2^31 - 1 blocks (`rows`) and a cap on
+/// a device without Hopper's carveouts (`occ`).
 pub(crate) fn launch_args(
     entry: Entry,
+    info: &DeviceInfo,
     c: &RmsNormConfig,
     p: &NormProblem<'_>,
 ) -> Result<(LaunchDims, KernelArgs)> {
@@ -259,7 +297,12 @@ pub(crate) fn launch_args(
         Entry::FusedAdd => args.ptr(p.out).i64(p.out_stride as i64).ptr(p.w),
     };
     args.i64(p.rows as i64).f32(p.eps);
-    Ok((LaunchDims::linear(blocks as u32, c.block_threads()), args))
+    let dims = LaunchDims::linear(blocks as u32, c.block_threads());
+    if c.occ == 0 {
+        return Ok((dims, args));
+    }
+    let smem = occ_smem(info, c)?;
+    Ok((dims.with_smem(smem).with_carveout(OCC_CARVEOUT_PERCENT), args))
 }
 
 macro_rules! planned {
@@ -319,11 +362,11 @@ macro_rules! planned {
             }
 
             fn launch_args(
-                _: &DeviceInfo,
+                info: &DeviceInfo,
                 c: &RmsNormConfig,
                 p: &NormProblem<'_>,
             ) -> Result<(LaunchDims, KernelArgs)> {
-                launch_args($abi, c, p)
+                launch_args($abi, info, c, p)
             }
         }
     };
@@ -424,6 +467,7 @@ mod tests {
             threads: 256,
             vec: 8,
             rows: 1,
+            occ: 0,
         };
         assert_eq!(fit(&key, c, AlignClass::A16).vec, 8);
         assert_eq!(fit(&key, c, AlignClass::A4).vec, 2);
@@ -452,6 +496,7 @@ mod tests {
             threads: 256,
             vec: 8,
             rows: 2,
+            occ: 0,
         };
         let info = DeviceInfo::nominal(tuned::Target::Sm90).unwrap();
         let plan = <RmsNorm as PlannedKernel>::plan(&info, &c, &p).unwrap();
@@ -479,6 +524,59 @@ mod tests {
         // (x, x_stride, residual, r_stride, w, rows, eps)
         assert_eq!(plan.args.slots(), &[X, 4160, Y, 4096, W, 5, eps]);
         assert_eq!(plan.variant.entry(), "fused_add_rmsnorm_kernel");
+    }
+
+    /// A blocks-per-SM cap launches with the shared memory that leaves exactly that
+    /// many blocks resident under the 196 KiB carveout (and fewer than one more under
+    /// the full 228 KiB), with the carveout asked for, from its own variant; devices
+    /// without Hopper's carveouts refuse it, naming `occ`.
+    #[test]
+    fn a_blocks_per_sm_cap_pads_shared_memory_and_sets_the_carveout() {
+        let s = Rows::contiguous(32768, 4096);
+        let p = rms(X, 32768 * 4096, s, 4096, Y, s, 1e-6).unwrap();
+        let h200 = DeviceInfo::nominal(tuned::Target::Sm90).unwrap();
+        // What an SM holds for one block: the dynamic and static bytes in 128-byte
+        // granules, plus the 1 KiB the system reserves.
+        let per_block =
+            |smem: u32, c: &RmsNormConfig| (smem + c.rows * c.threads / 32 * 4).next_multiple_of(128) + 1024;
+        for (threads, rows, occ) in [
+            (128, 1, 6),
+            (256, 1, 6),
+            (256, 1, 3),
+            (512, 1, 3),
+            (128, 2, 3),
+            (64, 2, 6),
+        ] {
+            let c = RmsNormConfig {
+                threads,
+                vec: 8,
+                rows,
+                occ,
+            };
+            let plan = <RmsNorm as PlannedKernel>::plan(&h200, &c, &p).unwrap();
+            let b = per_block(plan.dims.smem_bytes, &c);
+            assert_eq!((196 << 10) / b, occ, "{c:?}: {b} bytes per block");
+            assert!((228 << 10) / b <= occ, "{c:?}: one more fits the full carveout");
+            assert_eq!(plan.dims.carveout, Some(85));
+            assert_eq!(plan.dims.block.0, threads * rows);
+            let uncapped = RmsNormConfig { occ: 0, ..c };
+            let plain = <RmsNorm as PlannedKernel>::plan(&h200, &uncapped, &p).unwrap();
+            assert_eq!((plain.dims.smem_bytes, plain.dims.carveout), (0, None));
+            assert_ne!(plan.variant, plain.variant);
+            assert!(plan.variant.to_string().contains("OCC"), "{}", plan.variant);
+        }
+        let c = RmsNormConfig {
+            threads: 256,
+            vec: 8,
+            rows: 1,
+            occ: 6,
+        };
+        let a100 = DeviceInfo::nominal(tuned::Target::Sm80).unwrap();
+        let e = <RmsNorm as PlannedKernel>::plan(&a100, &c, &p).unwrap_err();
+        assert!(
+            e.to_string().contains("occ") && e.to_string().contains("196 KiB"),
+            "{e}"
+        );
     }
 
     /// The CUDA ops and the HIP ops launch `PlannedKernel::plan`: for every config of

@@ -7,7 +7,12 @@
 use tuned::{int_param, param_index, Field, KernelSchema, Value};
 
 const KEY: &[Field] = &[Field::dtype("dtype"), Field::int("cols")];
-const PARAMS: &[Field] = &[Field::int("threads"), Field::int("vec"), Field::int("rows")];
+const PARAMS: &[Field] = &[
+    Field::int("threads"),
+    Field::int("vec"),
+    Field::int("rows"),
+    Field::int("occ"),
+];
 
 /// `y = x / rms(x) * weight`: key (dtype, cols = hidden size), batch = rows (tokens).
 pub static RMSNORM: KernelSchema = KernelSchema {
@@ -29,6 +34,16 @@ pub const THREADS: &[i64] = &[32, 64, 128, 256, 512, 1024];
 pub const VECS: &[i64] = &[1, 2, 4, 8];
 /// Rows per block, each handled by its own `threads` threads.
 pub const ROWS: &[i64] = &[1, 2, 4, 8, 16];
+/// Resident blocks per SM the launch allows (0: as many as registers and threads
+/// allow). A cap n > 0 gives each block enough dynamic shared memory that only n fit
+/// in Hopper's 196 KiB shared memory carveout, which the launch asks for (the rest of
+/// the SM's 256 KiB, 60 KiB, is L1). Fewer rows in flight per SM measured faster at
+/// large batches on the H200: rmsnorm 32768 x 4096 bf16 ran 127.8 us with 128 x 8 at
+/// 6 blocks per SM against 130.5 uncapped (docs/results/2026-11-30-h200-session8.md).
+pub const OCCS: &[i64] = &[0, 3, 6];
+/// Resident threads per SM a cap must leave (24 warps) and may ask for (the SM's 2048).
+pub const OCC_MIN_THREADS: i64 = 768;
+pub const OCC_MAX_THREADS: i64 = 2048;
 /// Most vectors one thread holds in registers between the reduction and the write;
 /// longer rows are read a second time (from L2).
 pub const MAX_ITERS: i64 = 16;
@@ -36,6 +51,7 @@ pub const MAX_ITERS: i64 = 16;
 pub const THREADS_AT: usize = param_index(&RMSNORM, "threads");
 pub const VEC_AT: usize = param_index(&RMSNORM, "vec");
 pub const ROWS_AT: usize = param_index(&RMSNORM, "rows");
+pub const OCC_AT: usize = param_index(&RMSNORM, "occ");
 
 /// Checks a config's values against the parameter domains and the rules that tie
 /// parameters together (independent of the problem).
@@ -43,9 +59,18 @@ pub fn check_config(values: &[Value]) -> Result<(), String> {
     let threads = int_param(&RMSNORM, values, THREADS_AT, THREADS)?;
     int_param(&RMSNORM, values, VEC_AT, VECS)?;
     let rows = int_param(&RMSNORM, values, ROWS_AT, ROWS)?;
+    let occ = int_param(&RMSNORM, values, OCC_AT, OCCS)?;
     if threads * rows > 1024 {
         return Err(format!(
             "threads * rows = {} exceeds 1024 threads per block",
+            threads * rows
+        ));
+    }
+    let resident = threads * rows * occ;
+    if occ > 0 && !(OCC_MIN_THREADS..=OCC_MAX_THREADS).contains(&resident) {
+        return Err(format!(
+            "occ = {occ} blocks of {} threads is {resident} threads per SM; a cap must leave \
+             {OCC_MIN_THREADS}..={OCC_MAX_THREADS}",
             threads * rows
         ));
     }

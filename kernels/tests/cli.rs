@@ -361,7 +361,7 @@ fn promote_moves_online_results_into_tables() {
             ..kernels::core::testing::tuning_key_parts("rmsnorm", fingerprint, &static_key, 64)
         });
         let record = TuneRecord {
-            config: vec![Value::Int(256), Value::Int(8), Value::Int(1)],
+            config: vec![Value::Int(256), Value::Int(8), Value::Int(1), Value::Int(0)],
             us,
             default_us: Some(4.0),
             device: "NVIDIA H200".into(),
