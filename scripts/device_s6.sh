@@ -10,6 +10,7 @@
 #   peers     torch, torch.compile and Liger on the same shapes
 #   memcpy    the driver's copy of each shape's bytes
 #   check     the on-GPU table check (graph timing)
+#   check:K   the same for kernel K only (eighth session)
 # Logs, tables, tuning records and results go to $OUT/$TAG.tgz after each step.
 # Seventh session: TAG (default s6) names the work folder and the archive; TUNE_LIMIT
 # (seconds) overrides the tune step's time limit (default 330 for softmax, 150 else).
@@ -61,6 +62,10 @@ for step in ${STEPS:-every:softmax}; do
     check)
       ( time timeout 100 $B/kernels tables check --sample 6 ) > $R/tables-check.log 2>&1
       echo "check exit $?"; tail -n 3 $R/tables-check.log; pack ;;
+    check:*)
+      k=${step#check:}
+      ( time timeout 100 $B/kernels tables check --sample 6 --kernel $k ) > $R/tables-check-$k.log 2>&1
+      echo "check $k exit $?"; tail -n 3 $R/tables-check-$k.log; pack ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
 done

@@ -91,7 +91,7 @@ pub use search::{
     all_failed, cached_config, candidate_configs, conclude, recheck_configs, start_search, time_candidates,
     tune_record, CandidateReport, Recheck, TuneOptions, TuneReport,
 };
-pub use select::{median, select, Measured, NOISE_THRESHOLD};
+pub use select::{median, noise_margin, select, Measured, LONG_KERNEL_US, NOISE_THRESHOLD};
 pub use shape::{check_disjoint, check_eps, dtype_define, widest_vector, Rows};
 pub use timing::{graph_launches, rotation, FlushL2, Timing, TimingMethod, TimingOptions, MIN_REPS};
 pub use tune_table::{

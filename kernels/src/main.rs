@@ -167,8 +167,9 @@ enum TablesCommand {
         backend: String,
         paths: Vec<PathBuf>,
     },
-    /// Move online tuning results (KERNELS_TUNING=online) from the disk cache into the
-    /// committed tables, merged; results that cannot serve from a table are listed.
+    /// Move tuning results (the online tuner's, KERNELS_TUNING=online, or `kernels
+    /// tune`'s) from the disk cache into the committed tables, merged; results that
+    /// cannot serve from a table are listed.
     Promote {
         /// Cache folder (default: KERNELS_CACHE_DIR, else the user's cache folder).
         #[arg(long)]
@@ -176,6 +177,10 @@ enum TablesCommand {
         /// Tables folder (default: the committed tuned/tables).
         #[arg(long)]
         tables: Option<PathBuf>,
+        /// Choose each record's winner again from its recorded candidate times by this
+        /// build's selection rule (nothing is timed).
+        #[arg(long)]
+        reselect: bool,
     },
     /// Record in tuned/variants.lock the compiled variants each baked table serves (run
     /// after tuning a table); with --check, fail if they differ from the recorded ones
@@ -188,7 +193,8 @@ enum TablesCommand {
         path: Option<PathBuf>,
     },
     /// Turn entries that do not beat their analytic default by more than --margin
-    /// (default 0.02, the tuner's noise threshold) into default markers (the batch then
+    /// (default 0.02, the tuner's noise threshold; half of it where the default takes 10 us
+    /// or more, as the tuner's rule) into default markers (the batch then
     /// serves the analytic default, not a neighbour's config), rewriting the files
     /// atomically.
     Prune {
@@ -502,13 +508,17 @@ fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {
             Ok(ExitCode::SUCCESS)
         }
         TablesCommand::Validate { paths } => check(paths, false),
-        TablesCommand::Promote { cache, tables: dir } => {
+        TablesCommand::Promote {
+            cache,
+            tables: dir,
+            reselect,
+        } => {
             let cache = match cache {
                 Some(c) => kernels::core::DiskCache::at(c),
                 None => kernels::core::DiskCache::from_env(),
             };
             let dir = dir.unwrap_or_else(tables::default_dir);
-            match tables::promote(&cache, &dir) {
+            match tables::promote(&cache, &dir, reselect) {
                 Ok(p) => {
                     for (path, added, replaced, kept) in &p.written {
                         println!(

@@ -153,7 +153,9 @@ pub struct Pruned {
 }
 
 /// Turns every tuned entry whose time does not beat its analytic default's by more
-/// than `margin` (a fraction: 0.02 is 2%) into a default marker, and rewrites the file
+/// than `margin` (a fraction: 0.02 is 2%; half of it where the default takes
+/// [`kernels_core::LONG_KERNEL_US`] or more, the tuner's rule,
+/// [`kernels_core::noise_margin`]) into a default marker, and rewrites the file
 /// atomically. Such a config buys nothing over the default, and a kept entry is a
 /// promise that the table is faster. The marker keeps the batch in the table: deleting
 /// the entry would let the nearest-batch lookup hand that batch a neighbour's config,
@@ -177,7 +179,11 @@ pub fn prune(path: &Path, margin: f64) -> Result<Pruned, Finding> {
     for e in &mut table.entries {
         match e.config {
             EntryConfig::Default => pruned.markers_before += 1,
-            EntryConfig::Tuned(_) if e.us < e.default_us * (1.0 - margin) => pruned.kept += 1,
+            EntryConfig::Tuned(_)
+                if e.us < e.default_us * (1.0 - kernels_core::noise_margin(margin, e.default_us)) =>
+            {
+                pruned.kept += 1
+            }
             EntryConfig::Tuned(_) => {
                 pruned
                     .marked
@@ -190,6 +196,29 @@ pub fn prune(path: &Path, margin: f64) -> Result<Pruned, Finding> {
         .write(path)
         .map_err(|e| finding(None, format!("cannot write: {e}")))?;
     Ok(pruned)
+}
+
+/// Chooses `record`'s winner again from its candidates (the analytic default first, as
+/// every search records them) by [`kernels_core::select`]; an error when no candidate
+/// ran or the record holds none.
+fn reselect_record(record: &mut kernels_core::TuneRecord) -> Result<(), String> {
+    use kernels_core::{select, Measured, NOISE_THRESHOLD};
+    let measured: Vec<Measured> = record
+        .candidates
+        .iter()
+        .map(|c| match &c.outcome {
+            Ok(us) => Measured::Time(*us),
+            Err(e) => Measured::Failed(e.clone()),
+        })
+        .collect();
+    let i =
+        select(&measured, 0, NOISE_THRESHOLD).ok_or("no candidate of the record ran; nothing to reselect")?;
+    let (Some(chosen), Some(us)) = (record.candidates.get(i), measured[i].time()) else {
+        return Err("no candidate of the record ran; nothing to reselect".into());
+    };
+    record.config = chosen.config.clone();
+    record.us = us;
+    Ok(())
 }
 
 /// What [`promote`] did with each online tuning result.
@@ -216,12 +245,18 @@ fn key_field<'a>(text: &'a str, name: &str) -> Option<std::borrow::Cow<'a, str>>
     }
 }
 
-/// Moves online tuning results from the disk cache into committed tables
-/// (`<tables>/<kernel>/<target>.json`, merged: the faster entry of each (key, batch)
-/// wins). Only results that can serve from a table are promoted: measured on 16-byte
+/// Moves tuning results from the disk cache (the online tuner's, or `kernels tune`'s)
+/// into committed tables (`<tables>/<kernel>/<target>.json`, merged: the faster entry
+/// of each (key, batch) wins; a table holds one timing method, the record's key says
+/// which). Only results that can serve from a table are promoted: measured on 16-byte
 /// aligned buffers, against the kernel source this binary was built from, and faster
 /// than the analytic default; the rest are listed with the reason.
-pub fn promote(cache: &kernels_core::DiskCache, tables: &Path) -> Result<Promoted, Finding> {
+///
+/// With `reselect`, each record's winner is chosen again from its candidates' recorded
+/// medians by this build's rule ([`kernels_core::select`] at
+/// [`kernels_core::NOISE_THRESHOLD`]), as a search would now choose from the same
+/// measurements; nothing is timed.
+pub fn promote(cache: &kernels_core::DiskCache, tables: &Path, reselect: bool) -> Result<Promoted, Finding> {
     use std::collections::BTreeMap;
     use tuned::{StaticKey, TableHeader};
 
@@ -265,7 +300,7 @@ pub fn promote(cache: &kernels_core::DiskCache, tables: &Path) -> Result<Promote
             skip(format!("arch `{}` has no table target", field("arch")));
             continue;
         };
-        let record = match std::str::from_utf8(&entry.payload)
+        let mut record = match std::str::from_utf8(&entry.payload)
             .map_err(|e| e.to_string())
             .and_then(kernels_core::TuneRecord::from_json)
         {
@@ -275,6 +310,12 @@ pub fn promote(cache: &kernels_core::DiskCache, tables: &Path) -> Result<Promote
                 continue;
             }
         };
+        if reselect {
+            if let Err(e) = reselect_record(&mut record) {
+                skip(e);
+                continue;
+            }
+        }
         let Some(default_us) = record.default_us.filter(|d| record.us < *d) else {
             skip("does not beat the analytic default".into());
             continue;
@@ -300,8 +341,13 @@ pub fn promote(cache: &kernels_core::DiskCache, tables: &Path) -> Result<Promote
                     compiler: record.compiler.clone(),
                     source_fingerprint: fingerprint.clone(),
                     tuned_at: record.tuned_at.clone(),
-                    // Online tuning times single launches on the caller's buffers.
-                    timing: tuned::TIMING_SINGLE.to_string(),
+                    // `kernels tune` keys its records by its method (`timing=graph`
+                    // or `timing=single`); the online tuner's keys have no variant and
+                    // time single launches on the caller's buffers.
+                    timing: match field("variant").strip_prefix("timing=") {
+                        Some(m) if tuned::TIMINGS.contains(&m) => m.to_string(),
+                        _ => tuned::TIMING_SINGLE.to_string(),
+                    },
                     key_fields: schema.key_names().map(str::to_string).collect(),
                     params: schema.param_names().map(str::to_string).collect(),
                 },

@@ -417,6 +417,100 @@ fn promote_moves_online_results_into_tables() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `kernels tune`'s records (keyed `timing=graph`) promote into a graph-timed table,
+/// and `--reselect` chooses each winner again from the recorded candidate times by the
+/// current rule: a 1.5% gain at 100 us, which a 2% rule left to the default, is taken;
+/// a 1.5% gain at 4 us is still noise.
+#[test]
+fn promote_reselects_from_recorded_candidates_and_keeps_the_timing_method() {
+    use kernels::core::{
+        cache_key, CacheKeyParts, CandidateRecord, Component, DiskCache, Section, TuneRecord,
+    };
+    use tuned::Value;
+    let dir = std::env::temp_dir().join(format!("kernels-reselect-{}", std::process::id()));
+    let cache = DiskCache::at(dir.join("cache"));
+    let cfg =
+        |threads: i64, occ: i64| vec![Value::Int(threads), Value::Int(8), Value::Int(1), Value::Int(occ)];
+    let fingerprint = kernels::rmsnorm::SOURCE_FINGERPRINT;
+    let store = |cols: u32, default_us: f64, other_us: f64| {
+        let static_key = format!("dtype=bf16,cols={cols}");
+        let key = cache_key(&CacheKeyParts {
+            variant: Component::Applies("timing=graph"),
+            ..kernels::core::testing::tuning_key_parts("rmsnorm", fingerprint, &static_key, 16384)
+        });
+        // As a 2% rule chose: the default, whose time is also `us`.
+        let record = TuneRecord {
+            config: cfg(256, 0),
+            us: default_us,
+            default_us: Some(default_us),
+            device: "NVIDIA H200".into(),
+            compiler: "nvrtc 13.0".into(),
+            tuned_at: "2026-11-30".into(),
+            candidates: vec![
+                CandidateRecord {
+                    config: cfg(256, 0),
+                    outcome: Ok(default_us),
+                },
+                CandidateRecord {
+                    config: cfg(128, 0),
+                    outcome: Err("compile error".into()),
+                },
+                CandidateRecord {
+                    config: cfg(128, 6),
+                    outcome: Ok(other_us),
+                },
+            ],
+        };
+        cache
+            .store(Section::Tuning, &key, "tune", record.to_json().as_bytes())
+            .unwrap();
+    };
+    store(4096, 100.0, 98.5);
+    store(2048, 4.0, 3.94);
+    let tables = dir.join("tables");
+    let (cache_dir, tables_dir) = (dir.join("cache"), tables.clone());
+    let promote = |reselect: bool| {
+        let mut args = vec![
+            "tables",
+            "promote",
+            "--cache",
+            cache_dir.to_str().unwrap(),
+            "--tables",
+            tables_dir.to_str().unwrap(),
+        ];
+        if reselect {
+            args.push("--reselect");
+        }
+        let o = kernels(&args);
+        assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+        stdout(&o)
+    };
+    // As recorded, neither beats the default: nothing to promote.
+    let out = promote(false);
+    assert!(out.contains("nothing to promote"), "{out}");
+    let out = promote(true);
+    assert!(out.contains("1 added"), "{out}");
+    assert!(
+        out.contains("cols=2048] batch 16384: does not beat the analytic default"),
+        "{out}"
+    );
+    let t = tuned::TableFile::read(&tables.join("rmsnorm/sm90.json"), None).unwrap();
+    assert_eq!(t.header.timing, tuned::TIMING_GRAPH);
+    assert_eq!(t.entries.len(), 1);
+    let e = &t.entries[0];
+    assert_eq!((e.key.as_str(), e.batch), ("dtype=bf16,cols=4096", 16384));
+    assert_eq!(e.config, tuned::EntryConfig::Tuned(cfg(128, 6)));
+    assert_eq!((e.us, e.default_us), (98.5, 100.0));
+    // Prune applies the same rule: the 1.5% entry at 100 us stays.
+    let o = kernels(&[
+        "tables",
+        "prune",
+        tables.join("rmsnorm/sm90.json").to_str().unwrap(),
+    ]);
+    assert!(stdout(&o).contains("kept 1, marked default 0"), "{}", stdout(&o));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn lookup_at_a_committed_default_marker_serves_the_default() {
     // The first default marker of the committed sm90 tables (prune leaves them where
