@@ -238,9 +238,21 @@ pub(crate) fn occ_smem(info: &DeviceInfo, c: &RmsNormConfig) -> Result<u32> {
         ));
     }
     // cuda/rmsnorm.cu's static shared memory: one float per warp of each row.
-    let static_bytes = (c.rows * c.threads / 32 * 4).next_multiple_of(SMEM_GRANULE);
-    let usable = OCC_CARVEOUT_BYTES / c.occ - SMEM_RESERVED_PER_BLOCK;
-    Ok(usable / SMEM_GRANULE * SMEM_GRANULE - static_bytes)
+    let static_bytes = (c.rows as u64 * c.threads as u64 / 32 * 4).next_multiple_of(SMEM_GRANULE as u64);
+    let usable = (OCC_CARVEOUT_BYTES / c.occ.max(1)).checked_sub(SMEM_RESERVED_PER_BLOCK);
+    usable
+        .and_then(|u| u64::from(u / SMEM_GRANULE * SMEM_GRANULE).checked_sub(static_bytes))
+        .and_then(|pad| u32::try_from(pad).ok())
+        .ok_or_else(|| {
+            Error::invalid(
+                "occ",
+                format!(
+                    "{} blocks of {} threads cannot share an SM's 196 KiB of shared memory",
+                    c.occ,
+                    c.block_threads()
+                ),
+            )
+        })
 }
 
 /// The two entry points' parameter orders (cuda/rmsnorm.cu's ABI).
@@ -577,6 +589,11 @@ mod tests {
             e.to_string().contains("occ") && e.to_string().contains("196 KiB"),
             "{e}"
         );
+        // A cap no SM can hold (a caller's own config) is an error, not a panic.
+        for occ in [197, 1000, u32::MAX] {
+            let e = <RmsNorm as PlannedKernel>::plan(&h200, &RmsNormConfig { occ, ..c }, &p).unwrap_err();
+            assert!(e.to_string().contains("occ"), "{e}");
+        }
     }
 
     /// The CUDA ops and the HIP ops launch `PlannedKernel::plan`: for every config of
