@@ -44,6 +44,12 @@ pub const OCCS: &[i64] = &[0, 3, 6];
 /// Resident threads per SM a cap must leave (24 warps) and may ask for (the SM's 2048).
 pub const OCC_MIN_THREADS: i64 = 768;
 pub const OCC_MAX_THREADS: i64 = 2048;
+
+/// Whether a cap of `occ` blocks of `block_threads` threads leaves a resident thread
+/// count in [`OCC_MIN_THREADS`]`..=`[`OCC_MAX_THREADS`] (no cap, `occ` 0, always does).
+pub fn occ_leaves_enough_threads(block_threads: i64, occ: i64) -> bool {
+    occ == 0 || (OCC_MIN_THREADS..=OCC_MAX_THREADS).contains(&(block_threads * occ))
+}
 /// Most vectors one thread holds in registers between the reduction and the write;
 /// longer rows are read a second time (from L2).
 pub const MAX_ITERS: i64 = 16;
@@ -66,12 +72,12 @@ pub fn check_config(values: &[Value]) -> Result<(), String> {
             threads * rows
         ));
     }
-    let resident = threads * rows * occ;
-    if occ > 0 && !(OCC_MIN_THREADS..=OCC_MAX_THREADS).contains(&resident) {
+    if !occ_leaves_enough_threads(threads * rows, occ) {
         return Err(format!(
-            "occ = {occ} blocks of {} threads is {resident} threads per SM; a cap must leave \
+            "occ = {occ} blocks of {} threads is {} threads per SM; a cap must leave \
              {OCC_MIN_THREADS}..={OCC_MAX_THREADS}",
-            threads * rows
+            threads * rows,
+            threads * rows * occ
         ));
     }
     Ok(())

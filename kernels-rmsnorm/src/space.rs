@@ -3,7 +3,7 @@
 use tuned::Target;
 
 use crate::config::{RmsNormConfig, RmsNormKey};
-use crate::schema::{OCCS, OCC_MAX_THREADS, OCC_MIN_THREADS, ROWS, THREADS, VECS};
+use crate::schema::{occ_leaves_enough_threads, OCCS, ROWS, THREADS, VECS};
 
 /// Whether `config` can run rows of `key` on `target`: a vector is at most 16 bytes
 /// and divides the row; a thread group is at least a warp (64 lanes on AMD) and has
@@ -13,8 +13,9 @@ use crate::schema::{OCCS, OCC_MAX_THREADS, OCC_MIN_THREADS, ROWS, THREADS, VECS}
 /// 768..=2048 resident threads.
 pub fn fits(target: Target, key: &RmsNormKey, config: &RmsNormConfig) -> bool {
     let vec_bytes = config.vec as usize * key.dtype.size();
-    let resident = config.block_threads() as i64 * config.occ as i64;
-    (config.occ == 0 || (target == Target::Sm90 && (OCC_MIN_THREADS..=OCC_MAX_THREADS).contains(&resident)))
+    (config.occ == 0
+        || (target == Target::Sm90
+            && occ_leaves_enough_threads(config.block_threads() as i64, config.occ as i64)))
         && vec_bytes <= 16
         && key.cols.is_multiple_of(config.vec)
         && config.threads >= target.warp_size()
