@@ -35,6 +35,8 @@
 #define XP_FIXED_Y 0
 #endif
 
+#include "scripts/s9/pdl.cuh"
+
 static float bf16_to_f(unsigned short b) {
     unsigned u = unsigned(b) << 16;
     float f;
@@ -110,7 +112,8 @@ int main(int argc, char** argv) {
     for (int i = 0; i < ITER; ++i)
         // XP_FIXED_Y (eighth session): every launch writes set 0's y, as a peer whose
         // output comes from the caching allocator does.
-        softmax_kernel<<<grid, block, smem, st>>>(xs[i % sets], ys[XP_FIXED_Y ? 0 : i % sets], rows, COLS, COLS, 1.f);
+        xp_launch(softmax_kernel, grid, block, smem, st, (const T*)xs[i % sets], ys[XP_FIXED_Y ? 0 : i % sets], rows, (long long)COLS,
+                  (long long)COLS, 1.f);
     CK(cudaStreamEndCapture(st, &g));
     CK(cudaGraphInstantiate(&ge, g, 0));
     cudaEvent_t a, b;
@@ -136,7 +139,7 @@ int main(int argc, char** argv) {
         int occ = -1;
         CK(cudaFuncGetAttributes(&fa, softmax_kernel));
         if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, softmax_kernel, int(block), smem) != cudaSuccess) occ = -1;
-        printf("%-28s regs=%d blocks_per_sm=%d\n", name, fa.numRegs, occ);
+        printf("%-28s regs=%d blocks_per_sm=%d empty_us=%.2f pdl=%d\n", name, fa.numRegs, occ, xp_empty_us(st), XP_PDL);
     }
     if (memcpy_ref) {
         std::vector<float> tc;

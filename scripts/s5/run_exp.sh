@@ -26,7 +26,7 @@ build() {
   [ "$src" = new ] && pre=kernels-core/cuda/prelude.cuh && sm=$SRC
   cat $pre $sm $HARNESS > $W/$name.cu
   local splits=-DSPLITS=1; case "$defs" in *SPLITS*) splits=;; esac
-  nvcc -O3 -std=c++17 -arch=sm_90a -DDTYPE=2 -DROWS=1 -DLOG_SOFTMAX=0 $splits $defs -o $W/$name $W/$name.cu > $W/$name.build 2>&1 \
+  nvcc -O3 -std=c++17 -I$PWD -arch=sm_90a -DDTYPE=2 -DROWS=1 -DLOG_SOFTMAX=0 $splits $defs -o $W/$name $W/$name.cu > $W/$name.build 2>&1 \
     || { echo "BUILD FAILED $name"; cat $W/$name.build; }
 }
 while IFS='|' read -r name src rows defs mc grid; do

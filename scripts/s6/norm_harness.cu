@@ -55,6 +55,8 @@ static unsigned short to_bf(float f) {
     return (unsigned short)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
 }
 
+#include "scripts/s9/pdl.cuh"
+
 int main(int argc, char** argv) {
     if (argc < 3) return 2;
     const char* name = argv[1];
@@ -91,13 +93,13 @@ int main(int argc, char** argv) {
     if (XP_CARVE >= 0) CK(cudaFuncSetAttribute(fused_add_rmsnorm_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, XP_CARVE));
     if (SPLITS > 8) CK(cudaFuncSetAttribute(fused_add_rmsnorm_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     auto launch = [&](int i, cudaStream_t st) {
-        fused_add_rmsnorm_kernel<<<grid, block, XP_SMEM, st>>>(xs[i], COLS, rs[i], COLS, w, rows, eps);
+        xp_launch(fused_add_rmsnorm_kernel, grid, block, XP_SMEM, st, xs[i], (long long)COLS, rs[i], (long long)COLS, (const T*)w, rows, eps);
     };
 #else
     if (XP_SMEM > 48 * 1024) CK(cudaFuncSetAttribute(rmsnorm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, XP_SMEM));
     if (XP_CARVE >= 0) CK(cudaFuncSetAttribute(rmsnorm_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, XP_CARVE));
     if (SPLITS > 8) CK(cudaFuncSetAttribute(rmsnorm_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-    auto launch = [&](int i, cudaStream_t st) { rmsnorm_kernel<<<grid, block, XP_SMEM, st>>>(xs[i], COLS, w, ys[XP_FIXED_Y ? 0 : i], COLS, rows, eps); };
+    auto launch = [&](int i, cudaStream_t st) { xp_launch(rmsnorm_kernel, grid, block, XP_SMEM, st, (const T*)xs[i], (long long)COLS, (const T*)w, ys[XP_FIXED_Y ? 0 : i], (long long)COLS, rows, eps); };
 #endif
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
@@ -158,7 +160,7 @@ int main(int argc, char** argv) {
         int occ = -1;
         CK(cudaFuncGetAttributes(&fa, kern));
         if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, int(block), XP_SMEM) != cudaSuccess) occ = -1;
-        printf("%-28s regs=%d blocks_per_sm=%d\n", name, fa.numRegs, occ);
+        printf("%-28s regs=%d blocks_per_sm=%d empty_us=%.2f pdl=%d\n", name, fa.numRegs, occ, xp_empty_us(st), XP_PDL);
     }
     return 0;
 }
