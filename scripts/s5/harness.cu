@@ -72,7 +72,12 @@ int main(int argc, char** argv) {
         CK(cudaMemcpy(xs[i], h.data(), bytes, cudaMemcpyHostToDevice));
     }
     // XP_SMEM (eighth session): extra dynamic shared memory per block, to cap blocks per SM.
+#if STRATEGY == 4
+    // Ninth session: the pipelined strategy holds two slices per block.
+    const size_t smem = 2 * size_t(SLICE_VECS) * sizeof(V) + size_t(XP_SMEM);
+#else
     const size_t smem = size_t(STAGE_VECS) * sizeof(V) + size_t(XP_SMEM);
+#endif
     if (smem > 48 * 1024) CK(cudaFuncSetAttribute(softmax_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     // XP_CARVE (eighth session): the preferred shared memory carveout, percent (-1: unset).
     if (XP_CARVE >= 0) CK(cudaFuncSetAttribute(softmax_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, XP_CARVE));
@@ -80,6 +85,25 @@ int main(int argc, char** argv) {
     if (SPLITS > 8) CK(cudaFuncSetAttribute(softmax_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     unsigned grid = unsigned(rows * SPLITS / ROWS + (rows % ROWS ? 1 : 0));
     if (argc > 4 && atoi(argv[4]) > 0) grid = unsigned(atoi(argv[4]));
+#if STRATEGY == 4
+    // Ninth session: persistent clusters, as many as fit at once (at most one per row).
+    else {
+        int fit = 0;
+        if (SPLITS > 1) {
+            cudaLaunchConfig_t cfg = {};
+            cfg.gridDim = dim3(SPLITS);
+            cfg.blockDim = dim3(THREADS);
+            cfg.dynamicSmemBytes = smem;
+            CK(cudaOccupancyMaxActiveClusters(&fit, (void*)softmax_kernel, &cfg));
+        } else {
+            int per_sm = 0, sms = 0;
+            CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, softmax_kernel, THREADS, smem));
+            CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+            fit = per_sm * sms;
+        }
+        grid = unsigned(std::min<long long>(rows, fit) * SPLITS);
+    }
+#endif
     const unsigned block = THREADS * ROWS;
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
