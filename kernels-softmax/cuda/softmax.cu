@@ -184,18 +184,31 @@ __device__ __forceinline__ void forget(V (&buf)[ITERS]) {
     for (int i = 0; i < ITERS; ++i) kd::opaque(buf[i]);
 }
 
-template <int ITERS, typename Valid>
-__device__ __forceinline__ float part_sum(const V (&buf)[ITERS], float k, float r, Valid valid) {
-    float s[2] = {0.f, 0.f};  // two chains of adds
+// The sum of 2^(t - r), t = x * k, over the valid elements, in two chains of adds;
+// with KEEP_E each term is also kept in e[i][j] (otherwise e is never touched).
+template <bool KEEP_E, int ITERS, typename Valid>
+__device__ __forceinline__ float exp_sum(const V (&buf)[ITERS], float k, float r, Valid valid,
+                                         float (&e)[ITERS][VEC]) {
+    float s[2] = {0.f, 0.f};
 #pragma unroll
     for (int i = 0; i < ITERS; ++i) {
         if (!valid(i)) continue;
         float f[VEC];
         kd::unpack(buf[i], f);
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) s[e & 1] += kd::fast_exp2(fmaf(f[e], k, -r));
+        for (int j = 0; j < VEC; ++j) {
+            const float t = kd::fast_exp2(fmaf(f[j], k, -r));
+            if (KEEP_E) e[i][j] = t;
+            s[j & 1] += t;
+        }
     }
     return s[0] + s[1];
+}
+
+template <int ITERS, typename Valid>
+__device__ __forceinline__ float part_sum(const V (&buf)[ITERS], float k, float r, Valid valid) {
+    float unused[ITERS][VEC];
+    return exp_sum<false>(buf, k, r, valid, unused);
 }
 
 // KEEP: pass 1 keeps each exponential in registers (fp32, ITERS * VEC per thread) and
@@ -208,19 +221,7 @@ __device__ __forceinline__ float part_sum(const V (&buf)[ITERS], float k, float 
 template <int ITERS, typename Valid>
 __device__ __forceinline__ float part_sum_keep(const V (&buf)[ITERS], float k, float r, Valid valid,
                                                float (&e)[ITERS][VEC]) {
-    float s[2] = {0.f, 0.f};
-#pragma unroll
-    for (int i = 0; i < ITERS; ++i) {
-        if (!valid(i)) continue;
-        float f[VEC];
-        kd::unpack(buf[i], f);
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-            e[i][j] = kd::fast_exp2(fmaf(f[j], k, -r));
-            s[j & 1] += e[i][j];
-        }
-    }
-    return s[0] + s[1];
+    return exp_sum<true>(buf, k, r, valid, e);
 }
 
 // The output for kept exponentials 2^(t - r), where r = ref(m) of this thread's part
@@ -287,6 +288,15 @@ __device__ __forceinline__ Stats block_merge(Stats st, float* red_m, float* red_
     return st;
 }
 
+#if !defined(KD_AMD)
+// The 32-bit shared-memory address of a pointer into this block's shared memory.
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    unsigned a;
+    asm("{ .reg .u64 g; cvta.to.shared.u64 g, %1; cvt.u32.u64 %0, g; }" : "=r"(a) : "l"(p));
+    return a;
+}
+#endif
+
 // ---- thread-block clusters (sm_90): rank, barrier, remote shared memory ----------
 
 #define KD_CLUSTER (STRATEGY == 2 || (STRATEGY == 3 && SPLITS > 1))
@@ -314,12 +324,6 @@ struct Exchange {
     float parts[2 * SPLITS];
     unsigned long long bar;  // mbarrier: one arrival (thread 0's) plus 8 * SPLITS bytes
 };
-
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    unsigned a;
-    asm("{ .reg .u64 g; cvta.to.shared.u64 g, %1; cvt.u32.u64 %0, g; }" : "=r"(a) : "l"(p));
-    return a;
-}
 
 // The address of `p` (in this block's shared memory) in block `rank` of the cluster.
 __device__ __forceinline__ unsigned peer_addr(const void* p, unsigned rank) {
@@ -578,8 +582,7 @@ constexpr bool REG_TAIL = TAIL_ITERS <= 6;
 
 // Asynchronous copy of one vector from global to shared memory (no registers held).
 __device__ __forceinline__ void copy_async(V* dst, const T* src) {
-    unsigned s;
-    asm("{ .reg .u64 g; cvta.to.shared.u64 g, %1; cvt.u32.u64 %0, g; }" : "=r"(s) : "l"(dst));
+    const unsigned s = smem_addr(dst);
     if (sizeof(V) == 16) {
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src) : "memory");
     } else {
