@@ -6,6 +6,7 @@
 
 use std::marker::PhantomData;
 
+use kernels_core::kernel_crate::{check_device_ptrs, check_row_operands};
 use kernels_core::{
     check_disjoint, check_eps, AlignClass, BufferRole, DeviceInfo, Error, KernelArgs, KernelSource,
     LaunchDims, PlannedKernel, Result, Rows, TuneBuffer, Variant,
@@ -124,17 +125,7 @@ impl<'a> NormProblem<'a> {
         (on, out, out_len, out_rows): (&str, u64, usize, Rows),
         eps: f32,
     ) -> Result<NormProblem<'a>> {
-        x_rows.check(xn, x_len)?;
-        out_rows.check(on, out_len)?;
-        if (out_rows.rows, out_rows.cols) != (x_rows.rows, x_rows.cols) {
-            return Err(Error::invalid(
-                on,
-                format!(
-                    "is [{}, {}] but `{xn}` is [{}, {}]",
-                    out_rows.rows, out_rows.cols, x_rows.rows, x_rows.cols
-                ),
-            ));
-        }
+        check_row_operands((xn, x_rows, x_len), (on, out_rows, out_len))?;
         if w_len != x_rows.cols {
             return Err(Error::invalid(
                 "weight",
@@ -142,17 +133,7 @@ impl<'a> NormProblem<'a> {
             ));
         }
         check_eps(eps)?;
-        for (name, p) in [(xn, x), ("weight", w), (on, out)] {
-            if p == 0 {
-                return Err(Error::invalid(name, "is a null device pointer"));
-            }
-            if p % dtype.size() as u64 != 0 {
-                return Err(Error::invalid(
-                    name,
-                    format!("address {p:#x} is not aligned to its {dtype} elements"),
-                ));
-            }
-        }
+        check_device_ptrs(dtype, &[(xn, x), ("weight", w), (on, out)])?;
         Ok(NormProblem {
             key: RmsNormKey {
                 dtype,
