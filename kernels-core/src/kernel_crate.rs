@@ -1,6 +1,7 @@
 //! What kernel crates keyed by element type and row length (softmax, RMSNorm) share
-//! on top of this runtime: the checks of a problem built from raw device addresses.
-//! GPU-free.
+//! on top of this runtime: the checks of a problem built from raw device addresses,
+//! and [`tuned_row_kernel!`](crate::tuned_row_kernel), which declares such a kernel
+//! with its `tuned::TunedKernel` implementation. GPU-free.
 
 use tuned::DType;
 
@@ -43,6 +44,95 @@ pub fn check_device_ptrs(dtype: DType, ptrs: &[(&str, u64)]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Declares unit structs (each with the attributes given, its docs) for kernels
+/// whose key type has the fields `dtype: tuned::DType` and `cols: u32` (the schema's
+/// key fields, in that order), and implements `tuned::TunedKernel` for each alike:
+/// keys and configs convert through their own `from_values`, configs also through
+/// `decode` and `values`; the analytic default, the baked table and whether a config
+/// fits are the functions named. Kernels that differ in any of these take one
+/// invocation each.
+///
+/// ```ignore
+/// kernels_core::tuned_row_kernel! {
+///     /// Softmax over the last dimension.
+///     Softmax,
+///     /// Log-softmax over the last dimension.
+///     LogSoftmax {
+///         key: SoftmaxKey,
+///         config: SoftmaxConfig,
+///         schema: schema::SOFTMAX,
+///         fingerprint: baked::SOURCE_FINGERPRINT,
+///         table: baked::softmax_table,
+///         default: heuristic::analytic_default,
+///         fits: space::fits,
+///     }
+/// }
+/// ```
+#[macro_export]
+macro_rules! tuned_row_kernel {
+    (
+        $($(#[$attr:meta])* $ty:ident),+ {
+            key: $key:ty,
+            config: $config:ty,
+            schema: $schema:expr,
+            fingerprint: $fingerprint:expr,
+            table: $table:path,
+            default: $default:path,
+            fits: $fits:path $(,)?
+        }
+    ) => {$(
+        $(#[$attr])*
+        pub struct $ty;
+
+        impl $crate::tuned::TunedKernel for $ty {
+            type Key = $key;
+            type Config = $config;
+            const SCHEMA: &'static $crate::tuned::KernelSchema = &$schema;
+            const SOURCE_FINGERPRINT: &'static str = $fingerprint;
+
+            fn key_values(key: &$key) -> $crate::tuned::KeyValues {
+                $crate::tuned::KeyValues::new()
+                    .push(key.dtype.name())
+                    .push(key.cols as i64)
+            }
+
+            fn key_from_values(
+                values: &[$crate::tuned::Value],
+            ) -> ::std::result::Result<$key, ::std::string::String> {
+                <$key>::from_values(values)
+            }
+
+            fn config_from_values(
+                values: &[$crate::tuned::Value],
+            ) -> ::std::result::Result<$config, ::std::string::String> {
+                <$config>::from_values(values)
+            }
+
+            fn config_from_baked(values: &[$crate::tuned::Value]) -> ::std::option::Option<$config> {
+                <$config>::decode(values)
+            }
+
+            fn config_values(config: &$config) -> ::std::vec::Vec<$crate::tuned::Value> {
+                config.values()
+            }
+
+            fn analytic_default(target: $crate::tuned::Target, key: &$key, batch: u64) -> $config {
+                $default(target, key, batch)
+            }
+
+            fn baked_table(
+                target: $crate::tuned::Target,
+            ) -> ::std::option::Option<&'static $crate::tuned::BakedTable> {
+                $table(target)
+            }
+
+            fn accepts(target: $crate::tuned::Target, key: &$key, _batch: u64, config: &$config) -> bool {
+                $fits(target, key, config)
+            }
+        }
+    )+};
 }
 
 #[cfg(test)]
