@@ -50,6 +50,8 @@ mod counters;
 mod device;
 mod element;
 mod error;
+/// What the kernel crates keyed by element type and row length share.
+pub mod kernel_crate;
 mod plan;
 mod policy;
 #[cfg(any(feature = "cuda", feature = "rocm"))]

@@ -31,8 +31,6 @@
 //! # Ok::<(), kernels_core::Error>(())
 //! ```
 
-use std::marker::PhantomData;
-
 use kernels_core::{
     encode, pseudo_random, HipBuffer, HipDevice, HipRuntime, HipStream, HipTunable, HipTunableDyn, Result,
 };
@@ -65,18 +63,8 @@ impl NormHipBuffers {
     }
 
     fn problem(&mut self) -> NormProblem<'_> {
-        let cols = self.key.cols as u64;
-        NormProblem {
-            key: self.key,
-            rows: self.rows,
-            x: self.x.device_ptr(),
-            x_stride: cols,
-            w: self.w.device_ptr(),
-            out: self.out.device_ptr(),
-            out_stride: cols,
-            eps: 1e-6,
-            _buffers: PhantomData,
-        }
+        let (x, w, out) = (self.x.device_ptr(), self.w.device_ptr(), self.out.device_ptr());
+        NormProblem::tuning(self.key, self.rows, x, w, out)
     }
 }
 

@@ -5,7 +5,6 @@
 //! Every op validates shapes, lengths, strides, `eps`, aliasing and alignment before
 //! anything is launched and returns an error naming the bad argument.
 
-use std::marker::PhantomData;
 use std::sync::Arc;
 
 use kernels_core::cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut};
@@ -108,18 +107,7 @@ impl NormBuffers {
         let (x, _) = self.x.device_ptr(&self.stream);
         let (w, _) = self.w.device_ptr(&self.stream);
         let (out, _) = self.out.device_ptr(&self.stream);
-        let cols = self.key.cols as u64;
-        NormProblem {
-            key: self.key,
-            rows: self.rows,
-            x,
-            x_stride: cols,
-            w,
-            out,
-            out_stride: cols,
-            eps: 1e-6,
-            _buffers: PhantomData,
-        }
+        NormProblem::tuning(self.key, self.rows, x, w, out)
     }
 }
 

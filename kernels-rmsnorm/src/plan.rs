@@ -6,6 +6,7 @@
 
 use std::marker::PhantomData;
 
+use kernels_core::kernel_crate::{check_device_ptrs, check_row_operands};
 use kernels_core::{
     check_disjoint, check_eps, AlignClass, BufferRole, DeviceInfo, Error, KernelArgs, KernelSource,
     LaunchDims, PlannedKernel, Result, Rows, TuneBuffer, Variant,
@@ -66,17 +67,13 @@ impl<'a> NormProblem<'a> {
             ("y", y, y_len, y_rows),
             eps,
         )?;
-        check_disjoint(
-            ("x", x_rows.byte_range(x, dtype)),
-            ("y", y_rows.byte_range(y, dtype)),
-        )?;
-        check_disjoint(
-            (
-                "weight",
-                Rows::contiguous(1, x_rows.cols).byte_range(weight, dtype),
-            ),
-            ("y", y_rows.byte_range(y, dtype)),
-        )?;
+        // x and weight are only read: they may overlap each other.
+        let w = Rows::contiguous(1, x_rows.cols).byte_range(weight, dtype);
+        check_writes_disjoint(&[
+            ("x", x_rows.byte_range(x, dtype), false),
+            ("weight", w, false),
+            ("y", y_rows.byte_range(y, dtype), true),
+        ])?;
         Ok(p)
     }
 
@@ -104,16 +101,12 @@ impl<'a> NormProblem<'a> {
             ("residual", residual, residual_len, residual_rows),
             eps,
         )?;
-        check_disjoint(
-            ("x", x_rows.byte_range(x, dtype)),
-            ("residual", residual_rows.byte_range(residual, dtype)),
-        )?;
         let w = Rows::contiguous(1, x_rows.cols).byte_range(weight, dtype);
-        check_disjoint(("x", x_rows.byte_range(x, dtype)), ("weight", w))?;
-        check_disjoint(
-            ("residual", residual_rows.byte_range(residual, dtype)),
-            ("weight", w),
-        )?;
+        check_writes_disjoint(&[
+            ("x", x_rows.byte_range(x, dtype), true),
+            ("residual", residual_rows.byte_range(residual, dtype), true),
+            ("weight", w, false),
+        ])?;
         Ok(p)
     }
 
@@ -124,17 +117,7 @@ impl<'a> NormProblem<'a> {
         (on, out, out_len, out_rows): (&str, u64, usize, Rows),
         eps: f32,
     ) -> Result<NormProblem<'a>> {
-        x_rows.check(xn, x_len)?;
-        out_rows.check(on, out_len)?;
-        if (out_rows.rows, out_rows.cols) != (x_rows.rows, x_rows.cols) {
-            return Err(Error::invalid(
-                on,
-                format!(
-                    "is [{}, {}] but `{xn}` is [{}, {}]",
-                    out_rows.rows, out_rows.cols, x_rows.rows, x_rows.cols
-                ),
-            ));
-        }
+        check_row_operands((xn, x_rows, x_len), (on, out_rows, out_len))?;
         if w_len != x_rows.cols {
             return Err(Error::invalid(
                 "weight",
@@ -142,17 +125,7 @@ impl<'a> NormProblem<'a> {
             ));
         }
         check_eps(eps)?;
-        for (name, p) in [(xn, x), ("weight", w), (on, out)] {
-            if p == 0 {
-                return Err(Error::invalid(name, "is a null device pointer"));
-            }
-            if p % dtype.size() as u64 != 0 {
-                return Err(Error::invalid(
-                    name,
-                    format!("address {p:#x} is not aligned to its {dtype} elements"),
-                ));
-            }
-        }
+        check_device_ptrs(dtype, &[(xn, x), ("weight", w), (on, out)])?;
         Ok(NormProblem {
             key: RmsNormKey {
                 dtype,
@@ -167,6 +140,25 @@ impl<'a> NormProblem<'a> {
             eps,
             _buffers: PhantomData,
         })
+    }
+
+    /// The problem the tuners of both backends time on buffers of their own:
+    /// contiguous `[rows, key.cols]` operands at `x` and `out`, a weight row at `w`,
+    /// eps 1e-6.
+    #[cfg(any(feature = "cuda", feature = "rocm"))]
+    pub(crate) fn tuning(key: RmsNormKey, rows: u64, x: u64, w: u64, out: u64) -> NormProblem<'a> {
+        let cols = key.cols as u64;
+        NormProblem {
+            key,
+            rows,
+            x,
+            x_stride: cols,
+            w,
+            out,
+            out_stride: cols,
+            eps: 1e-6,
+            _buffers: PhantomData,
+        }
     }
 
     /// The static key: dtype and row length (hidden size).
@@ -187,6 +179,20 @@ impl<'a> NormProblem<'a> {
         let s = self.key.dtype.size() as u64;
         AlignClass::of([self.x, self.w, self.out, self.x_stride * s, self.out_stride * s])
     }
+}
+
+/// Checks operands given as `(name, byte range, written by the kernel)`: every pair
+/// of which the kernel writes at least one must be disjoint, checked in the order
+/// given; the first overlap is an error naming the later operand ([`check_disjoint`]).
+fn check_writes_disjoint(operands: &[(&str, (u64, u64), bool)]) -> Result<()> {
+    for (i, &(a, a_bytes, a_written)) in operands.iter().enumerate() {
+        for &(b, b_bytes, b_written) in &operands[i + 1..] {
+            if a_written || b_written {
+                check_disjoint((a, a_bytes), (b, b_bytes))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The config with its vector narrowed to what the buffers' alignment allows.
@@ -467,6 +473,25 @@ mod tests {
         let fused =
             unsafe { NormProblem::fused_add_rmsnorm_raw(DType::Bf16, X, 256, s, X + 2, 256, s, W, 64, 1e-6) };
         assert_eq!(bad_arg(fused), "residual");
+    }
+
+    /// Only operands the kernel writes must not overlap another: rmsnorm's y, the fused
+    /// kernel's x and residual; the error names the later of the two in argument order.
+    #[test]
+    fn overlaps_with_a_written_operand_name_the_later_one() {
+        let s = Rows::contiguous(4, 64);
+        let bytes = 4 * 64 * 2;
+        // rmsnorm: x and weight may share memory; y may overlap neither.
+        assert!(unsafe { NormProblem::rmsnorm_raw(DType::Bf16, X, 256, s, X, 64, Y, 256, s, 1e-6) }.is_ok());
+        let w_in_y = unsafe { NormProblem::rmsnorm_raw(DType::Bf16, X, 256, s, Y + 8, 64, Y, 256, s, 1e-6) };
+        assert_eq!(bad_arg(w_in_y), "y");
+        let fused = |x: u64, r: u64, w: u64| unsafe {
+            NormProblem::fused_add_rmsnorm_raw(DType::Bf16, x, 256, s, r, 256, s, w, 64, 1e-6)
+        };
+        assert!(fused(X, Y, W).is_ok());
+        assert_eq!(bad_arg(fused(X, X + bytes - 2, W)), "residual");
+        assert_eq!(bad_arg(fused(X, Y, X + 8)), "weight");
+        assert_eq!(bad_arg(fused(X, Y, Y + bytes - 2)), "weight");
     }
 
     #[test]

@@ -23,6 +23,8 @@
 //! assert!((y[0] - 3.0 / rms).abs() < 1e-6 && (y[1] - 8.0 / rms).abs() < 1e-6);
 //! ```
 
+use std::ops::Range;
+
 use tuned::DType;
 
 /// RMSNorm of each of `rows` rows of `x` into `y`.
@@ -35,13 +37,9 @@ pub fn rmsnorm(
     rows: usize,
     eps: f32,
 ) {
-    let cols = weight.len();
-    check_rows("x", x.len(), x_stride, rows, cols);
-    check_rows("y", y.len(), y_stride, rows, cols);
-    for r in 0..rows {
-        let xr = &x[r * x_stride..r * x_stride + cols];
-        let yr = &mut y[r * y_stride..r * y_stride + cols];
-        normalise(xr, weight, eps, yr);
+    let (x_rows, y_rows) = (("x", x.len(), x_stride), ("y", y.len(), y_stride));
+    for (xr, yr) in row_pairs(x_rows, y_rows, rows, weight.len()) {
+        normalise(&x[xr], weight, eps, &mut y[yr]);
     }
 }
 
@@ -59,12 +57,9 @@ pub fn fused_add_rmsnorm(
     eps: f32,
     storage: DType,
 ) {
-    let cols = weight.len();
-    check_rows("x", x.len(), x_stride, rows, cols);
-    check_rows("residual", residual.len(), r_stride, rows, cols);
-    for r in 0..rows {
-        let xr = &mut x[r * x_stride..r * x_stride + cols];
-        let rr = &mut residual[r * r_stride..r * r_stride + cols];
+    let (x_rows, r_rows) = (("x", x.len(), x_stride), ("residual", residual.len(), r_stride));
+    for (xr, rr) in row_pairs(x_rows, r_rows, rows, weight.len()) {
+        let (xr, rr) = (&mut x[xr], &mut residual[rr]);
         for (res, &v) in rr.iter_mut().zip(xr.iter()) {
             *res = round_to(storage, v + *res);
         }
@@ -95,6 +90,24 @@ pub fn round_to(dtype: DType, v: f32) -> f32 {
         DType::Bf16 => round_bf16(v),
         DType::F16 => f16_bits_to_f32(f32_to_f16_bits(v)),
     }
+}
+
+/// The element ranges of rows `0..rows` (`cols` each) in two buffers given as
+/// `(name, len, stride)`, after [`check_rows`] on the first, then the second.
+fn row_pairs(
+    (a, a_len, a_stride): (&str, usize, usize),
+    (b, b_len, b_stride): (&str, usize, usize),
+    rows: usize,
+    cols: usize,
+) -> impl Iterator<Item = (Range<usize>, Range<usize>)> {
+    check_rows(a, a_len, a_stride, rows, cols);
+    check_rows(b, b_len, b_stride, rows, cols);
+    (0..rows).map(move |r| {
+        (
+            r * a_stride..r * a_stride + cols,
+            r * b_stride..r * b_stride + cols,
+        )
+    })
 }
 
 fn check_rows(name: &str, len: usize, stride: usize, rows: usize, cols: usize) {

@@ -23,6 +23,47 @@ fn temp_dir(tag: &str) -> std::path::PathBuf {
     d
 }
 
+/// The problem of `y = rmsnorm(x) * weight` (eps 1e-6) over buffers of this device.
+fn rmsnorm_problem<'a>(dtype: DType, x: &'a Buf, w: &'a Buf, y: &'a Buf, shape: Rows) -> NormProblem<'a> {
+    // SAFETY: live allocations of this device with the lengths given.
+    unsafe {
+        NormProblem::rmsnorm_raw(
+            dtype,
+            x.ptr(),
+            x.len(),
+            shape,
+            w.ptr(),
+            w.len(),
+            y.ptr(),
+            y.len(),
+            shape,
+            1e-6,
+        )
+    }
+    .expect("valid problem")
+}
+
+/// The problem of `residual += x; x = rmsnorm(residual) * weight` (eps 1e-6), in
+/// place over buffers of this device.
+fn fused_problem<'a>(dtype: DType, x: &'a Buf, res: &'a Buf, w: &'a Buf, shape: Rows) -> NormProblem<'a> {
+    // SAFETY: live allocations of this device with the lengths given.
+    unsafe {
+        NormProblem::fused_add_rmsnorm_raw(
+            dtype,
+            x.ptr(),
+            x.len(),
+            shape,
+            res.ptr(),
+            res.len(),
+            shape,
+            w.ptr(),
+            w.len(),
+            1e-6,
+        )
+    }
+    .expect("valid problem")
+}
+
 /// The resolution `serve` gives on this device: the gfx table, else the default.
 fn serve<K: TunedKernel<Key = RmsNormKey>>(
     rt: &HipRuntime,
@@ -73,22 +114,7 @@ fn ops_match_the_reference_and_resolve_like_cuda() {
 
         // rmsnorm
         let y = Buf::new(&rt, dtype, &poison, offset);
-        // SAFETY: live allocations of this device with the lengths given.
-        let p = unsafe {
-            NormProblem::rmsnorm_raw(
-                dtype,
-                x.ptr(),
-                x.len(),
-                shape,
-                w.ptr(),
-                w.len(),
-                y.ptr(),
-                y.len(),
-                shape,
-                1e-6,
-            )
-        }
-        .expect("valid problem");
+        let p = rmsnorm_problem(dtype, &x, &w, &y, shape);
         let used = norm_hip::rmsnorm(&rt, &stream, &p).unwrap_or_else(|e| panic!("rmsnorm {what}: {e}"));
         stream.synchronize().unwrap();
         let mut want = poison.clone();
@@ -111,22 +137,7 @@ fn ops_match_the_reference_and_resolve_like_cuda() {
             Buf::new(&rt, dtype, &x_host, offset),
             Buf::new(&rt, dtype, &r_host, offset),
         );
-        // SAFETY: live allocations of this device with the lengths given.
-        let p = unsafe {
-            NormProblem::fused_add_rmsnorm_raw(
-                dtype,
-                xf.ptr(),
-                xf.len(),
-                shape,
-                res.ptr(),
-                res.len(),
-                shape,
-                w.ptr(),
-                w.len(),
-                1e-6,
-            )
-        }
-        .expect("valid problem");
+        let p = fused_problem(dtype, &xf, &res, &w, shape);
         let used =
             norm_hip::fused_add_rmsnorm(&rt, &stream, &p).unwrap_or_else(|e| panic!("fused {what}: {e}"));
         stream.synchronize().unwrap();
@@ -182,22 +193,7 @@ fn every_config_of_the_device_space_matches_the_reference() {
     assert!(!configs.is_empty());
     for c in configs {
         let y = Buf::new(&rt, dtype, &vec![0.0; 9 * 4096], 0);
-        // SAFETY: live allocations of this device with the lengths given.
-        let p = unsafe {
-            NormProblem::rmsnorm_raw(
-                dtype,
-                x.ptr(),
-                x.len(),
-                shape,
-                w.ptr(),
-                w.len(),
-                y.ptr(),
-                y.len(),
-                shape,
-                1e-6,
-            )
-        }
-        .unwrap();
+        let p = rmsnorm_problem(dtype, &x, &w, &y, shape);
         rt.launch_config::<RmsNorm>(&stream, &c, &p)
             .unwrap_or_else(|e| panic!("{c:?}: {e}"));
         stream.synchronize().unwrap();
@@ -233,22 +229,7 @@ fn tuning_restores_in_place_buffers_and_writes_a_gfx_table() {
         Buf::new(&rt, dtype, &r_host, 0),
         Buf::new(&rt, dtype, &w_host, 0),
     );
-    // SAFETY: live allocations of this device with the lengths given.
-    let p = unsafe {
-        NormProblem::fused_add_rmsnorm_raw(
-            dtype,
-            x.ptr(),
-            x.len(),
-            shape,
-            res.ptr(),
-            res.len(),
-            shape,
-            w.ptr(),
-            w.len(),
-            1e-6,
-        )
-    }
-    .unwrap();
+    let p = fused_problem(dtype, &x, &res, &w, shape);
     let mut opts = TuneOptions::default();
     opts.timing.reps = 10;
     opts.max_candidates = 6;

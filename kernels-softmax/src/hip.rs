@@ -28,8 +28,6 @@
 //! # Ok::<(), kernels_core::Error>(())
 //! ```
 
-use std::marker::PhantomData;
-
 use kernels_core::{
     encode, pseudo_random, HipBuffer, HipDevice, HipRuntime, HipStream, HipTunable, HipTunableDyn, Result,
 };
@@ -59,17 +57,7 @@ impl SoftmaxHipBuffers {
     }
 
     fn problem(&mut self) -> SoftmaxProblem<'_> {
-        let cols = self.key.cols as u64;
-        SoftmaxProblem {
-            key: self.key,
-            rows: self.rows,
-            x: self.x.device_ptr(),
-            x_stride: cols,
-            y: self.y.device_ptr(),
-            y_stride: cols,
-            scale: 1.0,
-            _buffers: PhantomData,
-        }
+        SoftmaxProblem::tuning(self.key, self.rows, self.x.device_ptr(), self.y.device_ptr())
     }
 }
 

@@ -6,7 +6,6 @@
 //! Every op validates shapes, lengths, strides, `scale`, aliasing and alignment
 //! before anything is launched and returns an error naming the bad argument.
 
-use std::marker::PhantomData;
 use std::sync::Arc;
 
 use kernels_core::cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut};
@@ -72,17 +71,7 @@ impl SoftmaxBuffers {
     fn problem(&mut self) -> SoftmaxProblem<'_> {
         let (x, _) = self.x.device_ptr(&self.stream);
         let (y, _) = self.y.device_ptr(&self.stream);
-        let cols = self.key.cols as u64;
-        SoftmaxProblem {
-            key: self.key,
-            rows: self.rows,
-            x,
-            x_stride: cols,
-            y,
-            y_stride: cols,
-            scale: 1.0,
-            _buffers: PhantomData,
-        }
+        SoftmaxProblem::tuning(self.key, self.rows, x, y)
     }
 }
 

@@ -6,6 +6,7 @@
 
 use std::marker::PhantomData;
 
+use kernels_core::kernel_crate::{check_device_ptrs, check_row_operands};
 use kernels_core::{
     check_disjoint, AlignClass, BufferRole, DeviceInfo, Error, KernelArgs, KernelSource, LaunchDims,
     PlannedKernel, Result, Rows, TuneBuffer, Variant,
@@ -55,31 +56,11 @@ impl<'a> SoftmaxProblem<'a> {
         y_rows: Rows,
         scale: f32,
     ) -> Result<SoftmaxProblem<'a>> {
-        x_rows.check("x", x_len)?;
-        y_rows.check("y", y_len)?;
-        if (y_rows.rows, y_rows.cols) != (x_rows.rows, x_rows.cols) {
-            return Err(Error::invalid(
-                "y",
-                format!(
-                    "is [{}, {}] but `x` is [{}, {}]",
-                    y_rows.rows, y_rows.cols, x_rows.rows, x_rows.cols
-                ),
-            ));
-        }
+        check_row_operands(("x", x_rows, x_len), ("y", y_rows, y_len))?;
         if !scale.is_finite() {
             return Err(Error::invalid("scale", format!("must be finite, got {scale}")));
         }
-        for (name, p) in [("x", x), ("y", y)] {
-            if p == 0 {
-                return Err(Error::invalid(name, "is a null device pointer"));
-            }
-            if p % dtype.size() as u64 != 0 {
-                return Err(Error::invalid(
-                    name,
-                    format!("address {p:#x} is not aligned to its {dtype} elements"),
-                ));
-            }
-        }
+        check_device_ptrs(dtype, &[("x", x), ("y", y)])?;
         // In place is fine (each row is read before it is written); partial overlap is not.
         if !(x == y && x_rows.stride == y_rows.stride) {
             check_disjoint(
@@ -100,6 +81,25 @@ impl<'a> SoftmaxProblem<'a> {
             scale,
             _buffers: PhantomData,
         })
+    }
+}
+
+impl<'a> SoftmaxProblem<'a> {
+    /// The problem the tuners of both backends time on buffers of their own:
+    /// contiguous `[rows, key.cols]` operands at `x` and `y`, scale 1.
+    #[cfg(any(feature = "cuda", feature = "rocm"))]
+    pub(crate) fn tuning(key: SoftmaxKey, rows: u64, x: u64, y: u64) -> SoftmaxProblem<'a> {
+        let cols = key.cols as u64;
+        SoftmaxProblem {
+            key,
+            rows,
+            x,
+            x_stride: cols,
+            y,
+            y_stride: cols,
+            scale: 1.0,
+            _buffers: PhantomData,
+        }
     }
 }
 
