@@ -103,7 +103,8 @@ pub fn rmsnorm(
 }
 
 /// `residual += x; x = rmsnorm(residual) * weight`, in place, on `stream`. The problem
-/// must come from [`NormProblem::fused_add_rmsnorm_raw`].
+/// must come from [`NormProblem::fused_add_rmsnorm_raw`]; one built for plain RMSNorm
+/// is an error naming `problem`, and nothing is launched.
 pub fn fused_add_rmsnorm(
     rt: &HipRuntime,
     stream: &HipStream,

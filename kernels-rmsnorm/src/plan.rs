@@ -38,6 +38,10 @@ pub struct NormProblem<'a> {
     pub(crate) out: u64,
     pub(crate) out_stride: u64,
     pub(crate) eps: f32,
+    /// The entry point the constructor checked the buffers' access for (the plain
+    /// kernel only reads `x`; the fused one writes `x` and takes `out` as the
+    /// residual); `None` for the tuners' own problems, whose buffers both may write.
+    pub(crate) entry: Option<Entry>,
     pub(crate) _buffers: PhantomData<&'a mut [u8]>,
 }
 
@@ -61,6 +65,7 @@ impl<'a> NormProblem<'a> {
         eps: f32,
     ) -> Result<NormProblem<'a>> {
         let p = Self::checked(
+            Entry::RmsNorm,
             dtype,
             ("x", x, x_len, x_rows),
             (weight, weight_len),
@@ -95,6 +100,7 @@ impl<'a> NormProblem<'a> {
         eps: f32,
     ) -> Result<NormProblem<'a>> {
         let p = Self::checked(
+            Entry::FusedAdd,
             dtype,
             ("x", x, x_len, x_rows),
             (weight, weight_len),
@@ -111,6 +117,7 @@ impl<'a> NormProblem<'a> {
     }
 
     fn checked(
+        entry: Entry,
         dtype: DType,
         (xn, x, x_len, x_rows): (&str, u64, usize, Rows),
         (w, w_len): (u64, usize),
@@ -138,6 +145,7 @@ impl<'a> NormProblem<'a> {
             out,
             out_stride: out_rows.stride as u64,
             eps,
+            entry: Some(entry),
             _buffers: PhantomData,
         })
     }
@@ -157,6 +165,7 @@ impl<'a> NormProblem<'a> {
             out,
             out_stride: cols,
             eps: 1e-6,
+            entry: None,
             _buffers: PhantomData,
         }
     }
@@ -262,7 +271,7 @@ pub(crate) fn occ_smem(info: &DeviceInfo, c: &RmsNormConfig) -> Result<u32> {
 }
 
 /// The two entry points' parameter orders (cuda/rmsnorm.cu's ABI).
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Entry {
     /// `(x, x_stride, w, y, y_stride, rows, eps)`
     RmsNorm,
@@ -278,19 +287,41 @@ impl Entry {
             Entry::FusedAdd => "fused_add_rmsnorm_kernel",
         }
     }
+
+    /// The op's name and the constructor whose checks its problems need.
+    fn op(self) -> (&'static str, &'static str) {
+        match self {
+            Entry::RmsNorm => ("rmsnorm", "NormProblem::rmsnorm or rmsnorm_raw"),
+            Entry::FusedAdd => (
+                "fused_add_rmsnorm",
+                "NormProblem::fused_add_rmsnorm or fused_add_rmsnorm_raw",
+            ),
+        }
+    }
 }
 
 /// The launch of `c` on `p` through `entry`: one block per `c.rows` rows (with the
 /// shared memory and carveout of its blocks-per-SM cap, if any), and cuda/rmsnorm.cu's
-/// arguments in `entry`'s order. A config whose vector the buffers' alignment does not
-/// allow is an error naming `x`; so are more than 2^31 - 1 blocks (`rows`) and a cap on
-/// a device without Hopper's carveouts (`occ`).
+/// arguments in `entry`'s order. A problem built for the other entry point is an error
+/// naming `problem`; a config whose vector the buffers' alignment does not allow is an
+/// error naming `x`; so are more than 2^31 - 1 blocks (`rows`) and a cap on a device
+/// without Hopper's carveouts (`occ`).
 pub(crate) fn launch_args(
     entry: Entry,
     info: &DeviceInfo,
     c: &RmsNormConfig,
     p: &NormProblem<'_>,
 ) -> Result<(LaunchDims, KernelArgs)> {
+    // A problem checked for the other op: the plain one lets x alias the weight and
+    // borrows x read-only, which the fused kernel writes; the fused one's output is the
+    // residual, which the plain kernel would overwrite with y.
+    if let Some(built) = p.entry.filter(|&b| b != entry) {
+        let ((built_op, _), (op, needs)) = (built.op(), entry.op());
+        return Err(Error::invalid(
+            "problem",
+            format!("was built for {built_op}; {op} takes one from {needs}"),
+        ));
+    }
     if fit(&p.key, *c, p.alignment()) != *c {
         return Err(Error::invalid(
             "x",
@@ -563,6 +594,48 @@ mod tests {
         assert_eq!(plan.variant.entry(), "fused_add_rmsnorm_kernel");
     }
 
+    /// A problem serves only the op it was built (and its aliasing checked) for: the
+    /// fused kernel on a plain problem would write the read-only x (which may even
+    /// alias the weight), the plain kernel on a fused problem would overwrite the
+    /// residual with y. Both are errors naming `problem`, before any launch.
+    #[test]
+    fn a_problem_serves_only_the_op_it_was_built_for() {
+        let s = Rows::contiguous(5, 4096);
+        let c = RmsNormConfig {
+            threads: 256,
+            vec: 8,
+            rows: 1,
+            occ: 0,
+        };
+        let info = DeviceInfo::nominal(tuned::Target::Sm90).unwrap();
+        // x and weight overlap: allowed for the plain op, which only reads both.
+        let plain = rms(X, s.span().unwrap(), s, 4096, Y, s, 1e-5).unwrap();
+        let plain_aliased =
+            unsafe { NormProblem::rmsnorm_raw(DType::Bf16, X, 5 * 4096, s, X, 4096, Y, 5 * 4096, s, 1e-5) }
+                .unwrap();
+        for p in [&plain, &plain_aliased] {
+            let e = <FusedAddRmsNorm as PlannedKernel>::plan(&info, &c, p).unwrap_err();
+            assert!(
+                matches!(&e, Error::InvalidArgument { name, .. } if name == "problem"),
+                "{e}"
+            );
+            assert!(e.to_string().contains("built for rmsnorm"), "{e}");
+        }
+        let fused = unsafe {
+            NormProblem::fused_add_rmsnorm_raw(DType::Bf16, X, 5 * 4096, s, Y, 5 * 4096, s, W, 4096, 1e-5)
+        }
+        .unwrap();
+        let e = <RmsNorm as PlannedKernel>::plan(&info, &c, &fused).unwrap_err();
+        assert!(
+            matches!(&e, Error::InvalidArgument { name, .. } if name == "problem"),
+            "{e}"
+        );
+        assert!(e.to_string().contains("built for fused_add_rmsnorm"), "{e}");
+        // Each op still plans its own problems.
+        assert!(<RmsNorm as PlannedKernel>::plan(&info, &c, &plain_aliased).is_ok());
+        assert!(<FusedAddRmsNorm as PlannedKernel>::plan(&info, &c, &fused).is_ok());
+    }
+
     /// A blocks-per-SM cap launches with the shared memory that leaves exactly that
     /// many blocks resident under the 196 KiB carveout (and fewer than one more under
     /// the full 228 KiB), with the carveout asked for, from its own variant; devices
@@ -632,6 +705,10 @@ mod tests {
         };
         let s = Rows::contiguous(16, 4096);
         let p = rms(X, 16 * 4096, s, 4096, Y, s, 1e-6).unwrap();
+        let f = unsafe {
+            NormProblem::fused_add_rmsnorm_raw(DType::Bf16, X, 16 * 4096, s, Y, 16 * 4096, s, W, 4096, 1e-6)
+        }
+        .unwrap();
         let nvidia = DeviceInfo::nominal(tuned::Target::Sm90).unwrap();
         let amd = DeviceInfo {
             warp_size: 64,
@@ -641,11 +718,11 @@ mod tests {
         let space = space::search_space(tuned::Target::Gfx942, &key);
         assert!(!space.is_empty());
         for c in &space {
-            for plan in [
-                <RmsNorm as PlannedKernel>::plan,
-                <FusedAddRmsNorm as PlannedKernel>::plan,
+            for (plan, p) in [
+                (<RmsNorm as PlannedKernel>::plan as fn(&_, &_, &_) -> _, &p),
+                (<FusedAddRmsNorm as PlannedKernel>::plan, &f),
             ] {
-                assert_eq!(plan(&nvidia, c, &p).unwrap(), plan(&amd, c, &p).unwrap(), "{c:?}");
+                assert_eq!(plan(&nvidia, c, p).unwrap(), plan(&amd, c, p).unwrap(), "{c:?}");
             }
             let on_hip = <RmsNorm as PlannedKernel>::plan(&amd, c, &p).unwrap();
             assert_eq!(on_hip.variant, <RmsNorm as PlannedKernel>::variant(&amd, &key, c));
