@@ -22,6 +22,32 @@ fn fixtures() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures")
 }
 
+/// The candidates digest this build's search of `K` computes for `static_key` at
+/// `batch` on the device `kernels::core::testing::tuning_key_parts` describes (sm_90a,
+/// 132 SMs), as the tuner puts it in a tuning key.
+fn digest<K: kernels::core::PlannedKernel>(static_key: &str, batch: u64) -> String {
+    let key = tuned::StaticKey::parse(K::SCHEMA, static_key).unwrap();
+    let key = K::key_from_values(key.values()).unwrap();
+    let h200 = kernels::core::DeviceInfo::nominal(tuned::Target::Sm90).unwrap();
+    kernels::core::candidates_digest::<K>(&h200, &key, batch)
+}
+
+/// `kernels tables promote --cache CACHE --tables TABLES [--reselect]`.
+fn promote(cache: &Path, tables: &Path, reselect: bool) -> Output {
+    let mut args = vec![
+        "tables",
+        "promote",
+        "--cache",
+        cache.to_str().unwrap(),
+        "--tables",
+        tables.to_str().unwrap(),
+    ];
+    if reselect {
+        args.push("--reselect");
+    }
+    kernels(&args)
+}
+
 #[test]
 fn lookup_json_has_the_documented_shape() {
     let o = kernels(&[
@@ -356,8 +382,10 @@ fn promote_moves_online_results_into_tables() {
     let cache = DiskCache::at(dir.join("cache"));
     let store = |fingerprint: &str, cols: u32, align: AlignClass, us: f64| {
         let static_key = format!("dtype=bf16,cols={cols}");
+        let candidates = digest::<kernels::rmsnorm::RmsNorm>(&static_key, 64);
         let key = cache_key(&CacheKeyParts {
             alignment: Component::Applies(align),
+            candidates: Component::Applies(&candidates),
             ..kernels::core::testing::tuning_key_parts("rmsnorm", fingerprint, &static_key, 64)
         });
         let record = TuneRecord {
@@ -379,14 +407,7 @@ fn promote_moves_online_results_into_tables() {
     store("fnv1a64:0000000000000000", 7168, AlignClass::A16, 3.0); // stale: skipped
     store(current, 9216, AlignClass::A16, 4.5); // slower than the default: skipped
     let tables = dir.join("tables");
-    let o = kernels(&[
-        "tables",
-        "promote",
-        "--cache",
-        dir.join("cache").to_str().unwrap(),
-        "--tables",
-        tables.to_str().unwrap(),
-    ]);
+    let o = promote(&dir.join("cache"), &tables, false);
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
     let out = stdout(&o);
     assert!(out.contains("1 added"), "{out}");
@@ -434,8 +455,10 @@ fn promote_reselects_from_recorded_candidates_and_keeps_the_timing_method() {
     let fingerprint = kernels::rmsnorm::SOURCE_FINGERPRINT;
     let store = |cols: u32, default_us: f64, other_us: f64| {
         let static_key = format!("dtype=bf16,cols={cols}");
+        let candidates = digest::<kernels::rmsnorm::RmsNorm>(&static_key, 16384);
         let key = cache_key(&CacheKeyParts {
             variant: Component::Applies("timing=graph"),
+            candidates: Component::Applies(&candidates),
             ..kernels::core::testing::tuning_key_parts("rmsnorm", fingerprint, &static_key, 16384)
         });
         // As a 2% rule chose: the default, whose time is also `us`.
@@ -468,20 +491,8 @@ fn promote_reselects_from_recorded_candidates_and_keeps_the_timing_method() {
     store(4096, 100.0, 98.5);
     store(2048, 4.0, 3.94);
     let tables = dir.join("tables");
-    let (cache_dir, tables_dir) = (dir.join("cache"), tables.clone());
     let promote = |reselect: bool| {
-        let mut args = vec![
-            "tables",
-            "promote",
-            "--cache",
-            cache_dir.to_str().unwrap(),
-            "--tables",
-            tables_dir.to_str().unwrap(),
-        ];
-        if reselect {
-            args.push("--reselect");
-        }
-        let o = kernels(&args);
+        let o = promote(&dir.join("cache"), &tables, reselect);
         assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
         stdout(&o)
     };
@@ -508,6 +519,129 @@ fn promote_reselects_from_recorded_candidates_and_keeps_the_timing_method() {
         tables.join("rmsnorm/sm90.json").to_str().unwrap(),
     ]);
     assert!(stdout(&o).contains("kept 1, marked default 0"), "{}", stdout(&o));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A record's key carries the digest of the candidates its search compiled and timed.
+/// One searched over another candidate list (an older build's space, or another
+/// derivation of a config's defines), or keyed with no digest at all, is skipped and
+/// named, with and without `--reselect` (whose recorded times would be another
+/// search's). A log-softmax result, keyed under the softmax table it shares, is this
+/// build's search all the same.
+#[test]
+fn promote_skips_records_searched_over_another_candidate_list() {
+    use kernels::core::{
+        cache_key, CacheKeyParts, CandidateRecord, Component, DiskCache, Section, TuneRecord,
+    };
+    use kernels::rmsnorm::RmsNorm;
+    use kernels::softmax::LogSoftmax;
+    use tuned::{TunedKernel, Value};
+    let dir = std::env::temp_dir().join(format!("kernels-candidates-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let cache = DiskCache::at(dir.join("cache"));
+    let batch = 64;
+    // Each record: the default first at 4 us, and a config 25% faster.
+    let store = |kernel: &str,
+                 fingerprint: &str,
+                 static_key: &str,
+                 candidates: Component<&str>,
+                 best: Vec<Value>,
+                 default: Vec<Value>| {
+        let key = cache_key(&CacheKeyParts {
+            candidates,
+            ..kernels::core::testing::tuning_key_parts(kernel, fingerprint, static_key, batch)
+        });
+        let record = TuneRecord {
+            config: best.clone(),
+            us: 3.0,
+            default_us: Some(4.0),
+            device: "NVIDIA H200".into(),
+            compiler: "nvrtc 13.0".into(),
+            tuned_at: "2026-11-30".into(),
+            candidates: vec![
+                CandidateRecord {
+                    config: default,
+                    outcome: Ok(4.0),
+                },
+                CandidateRecord {
+                    config: best,
+                    outcome: Ok(3.0),
+                },
+            ],
+        };
+        cache
+            .store(Section::Tuning, &key, "tune", record.to_json().as_bytes())
+            .unwrap();
+    };
+    let norm = |threads: i64| vec![Value::Int(threads), Value::Int(8), Value::Int(1), Value::Int(0)];
+    let fingerprint = kernels::rmsnorm::SOURCE_FINGERPRINT;
+    let current = |cols: u32| digest::<RmsNorm>(&format!("dtype=bf16,cols={cols}"), batch);
+    let (now, older) = (current(5120), "fnv1a64:0000000000000000");
+    store(
+        "rmsnorm",
+        fingerprint,
+        "dtype=bf16,cols=5120",
+        Component::Applies(&now),
+        norm(256),
+        norm(128),
+    );
+    store(
+        "rmsnorm",
+        fingerprint,
+        "dtype=bf16,cols=6144",
+        Component::Applies(older),
+        norm(256),
+        norm(128),
+    );
+    store(
+        "rmsnorm",
+        fingerprint,
+        "dtype=bf16,cols=7168",
+        Component::DoesNotApply,
+        norm(256),
+        norm(128),
+    );
+    // Log-softmax's search, keyed `softmax`: the default's config is in the space.
+    let softmax_key = "dtype=bf16,cols=4096";
+    let log = digest::<LogSoftmax>(softmax_key, batch);
+    let parsed = tuned::StaticKey::parse(LogSoftmax::SCHEMA, softmax_key).unwrap();
+    let default = LogSoftmax::config_values(&LogSoftmax::analytic_default(
+        tuned::Target::Sm90,
+        &LogSoftmax::key_from_values(parsed.values()).unwrap(),
+        batch,
+    ));
+    store(
+        "softmax",
+        kernels::softmax::SOURCE_FINGERPRINT,
+        softmax_key,
+        Component::Applies(&log),
+        default.clone(),
+        default,
+    );
+    for reselect in [false, true] {
+        let tables = dir.join(format!("tables-{reselect}"));
+        let o = promote(&dir.join("cache"), &tables, reselect);
+        assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+        let out = stdout(&o);
+        assert!(out.contains("rmsnorm/sm90.json: 1 added"), "{out}");
+        assert!(out.contains("softmax/sm90.json: 1 added"), "{out}");
+        assert!(
+            out.contains(&format!(
+                "skipped rmsnorm [dtype=bf16,cols=6144] batch 64: searched over another candidate list (digest {older}; this build searches {})",
+                current(6144)
+            )),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "skipped rmsnorm [dtype=bf16,cols=7168] batch 64: its key records no candidates digest"
+            ),
+            "{out}"
+        );
+        let t = tuned::TableFile::read(&tables.join("rmsnorm/sm90.json"), None).unwrap();
+        let keys: Vec<&str> = t.entries.iter().map(|e| e.key.as_str()).collect();
+        assert_eq!(keys, ["dtype=bf16,cols=5120"], "{reselect}");
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
