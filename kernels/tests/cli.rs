@@ -1,6 +1,6 @@
 //! The `kernels` command line end to end: exit codes, one-line errors, JSON shape.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn kernels(args: &[&str]) -> Output {
@@ -18,8 +18,27 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-fn fixtures() -> std::path::PathBuf {
+/// Fails, showing the whole stdout, unless `o`'s stdout contains `text`.
+#[track_caller]
+fn assert_stdout_has(o: &Output, text: &str) {
+    assert!(stdout(o).contains(text), "{}", stdout(o));
+}
+
+fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures")
+}
+
+/// The fixture table `rmsnorm/sm90.json` copied into the temporary folder
+/// `kernels-TAG-<pid>` with its first `from` replaced by `to`: (folder, file).
+fn edited_fixture(tag: &str, from: &str, to: &str) -> (PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("kernels-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("rmsnorm")).unwrap();
+    let text = std::fs::read_to_string(fixtures().join("tables/rmsnorm/sm90.json"))
+        .unwrap()
+        .replacen(from, to, 1);
+    let file = dir.join("rmsnorm/sm90.json");
+    std::fs::write(&file, text).unwrap();
+    (dir, file)
 }
 
 /// The candidates digest this build's search of `K` computes for `static_key` at
@@ -202,18 +221,14 @@ fn plan_lists_a_layer_with_sources() {
     assert!(calls.iter().all(|c| c["source"].is_string() && c["batch"] == 16));
     let o = kernels(&["plan", "--model", "Mixtral-8x7B", "--tp", "2"]);
     assert!(o.status.success());
-    assert!(
-        stdout(&o).contains("dtype=bf16,experts=8,n=7168,k=4096,topk=2"),
-        "{}",
-        stdout(&o)
-    );
+    assert_stdout_has(&o, "dtype=bf16,experts=8,n=7168,k=4096,topk=2");
 }
 
 #[test]
 fn the_variants_lock_passes_on_the_committed_tree_and_names_a_changed_table() {
     let o = kernels(&["tables", "lock", "--check"]);
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
-    assert!(stdout(&o).contains("serve the locked variants"), "{}", stdout(&o));
+    assert_stdout_has(&o, "serve the locked variants");
 
     // A lock recording another digest for the softmax table fails, naming it.
     let committed =
@@ -231,11 +246,7 @@ fn the_variants_lock_passes_on_the_committed_tree_and_names_a_changed_table() {
     std::fs::write(&path, altered).unwrap();
     let o = kernels(&["tables", "lock", "--check", "--path", path.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
-    assert!(
-        stdout(&o).contains(&format!("locked: {head} fnv1a64:0000000000000000")),
-        "{}",
-        stdout(&o)
-    );
+    assert_stdout_has(&o, &format!("locked: {head} fnv1a64:0000000000000000"));
 
     // Writing the lock to another path records what the tables serve, so it then passes.
     let o = kernels(&["tables", "lock", "--path", path.to_str().unwrap()]);
@@ -260,20 +271,12 @@ fn tables_validate_and_offline_check() {
     let good = fixtures().join("tables");
     let o = kernels(&["tables", "validate", good.to_str().unwrap()]);
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
-    assert!(
-        stdout(&o).contains("3 table file(s), 0 with problems"),
-        "{}",
-        stdout(&o)
-    );
+    assert_stdout_has(&o, "3 table file(s), 0 with problems");
 
     let bad = fixtures().join("bad");
     let o = kernels(&["tables", "validate", bad.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(
-        stdout(&o).contains("entry 1: config: unknown parameter `thread`"),
-        "{}",
-        stdout(&o)
-    );
+    assert_stdout_has(&o, "entry 1: config: unknown parameter `thread`");
 
     // The fixtures were "tuned" against no source at all: stale for the real kernel.
     let o = kernels(&[
@@ -283,29 +286,15 @@ fn tables_validate_and_offline_check() {
         good.join("rmsnorm/sm90.json").to_str().unwrap(),
     ]);
     assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
-    assert!(
-        stdout(&o).contains("stale: tuned against kernel source fnv1a64:cbf29ce484222325"),
-        "{}",
-        stdout(&o)
-    );
+    assert_stdout_has(&o, "stale: tuned against kernel source fnv1a64:cbf29ce484222325");
 }
 
 #[test]
 fn offline_check_fails_on_an_entry_slower_than_default() {
-    let dir = std::env::temp_dir().join(format!("kernels-cli-{}", std::process::id()));
-    std::fs::create_dir_all(dir.join("rmsnorm")).unwrap();
-    let text = std::fs::read_to_string(fixtures().join("tables/rmsnorm/sm90.json"))
-        .unwrap()
-        .replacen("\"us\": 2.0", "\"us\": 9.0", 1);
-    let file = dir.join("rmsnorm/sm90.json");
-    std::fs::write(&file, text).unwrap();
+    let (dir, file) = edited_fixture("cli", "\"us\": 2.0", "\"us\": 9.0");
     let o = kernels(&["tables", "check", "--offline", file.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(
-        stdout(&o).contains("is slower than the analytic default"),
-        "{}",
-        stdout(&o)
-    );
+    assert_stdout_has(&o, "is slower than the analytic default");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -325,27 +314,16 @@ fn tables_list_runs() {
 
 #[test]
 fn prune_marks_entries_that_do_not_beat_the_default() {
-    let dir = std::env::temp_dir().join(format!("kernels-prune-{}", std::process::id()));
-    std::fs::create_dir_all(dir.join("rmsnorm")).unwrap();
     // Entry 0 (batch 1): 2.0 vs 2.5 stays; make batch 16 lose (3.49 vs 3.5 is within 2%).
     // The fixture already has one marker (bf16/8192 batch 1024).
-    let text = std::fs::read_to_string(fixtures().join("tables/rmsnorm/sm90.json"))
-        .unwrap()
-        .replacen("\"us\": 3.0", "\"us\": 3.49", 1);
-    let file = dir.join("rmsnorm/sm90.json");
-    std::fs::write(&file, text).unwrap();
+    let (dir, file) = edited_fixture("prune", "\"us\": 3.0", "\"us\": 3.49");
     let before = tuned::TableFile::read(&file, None).unwrap();
     let o = kernels(&["tables", "prune", file.to_str().unwrap()]);
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
-    assert!(
-        stdout(&o).contains("kept 4, marked default 1 (markers already there: 1)"),
-        "{}",
-        stdout(&o)
-    );
-    assert!(
-        stdout(&o).contains("marked default dtype=bf16,cols=4096 batch 16: 3.490 us vs default 3.500 us"),
-        "{}",
-        stdout(&o)
+    assert_stdout_has(&o, "kept 4, marked default 1 (markers already there: 1)");
+    assert_stdout_has(
+        &o,
+        "marked default dtype=bf16,cols=4096 batch 16: 3.490 us vs default 3.500 us",
     );
     let t = tuned::TableFile::read(&file, None).unwrap();
     assert_eq!(t.entries.len(), before.entries.len(), "nothing is deleted");
@@ -365,11 +343,7 @@ fn prune_marks_entries_that_do_not_beat_the_default() {
     let o = kernels(&["tables", "validate", file.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stdout(&o));
     let o = kernels(&["tables", "prune", file.to_str().unwrap()]);
-    assert!(
-        stdout(&o).contains("kept 4, marked default 0 (markers already there: 2)"),
-        "{}",
-        stdout(&o)
-    );
+    assert_stdout_has(&o, "kept 4, marked default 0 (markers already there: 2)");
     assert_eq!(tuned::TableFile::read(&file, None).unwrap(), t);
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -518,7 +492,7 @@ fn promote_reselects_from_recorded_candidates_and_keeps_the_timing_method() {
         "prune",
         tables.join("rmsnorm/sm90.json").to_str().unwrap(),
     ]);
-    assert!(stdout(&o).contains("kept 1, marked default 0"), "{}", stdout(&o));
+    assert_stdout_has(&o, "kept 1, marked default 0");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
