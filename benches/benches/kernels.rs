@@ -22,14 +22,14 @@ use std::time::Duration;
 use criterion::{BenchmarkId, Criterion, Throughput};
 use kernels::core::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use kernels::core::{
-    alloc_random, time_runs, Device, GraphTimer, KernelArgs, KernelSource, LaunchDims, PlannedKernel,
-    RawStream, Rows, Runtime, TimingOptions, Tunable, Variant,
+    alloc_random, time_runs, Device, GraphTimer, KernelArgs, KernelSource, LaunchDims, RawStream, Rows,
+    Runtime, TimingOptions, Tunable, Variant,
 };
-use kernels::rmsnorm::ops::{self as norm_ops, NormProblem};
-use kernels::rmsnorm::{FusedAddRmsNorm, RmsNorm, RmsNormConfig, RmsNormKey};
-use kernels::softmax::ops::{self as sm_ops, SoftmaxProblem};
-use kernels::softmax::{Softmax, SoftmaxConfig, SoftmaxKey};
-use tuned::{resolve_serve, DType, Source, TunedKernel};
+use kernels::rmsnorm::ops::NormProblem;
+use kernels::rmsnorm::{FusedAddRmsNorm, RmsNorm, RmsNormKey};
+use kernels::softmax::ops::SoftmaxProblem;
+use kernels::softmax::{Softmax, SoftmaxKey};
+use tuned::{resolve_serve, DType, Source};
 
 type BoxError = Box<dyn std::error::Error>;
 
@@ -178,11 +178,52 @@ struct Shape<'a> {
     source: Source,
 }
 
+/// Measures kernel `K` on one shape of `rows` x `cols`, moving `bytes` per launch over
+/// `problems` (its rotating buffer sets), with `measure`: the config the tables serve
+/// and, where it is another config, the analytic default, each compiled for the device
+/// and launched through `K`'s own launch.
+#[allow(clippy::too_many_arguments)]
+fn measure_served<K: Tunable>(
+    rt: &Runtime,
+    stream: &Arc<CudaStream>,
+    key: &K::Key,
+    rows: usize,
+    cols: usize,
+    bytes: f64,
+    problems: &[K::Problem<'_>],
+    measure: &mut dyn FnMut(Shape<'_>) -> Result<Row, BoxError>,
+) -> Result<Row, BoxError>
+where
+    K::Config: PartialEq,
+{
+    let info = rt.device().info();
+    let target = info.tuning_target();
+    let tuned = resolve_serve::<K>(target, key, rows as u64);
+    let default = K::analytic_default(target, key, rows as u64);
+    let load = |c: &K::Config| rt.kernel(stream, K::SOURCE, &K::variant(info, key, c));
+    let (kt, kd) = (load(&tuned.config)?, load(&default)?);
+    let mut lt = |i: usize| K::launch(&kt, stream, &tuned.config, &problems[i]);
+    let mut ld = |i: usize| K::launch(&kd, stream, &default, &problems[i]);
+    measure(Shape {
+        kernel: K::SCHEMA.kernel,
+        rows,
+        cols,
+        bytes,
+        nbuf: problems.len(),
+        launch_tuned: &mut lt,
+        launch_default: if default == tuned.config {
+            None
+        } else {
+            Some(&mut ld)
+        },
+        source: tuned.source,
+    })
+}
+
 fn run(c: &mut Criterion, dev: Device, out_path: Option<String>) -> Result<(), BoxError> {
     let rt = Runtime::new(dev)?;
     let stream = rt.device().new_stream()?;
     let info = rt.device().info().clone();
-    let target = info.tuning_target();
     let flush = kernels::core::L2Flush::new(&stream, &info)?;
     let opts = TimingOptions {
         warmup: 5,
@@ -252,6 +293,13 @@ fn run(c: &mut Criterion, dev: Device, out_path: Option<String>) -> Result<(), B
     };
     let dtype = DType::Bf16;
     let l2 = info.l2_bytes as usize;
+    // Buffer sets of `n` elements in and out, as many as rotating `bytes` a launch
+    // over at least twice the L2 takes.
+    let rotating = |n: usize, bytes: f64| -> Result<Vec<_>, kernels::core::Error> {
+        (0..kernels::core::rotation(bytes as u64, l2 as u64))
+            .map(|_| buffers(&stream, dtype, n))
+            .collect()
+    };
     let mut rows_out = Vec::new();
 
     // Measures one shape: criterion benches for tuned, default and copy, then the
@@ -315,10 +363,7 @@ fn run(c: &mut Criterion, dev: Device, out_path: Option<String>) -> Result<(), B
         };
         let n = rows * cols;
         let bytes = 2.0 * (n * 2) as f64;
-        let nb = kernels::core::rotation(bytes as u64, l2 as u64);
-        let bufs: Vec<_> = (0..nb)
-            .map(|_| buffers(&stream, dtype, n))
-            .collect::<Result<_, _>>()?;
+        let bufs = rotating(n, bytes)?;
         let shape = Rows::contiguous(rows, cols);
         let problems: Vec<_> = bufs
             .iter()
@@ -334,30 +379,10 @@ fn run(c: &mut Criterion, dev: Device, out_path: Option<String>) -> Result<(), B
                     1.0,
                 )
             })
-            .collect::<Result<_, _>>()?;
-        let tuned = resolve_serve::<Softmax>(target, &key, rows as u64);
-        let default = Softmax::analytic_default(target, &key, rows as u64);
-        let load = |c: &SoftmaxConfig| rt.kernel(&stream, &sm_ops::SOURCE, &Softmax::variant(&info, &key, c));
-        let (kt, kd) = (load(&tuned.config)?, load(&default)?);
-        let mut lt = |i: usize| <Softmax as Tunable>::launch(&kt, &stream, &tuned.config, &problems[i]);
-        let mut ld = |i: usize| <Softmax as Tunable>::launch(&kd, &stream, &default, &problems[i]);
-        let row = measure(
-            c,
-            Shape {
-                kernel: "softmax",
-                rows,
-                cols,
-                bytes,
-                nbuf: nb,
-                launch_tuned: &mut lt,
-                launch_default: if default == tuned.config {
-                    None
-                } else {
-                    Some(&mut ld)
-                },
-                source: tuned.source,
-            },
-        )?;
+            .collect::<Result<Vec<_>, _>>()?;
+        let row = measure_served::<Softmax>(&rt, &stream, &key, rows, cols, bytes, &problems, &mut |s| {
+            measure(c, s)
+        })?;
         rows_out.push(row);
     }
     for kernel in ["rmsnorm", "fused_add_rmsnorm"] {
@@ -369,10 +394,7 @@ fn run(c: &mut Criterion, dev: Device, out_path: Option<String>) -> Result<(), B
             let fused = kernel == "fused_add_rmsnorm";
             let n = rows * cols;
             let bytes = (n * 2) as f64 * if fused { 4.0 } else { 2.0 };
-            let nb = kernels::core::rotation(bytes as u64, l2 as u64);
-            let bufs: Vec<_> = (0..nb)
-                .map(|_| buffers(&stream, dtype, n))
-                .collect::<Result<_, _>>()?;
+            let bufs = rotating(n, bytes)?;
             let w = alloc_random(&stream, dtype, cols, 4, 0.5, 1.0)?;
             let wp = w.device_ptr(&stream).0;
             let shape = Rows::contiguous(rows, cols);
@@ -390,55 +412,15 @@ fn run(c: &mut Criterion, dev: Device, out_path: Option<String>) -> Result<(), B
                         }
                     }
                 })
-                .collect::<Result<_, _>>()?;
-            let (tuned, default) = if fused {
-                (
-                    resolve_serve::<FusedAddRmsNorm>(target, &key, rows as u64),
-                    FusedAddRmsNorm::analytic_default(target, &key, rows as u64),
-                )
-            } else {
-                (
-                    resolve_serve::<RmsNorm>(target, &key, rows as u64),
-                    RmsNorm::analytic_default(target, &key, rows as u64),
-                )
-            };
-            let load = |c: &RmsNormConfig| {
-                let variant = if fused {
-                    FusedAddRmsNorm::variant(&info, &key, c)
-                } else {
-                    RmsNorm::variant(&info, &key, c)
-                };
-                rt.kernel(&stream, &norm_ops::SOURCE, &variant)
-            };
-            let (kt, kd) = (load(&tuned.config)?, load(&default)?);
+                .collect::<Result<Vec<_>, _>>()?;
             // In place (fused): each run normalises the previous run's output, the same
             // amount of work on well-scaled data.
-            let launch = |k: &kernels::core::Kernel, c: &RmsNormConfig, i: usize| {
-                if fused {
-                    <FusedAddRmsNorm as Tunable>::launch(k, &stream, c, &problems[i])
-                } else {
-                    <RmsNorm as Tunable>::launch(k, &stream, c, &problems[i])
-                }
+            let mut m = |s: Shape<'_>| measure(c, s);
+            let row = if fused {
+                measure_served::<FusedAddRmsNorm>(&rt, &stream, &key, rows, cols, bytes, &problems, &mut m)?
+            } else {
+                measure_served::<RmsNorm>(&rt, &stream, &key, rows, cols, bytes, &problems, &mut m)?
             };
-            let mut lt = |i: usize| launch(&kt, &tuned.config, i);
-            let mut ld = |i: usize| launch(&kd, &default, i);
-            let row = measure(
-                c,
-                Shape {
-                    kernel,
-                    rows,
-                    cols,
-                    bytes,
-                    nbuf: nb,
-                    launch_tuned: &mut lt,
-                    launch_default: if default == tuned.config {
-                        None
-                    } else {
-                        Some(&mut ld)
-                    },
-                    source: tuned.source,
-                },
-            )?;
             rows_out.push(row);
         }
     }

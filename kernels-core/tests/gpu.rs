@@ -15,8 +15,8 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, PushKernelArg};
 use kernels_core::{
     parse_shapes, tune_table, BufferRole, Device, DeviceInfo, DiskCache, DynTunable, Error, Kernel,
     KernelArgs, KernelSource, LaunchDims, ModuleOrigin, PlannedKernel, Policy, RawStream, Runtime,
-    RuntimeOptions, TableJob, TimingMethod, TimingOptions, Tunable, TunableDyn, TuneBuffer, TuneOptions,
-    Variant,
+    RuntimeOptions, TableJob, Timing, TimingMethod, TimingOptions, Tunable, TunableDyn, TuneBuffer,
+    TuneOptions, TuneReport, Variant,
 };
 use tuned::{
     int_key, int_param, BakedTable, Field, KernelSchema, KeyValues, Source, Target, TunedKernel, Value,
@@ -44,6 +44,67 @@ fn runtime(dev: &Device, policy: Policy, cache: DiskCache) -> Runtime {
         },
     )
     .expect("a GPU machine must have NVRTC")
+}
+
+/// The GPU (or the skip, as [`gpu`]), a runtime on it with `policy` and no disk cache,
+/// and a new stream: what most tests start with.
+fn setup(test: &str, policy: Policy) -> Option<(Device, Runtime, Arc<CudaStream>)> {
+    let dev = gpu(test)?;
+    let rt = runtime(&dev, policy, DiskCache::disabled());
+    let stream = dev.new_stream().unwrap();
+    Some((dev, rt, stream))
+}
+
+/// Prints each candidate of `report`: `timed`'s line for a timing, else the first line
+/// of its error.
+fn print_candidates<C: std::fmt::Debug>(report: &TuneReport<C>, timed: impl Fn(&Timing) -> String) {
+    for c in &report.candidates {
+        match &c.outcome {
+            Ok(t) => println!("  {:?}: {}", c.config, timed(t)),
+            Err(e) => println!("  {:?}: FAILED {}", c.config, e.lines().next().unwrap_or("")),
+        }
+    }
+}
+
+/// `test_scale`'s search beat its deliberately bad default by half (a coalesced
+/// config that compiles and launches); returns (chosen, default) microseconds.
+fn beats_the_bad_default(report: &TuneReport<ScaleConfig>) -> (f64, f64) {
+    let default_us = report.default_us().expect("the default runs");
+    let chosen_us = report.chosen_us().expect("a candidate wins");
+    println!(
+        "chosen {:?}: {chosen_us:.1} us vs deliberately bad default {default_us:.1} us ({:.1}x)",
+        report.chosen,
+        default_us / chosen_us
+    );
+    assert!(!report.chosen.strided && !report.chosen.broken && report.chosen.threads <= 1024);
+    assert!(
+        chosen_us * 1.5 < default_us,
+        "not measurably faster: {chosen_us} vs {default_us}"
+    );
+    (chosen_us, default_us)
+}
+
+/// The errors of `test_scale`'s two failing candidates (the block too large to launch
+/// and the variant that does not compile), recorded while the search and its final
+/// plain run went on.
+fn two_failed(report: &TuneReport<ScaleConfig>) -> Vec<&String> {
+    let failed: Vec<&String> = report
+        .candidates
+        .iter()
+        .filter_map(|c| c.outcome.as_ref().err())
+        .collect();
+    assert_eq!(failed.len(), 2, "{failed:?}");
+    assert!(failed.iter().any(|e| e.contains("`block`")), "{failed:?}");
+    assert!(report.failure.is_none());
+    assert_eq!(report.final_run, Ok(()));
+    failed
+}
+
+/// `x` holds exactly one plain run of `test_scale` over `host`.
+fn assert_one_plain_run(stream: &Arc<CudaStream>, x: &CudaSlice<f32>, host: &[f32]) {
+    let got = stream.clone_dtoh(x).unwrap();
+    let bad = got.iter().zip(host).filter(|(g, h)| **g != scaled(**h)).count();
+    assert_eq!(bad, 0, "{bad} elements differ from one plain run");
 }
 
 fn temp_dir(tag: &str) -> std::path::PathBuf {
@@ -471,10 +532,10 @@ fn hist_input(n: usize) -> Vec<u32> {
 
 #[test]
 fn compile_and_launch_with_buffers_and_raw_pointers() {
-    let Some(dev) = gpu("compile_and_launch_with_buffers_and_raw_pointers") else {
+    let Some((dev, rt, stream)) = setup("compile_and_launch_with_buffers_and_raw_pointers", Policy::Serve)
+    else {
         return;
     };
-    let rt = runtime(&dev, Policy::Serve, DiskCache::disabled());
     println!(
         "device {} cc {:?} arch {} SMs {} L2 {} MiB smem opt-in {} KiB regs/SM {}; {}; driver {:?}",
         dev.info().name,
@@ -487,7 +548,6 @@ fn compile_and_launch_with_buffers_and_raw_pointers() {
         rt.compiler().id(),
         Device::driver_version()
     );
-    let stream = dev.new_stream().unwrap();
     let good = ScaleConfig {
         threads: 256,
         strided: false,
@@ -653,11 +713,12 @@ fn second_process_uses_the_caches_without_compiling() {
 
 #[test]
 fn tuner_beats_a_deliberately_bad_default_and_restores_in_place_buffers() {
-    let Some(dev) = gpu("tuner_beats_a_deliberately_bad_default_and_restores_in_place_buffers") else {
+    let Some((_dev, rt, stream)) = setup(
+        "tuner_beats_a_deliberately_bad_default_and_restores_in_place_buffers",
+        Policy::Online,
+    ) else {
         return;
     };
-    let rt = runtime(&dev, Policy::Online, DiskCache::disabled());
-    let stream = dev.new_stream().unwrap();
     // 256 MiB: over twice the L2, timed from memory without a flush.
     let (rows, cols) = (16384u64, 4096u32);
     let host = scale_input(rows as usize * cols as usize);
@@ -668,57 +729,34 @@ fn tuner_beats_a_deliberately_bad_default_and_restores_in_place_buffers() {
         cols,
     };
     let report = rt.tune::<Scale>(&stream, &problem, &TuneOptions::default());
-    for c in &report.candidates {
-        match &c.outcome {
-            Ok(t) => println!(
-                "  {:?}: median {:.1} us (min {:.1}, max {:.1}, {} reps, L2 flushed: {})",
-                c.config, t.median_us, t.min_us, t.max_us, t.reps, t.l2_flushed
-            ),
-            Err(e) => println!("  {:?}: FAILED {}", c.config, e.lines().next().unwrap_or("")),
-        }
-    }
-    let default_us = report.default_us().expect("the default runs");
-    let chosen_us = report.chosen_us().expect("a candidate wins");
-    println!(
-        "chosen {:?}: {chosen_us:.1} us vs deliberately bad default {default_us:.1} us ({:.1}x)",
-        report.chosen,
-        default_us / chosen_us
-    );
-    assert!(!report.chosen.strided && !report.chosen.broken && report.chosen.threads <= 1024);
-    assert!(
-        chosen_us * 1.5 < default_us,
-        "not measurably faster: {chosen_us} vs {default_us}"
-    );
+    print_candidates(&report, |t| {
+        format!(
+            "median {:.1} us (min {:.1}, max {:.1}, {} reps, L2 flushed: {})",
+            t.median_us, t.min_us, t.max_us, t.reps, t.l2_flushed
+        )
+    });
+    beats_the_bad_default(&report);
     assert_eq!(report.candidates.len(), 6, "default + 5 space configs");
     // The two failing candidates are recorded with their reasons and skipped.
-    let failed: Vec<&String> = report
-        .candidates
-        .iter()
-        .filter_map(|c| c.outcome.as_ref().err())
-        .collect();
-    assert_eq!(failed.len(), 2, "{failed:?}");
-    assert!(failed.iter().any(|e| e.contains("`block`")), "{failed:?}");
+    let failed = two_failed(&report);
     assert!(
         failed.iter().any(|e| e.contains("deliberately broken")),
         "{failed:?}"
     );
-    assert!(report.failure.is_none());
-    assert_eq!(report.final_run, Ok(()));
     assert!(!report.candidates[0].outcome.as_ref().unwrap().l2_flushed);
 
     // ~175 runs happened; the buffer holds exactly one run's result.
-    let got = stream.clone_dtoh(&x).unwrap();
-    let bad = got.iter().zip(&host).filter(|(g, h)| **g != scaled(**h)).count();
-    assert_eq!(bad, 0, "{bad} elements differ from one plain run");
+    assert_one_plain_run(&stream, &x, &host);
 }
 
 #[test]
 fn graph_timed_tuning_rotates_problems_and_restores_the_callers_buffer() {
-    let Some(dev) = gpu("graph_timed_tuning_rotates_problems_and_restores_the_callers_buffer") else {
+    let Some((dev, rt, stream)) = setup(
+        "graph_timed_tuning_rotates_problems_and_restores_the_callers_buffer",
+        Policy::Online,
+    ) else {
         return;
     };
-    let rt = runtime(&dev, Policy::Online, DiskCache::disabled());
-    let stream = dev.new_stream().unwrap();
     // 16 MiB per problem, three copies: graph replays of back-to-back launches.
     let (rows, cols) = (1024u64, 4096u32);
     let host = scale_input(rows as usize * cols as usize);
@@ -743,32 +781,12 @@ fn graph_timed_tuning_rotates_problems_and_restores_the_callers_buffer() {
         ..TuneOptions::default()
     };
     let report = rt.tune_rotating::<Scale>(&stream, &problems[0], &problems[1..], &opts);
-    for c in &report.candidates {
-        match &c.outcome {
-            Ok(t) => println!(
-                "  {:?}: median {:.2} us per launch ({} reps)",
-                c.config, t.median_us, t.reps
-            ),
-            Err(e) => println!("  {:?}: FAILED {}", c.config, e.lines().next().unwrap_or("")),
-        }
-    }
-    let default_us = report.default_us().expect("the default runs");
-    let chosen_us = report.chosen_us().expect("a candidate wins");
-    assert!(!report.chosen.strided && !report.chosen.broken && report.chosen.threads <= 1024);
-    assert!(
-        chosen_us * 1.5 < default_us,
-        "not measurably faster: {chosen_us} vs {default_us}"
-    );
+    print_candidates(&report, |t| {
+        format!("median {:.2} us per launch ({} reps)", t.median_us, t.reps)
+    });
+    let (_, default_us) = beats_the_bad_default(&report);
     // The candidates that cannot compile or launch are recorded; the rest still time.
-    let failed: Vec<&String> = report
-        .candidates
-        .iter()
-        .filter_map(|c| c.outcome.as_ref().err())
-        .collect();
-    assert_eq!(failed.len(), 2, "{failed:?}");
-    assert!(failed.iter().any(|e| e.contains("`block`")), "{failed:?}");
-    assert!(report.failure.is_none());
-    assert_eq!(report.final_run, Ok(()));
+    two_failed(&report);
     for c in &report.candidates {
         if let Ok(t) = &c.outcome {
             assert!(!t.l2_flushed, "graph timing rotates copies instead of flushing");
@@ -777,9 +795,7 @@ fn graph_timed_tuning_rotates_problems_and_restores_the_callers_buffer() {
     }
     // The caller's buffer holds exactly one plain run's result; the rotation copies
     // were launched on (scaled many times over, so no longer the input).
-    let got = stream.clone_dtoh(&*problems[0].x).unwrap();
-    let bad = got.iter().zip(&host).filter(|(g, h)| **g != scaled(**h)).count();
-    assert_eq!(bad, 0, "{bad} elements differ from one plain run");
+    assert_one_plain_run(&stream, problems[0].x, &host);
     for p in &problems[1..] {
         let got = stream.clone_dtoh(&*p.x).unwrap();
         assert!(
@@ -791,11 +807,12 @@ fn graph_timed_tuning_rotates_problems_and_restores_the_callers_buffer() {
 
 #[test]
 fn online_run_on_callers_buffers_and_zeroed_accumulators() {
-    let Some(dev) = gpu("online_run_on_callers_buffers_and_zeroed_accumulators") else {
+    let Some((_dev, rt, stream)) = setup(
+        "online_run_on_callers_buffers_and_zeroed_accumulators",
+        Policy::Online,
+    ) else {
         return;
     };
-    let rt = runtime(&dev, Policy::Online, DiskCache::disabled());
-    let stream = dev.new_stream().unwrap();
 
     // In place through Runtime::run: the first call searches on the caller's buffer
     // (4 MiB: the L2 is flushed between reps) and leaves exactly one run's result; the
@@ -883,11 +900,12 @@ fn online_run_on_callers_buffers_and_zeroed_accumulators() {
 
 #[test]
 fn graph_capture_refuses_to_compile_and_replays_memoized_kernels() {
-    let Some(dev) = gpu("graph_capture_refuses_to_compile_and_replays_memoized_kernels") else {
+    let Some((_dev, rt, stream)) = setup(
+        "graph_capture_refuses_to_compile_and_replays_memoized_kernels",
+        Policy::Serve,
+    ) else {
         return;
     };
-    let rt = runtime(&dev, Policy::Serve, DiskCache::disabled());
-    let stream = dev.new_stream().unwrap();
     let cfg = ScaleConfig {
         threads: 128,
         strided: false,

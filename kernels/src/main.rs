@@ -248,6 +248,22 @@ fn batch_arg(raw: &str) -> Result<u64, Usage> {
     }
 }
 
+/// The problem `lookup` and `plan` resolve for: `--target`, `--dtype` and `--batch`,
+/// parsed in that order, an error naming the first that does not parse.
+fn problem_args(target: &str, dtype: &str, batch: &str) -> Result<(Target, DType, u64), Usage> {
+    Ok((arg("target", target)?, arg("dtype", dtype)?, batch_arg(batch)?))
+}
+
+/// The usage error of a name `arg` does not know: `ARG: unknown WHAT `NAME` (known: ...)`.
+fn unknown<S: AsRef<str>>(arg: &str, what: &str, name: &str, known: impl IntoIterator<Item = S>) -> Usage {
+    let known: Vec<S> = known.into_iter().collect();
+    let known: Vec<&str> = known.iter().map(AsRef::as_ref).collect();
+    Usage(format!(
+        "{arg}: unknown {what} `{name}` (known: {})",
+        known.join(", ")
+    ))
+}
+
 fn run(cli: Cli) -> Result<ExitCode, Usage> {
     match cli.command {
         Command::Lookup {
@@ -259,15 +275,10 @@ fn run(cli: Cli) -> Result<ExitCode, Usage> {
             json,
         } => {
             let k = kernels::kernel(&kernel).ok_or_else(|| {
-                let names: Vec<_> = kernels::registry().iter().map(|k| k.schema().kernel).collect();
-                Usage(format!(
-                    "KERNEL: unknown kernel `{kernel}` (known: {})",
-                    names.join(", ")
-                ))
+                let names = kernels::registry().map(|k| k.schema().kernel);
+                unknown("KERNEL", "kernel", &kernel, names)
             })?;
-            let target: Target = arg("target", &target)?;
-            let dtype: DType = arg("dtype", &dtype)?;
-            let batch = batch_arg(&batch)?;
+            let (target, dtype, batch) = problem_args(&target, &dtype, &batch)?;
             let mut pairs = vec![("dtype", dtype.name())];
             for kv in &key {
                 let (n, v) = kv
@@ -319,15 +330,10 @@ fn run(cli: Cli) -> Result<ExitCode, Usage> {
             }
             let name = model.unwrap_or_default();
             let m = catalog::find(&name).ok_or_else(|| {
-                let names: Vec<_> = catalog::models().into_iter().map(|m| m.name).collect();
-                Usage(format!(
-                    "--model: unknown model `{name}` (known: {})",
-                    names.join(", ")
-                ))
+                let names = catalog::models().into_iter().map(|m| m.name);
+                unknown("--model", "model", &name, names)
             })?;
-            let target: Target = arg("target", &target)?;
-            let dtype: DType = arg("dtype", &dtype)?;
-            let batch = batch_arg(&batch)?;
+            let (target, dtype, batch) = problem_args(&target, &dtype, &batch)?;
             let tp = match tp {
                 Some(t) => arg::<u32>("tp", &t)?,
                 None => m.tp.first().copied().unwrap_or(1),

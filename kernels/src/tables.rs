@@ -245,12 +245,119 @@ fn key_field<'a>(text: &'a str, name: &str) -> Option<std::borrow::Cow<'a, str>>
     }
 }
 
+/// The candidates digest a search of one kernel type computes
+/// ([`kernels_core::candidates_digest`]), for a key in its table's form; an error when
+/// the kernel does not take the key.
+type DigestFn = fn(&kernels_core::DeviceInfo, &tuned::StaticKey, u64) -> Result<String, String>;
+
+/// The [`DigestFn`] of kernel type `K`.
+fn digest_of<K: kernels_core::PlannedKernel>(
+    device: &kernels_core::DeviceInfo,
+    key: &tuned::StaticKey,
+    batch: u64,
+) -> Result<String, String> {
+    let k = K::key_from_values(key.values())?;
+    Ok(kernels_core::candidates_digest::<K>(device, &k, batch))
+}
+
+/// The searches whose results the table of kernel `kernel` holds, as their digest
+/// functions: softmax's tables serve softmax and log-softmax, whose searches compile
+/// different variants. Empty for a kernel this build cannot search (gemm, moe).
+fn searches_of(kernel: &str) -> Vec<DigestFn> {
+    use kernels_rmsnorm::{FusedAddRmsNorm, RmsNorm};
+    use kernels_softmax::{LogSoftmax, Softmax};
+    use tuned::TunedKernel;
+    let all: [(&str, DigestFn); 4] = [
+        (Softmax::SCHEMA.kernel, digest_of::<Softmax>),
+        (LogSoftmax::SCHEMA.kernel, digest_of::<LogSoftmax>),
+        (RmsNorm::SCHEMA.kernel, digest_of::<RmsNorm>),
+        (FusedAddRmsNorm::SCHEMA.kernel, digest_of::<FusedAddRmsNorm>),
+    ];
+    all.into_iter()
+        .filter(|(name, _)| *name == kernel)
+        .map(|(_, f)| f)
+        .collect()
+}
+
+/// The device a tuning key describes: its arch's target, its name and SM count (the
+/// key's `device` and `sm_count`), the other limits those of the target's nominal
+/// device. Searches read no more of a device than that today (the target, and the SM
+/// count and shared memory per SM of a Hopper part, which every sm90 part has alike),
+/// so the digest computed for it is the one the tuner computed on the real device.
+fn recorded_device(target: Target, name: &str, sm_count: u32) -> Option<kernels_core::DeviceInfo> {
+    use kernels_core::DeviceInfo;
+    let info = match target.vendor() {
+        tuned::Vendor::Nvidia => DeviceInfo::nominal(target)?,
+        // As a HIP device's launch limits describe it: its gfx arch, no compute
+        // capability, 64-lane wavefronts and 64 KiB of LDS.
+        tuned::Vendor::Amd => DeviceInfo {
+            compute_capability: (0, 0),
+            warp_size: 64,
+            max_smem_per_block: 64 << 10,
+            max_smem_per_block_optin: 64 << 10,
+            smem_per_sm: 64 << 10,
+            amd_arch: Some(target.name().to_string()),
+            ..DeviceInfo::nominal(Target::Sm90)?
+        },
+    };
+    Some(DeviceInfo {
+        name: name.to_string(),
+        sm_count,
+        ..info
+    })
+}
+
+/// Whether the record under the tuning key `text` (of `kernel`, for `key` at `batch`
+/// on `target`) was searched over the candidates this build would search: the key's
+/// `candidates` digest must be one this build computes for the same problem on the
+/// same device. A record searched over another space (an older or newer build, another
+/// derivation of a config's defines) is not this build's result, even where its
+/// winner is still in the space. The error says why, for the skipped list.
+fn check_candidates(
+    text: &str,
+    kernel: &str,
+    target: Target,
+    key: &tuned::StaticKey,
+    batch: u64,
+) -> Result<(), String> {
+    let recorded = key_field(text, "candidates").unwrap_or_default();
+    if !recorded.starts_with("fnv1a64:") {
+        return Err(
+            "its key records no candidates digest (a result of an older build): tune it again".into(),
+        );
+    }
+    let searches = searches_of(kernel);
+    if searches.is_empty() {
+        return Err(format!(
+            "this build has no search for `{kernel}` to check the record's candidates digest {recorded} against"
+        ));
+    }
+    let sm_count = key_field(text, "sm_count").and_then(|n| n.parse::<u32>().ok());
+    let device = sm_count.and_then(|n| recorded_device(target, &key_field(text, "device")?, n));
+    let Some(device) = device else {
+        return Err("its key records no device and SM count to check its candidates digest for".into());
+    };
+    let current = searches
+        .iter()
+        .map(|digest| digest(&device, key, batch))
+        .collect::<Result<Vec<String>, String>>()?;
+    if current.iter().any(|d| *d == recorded) {
+        return Ok(());
+    }
+    Err(format!(
+        "searched over another candidate list (digest {recorded}; this build searches {}): tune it again",
+        current.join(" or ")
+    ))
+}
+
 /// Moves tuning results from the disk cache (the online tuner's, or `kernels tune`'s)
 /// into committed tables (`<tables>/<kernel>/<target>.json`, merged: the faster entry
 /// of each (key, batch) wins; a table holds one timing method, the record's key says
 /// which). Only results that can serve from a table are promoted: measured on 16-byte
 /// aligned buffers, against the kernel source this binary was built from, and faster
-/// than the analytic default; the rest are listed with the reason.
+/// than the analytic default, and searched over the candidates this build searches
+/// (the key's candidates digest, see [`kernels_core::CacheKeyParts::candidates`]); the
+/// rest are listed with the reason.
 ///
 /// With `reselect`, each record's winner is chosen again from its candidates' recorded
 /// medians by this build's rule ([`kernels_core::select`] at
@@ -300,6 +407,18 @@ pub fn promote(cache: &kernels_core::DiskCache, tables: &Path, reselect: bool) -
             skip(format!("arch `{}` has no table target", field("arch")));
             continue;
         };
+        let (key, batch) = (
+            StaticKey::parse(kernel.schema(), &static_key),
+            batch.parse::<u64>(),
+        );
+        // Before the record is read or reselected: its candidate times are of another
+        // search. (A key or batch that does not parse is skipped below.)
+        if let (Ok(key), Ok(batch)) = (&key, &batch) {
+            if let Err(why) = check_candidates(&text, &kernel_name, target, key, *batch) {
+                skip(why);
+                continue;
+            }
+        }
         let mut record = match std::str::from_utf8(&entry.payload)
             .map_err(|e| e.to_string())
             .and_then(kernels_core::TuneRecord::from_json)
@@ -320,14 +439,14 @@ pub fn promote(cache: &kernels_core::DiskCache, tables: &Path, reselect: bool) -
             skip("does not beat the analytic default".into());
             continue;
         };
-        let key = match StaticKey::parse(kernel.schema(), &static_key) {
+        let key = match key {
             Ok(k) => k,
             Err(e) => {
                 skip(e);
                 continue;
             }
         };
-        let (Ok(batch), Ok(())) = (batch.parse::<u64>(), kernel.check_config(&record.config)) else {
+        let (Ok(batch), Ok(())) = (batch, kernel.check_config(&record.config)) else {
             skip("bad batch or a config outside the current search space".into());
             continue;
         };
@@ -390,4 +509,99 @@ pub fn promote(cache: &kernels_core::DiskCache, tables: &Path, reselect: bool) -
         out.written.push((path, added, replaced, kept));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kernels_core::{cache_key, CacheKeyParts, Component, DeviceInfo};
+    use kernels_softmax::Softmax;
+    use tuned::StaticKey;
+
+    /// The tuning key text of a result found on `device` (compiling for `arch`) whose
+    /// search had the candidates digest `digest`.
+    fn key_text(
+        device: &DeviceInfo,
+        arch: &str,
+        kernel: &str,
+        key: &StaticKey,
+        batch: u64,
+        digest: &str,
+    ) -> String {
+        cache_key(&CacheKeyParts {
+            arch,
+            device_name: &device.name,
+            sm_count: device.sm_count,
+            candidates: Component::Applies(digest),
+            ..kernels_core::testing::tuning_key_parts(kernel, "fnv1a64:1", key.as_str(), batch)
+        })
+        .text()
+        .to_string()
+    }
+
+    /// The staged softmax's variants follow the SM count (its prefetch span), so the
+    /// digest is checked for the device the key names: an H100's result (114 SMs, less L2
+    /// than the nominal H200) passes, the same digest keyed as an H200's does not.
+    #[test]
+    fn the_digest_is_checked_on_the_device_the_key_names() {
+        let h200 = DeviceInfo::nominal(Target::Sm90).unwrap();
+        let h100 = DeviceInfo {
+            name: "NVIDIA H100 80GB HBM3".into(),
+            sm_count: 114,
+            l2_bytes: 50 << 20,
+            total_memory: 80 << 30,
+            ..h200.clone()
+        };
+        let key = StaticKey::parse(&kernels_softmax::schema::SOFTMAX, "dtype=bf16,cols=65536").unwrap();
+        let digest = digest_of::<Softmax>(&h100, &key, 4096).unwrap();
+        assert_ne!(digest, digest_of::<Softmax>(&h200, &key, 4096).unwrap());
+        let text = key_text(&h100, "sm_90a", "softmax", &key, 4096, &digest);
+        check_candidates(&text, "softmax", Target::Sm90, &key, 4096).unwrap();
+        let text = key_text(&h200, "sm_90a", "softmax", &key, 4096, &digest);
+        let e = check_candidates(&text, "softmax", Target::Sm90, &key, 4096).unwrap_err();
+        assert!(e.contains("another candidate list") && e.contains(&digest), "{e}");
+    }
+
+    /// A kernel this build has no search for cannot have its digest checked.
+    #[test]
+    fn a_kernel_without_a_search_is_named() {
+        let h200 = DeviceInfo::nominal(Target::Sm90).unwrap();
+        let key = StaticKey::parse(
+            crate::kernel("gemm").unwrap().schema(),
+            "dtype=bf16,layout=nt,n=6144,k=4096",
+        )
+        .unwrap();
+        let text = key_text(&h200, "sm_90a", "gemm", &key, 64, "fnv1a64:0000000000000001");
+        let e = check_candidates(&text, "gemm", Target::Sm90, &key, 64).unwrap_err();
+        assert!(e.contains("no search for `gemm`"), "{e}");
+    }
+
+    /// An AMD result's digest, computed on the launch limits a HIP device reports,
+    /// passes the check on the device its key names.
+    #[cfg(feature = "rocm")]
+    #[test]
+    fn an_amd_result_passes_on_its_launch_limits() {
+        for target in [Target::Gfx90a, Target::Gfx942, Target::Gfx950] {
+            let hip = kernels_core::HipDeviceInfo::nominal(target).unwrap();
+            let limits = hip.launch_limits();
+            for (kernel, key, digest) in [
+                (
+                    "softmax",
+                    "dtype=bf16,cols=65536",
+                    digest_of::<Softmax> as DigestFn,
+                ),
+                (
+                    "rmsnorm",
+                    "dtype=bf16,cols=4096",
+                    digest_of::<kernels_rmsnorm::RmsNorm>,
+                ),
+            ] {
+                let schema = crate::kernel(kernel).unwrap().schema();
+                let key = StaticKey::parse(schema, key).unwrap();
+                let d = digest(&limits, &key, 64).unwrap();
+                let text = key_text(&limits, hip.arch(), kernel, &key, 64, &d);
+                check_candidates(&text, kernel, target, &key, 64).unwrap();
+            }
+        }
+    }
 }

@@ -1,6 +1,6 @@
 //! The `kernels` command line end to end: exit codes, one-line errors, JSON shape.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn kernels(args: &[&str]) -> Output {
@@ -18,8 +18,53 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-fn fixtures() -> std::path::PathBuf {
+/// Fails, showing the whole stdout, unless `o`'s stdout contains `text`.
+#[track_caller]
+fn assert_stdout_has(o: &Output, text: &str) {
+    assert!(stdout(o).contains(text), "{}", stdout(o));
+}
+
+fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures")
+}
+
+/// The fixture table `rmsnorm/sm90.json` copied into the temporary folder
+/// `kernels-TAG-<pid>` with its first `from` replaced by `to`: (folder, file).
+fn edited_fixture(tag: &str, from: &str, to: &str) -> (PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("kernels-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("rmsnorm")).unwrap();
+    let text = std::fs::read_to_string(fixtures().join("tables/rmsnorm/sm90.json"))
+        .unwrap()
+        .replacen(from, to, 1);
+    let file = dir.join("rmsnorm/sm90.json");
+    std::fs::write(&file, text).unwrap();
+    (dir, file)
+}
+
+/// The candidates digest this build's search of `K` computes for `static_key` at
+/// `batch` on the device `kernels::core::testing::tuning_key_parts` describes (sm_90a,
+/// 132 SMs), as the tuner puts it in a tuning key.
+fn digest<K: kernels::core::PlannedKernel>(static_key: &str, batch: u64) -> String {
+    let key = tuned::StaticKey::parse(K::SCHEMA, static_key).unwrap();
+    let key = K::key_from_values(key.values()).unwrap();
+    let h200 = kernels::core::DeviceInfo::nominal(tuned::Target::Sm90).unwrap();
+    kernels::core::candidates_digest::<K>(&h200, &key, batch)
+}
+
+/// `kernels tables promote --cache CACHE --tables TABLES [--reselect]`.
+fn promote(cache: &Path, tables: &Path, reselect: bool) -> Output {
+    let mut args = vec![
+        "tables",
+        "promote",
+        "--cache",
+        cache.to_str().unwrap(),
+        "--tables",
+        tables.to_str().unwrap(),
+    ];
+    if reselect {
+        args.push("--reselect");
+    }
+    kernels(&args)
 }
 
 #[test]
@@ -176,18 +221,14 @@ fn plan_lists_a_layer_with_sources() {
     assert!(calls.iter().all(|c| c["source"].is_string() && c["batch"] == 16));
     let o = kernels(&["plan", "--model", "Mixtral-8x7B", "--tp", "2"]);
     assert!(o.status.success());
-    assert!(
-        stdout(&o).contains("dtype=bf16,experts=8,n=7168,k=4096,topk=2"),
-        "{}",
-        stdout(&o)
-    );
+    assert_stdout_has(&o, "dtype=bf16,experts=8,n=7168,k=4096,topk=2");
 }
 
 #[test]
 fn the_variants_lock_passes_on_the_committed_tree_and_names_a_changed_table() {
     let o = kernels(&["tables", "lock", "--check"]);
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
-    assert!(stdout(&o).contains("serve the locked variants"), "{}", stdout(&o));
+    assert_stdout_has(&o, "serve the locked variants");
 
     // A lock recording another digest for the softmax table fails, naming it.
     let committed =
@@ -205,11 +246,7 @@ fn the_variants_lock_passes_on_the_committed_tree_and_names_a_changed_table() {
     std::fs::write(&path, altered).unwrap();
     let o = kernels(&["tables", "lock", "--check", "--path", path.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
-    assert!(
-        stdout(&o).contains(&format!("locked: {head} fnv1a64:0000000000000000")),
-        "{}",
-        stdout(&o)
-    );
+    assert_stdout_has(&o, &format!("locked: {head} fnv1a64:0000000000000000"));
 
     // Writing the lock to another path records what the tables serve, so it then passes.
     let o = kernels(&["tables", "lock", "--path", path.to_str().unwrap()]);
@@ -234,20 +271,12 @@ fn tables_validate_and_offline_check() {
     let good = fixtures().join("tables");
     let o = kernels(&["tables", "validate", good.to_str().unwrap()]);
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
-    assert!(
-        stdout(&o).contains("3 table file(s), 0 with problems"),
-        "{}",
-        stdout(&o)
-    );
+    assert_stdout_has(&o, "3 table file(s), 0 with problems");
 
     let bad = fixtures().join("bad");
     let o = kernels(&["tables", "validate", bad.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(
-        stdout(&o).contains("entry 1: config: unknown parameter `thread`"),
-        "{}",
-        stdout(&o)
-    );
+    assert_stdout_has(&o, "entry 1: config: unknown parameter `thread`");
 
     // The fixtures were "tuned" against no source at all: stale for the real kernel.
     let o = kernels(&[
@@ -257,29 +286,15 @@ fn tables_validate_and_offline_check() {
         good.join("rmsnorm/sm90.json").to_str().unwrap(),
     ]);
     assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
-    assert!(
-        stdout(&o).contains("stale: tuned against kernel source fnv1a64:cbf29ce484222325"),
-        "{}",
-        stdout(&o)
-    );
+    assert_stdout_has(&o, "stale: tuned against kernel source fnv1a64:cbf29ce484222325");
 }
 
 #[test]
 fn offline_check_fails_on_an_entry_slower_than_default() {
-    let dir = std::env::temp_dir().join(format!("kernels-cli-{}", std::process::id()));
-    std::fs::create_dir_all(dir.join("rmsnorm")).unwrap();
-    let text = std::fs::read_to_string(fixtures().join("tables/rmsnorm/sm90.json"))
-        .unwrap()
-        .replacen("\"us\": 2.0", "\"us\": 9.0", 1);
-    let file = dir.join("rmsnorm/sm90.json");
-    std::fs::write(&file, text).unwrap();
+    let (dir, file) = edited_fixture("cli", "\"us\": 2.0", "\"us\": 9.0");
     let o = kernels(&["tables", "check", "--offline", file.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(
-        stdout(&o).contains("is slower than the analytic default"),
-        "{}",
-        stdout(&o)
-    );
+    assert_stdout_has(&o, "is slower than the analytic default");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -299,27 +314,16 @@ fn tables_list_runs() {
 
 #[test]
 fn prune_marks_entries_that_do_not_beat_the_default() {
-    let dir = std::env::temp_dir().join(format!("kernels-prune-{}", std::process::id()));
-    std::fs::create_dir_all(dir.join("rmsnorm")).unwrap();
     // Entry 0 (batch 1): 2.0 vs 2.5 stays; make batch 16 lose (3.49 vs 3.5 is within 2%).
     // The fixture already has one marker (bf16/8192 batch 1024).
-    let text = std::fs::read_to_string(fixtures().join("tables/rmsnorm/sm90.json"))
-        .unwrap()
-        .replacen("\"us\": 3.0", "\"us\": 3.49", 1);
-    let file = dir.join("rmsnorm/sm90.json");
-    std::fs::write(&file, text).unwrap();
+    let (dir, file) = edited_fixture("prune", "\"us\": 3.0", "\"us\": 3.49");
     let before = tuned::TableFile::read(&file, None).unwrap();
     let o = kernels(&["tables", "prune", file.to_str().unwrap()]);
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
-    assert!(
-        stdout(&o).contains("kept 4, marked default 1 (markers already there: 1)"),
-        "{}",
-        stdout(&o)
-    );
-    assert!(
-        stdout(&o).contains("marked default dtype=bf16,cols=4096 batch 16: 3.490 us vs default 3.500 us"),
-        "{}",
-        stdout(&o)
+    assert_stdout_has(&o, "kept 4, marked default 1 (markers already there: 1)");
+    assert_stdout_has(
+        &o,
+        "marked default dtype=bf16,cols=4096 batch 16: 3.490 us vs default 3.500 us",
     );
     let t = tuned::TableFile::read(&file, None).unwrap();
     assert_eq!(t.entries.len(), before.entries.len(), "nothing is deleted");
@@ -339,11 +343,7 @@ fn prune_marks_entries_that_do_not_beat_the_default() {
     let o = kernels(&["tables", "validate", file.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stdout(&o));
     let o = kernels(&["tables", "prune", file.to_str().unwrap()]);
-    assert!(
-        stdout(&o).contains("kept 4, marked default 0 (markers already there: 2)"),
-        "{}",
-        stdout(&o)
-    );
+    assert_stdout_has(&o, "kept 4, marked default 0 (markers already there: 2)");
     assert_eq!(tuned::TableFile::read(&file, None).unwrap(), t);
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -356,8 +356,10 @@ fn promote_moves_online_results_into_tables() {
     let cache = DiskCache::at(dir.join("cache"));
     let store = |fingerprint: &str, cols: u32, align: AlignClass, us: f64| {
         let static_key = format!("dtype=bf16,cols={cols}");
+        let candidates = digest::<kernels::rmsnorm::RmsNorm>(&static_key, 64);
         let key = cache_key(&CacheKeyParts {
             alignment: Component::Applies(align),
+            candidates: Component::Applies(&candidates),
             ..kernels::core::testing::tuning_key_parts("rmsnorm", fingerprint, &static_key, 64)
         });
         let record = TuneRecord {
@@ -379,14 +381,7 @@ fn promote_moves_online_results_into_tables() {
     store("fnv1a64:0000000000000000", 7168, AlignClass::A16, 3.0); // stale: skipped
     store(current, 9216, AlignClass::A16, 4.5); // slower than the default: skipped
     let tables = dir.join("tables");
-    let o = kernels(&[
-        "tables",
-        "promote",
-        "--cache",
-        dir.join("cache").to_str().unwrap(),
-        "--tables",
-        tables.to_str().unwrap(),
-    ]);
+    let o = promote(&dir.join("cache"), &tables, false);
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
     let out = stdout(&o);
     assert!(out.contains("1 added"), "{out}");
@@ -434,8 +429,10 @@ fn promote_reselects_from_recorded_candidates_and_keeps_the_timing_method() {
     let fingerprint = kernels::rmsnorm::SOURCE_FINGERPRINT;
     let store = |cols: u32, default_us: f64, other_us: f64| {
         let static_key = format!("dtype=bf16,cols={cols}");
+        let candidates = digest::<kernels::rmsnorm::RmsNorm>(&static_key, 16384);
         let key = cache_key(&CacheKeyParts {
             variant: Component::Applies("timing=graph"),
+            candidates: Component::Applies(&candidates),
             ..kernels::core::testing::tuning_key_parts("rmsnorm", fingerprint, &static_key, 16384)
         });
         // As a 2% rule chose: the default, whose time is also `us`.
@@ -468,20 +465,8 @@ fn promote_reselects_from_recorded_candidates_and_keeps_the_timing_method() {
     store(4096, 100.0, 98.5);
     store(2048, 4.0, 3.94);
     let tables = dir.join("tables");
-    let (cache_dir, tables_dir) = (dir.join("cache"), tables.clone());
     let promote = |reselect: bool| {
-        let mut args = vec![
-            "tables",
-            "promote",
-            "--cache",
-            cache_dir.to_str().unwrap(),
-            "--tables",
-            tables_dir.to_str().unwrap(),
-        ];
-        if reselect {
-            args.push("--reselect");
-        }
-        let o = kernels(&args);
+        let o = promote(&dir.join("cache"), &tables, reselect);
         assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
         stdout(&o)
     };
@@ -507,7 +492,130 @@ fn promote_reselects_from_recorded_candidates_and_keeps_the_timing_method() {
         "prune",
         tables.join("rmsnorm/sm90.json").to_str().unwrap(),
     ]);
-    assert!(stdout(&o).contains("kept 1, marked default 0"), "{}", stdout(&o));
+    assert_stdout_has(&o, "kept 1, marked default 0");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A record's key carries the digest of the candidates its search compiled and timed.
+/// One searched over another candidate list (an older build's space, or another
+/// derivation of a config's defines), or keyed with no digest at all, is skipped and
+/// named, with and without `--reselect` (whose recorded times would be another
+/// search's). A log-softmax result, keyed under the softmax table it shares, is this
+/// build's search all the same.
+#[test]
+fn promote_skips_records_searched_over_another_candidate_list() {
+    use kernels::core::{
+        cache_key, CacheKeyParts, CandidateRecord, Component, DiskCache, Section, TuneRecord,
+    };
+    use kernels::rmsnorm::RmsNorm;
+    use kernels::softmax::LogSoftmax;
+    use tuned::{TunedKernel, Value};
+    let dir = std::env::temp_dir().join(format!("kernels-candidates-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let cache = DiskCache::at(dir.join("cache"));
+    let batch = 64;
+    // Each record: the default first at 4 us, and a config 25% faster.
+    let store = |kernel: &str,
+                 fingerprint: &str,
+                 static_key: &str,
+                 candidates: Component<&str>,
+                 best: Vec<Value>,
+                 default: Vec<Value>| {
+        let key = cache_key(&CacheKeyParts {
+            candidates,
+            ..kernels::core::testing::tuning_key_parts(kernel, fingerprint, static_key, batch)
+        });
+        let record = TuneRecord {
+            config: best.clone(),
+            us: 3.0,
+            default_us: Some(4.0),
+            device: "NVIDIA H200".into(),
+            compiler: "nvrtc 13.0".into(),
+            tuned_at: "2026-11-30".into(),
+            candidates: vec![
+                CandidateRecord {
+                    config: default,
+                    outcome: Ok(4.0),
+                },
+                CandidateRecord {
+                    config: best,
+                    outcome: Ok(3.0),
+                },
+            ],
+        };
+        cache
+            .store(Section::Tuning, &key, "tune", record.to_json().as_bytes())
+            .unwrap();
+    };
+    let norm = |threads: i64| vec![Value::Int(threads), Value::Int(8), Value::Int(1), Value::Int(0)];
+    let fingerprint = kernels::rmsnorm::SOURCE_FINGERPRINT;
+    let current = |cols: u32| digest::<RmsNorm>(&format!("dtype=bf16,cols={cols}"), batch);
+    let (now, older) = (current(5120), "fnv1a64:0000000000000000");
+    store(
+        "rmsnorm",
+        fingerprint,
+        "dtype=bf16,cols=5120",
+        Component::Applies(&now),
+        norm(256),
+        norm(128),
+    );
+    store(
+        "rmsnorm",
+        fingerprint,
+        "dtype=bf16,cols=6144",
+        Component::Applies(older),
+        norm(256),
+        norm(128),
+    );
+    store(
+        "rmsnorm",
+        fingerprint,
+        "dtype=bf16,cols=7168",
+        Component::DoesNotApply,
+        norm(256),
+        norm(128),
+    );
+    // Log-softmax's search, keyed `softmax`: the default's config is in the space.
+    let softmax_key = "dtype=bf16,cols=4096";
+    let log = digest::<LogSoftmax>(softmax_key, batch);
+    let parsed = tuned::StaticKey::parse(LogSoftmax::SCHEMA, softmax_key).unwrap();
+    let default = LogSoftmax::config_values(&LogSoftmax::analytic_default(
+        tuned::Target::Sm90,
+        &LogSoftmax::key_from_values(parsed.values()).unwrap(),
+        batch,
+    ));
+    store(
+        "softmax",
+        kernels::softmax::SOURCE_FINGERPRINT,
+        softmax_key,
+        Component::Applies(&log),
+        default.clone(),
+        default,
+    );
+    for reselect in [false, true] {
+        let tables = dir.join(format!("tables-{reselect}"));
+        let o = promote(&dir.join("cache"), &tables, reselect);
+        assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+        let out = stdout(&o);
+        assert!(out.contains("rmsnorm/sm90.json: 1 added"), "{out}");
+        assert!(out.contains("softmax/sm90.json: 1 added"), "{out}");
+        assert!(
+            out.contains(&format!(
+                "skipped rmsnorm [dtype=bf16,cols=6144] batch 64: searched over another candidate list (digest {older}; this build searches {})",
+                current(6144)
+            )),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "skipped rmsnorm [dtype=bf16,cols=7168] batch 64: its key records no candidates digest"
+            ),
+            "{out}"
+        );
+        let t = tuned::TableFile::read(&tables.join("rmsnorm/sm90.json"), None).unwrap();
+        let keys: Vec<&str> = t.entries.iter().map(|e| e.key.as_str()).collect();
+        assert_eq!(keys, ["dtype=bf16,cols=5120"], "{reselect}");
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

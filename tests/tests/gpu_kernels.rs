@@ -68,6 +68,10 @@ impl Buf {
         let bytes = stream.clone_dtoh(&self.slice).expect("dtoh");
         decode(self.dtype, &bytes)[self.offset..].to_vec()
     }
+    /// The alignment class of a launch on this buffer with rows `stride` elements apart.
+    fn align(&self, stream: &CudaStream, stride: usize) -> AlignClass {
+        AlignClass::of([self.ptr(stream), (stride * self.dtype.size()) as u64])
+    }
 }
 
 /// The fused add RMSNorm problem over `x` and `residual` (both laid out as `shape`)
@@ -141,18 +145,53 @@ where
     configs
 }
 
-/// Prints how many (config, shape) runs were checked and fails on the first failures.
-fn report(family: &str, checked: usize, failures: &[String]) {
-    println!(
-        "{family}: {checked} (config, shape) runs checked, {} failed",
-        failures.len()
-    );
-    assert!(
-        failures.is_empty(),
-        "{} failures, first: {}",
-        failures.len(),
-        failures[..failures.len().min(10)].join("\n")
-    );
+/// The (config, shape) runs an every-config test has checked, and the failures.
+#[derive(Default)]
+struct Tally {
+    checked: usize,
+    failures: Vec<String>,
+}
+
+impl Tally {
+    /// Counts one checked run, and its failure if any.
+    fn add(&mut self, run: Result<(), String>) {
+        self.checked += 1;
+        if let Err(e) = run {
+            self.failures.push(e);
+        }
+    }
+
+    /// Prints how many (config, shape) runs were checked and fails on the first failures.
+    fn report(&self, family: &str) {
+        let (checked, failures) = (self.checked, &self.failures);
+        println!(
+            "{family}: {checked} (config, shape) runs checked, {} failed",
+            failures.len()
+        );
+        assert!(
+            failures.is_empty(),
+            "{} failures, first: {}",
+            failures.len(),
+            failures[..failures.len().min(10)].join("\n")
+        );
+    }
+}
+
+/// An every-config test: the runtime and stream (or the skip, as [`runtime`]), then
+/// `check` with the target whose search spaces it walks and the tally of its runs, then
+/// the tally's report for `family`.
+fn every_config(
+    test: &str,
+    family: &str,
+    check: impl FnOnce(&Runtime, &Arc<CudaStream>, Target, &mut Tally),
+) {
+    let Some((rt, stream)) = runtime(test) else {
+        return;
+    };
+    let target = rt.device().info().tuning_target();
+    let mut tally = Tally::default();
+    check(&rt, &stream, target, &mut tally);
+    tally.report(family);
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -212,203 +251,187 @@ fn input(case: &Case, seed: u64, scale: f32, softmax: bool) -> (Vec<f32>, Rows) 
 
 #[test]
 fn rmsnorm_every_config_matches_reference() {
-    let Some((rt, stream)) = runtime("rmsnorm_every_config_matches_reference") else {
-        return;
-    };
-    let target = rt.device().info().tuning_target();
-    let mut failures = Vec::new();
-    let mut checked = 0;
-    for case in cases() {
-        let key = RmsNormKey {
-            dtype: case.dtype,
-            cols: case.cols as u32,
-        };
-        let (x, shape) = input(&case, 7, 2.0, false);
-        let (res, _) = input(&case, 8, 2.0, false);
-        let mut w = pseudo_random(case.cols, 9, 0.5, 1.0);
-        round_all(case.dtype, &mut w);
-        let eps = 1e-6;
-        let poison = f32::NAN;
-        let mut y_want = vec![poison; x.len()];
-        norm_ref::rmsnorm(&x, shape.stride, &w, &mut y_want, shape.stride, case.rows, eps);
-        let (mut fx_want, mut fr_want) = (x.clone(), res.clone());
-        norm_ref::fused_add_rmsnorm(
-            &mut fx_want,
-            shape.stride,
-            &mut fr_want,
-            shape.stride,
-            &w,
-            case.rows,
-            eps,
-            case.dtype,
-        );
-
-        let xb = Buf::new(&stream, case.dtype, &x, case.offset);
-        let wb = Buf::new(&stream, case.dtype, &w, case.offset);
-        let mut yb = Buf::new(&stream, case.dtype, &vec![poison; x.len()], case.offset);
-        let mut fx = Buf::new(&stream, case.dtype, &x, case.offset);
-        let mut fr = Buf::new(&stream, case.dtype, &res, case.offset);
-
-        let align = AlignClass::of([xb.ptr(&stream), (shape.stride * case.dtype.size()) as u64]);
-        let space = kernels::rmsnorm::space::search_space(target, &key);
-        for c in &fitted_and_compiled::<RmsNorm, FusedAddRmsNorm>(&rt, &key, &space, align) {
-            let what = format!(
-                "rmsnorm {:?} cols={} rows={} offset={} {c:?}",
-                case.dtype, case.cols, case.rows, case.offset
-            );
-            yb.write(&stream, &vec![poison; x.len()]);
-            let p = unsafe {
-                NormProblem::rmsnorm_raw(
-                    case.dtype,
-                    xb.ptr(&stream),
-                    x.len(),
-                    shape,
-                    wb.ptr(&stream),
-                    w.len(),
-                    yb.ptr(&stream),
-                    x.len(),
-                    shape,
+    every_config(
+        "rmsnorm_every_config_matches_reference",
+        "rmsnorm",
+        |rt, stream, target, tally| {
+            for case in cases() {
+                let key = RmsNormKey {
+                    dtype: case.dtype,
+                    cols: case.cols as u32,
+                };
+                let (x, shape) = input(&case, 7, 2.0, false);
+                let (res, _) = input(&case, 8, 2.0, false);
+                let mut w = pseudo_random(case.cols, 9, 0.5, 1.0);
+                round_all(case.dtype, &mut w);
+                let eps = 1e-6;
+                let poison = f32::NAN;
+                let mut y_want = vec![poison; x.len()];
+                norm_ref::rmsnorm(&x, shape.stride, &w, &mut y_want, shape.stride, case.rows, eps);
+                let (mut fx_want, mut fr_want) = (x.clone(), res.clone());
+                norm_ref::fused_add_rmsnorm(
+                    &mut fx_want,
+                    shape.stride,
+                    &mut fr_want,
+                    shape.stride,
+                    &w,
+                    case.rows,
                     eps,
-                )
-            }
-            .expect("valid problem");
-            rt.launch_config::<RmsNorm>(&stream, c, &p).expect("launch");
-            if let Err(e) = compare(
-                &what,
-                &yb.read(&stream),
-                &y_want,
-                shape,
-                norm_ref::tolerance(case.dtype),
-            ) {
-                failures.push(e);
-            }
+                    case.dtype,
+                );
 
-            let what = what.replacen("rmsnorm", "fused_add_rmsnorm", 1);
-            fx.write(&stream, &x);
-            fr.write(&stream, &res);
-            let p = fused_problem(&stream, &fx, &fr, &wb, shape, eps);
-            rt.launch_config::<FusedAddRmsNorm>(&stream, c, &p)
-                .expect("launch");
-            if let Err(e) = compare(
-                &format!("{what} x"),
-                &fx.read(&stream),
-                &fx_want,
-                shape,
-                norm_ref::tolerance(case.dtype),
-            )
-            .and_then(|_| {
-                compare(
-                    &format!("{what} residual"),
-                    &fr.read(&stream),
-                    &fr_want,
-                    shape,
-                    (0.0, 0.0),
-                )
-            }) {
-                failures.push(e);
+                let xb = Buf::new(stream, case.dtype, &x, case.offset);
+                let wb = Buf::new(stream, case.dtype, &w, case.offset);
+                let mut yb = Buf::new(stream, case.dtype, &vec![poison; x.len()], case.offset);
+                let mut fx = Buf::new(stream, case.dtype, &x, case.offset);
+                let mut fr = Buf::new(stream, case.dtype, &res, case.offset);
+
+                let align = xb.align(stream, shape.stride);
+                let space = kernels::rmsnorm::space::search_space(target, &key);
+                for c in &fitted_and_compiled::<RmsNorm, FusedAddRmsNorm>(rt, &key, &space, align) {
+                    let what = format!(
+                        "rmsnorm {:?} cols={} rows={} offset={} {c:?}",
+                        case.dtype, case.cols, case.rows, case.offset
+                    );
+                    yb.write(stream, &vec![poison; x.len()]);
+                    let p = unsafe {
+                        NormProblem::rmsnorm_raw(
+                            case.dtype,
+                            xb.ptr(stream),
+                            x.len(),
+                            shape,
+                            wb.ptr(stream),
+                            w.len(),
+                            yb.ptr(stream),
+                            x.len(),
+                            shape,
+                            eps,
+                        )
+                    }
+                    .expect("valid problem");
+                    rt.launch_config::<RmsNorm>(stream, c, &p).expect("launch");
+                    tally.add(compare(
+                        &what,
+                        &yb.read(stream),
+                        &y_want,
+                        shape,
+                        norm_ref::tolerance(case.dtype),
+                    ));
+
+                    let what = what.replacen("rmsnorm", "fused_add_rmsnorm", 1);
+                    fx.write(stream, &x);
+                    fr.write(stream, &res);
+                    let p = fused_problem(stream, &fx, &fr, &wb, shape, eps);
+                    rt.launch_config::<FusedAddRmsNorm>(stream, c, &p)
+                        .expect("launch");
+                    tally.add(
+                        compare(
+                            &format!("{what} x"),
+                            &fx.read(stream),
+                            &fx_want,
+                            shape,
+                            norm_ref::tolerance(case.dtype),
+                        )
+                        .and_then(|_| {
+                            compare(
+                                &format!("{what} residual"),
+                                &fr.read(stream),
+                                &fr_want,
+                                shape,
+                                (0.0, 0.0),
+                            )
+                        }),
+                    );
+                }
             }
-            checked += 2;
-        }
-    }
-    report("rmsnorm", checked, &failures);
+        },
+    );
 }
 
 #[test]
 fn softmax_every_config_matches_reference() {
-    let Some((rt, stream)) = runtime("softmax_every_config_matches_reference") else {
-        return;
-    };
-    let target = rt.device().info().tuning_target();
-    let mut failures = Vec::new();
-    let mut checked = 0;
-    let mut cases = cases();
-    cases.push(Case {
-        dtype: DType::Bf16,
-        cols: 151936,
-        rows: 3,
-        pad: 8,
-        offset: 0,
-        specials: false,
-    });
-    // Long rows with special values (which take 5 rows) and padded strides: the staged
-    // and online paths.
-    cases.push(Case {
-        dtype: DType::F32,
-        cols: 50001,
-        rows: 5,
-        pad: 3,
-        offset: 0,
-        specials: true,
-    });
-    cases.push(Case {
-        dtype: DType::F16,
-        cols: 65536,
-        rows: 5,
-        pad: 8,
-        offset: 0,
-        specials: true,
-    });
-    // More rows than one wave of 128 KiB stages: the staged blocks prefetch the next
-    // wave's rows into L2.
-    cases.push(Case {
-        dtype: DType::Bf16,
-        cols: 65536,
-        rows: 140,
-        pad: 8,
-        offset: 0,
-        specials: false,
-    });
-    cases.push(Case {
-        dtype: DType::Bf16,
-        cols: 262144,
-        rows: 2,
-        pad: 0,
-        offset: 0,
-        specials: false,
-    });
-    // 1025 vectors of 8 per row: a last step or pass where most threads hold no vector.
-    // At scale 0 (every row uniform) such an empty part must not make the sum NaN.
-    let sparse_tail = Case {
-        dtype: DType::Bf16,
-        cols: 8200,
-        rows: 3,
-        pad: 0,
-        offset: 0,
-        specials: false,
-    };
-    cases.push(sparse_tail);
-    for case in cases {
-        let key = SoftmaxKey {
-            dtype: case.dtype,
-            cols: case.cols as u32,
-        };
-        let (x, shape) = input(&case, 17, 6.0, true);
-        // A negative scale takes the min path of the 16-bit packed max, and 0 turns
-        // infinities into NaN: both on the cases with special values; 0 on the sparse
-        // tail too.
-        let scales: &[f32] = if case.specials {
-            &[0.7, -1.3, 0.0]
-        } else if case == sparse_tail {
-            &[0.7, 0.0]
-        } else {
-            &[0.7]
-        };
-        for &scale in scales {
-            check_softmax_case(
-                &rt,
-                &stream,
-                target,
-                &case,
-                &key,
-                &x,
-                shape,
-                scale,
-                &mut failures,
-                &mut checked,
-            );
-        }
-    }
-    report("softmax", checked, &failures);
+    every_config(
+        "softmax_every_config_matches_reference",
+        "softmax",
+        |rt, stream, target, tally| {
+            let mut cases = cases();
+            cases.push(Case {
+                dtype: DType::Bf16,
+                cols: 151936,
+                rows: 3,
+                pad: 8,
+                offset: 0,
+                specials: false,
+            });
+            // Long rows with special values (which take 5 rows) and padded strides: the staged
+            // and online paths.
+            cases.push(Case {
+                dtype: DType::F32,
+                cols: 50001,
+                rows: 5,
+                pad: 3,
+                offset: 0,
+                specials: true,
+            });
+            cases.push(Case {
+                dtype: DType::F16,
+                cols: 65536,
+                rows: 5,
+                pad: 8,
+                offset: 0,
+                specials: true,
+            });
+            // More rows than one wave of 128 KiB stages: the staged blocks prefetch the next
+            // wave's rows into L2.
+            cases.push(Case {
+                dtype: DType::Bf16,
+                cols: 65536,
+                rows: 140,
+                pad: 8,
+                offset: 0,
+                specials: false,
+            });
+            cases.push(Case {
+                dtype: DType::Bf16,
+                cols: 262144,
+                rows: 2,
+                pad: 0,
+                offset: 0,
+                specials: false,
+            });
+            // 1025 vectors of 8 per row: a last step or pass where most threads hold no vector.
+            // At scale 0 (every row uniform) such an empty part must not make the sum NaN.
+            let sparse_tail = Case {
+                dtype: DType::Bf16,
+                cols: 8200,
+                rows: 3,
+                pad: 0,
+                offset: 0,
+                specials: false,
+            };
+            cases.push(sparse_tail);
+            for case in cases {
+                let key = SoftmaxKey {
+                    dtype: case.dtype,
+                    cols: case.cols as u32,
+                };
+                let (x, shape) = input(&case, 17, 6.0, true);
+                // A negative scale takes the min path of the 16-bit packed max, and 0 turns
+                // infinities into NaN: both on the cases with special values; 0 on the sparse
+                // tail too.
+                let scales: &[f32] = if case.specials {
+                    &[0.7, -1.3, 0.0]
+                } else if case == sparse_tail {
+                    &[0.7, 0.0]
+                } else {
+                    &[0.7]
+                };
+                for &scale in scales {
+                    check_softmax_case(rt, stream, target, &case, &key, &x, shape, scale, tally);
+                }
+            }
+        },
+    );
 }
 
 /// Every fitting config of the softmax search space, softmax and log-softmax, on one
@@ -423,8 +446,7 @@ fn check_softmax_case(
     x: &[f32],
     shape: Rows,
     scale: f32,
-    failures: &mut Vec<String>,
-    checked: &mut usize,
+    tally: &mut Tally,
 ) {
     let poison = f32::NAN;
     let mut want = vec![poison; x.len()];
@@ -450,7 +472,7 @@ fn check_softmax_case(
     let xb = Buf::new(stream, case.dtype, x, case.offset);
     let mut yb = Buf::new(stream, case.dtype, &vec![poison; x.len()], case.offset);
 
-    let align = AlignClass::of([xb.ptr(stream), (shape.stride * case.dtype.size()) as u64]);
+    let align = xb.align(stream, shape.stride);
     let space = kernels::softmax::space::search_space(target, key);
     for c in &fitted_and_compiled::<Softmax, LogSoftmax>(rt, key, &space, align) {
         for log in [false, true] {
@@ -482,16 +504,13 @@ fn check_softmax_case(
                 rt.launch_config::<Softmax>(stream, c, &p).expect("launch");
             }
             let w = if log { &want_log } else { &want };
-            if let Err(e) = compare(
+            tally.add(compare(
                 &what,
                 &yb.read(stream),
                 w,
                 shape,
                 sm_ref::tolerance(case.dtype, log),
-            ) {
-                failures.push(e);
-            }
-            *checked += 1;
+            ));
         }
     }
 }
@@ -535,43 +554,26 @@ fn in_place_softmax_and_safe_ops() {
     // The safe op: resolves (default-only here), launches, reports the source.
     let w = stream.clone_htod(&vec![bf16::ONE; cols]).unwrap();
     let mut y = stream.alloc_zeros::<bf16>(rows * cols).unwrap();
-    let used = norm_ops::rmsnorm(
-        &rt,
-        &stream,
-        &x.as_view(),
-        shape,
-        &w.as_view(),
-        &mut y.as_view_mut(),
-        shape,
-        1e-6,
-    )
-    .unwrap();
+    // The same call on `x`, `w` and `y` each time, laid out as `shape`, with `eps`.
+    let mut rmsnorm = |shape: Rows, eps: f32| {
+        norm_ops::rmsnorm(
+            &rt,
+            &stream,
+            &x.as_view(),
+            shape,
+            &w.as_view(),
+            &mut y.as_view_mut(),
+            shape,
+            eps,
+        )
+    };
+    let used = rmsnorm(shape, 1e-6).unwrap();
     assert_eq!(used.source, tuned::Source::Default);
     // Bad input is refused before launching and names the argument.
-    let err = norm_ops::rmsnorm(
-        &rt,
-        &stream,
-        &x.as_view(),
-        shape,
-        &w.as_view(),
-        &mut y.as_view_mut(),
-        shape,
-        0.0,
-    )
-    .unwrap_err();
+    let err = rmsnorm(shape, 0.0).unwrap_err();
     assert!(err.to_string().contains("eps"), "{err}");
     let short = Rows::contiguous(rows + 1, cols);
-    let err = norm_ops::rmsnorm(
-        &rt,
-        &stream,
-        &x.as_view(),
-        short,
-        &w.as_view(),
-        &mut y.as_view_mut(),
-        short,
-        1e-6,
-    )
-    .unwrap_err();
+    let err = rmsnorm(short, 1e-6).unwrap_err();
     assert!(
         err.to_string().contains("`x`") || err.to_string().contains("x:"),
         "{err}"
