@@ -213,11 +213,9 @@ impl Runtime {
         alignment: AlignClass,
         candidates: &str,
     ) -> CacheKey {
-        let mut parts = self.key_parts(kernel, fingerprint);
-        parts.candidates = Component::Applies(candidates);
-        parts.static_key = Component::Applies(static_key);
-        parts.batch = Component::Applies(batch);
-        parts.alignment = Component::Applies(alignment);
+        let parts = self
+            .key_parts(kernel, fingerprint)
+            .for_tuning(static_key, batch, alignment, candidates);
         cache_key(&parts)
     }
 
@@ -234,11 +232,9 @@ impl Runtime {
         method: crate::TimingMethod,
         candidates: &str,
     ) -> CacheKey {
-        let mut parts = self.key_parts(kernel, fingerprint);
-        parts.candidates = Component::Applies(candidates);
-        parts.static_key = Component::Applies(static_key);
-        parts.batch = Component::Applies(batch);
-        parts.alignment = Component::Applies(AlignClass::A16);
+        let mut parts =
+            self.key_parts(kernel, fingerprint)
+                .for_tuning(static_key, batch, AlignClass::A16, candidates);
         let timing = format!("timing={method}");
         parts.variant = Component::Applies(&timing);
         cache_key(&parts)

@@ -69,18 +69,15 @@ pub fn hip_tuning_key(
     candidates: &str,
 ) -> CacheKey {
     let compiler_id = compiler.id();
-    let mut parts = hip_key_parts(
+    let parts = hip_key_parts(
         &compiler_id,
         device.arch(),
         &device.name,
         device.cu_count,
         kernel,
         fingerprint,
-    );
-    parts.candidates = Component::Applies(candidates);
-    parts.static_key = Component::Applies(static_key);
-    parts.batch = Component::Applies(batch);
-    parts.alignment = Component::Applies(alignment);
+    )
+    .for_tuning(static_key, batch, alignment, candidates);
     cache_key(&parts)
 }
 
