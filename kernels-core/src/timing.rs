@@ -159,6 +159,13 @@ impl Timing {
     }
 }
 
+/// Bytes of the scratch buffer that flushes an L2 of `l2_bytes`: twice the L2, and at
+/// least 2 MiB when the device reports no L2 size.
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+pub(crate) fn l2_flush_bytes(l2_bytes: u64) -> usize {
+    (l2_bytes.max(1 << 20) * 2) as usize
+}
+
 /// What the event-timed loop ([`time_with_events`]) needs of a backend: an L2 flush
 /// (or none), timing events recorded on one stream, a wait for the stream, and the time
 /// between two completed events.
@@ -229,7 +236,7 @@ mod cuda {
     use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
     use cudarc::driver::{CudaEvent, CudaGraph, CudaSlice, CudaStream, DevicePtr};
 
-    use super::{time_with_events, EventClock, Timing, TimingOptions};
+    use super::{l2_flush_bytes, time_with_events, EventClock, Timing, TimingOptions};
     use crate::ffi::{self, driver_error};
     use crate::{DeviceInfo, Result};
 
@@ -241,7 +248,7 @@ mod cuda {
     impl L2Flush {
         /// Allocates `2 x L2` bytes on `stream` (120 MiB on an H200).
         pub fn new(stream: &Arc<CudaStream>, info: &DeviceInfo) -> Result<L2Flush> {
-            let bytes = (info.l2_bytes.max(1 << 20) * 2) as usize;
+            let bytes = l2_flush_bytes(info.l2_bytes);
             // SAFETY: u8 has no invalid bit patterns; the buffer is only ever memset.
             let scratch = unsafe { stream.alloc::<u8>(bytes) }.map_err(|e| driver_error("cuMemAlloc", e))?;
             Ok(L2Flush { scratch })
@@ -517,6 +524,13 @@ mod tests {
         };
         let e = time_with_events(&mut clock, &opts, false, &mut || Ok(()), &mut || Ok(()));
         assert!(e.unwrap_err().to_string().contains("`reps`"));
+    }
+
+    #[cfg(any(feature = "cuda", feature = "rocm"))]
+    #[test]
+    fn the_flush_buffer_is_twice_the_l2_and_at_least_2_mib() {
+        assert_eq!(l2_flush_bytes(60 << 20), 120 << 20);
+        assert_eq!(l2_flush_bytes(0), 2 << 20);
     }
 
     #[test]

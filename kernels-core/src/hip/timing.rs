@@ -3,7 +3,7 @@
 
 use super::ffi::{self, EventHandle};
 use super::{HipBuffer, HipDevice, HipStream};
-use crate::timing::{time_with_events, EventClock};
+use crate::timing::{l2_flush_bytes, time_with_events, EventClock};
 use crate::{Result, Timing, TimingOptions};
 
 /// A HIP event (timing enabled), destroyed on drop.
@@ -46,7 +46,7 @@ pub struct HipL2Flush {
 impl HipL2Flush {
     /// Allocates `2 x L2` bytes (at least 2 MiB) on `device`.
     pub fn new(device: &HipDevice) -> Result<HipL2Flush> {
-        let bytes = (device.info().l2_bytes.max(1 << 20) * 2) as usize;
+        let bytes = l2_flush_bytes(device.info().l2_bytes);
         Ok(HipL2Flush {
             scratch: device.alloc_zeros::<u8>(bytes)?,
         })
