@@ -146,6 +146,28 @@ pub struct CacheKeyParts<'a> {
     pub alignment: Component<AlignClass>,
 }
 
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+impl<'a> CacheKeyParts<'a> {
+    /// These parts with the components of a tuning result applied: the search's
+    /// `candidates` digest, the canonical `static_key`, the `batch` and the `alignment`
+    /// class.
+    pub(crate) fn for_tuning(
+        self,
+        static_key: &'a str,
+        batch: u64,
+        alignment: AlignClass,
+        candidates: &'a str,
+    ) -> CacheKeyParts<'a> {
+        CacheKeyParts {
+            candidates: Component::Applies(candidates),
+            static_key: Component::Applies(static_key),
+            batch: Component::Applies(batch),
+            alignment: Component::Applies(alignment),
+            ..self
+        }
+    }
+}
+
 /// A cache key: its canonical text (stored in the cache file and compared on read, so
 /// a hash collision is a miss, never a wrong hit) and the hash that names the file.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

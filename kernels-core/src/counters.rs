@@ -36,7 +36,7 @@ pub struct Stats {
 }
 
 #[cfg(any(feature = "cuda", feature = "rocm"))]
-/// The live counters behind [`Stats`].
+/// The live counters behind [`Stats`], and the last cache write error.
 #[derive(Default)]
 pub(crate) struct Counters {
     pub(crate) compiled: AtomicU64,
@@ -45,6 +45,7 @@ pub(crate) struct Counters {
     pub(crate) corrupt_files: AtomicU64,
     pub(crate) cache_write_errors: AtomicU64,
     pub(crate) searches: AtomicU64,
+    last_cache_error: Mutex<Option<String>>,
 }
 
 #[cfg(any(feature = "cuda", feature = "rocm"))]
@@ -59,6 +60,20 @@ impl Counters {
             cache_write_errors: g(&self.cache_write_errors),
             searches: g(&self.searches),
         }
+    }
+
+    /// Counts and remembers a failed cache write (a write that fails fails no compile,
+    /// launch or search).
+    pub(crate) fn note_cache_write(&self, r: crate::Result<()>) {
+        if let Err(e) = r {
+            bump(&self.cache_write_errors);
+            *lock(&self.last_cache_error) = Some(e.to_string());
+        }
+    }
+
+    /// The last cache write error, if any.
+    pub(crate) fn last_cache_error(&self) -> Option<String> {
+        lock(&self.last_cache_error).clone()
     }
 }
 

@@ -1,14 +1,217 @@
-//! Parallel precompile shared by the CUDA and HIP runtimes: memo hits first, one
-//! compile per distinct module key on a pool of threads (disk cache or compiler, no
-//! device needed), then the modules loaded on the calling thread, and duplicates given
-//! their representative's result.
+//! What the CUDA and HIP runtimes share around their modules and memos. Parallel
+//! precompile: memo hits first, one compile per distinct module key on a pool of
+//! threads (disk cache or compiler, no device needed), then the modules loaded on the
+//! calling thread, and duplicates given their representative's result. Also the
+//! loaded-module memo ([`Modules`]), the module image from the disk cache or the
+//! compiler ([`cached_image`], [`compile_and_store`]), the per-kernel-type memo of
+//! resolutions ([`TypedMemo`]) and the checks of a batch and of an explicit config.
 
+use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use crate::counters::{bump, lock};
-use crate::{CacheKey, Error, KernelSource, ModuleOrigin, Result, Variant};
+use tuned::TunedKernel;
+
+use crate::counters::{bump, lock, Counters};
+use crate::{
+    AlignClass, CacheKey, DeviceInfo, DiskCache, Error, Image, ImageKind, KernelSource, Lookup, ModuleOrigin,
+    PlannedKernel, Result, Section, Variant,
+};
+
+/// A runtime's loaded kernels, by module cache key text.
+pub(crate) struct Modules<Kn>(Mutex<HashMap<String, Arc<Kn>>>);
+
+impl<Kn> Default for Modules<Kn> {
+    fn default() -> Self {
+        Modules(Mutex::new(HashMap::new()))
+    }
+}
+
+impl<Kn> Modules<Kn> {
+    /// The kernel loaded under `key`, counted as a memo hit in `counters`.
+    pub(crate) fn hit(&self, key: &CacheKey, counters: &Counters) -> Option<(Arc<Kn>, ModuleOrigin)> {
+        let modules = lock(&self.0);
+        let kernel = modules.get(key.text())?;
+        bump(&counters.memo_hits);
+        Some((kernel.clone(), ModuleOrigin::Memo))
+    }
+
+    /// Whether a kernel is loaded under `key`.
+    #[cfg(feature = "rocm")]
+    pub(crate) fn contains(&self, key: &CacheKey) -> bool {
+        lock(&self.0).contains_key(key.text())
+    }
+
+    /// Loads `image` (from `origin`) with `try_load` and memoizes the kernel under `key`.
+    /// A cached image (from the disk) that does not load counts as a corrupt file in
+    /// `counters` and is replaced by `recompile` once. Another thread may have loaded
+    /// the same key meanwhile: its kernel is kept and returned.
+    pub(crate) fn load(
+        &self,
+        image: &Image,
+        origin: ModuleOrigin,
+        key: &CacheKey,
+        counters: &Counters,
+        try_load: impl Fn(&Image) -> Result<Kn>,
+        recompile: impl FnOnce() -> Result<Image>,
+    ) -> Result<Arc<Kn>> {
+        let kernel = match try_load(image) {
+            Ok(k) => k,
+            Err(_) if origin == ModuleOrigin::Disk => {
+                bump(&counters.corrupt_files);
+                let fresh = recompile()?;
+                try_load(&fresh)?
+            }
+            Err(e) => return Err(e),
+        };
+        let mut modules = lock(&self.0);
+        Ok(modules
+            .entry(key.text().to_string())
+            .or_insert_with(|| Arc::new(kernel))
+            .clone())
+    }
+
+    /// [`precompile_jobs`] over these modules, job i's module key being
+    /// `module_key(job i)`; memo hits count in `counters`.
+    pub(crate) fn precompile<I: Send>(
+        &self,
+        jobs: &[(KernelSource, Variant)],
+        threads: usize,
+        counters: &Counters,
+        module_key: impl Fn(&KernelSource, &Variant) -> CacheKey,
+        image: impl Fn(&KernelSource, &Variant, &CacheKey) -> Result<(I, ModuleOrigin)> + Sync,
+        load: impl Fn(I, ModuleOrigin, &KernelSource, &Variant, &CacheKey) -> Result<Arc<Kn>>,
+    ) -> Vec<Result<(Arc<Kn>, ModuleOrigin)>> {
+        let keys: Vec<CacheKey> = jobs.iter().map(|(s, v)| module_key(s, v)).collect();
+        precompile_jobs(jobs, &keys, threads, &self.0, &counters.memo_hits, image, load)
+    }
+}
+
+/// The module image under `key`: the disk cache's when the file is intact and its kind
+/// is one `usable` accepts (a disk hit in `counters`), else `compile`d now. A corrupt
+/// file, or an image of a kind refused, counts as a corrupt file and is compiled again.
+pub(crate) fn cached_image(
+    cache: &DiskCache,
+    key: &CacheKey,
+    counters: &Counters,
+    usable: impl Fn(ImageKind) -> bool,
+    compile: impl FnOnce() -> Result<Image>,
+) -> Result<(Image, ModuleOrigin)> {
+    match cache.load(Section::Modules, key) {
+        Lookup::Hit(e) => match ImageKind::from_name(&e.kind).filter(|k| usable(*k)) {
+            Some(kind) => {
+                bump(&counters.disk_hits);
+                return Ok((
+                    Image {
+                        kind,
+                        bytes: e.payload,
+                    },
+                    ModuleOrigin::Disk,
+                ));
+            }
+            None => bump(&counters.corrupt_files),
+        },
+        Lookup::Corrupt { .. } => bump(&counters.corrupt_files),
+        Lookup::Miss => {}
+    }
+    Ok((compile()?, ModuleOrigin::Compiled))
+}
+
+/// The image `compile` makes (counted as compiled in `counters`), stored under `key` in
+/// the cache's modules; a failed store is noted in `counters`, not an error.
+pub(crate) fn compile_and_store(
+    cache: &DiskCache,
+    key: &CacheKey,
+    counters: &Counters,
+    compile: impl FnOnce() -> Result<Image>,
+) -> Result<Image> {
+    let image = compile()?;
+    bump(&counters.compiled);
+    counters.note_cache_write(cache.store(Section::Modules, key, image.kind.name(), &image.bytes));
+    Ok(image)
+}
+
+/// The key of a runtime's resolutions: static key, batch and alignment class.
+pub(crate) type MemoKey<K> = (<K as TunedKernel>::Key, u64, AlignClass);
+
+/// Per kernel type, a runtime's resolutions: [`MemoKey`] -> what was resolved and
+/// loaded for it (`P`, the runtime's prepared kernel).
+#[derive(Default)]
+pub(crate) struct TypedMemo(Mutex<HashMap<TypeId, Box<dyn Any + Send + Sync>>>);
+
+impl TypedMemo {
+    /// The resolution memoized for `key` of kernel `K`.
+    pub(crate) fn get<K: PlannedKernel, P: Clone + Send + Sync + 'static>(
+        &self,
+        key: &MemoKey<K>,
+    ) -> Option<P> {
+        let typed = lock(&self.0);
+        let memo = typed
+            .get(&TypeId::of::<K>())?
+            .downcast_ref::<HashMap<MemoKey<K>, P>>()?;
+        memo.get(key).cloned()
+    }
+
+    /// Memoizes `prepared` for `key` of kernel `K`.
+    pub(crate) fn put<K: PlannedKernel, P: Send + Sync + 'static>(&self, key: MemoKey<K>, prepared: P) {
+        let mut typed = lock(&self.0);
+        let entry = typed
+            .entry(TypeId::of::<K>())
+            .or_insert_with(|| Box::new(HashMap::<MemoKey<K>, P>::new()));
+        if let Some(memo) = entry.downcast_mut::<HashMap<MemoKey<K>, P>>() {
+            memo.insert(key, prepared);
+        }
+    }
+
+    /// The resolution memoized for `key` (counted in `hits`), else `resolve`d now and
+    /// memoized.
+    pub(crate) fn get_or_resolve<K: PlannedKernel, P: Clone + Send + Sync + 'static>(
+        &self,
+        key: MemoKey<K>,
+        hits: &AtomicU64,
+        resolve: impl FnOnce() -> Result<P>,
+    ) -> Result<P> {
+        if let Some(p) = self.get::<K, P>(&key) {
+            bump(hits);
+            return Ok(p);
+        }
+        let p = resolve()?;
+        self.put::<K, P>(key, p.clone());
+        Ok(p)
+    }
+}
+
+/// A batch of 0 is an error naming `batch`, the kernel and `key`.
+pub(crate) fn check_batch<K: PlannedKernel>(key: &K::Key, batch: u64) -> Result<()> {
+    if batch == 0 {
+        return Err(Error::invalid(
+            "batch",
+            format!(
+                "kernel `{}` key {key:?}: batch must be at least 1",
+                K::SCHEMA.kernel
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// An explicit `config` that `K` does not accept for (`key`, `batch`) on `device` is
+/// an error naming `config`.
+pub(crate) fn check_config<K: PlannedKernel>(
+    device: &DeviceInfo,
+    key: &K::Key,
+    batch: u64,
+    config: &K::Config,
+) -> Result<()> {
+    if !K::accepts(device.tuning_target(), key, batch, config) {
+        return Err(Error::invalid(
+            "config",
+            format!("{config:?} does not fit {key:?} on {}", device.name),
+        ));
+    }
+    Ok(())
+}
 
 /// One compile thread's result: the image and where it came from.
 type ImageSlot<I> = Mutex<Option<Result<(I, ModuleOrigin)>>>;
@@ -111,6 +314,176 @@ mod tests {
             batch: Component::DoesNotApply,
             alignment: Component::DoesNotApply,
         })
+    }
+
+    #[test]
+    fn images_come_from_the_disk_or_the_compiler_and_loads_keep_one_kernel() {
+        let dir = std::env::temp_dir().join(format!("kernels-core-modules-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cache = DiskCache::at(&dir);
+        let counters = Counters::default();
+        let cubin = |bytes: &[u8]| Image {
+            kind: ImageKind::Cubin,
+            bytes: bytes.to_vec(),
+        };
+        let compile = |bytes: &'static [u8]| move || Ok(cubin(bytes));
+        let any = |_: ImageKind| true;
+        let got = |r: Result<(Image, ModuleOrigin)>| r.map(|(i, o)| (i.bytes, o)).unwrap();
+        let stats = || {
+            let s = counters.snapshot();
+            (s.compiled, s.disk_hits, s.corrupt_files, s.cache_write_errors)
+        };
+
+        // A miss compiles and stores; the next lookup is a disk hit.
+        let image = cached_image(&cache, &key("a"), &counters, any, || {
+            compile_and_store(&cache, &key("a"), &counters, compile(b"one"))
+        });
+        assert_eq!(got(image), (b"one".to_vec(), ModuleOrigin::Compiled));
+        let image = cached_image(&cache, &key("a"), &counters, any, || unreachable!());
+        assert_eq!(got(image), (b"one".to_vec(), ModuleOrigin::Disk));
+        assert_eq!(stats(), (1, 1, 0, 0));
+        // A kind the backend refuses is a corrupt file, compiled again.
+        let code_objects = |k: ImageKind| k == ImageKind::CodeObject;
+        let image = cached_image(&cache, &key("a"), &counters, code_objects, compile(b"two"));
+        assert_eq!(got(image), (b"two".to_vec(), ModuleOrigin::Compiled));
+        assert_eq!(stats(), (1, 1, 1, 0));
+        // A store that fails is noted, not an error.
+        let image = compile_and_store(&DiskCache::at(dir.join("a")), &key("b"), &counters, || {
+            std::fs::write(dir.join("a"), "a file, not a folder").unwrap();
+            Ok(cubin(b"three"))
+        });
+        assert_eq!(image.unwrap().bytes, b"three");
+        assert_eq!(stats().3, 1);
+        assert!(counters.last_cache_error().is_some());
+
+        // A disk image that does not load is recompiled once; a compiled one is not.
+        let modules = Modules::<String>::default();
+        let load = |i: &Image| match i.bytes.as_slice() {
+            b"bad" => Err(Error::kernel("toy", "refused")),
+            b => Ok(String::from_utf8_lossy(b).into_owned()),
+        };
+        let k = modules.load(
+            &cubin(b"bad"),
+            ModuleOrigin::Disk,
+            &key("c"),
+            &counters,
+            load,
+            || Ok(cubin(b"fresh")),
+        );
+        assert_eq!(k.unwrap().as_str(), "fresh");
+        assert_eq!(stats().2, 2);
+        let e = modules.load(
+            &cubin(b"bad"),
+            ModuleOrigin::Compiled,
+            &key("d"),
+            &counters,
+            load,
+            || unreachable!(),
+        );
+        assert!(e.is_err());
+        // The first kernel memoized under a key is kept.
+        let k = modules.load(
+            &cubin(b"other"),
+            ModuleOrigin::Compiled,
+            &key("c"),
+            &counters,
+            load,
+            || unreachable!(),
+        );
+        assert_eq!(k.unwrap().as_str(), "fresh");
+        let (k, origin) = modules.hit(&key("c"), &counters).unwrap();
+        assert_eq!((k.as_str(), origin), ("fresh", ModuleOrigin::Memo));
+        assert!(modules.hit(&key("d"), &counters).is_none());
+        assert_eq!(counters.snapshot().memo_hits, 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A kernel keyed by a column count, configs a thread count; nothing launches.
+    struct Toy;
+    static TOY: tuned::KernelSchema = tuned::KernelSchema {
+        kernel: "toy",
+        key: &[tuned::Field::int("cols")],
+        params: &[tuned::Field::int("threads")],
+    };
+    impl TunedKernel for Toy {
+        type Key = u32;
+        type Config = u32;
+        const SCHEMA: &'static tuned::KernelSchema = &TOY;
+        const SOURCE_FINGERPRINT: &'static str = "fnv1a64:1";
+        fn key_values(k: &u32) -> tuned::KeyValues {
+            tuned::KeyValues::new().push(*k as i64)
+        }
+        fn key_from_values(_: &[tuned::Value]) -> std::result::Result<u32, String> {
+            Ok(0)
+        }
+        fn config_from_values(_: &[tuned::Value]) -> std::result::Result<u32, String> {
+            Ok(0)
+        }
+        fn config_values(c: &u32) -> Vec<tuned::Value> {
+            vec![tuned::Value::Int(*c as i64)]
+        }
+        fn analytic_default(_: tuned::Target, _: &u32, _: u64) -> u32 {
+            256
+        }
+        fn baked_table(_: tuned::Target) -> Option<&'static tuned::BakedTable> {
+            None
+        }
+        fn accepts(_: tuned::Target, _: &u32, _: u64, c: &u32) -> bool {
+            *c <= 1024
+        }
+    }
+    // SAFETY: no problem of it is ever launched.
+    unsafe impl PlannedKernel for Toy {
+        type Problem<'a> = ();
+        const SOURCE: &'static KernelSource = &SRC;
+        fn search_space(_: &DeviceInfo, _: &u32, _: u64) -> Vec<u32> {
+            Vec::new()
+        }
+        fn variant(_: &DeviceInfo, _: &u32, _: &u32) -> Variant {
+            Variant::new("toy")
+        }
+        fn problem_shape(_: &()) -> (u32, u64) {
+            (0, 1)
+        }
+        fn buffers(_: &()) -> Vec<crate::TuneBuffer> {
+            Vec::new()
+        }
+        fn launch_args(_: &DeviceInfo, _: &u32, _: &()) -> Result<(crate::LaunchDims, crate::KernelArgs)> {
+            Err(Error::invalid("problem", "toy kernels do not launch"))
+        }
+    }
+
+    #[test]
+    fn the_typed_memo_resolves_once_per_key_and_batch_zero_is_refused() {
+        let memo = TypedMemo::default();
+        let hits = AtomicU64::new(0);
+        let mut resolved = 0;
+        for _ in 0..3 {
+            let p = memo.get_or_resolve::<Toy, String>((4096, 8, AlignClass::A16), &hits, || {
+                resolved += 1;
+                Ok("prepared".into())
+            });
+            assert_eq!(p.unwrap(), "prepared");
+        }
+        assert_eq!((resolved, hits.load(Ordering::Relaxed)), (1, 2));
+        // Another alignment is another entry; a failed resolution memoizes nothing.
+        let e = memo.get_or_resolve::<Toy, String>((4096, 8, AlignClass::A4), &hits, || {
+            Err(Error::invalid("search", "failed"))
+        });
+        assert!(e.is_err());
+        assert_eq!(memo.get::<Toy, String>(&(4096, 8, AlignClass::A4)), None);
+        memo.put::<Toy, String>((4096, 8, AlignClass::A4), "put".into());
+        assert_eq!(
+            memo.get::<Toy, String>(&(4096, 8, AlignClass::A4)).as_deref(),
+            Some("put")
+        );
+
+        assert!(check_batch::<Toy>(&4096, 1).is_ok());
+        let e = check_batch::<Toy>(&4096, 0).unwrap_err().to_string();
+        assert!(
+            e.contains("`batch`") && e.contains("kernel `toy` key 4096"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -1,20 +1,21 @@
 //! The runtime: one per device. Compiles with a persistent module cache and an
 //! in-process memo, resolves configs under a [`Policy`], and launches.
 
-use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::CudaStream;
 use cudarc::nvrtc::Ptx;
-use tuned::{resolve_serve, Resolved, Source, TunedKernel};
+use tuned::{resolve_serve, Resolved, Source};
 
 use crate::counters::{bump, lock, Counters};
 use crate::ffi::{self, driver_error, guard};
+use crate::precompile::{cached_image, check_batch, check_config, compile_and_store, Modules, TypedMemo};
+use crate::search::canonical_key;
 use crate::{
     cache_key, resolve_in_order, AlignClass, CacheKey, CacheKeyParts, Compiler, Component, Device, DiskCache,
-    Error, Image, ImageKind, Kernel, KernelSource, Lookup, ModuleOrigin, Policy, ResolutionSteps, Result,
-    Section, Stats, Tunable, TuneOptions, TuneRecord, Variant,
+    Error, Image, ImageKind, Kernel, KernelSource, ModuleOrigin, Policy, ResolutionSteps, Result, Section,
+    Stats, Tunable, TuneOptions, TuneRecord, Variant,
 };
 
 /// The version of this crate, part of every cache key.
@@ -55,9 +56,6 @@ type Loaded = (Arc<Kernel>, ModuleOrigin);
 /// A config resolution and its search failure, if any.
 type Picked<C> = (Resolved<C>, Option<String>);
 
-type MemoKey<K> = (<K as TunedKernel>::Key, u64, AlignClass);
-type Memo<K> = HashMap<MemoKey<K>, Prepared<<K as TunedKernel>::Config>>;
-
 /// The runtime of one device. Share it (`Arc<Runtime>`, or [`Runtime::shared`]); every
 /// method takes `&self`.
 ///
@@ -82,11 +80,10 @@ pub struct Runtime {
     arch: String,
     options: RuntimeOptions,
     /// Module cache key text -> loaded kernel.
-    modules: Mutex<HashMap<String, Arc<Kernel>>>,
+    modules: Modules<Kernel>,
     /// Per kernel type: (key, batch, alignment) -> prepared config and kernel.
-    typed: Mutex<HashMap<TypeId, Box<dyn Any + Send + Sync>>>,
+    typed: TypedMemo,
     counters: Counters,
-    last_cache_error: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -116,10 +113,9 @@ impl Runtime {
             compiler,
             device,
             options,
-            modules: Mutex::new(HashMap::new()),
-            typed: Mutex::new(HashMap::new()),
+            modules: Modules::default(),
+            typed: TypedMemo::default(),
             counters: Counters::default(),
-            last_cache_error: Mutex::new(None),
         })
     }
 
@@ -174,7 +170,7 @@ impl Runtime {
 
     /// The last cache write error, if any (writes that fail do not fail launches).
     pub fn last_cache_error(&self) -> Option<String> {
-        lock(&self.last_cache_error).clone()
+        self.counters.last_cache_error()
     }
 
     fn key_parts<'a>(&'a self, kernel: &'a str, fingerprint: &'a str) -> CacheKeyParts<'a> {
@@ -217,11 +213,9 @@ impl Runtime {
         alignment: AlignClass,
         candidates: &str,
     ) -> CacheKey {
-        let mut parts = self.key_parts(kernel, fingerprint);
-        parts.candidates = Component::Applies(candidates);
-        parts.static_key = Component::Applies(static_key);
-        parts.batch = Component::Applies(batch);
-        parts.alignment = Component::Applies(alignment);
+        let parts = self
+            .key_parts(kernel, fingerprint)
+            .for_tuning(static_key, batch, alignment, candidates);
         cache_key(&parts)
     }
 
@@ -238,21 +232,12 @@ impl Runtime {
         method: crate::TimingMethod,
         candidates: &str,
     ) -> CacheKey {
-        let mut parts = self.key_parts(kernel, fingerprint);
-        parts.candidates = Component::Applies(candidates);
-        parts.static_key = Component::Applies(static_key);
-        parts.batch = Component::Applies(batch);
-        parts.alignment = Component::Applies(AlignClass::A16);
+        let mut parts =
+            self.key_parts(kernel, fingerprint)
+                .for_tuning(static_key, batch, AlignClass::A16, candidates);
         let timing = format!("timing={method}");
         parts.variant = Component::Applies(&timing);
         cache_key(&parts)
-    }
-
-    fn note_cache_write(&self, r: Result<()>) {
-        if let Err(e) = r {
-            bump(&self.counters.cache_write_errors);
-            *lock(&self.last_cache_error) = Some(e.to_string());
-        }
     }
 
     /// The loaded kernel for `variant` of `source`: from the memo (no compile, no disk
@@ -275,9 +260,8 @@ impl Runtime {
         variant: &Variant,
     ) -> Result<(Arc<Kernel>, ModuleOrigin)> {
         let key = self.module_key(source, variant);
-        if let Some(k) = lock(&self.modules).get(key.text()) {
-            bump(&self.counters.memo_hits);
-            return Ok((k.clone(), ModuleOrigin::Memo));
+        if let Some(hit) = self.modules.hit(&key, &self.counters) {
+            return Ok(hit);
         }
         self.refuse_if_capturing(stream, source.name, &variant.to_string())?;
         let (image, origin) = self.image(source, variant, &key)?;
@@ -303,32 +287,20 @@ impl Runtime {
         variant: &Variant,
         key: &CacheKey,
     ) -> Result<(Image, ModuleOrigin)> {
-        match self.options.cache.load(Section::Modules, key) {
-            Lookup::Hit(e) => match ImageKind::from_name(&e.kind) {
-                Some(kind) => {
-                    bump(&self.counters.disk_hits);
-                    return Ok((
-                        Image {
-                            kind,
-                            bytes: e.payload,
-                        },
-                        ModuleOrigin::Disk,
-                    ));
-                }
-                None => bump(&self.counters.corrupt_files),
-            },
-            Lookup::Corrupt { .. } => bump(&self.counters.corrupt_files),
-            Lookup::Miss => {}
-        }
-        let image = self.compiler.compile(source, variant, &self.arch)?;
-        bump(&self.counters.compiled);
-        self.note_cache_write(self.options.cache.store(
-            Section::Modules,
+        cached_image(
+            &self.options.cache,
             key,
-            image.kind.name(),
-            &image.bytes,
-        ));
-        Ok((image, ModuleOrigin::Compiled))
+            &self.counters,
+            |_| true,
+            || self.compile_and_store(source, variant, key),
+        )
+    }
+
+    /// A fresh compile of `variant` of `source`, stored in the disk cache under `key`.
+    fn compile_and_store(&self, source: &KernelSource, variant: &Variant, key: &CacheKey) -> Result<Image> {
+        compile_and_store(&self.options.cache, key, &self.counters, || {
+            self.compiler.compile(source, variant, &self.arch)
+        })
     }
 
     /// Loads an image into the device's context and memoizes the kernel. A cached
@@ -342,7 +314,7 @@ impl Runtime {
         key: &CacheKey,
     ) -> Result<Arc<Kernel>> {
         let ctx = self.device.context();
-        let try_load = |image: &Image| -> Result<Arc<Kernel>> {
+        let try_load = |image: &Image| -> Result<Kernel> {
             let mut bytes = image.bytes.clone();
             if image.kind == ImageKind::Ptx && bytes.last() != Some(&0) {
                 bytes.push(0);
@@ -359,27 +331,11 @@ impl Runtime {
                 variant.to_string(),
                 Arc::new(self.device.info().clone()),
             )
-            .map(Arc::new)
         };
-        let kernel = match try_load(image) {
-            Ok(k) => k,
-            Err(_) if origin == ModuleOrigin::Disk => {
-                bump(&self.counters.corrupt_files);
-                let fresh = self.compiler.compile(source, variant, &self.arch)?;
-                bump(&self.counters.compiled);
-                self.note_cache_write(self.options.cache.store(
-                    Section::Modules,
-                    key,
-                    fresh.kind.name(),
-                    &fresh.bytes,
-                ));
-                try_load(&fresh)?
-            }
-            Err(e) => return Err(e),
-        };
-        let mut modules = lock(&self.modules);
-        // Another thread may have loaded it meanwhile: keep one.
-        Ok(modules.entry(key.text().to_string()).or_insert(kernel).clone())
+        self.modules
+            .load(image, origin, key, &self.counters, try_load, || {
+                self.compile_and_store(source, variant, key)
+            })
     }
 
     /// Parallel precompile: compiles (or reads from the disk cache) every job on a pool
@@ -407,35 +363,17 @@ impl Runtime {
         jobs: &[(KernelSource, Variant)],
         threads: usize,
     ) -> Vec<Result<Loaded>> {
-        let keys: Vec<CacheKey> = jobs.iter().map(|(s, v)| self.module_key(s, v)).collect();
-        crate::precompile::precompile_jobs(
+        self.modules.precompile(
             jobs,
-            &keys,
             threads,
-            &self.modules,
-            &self.counters.memo_hits,
+            &self.counters,
+            |source, variant| self.module_key(source, variant),
             |source, variant, key| self.image(source, variant, key),
             |image, origin, source, variant, key| self.load(&image, origin, source, variant, key),
         )
     }
 
     // ---- typed resolution -------------------------------------------------------
-
-    fn memo_get<K: Tunable>(&self, key: &MemoKey<K>) -> Option<Prepared<K::Config>> {
-        let typed = lock(&self.typed);
-        let memo = typed.get(&TypeId::of::<K>())?.downcast_ref::<Memo<K>>()?;
-        memo.get(key).cloned()
-    }
-
-    fn memo_put<K: Tunable>(&self, key: MemoKey<K>, prepared: Prepared<K::Config>) {
-        let mut typed = lock(&self.typed);
-        let entry = typed
-            .entry(TypeId::of::<K>())
-            .or_insert_with(|| Box::new(Memo::<K>::new()));
-        if let Some(memo) = entry.downcast_mut::<Memo<K>>() {
-            memo.insert(key, prepared);
-        }
-    }
 
     /// Resolves the config for `key` and `batch` under the runtime's policy and loads
     /// its kernel. Memo hits touch neither compiler nor disk. Under the online policy a
@@ -448,15 +386,13 @@ impl Runtime {
         key: &K::Key,
         batch: u64,
     ) -> Result<Prepared<K::Config>> {
-        self.check_batch::<K>(key, batch)?;
+        check_batch::<K>(key, batch)?;
         let mkey = (key.clone(), batch, AlignClass::A16);
-        if let Some(p) = self.memo_get::<K>(&mkey) {
-            bump(&self.counters.memo_hits);
-            return Ok(p);
-        }
-        let (p, _ran) = self.resolve_and_load::<K>(stream, key, batch, AlignClass::A16, None)?;
-        self.memo_put::<K>(mkey, p.clone());
-        Ok(p)
+        self.typed
+            .get_or_resolve::<K, _>(mkey, &self.counters.memo_hits, || {
+                let (p, _ran) = self.resolve_and_load::<K>(stream, key, batch, AlignClass::A16, None)?;
+                Ok(p)
+            })
     }
 
     /// A memo miss of [`Runtime::resolve`] and [`Runtime::run`]: refuses while `stream`
@@ -494,10 +430,10 @@ impl Runtime {
         problem: &K::Problem<'_>,
     ) -> Result<Prepared<K::Config>> {
         let (key, batch) = K::problem_shape(problem);
-        self.check_batch::<K>(&key, batch)?;
+        check_batch::<K>(&key, batch)?;
         let align = K::alignment(problem);
         let mkey = (key.clone(), batch, align);
-        if let Some(p) = self.memo_get::<K>(&mkey) {
+        if let Some(p) = self.typed.get::<K, Prepared<K::Config>>(&mkey) {
             bump(&self.counters.memo_hits);
             K::launch(&p.kernel, stream, &p.resolved.config, problem)?;
             return Ok(p);
@@ -506,7 +442,7 @@ impl Runtime {
         if !ran {
             K::launch(&p.kernel, stream, &p.resolved.config, problem)?;
         }
-        self.memo_put::<K>(mkey, p.clone());
+        self.typed.put::<K, _>(mkey, p.clone());
         Ok(p)
     }
 
@@ -521,12 +457,7 @@ impl Runtime {
     ) -> Result<()> {
         let (key, batch) = K::problem_shape(problem);
         let info = self.device.info();
-        if !K::accepts(info.tuning_target(), &key, batch, config) {
-            return Err(Error::invalid(
-                "config",
-                format!("{config:?} does not fit {key:?} on {}", info.name),
-            ));
-        }
+        check_config::<K>(info, &key, batch, config)?;
         let kernel = self.kernel(stream, K::SOURCE, &K::variant(info, &key, config))?;
         K::launch(&kernel, stream, config, problem)
     }
@@ -543,9 +474,9 @@ impl Runtime {
         let mut resolved: Vec<Result<Picked<K::Config>>> = Vec::new();
         for (key, batch) in shapes {
             let mkey = (key.clone(), *batch, AlignClass::A16);
-            let r = match self.check_batch::<K>(key, *batch) {
+            let r = match check_batch::<K>(key, *batch) {
                 Err(e) => Err(e),
-                Ok(()) => match self.memo_get::<K>(&mkey) {
+                Ok(()) => match self.typed.get::<K, Prepared<K::Config>>(&mkey) {
                     Some(p) => Ok((p.resolved, p.search_failure)),
                     None => {
                         let (o, _) = self.resolve_config::<K>(stream, key, *batch, AlignClass::A16, None);
@@ -578,23 +509,11 @@ impl Runtime {
                     kernel,
                     search_failure: failure,
                 };
-                self.memo_put::<K>((key.clone(), *batch, AlignClass::A16), p.clone());
+                self.typed
+                    .put::<K, _>((key.clone(), *batch, AlignClass::A16), p.clone());
                 Ok(p)
             })
             .collect()
-    }
-
-    fn check_batch<K: Tunable>(&self, key: &K::Key, batch: u64) -> Result<()> {
-        if batch == 0 {
-            return Err(Error::invalid(
-                "batch",
-                format!(
-                    "kernel `{}` key {key:?}: batch must be at least 1",
-                    K::SCHEMA.kernel
-                ),
-            ));
-        }
-        Ok(())
     }
 
     /// Walks the policy. Returns the outcome and whether a search already ran the
@@ -644,18 +563,12 @@ struct Steps<'r, 's, 'p, 'q, K: Tunable> {
 }
 
 impl<K: Tunable> Steps<'_, '_, '_, '_, K> {
-    fn static_key(&self) -> String {
-        let mut s = String::new();
-        let _ = tuned::write_canonical(K::SCHEMA, K::key_values(self.key).as_slice(), &mut s);
-        s
-    }
-
     fn tuning_key(&self) -> &CacheKey {
         self.tuning_key.get_or_init(|| {
             self.rt.tuning_key(
                 K::SCHEMA.kernel,
                 K::SOURCE.fingerprint,
-                &self.static_key(),
+                &canonical_key::<K>(self.key),
                 self.batch,
                 self.align,
                 &crate::candidates_digest::<K>(self.rt.device.info(), self.key, self.batch),
@@ -704,7 +617,7 @@ impl<K: Tunable> ResolutionSteps<K::Config> for Steps<'_, '_, '_, '_, K> {
             return Err(format!("the chosen config's final run failed: {e}"));
         }
         self.ran = self.problem.is_some();
-        self.rt.note_cache_write(self.rt.options.cache.store(
+        self.rt.counters.note_cache_write(self.rt.options.cache.store(
             Section::Tuning,
             self.tuning_key(),
             "tune",

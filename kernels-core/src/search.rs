@@ -109,8 +109,7 @@ pub fn start_search<K: crate::PlannedKernel>(
 ) -> (K::Key, Vec<K::Config>, TuneReport<K::Config>) {
     let target = device.tuning_target();
     let (key, batch) = K::problem_shape(problem);
-    let mut static_key = String::new();
-    let _ = tuned::write_canonical(K::SCHEMA, K::key_values(&key).as_slice(), &mut static_key);
+    let static_key = canonical_key::<K>(&key);
     let align = K::alignment(problem);
     let default = K::fit_alignment(device, &key, K::analytic_default(target, &key, batch), align);
     let configs = candidate_configs(
@@ -138,6 +137,14 @@ pub fn start_search<K: crate::PlannedKernel>(
         final_run: Err("not run".into()),
     };
     (key, configs, report)
+}
+
+/// The canonical text of `key` (the static key of tables, reports and tuning cache
+/// keys).
+pub(crate) fn canonical_key<K: TunedKernel>(key: &K::Key) -> String {
+    let mut text = String::new();
+    let _ = tuned::write_canonical(K::SCHEMA, K::key_values(key).as_slice(), &mut text);
+    text
 }
 
 /// The comparison behind a recheck, whatever the backend: `time` the committed `entry`,
@@ -329,6 +336,240 @@ pub fn tune_record<K: TunedKernel>(
             })
             .collect(),
     })
+}
+
+/// What both backends' tuners and rechecks share beyond the public search API: the
+/// refusal of a capturing stream, the in-place safety of repeated runs
+/// ([`backend::Guarded`]), the final run, and the configs of a recheck.
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+pub(crate) mod backend {
+    use tuned::StaticKey;
+
+    use super::{conclude, recheck_configs, Recheck, TuneReport};
+    use crate::{BufferRole, DeviceInfo, Error, KernelSource, PlannedKernel, Result, TuneBuffer, Variant};
+
+    /// What a tuner needs of a backend's stream besides launches: whether it captures a
+    /// graph, stream-ordered snapshots, restores and zeroing of device memory, and a
+    /// wait for the stream.
+    pub(crate) trait TuneStream {
+        /// A device copy of one buffer's contents.
+        type Snapshot;
+        /// The graph API named when a capturing stream is refused (`CUDA`, `HIP`).
+        const GRAPHS: &'static str;
+
+        /// Whether the stream is capturing a graph.
+        fn is_capturing(&self) -> Result<bool>;
+
+        /// A copy of `b`'s contents, enqueued on the stream.
+        ///
+        /// # Safety
+        /// `b.ptr` must be device memory of the stream's device valid for `b.bytes`.
+        unsafe fn snapshot(&self, b: &TuneBuffer) -> Result<Self::Snapshot>;
+
+        /// Copies `snap` (a snapshot of `b`) back into `b`, enqueued on the stream.
+        ///
+        /// # Safety
+        /// As for [`TuneStream::snapshot`].
+        unsafe fn restore(&self, b: &TuneBuffer, snap: &Self::Snapshot) -> Result<()>;
+
+        /// Zeroes `b`, enqueued on the stream.
+        ///
+        /// # Safety
+        /// As for [`TuneStream::snapshot`].
+        unsafe fn zero(&self, b: &TuneBuffer) -> Result<()>;
+
+        /// Waits until everything enqueued on the stream has run.
+        fn synchronize(&self) -> Result<()>;
+    }
+
+    /// Whether a search may run on `stream`: one that is capturing a graph, or that
+    /// cannot say, is refused, with the reason in `report.failure`.
+    pub(crate) fn plain_stream<S: TuneStream, C>(stream: &S, report: &mut TuneReport<C>) -> bool {
+        match stream.is_capturing() {
+            Ok(false) => true,
+            Ok(true) => {
+                report.failure = Some(format!(
+                    "the stream is capturing a {} graph; tuning needs a plain stream",
+                    S::GRAPHS
+                ));
+                false
+            }
+            Err(e) => {
+                report.failure = Some(e.to_string());
+                false
+            }
+        }
+    }
+
+    /// The compile jobs of a search's candidates on `device`, in order.
+    pub(crate) fn compile_jobs<K: PlannedKernel>(
+        device: &DeviceInfo,
+        key: &K::Key,
+        configs: &[K::Config],
+    ) -> Vec<(KernelSource, Variant)> {
+        configs
+            .iter()
+            .map(|c| (*K::SOURCE, K::variant(device, key, c)))
+            .collect()
+    }
+
+    /// The bytes a problem's buffers hold together.
+    pub(crate) fn working_set(buffers: &[TuneBuffer]) -> u64 {
+        buffers.iter().map(|b| b.bytes as u64).sum()
+    }
+
+    /// Snapshots of a problem's `Restore` buffers and the list of its `Zero` buffers, on
+    /// one stream.
+    pub(crate) struct Guarded<'s, S: TuneStream> {
+        stream: &'s S,
+        restore: Vec<(TuneBuffer, S::Snapshot)>,
+        zero: Vec<TuneBuffer>,
+    }
+
+    impl<'s, S: TuneStream> Guarded<'s, S> {
+        /// Snapshots `buffers` (a [`PlannedKernel::buffers`] list) on `stream`; a
+        /// failure is recorded in `report.failure` and the search cannot go on.
+        pub(crate) fn new<C>(
+            stream: &'s S,
+            buffers: &[TuneBuffer],
+            report: &mut TuneReport<C>,
+        ) -> Option<Self> {
+            let mut restore = Vec::new();
+            let mut zero = Vec::new();
+            for b in buffers {
+                match b.role {
+                    BufferRole::Restore => {
+                        // SAFETY: `b.ptr` is valid for b.bytes by the PlannedKernel contract.
+                        match unsafe { stream.snapshot(b) } {
+                            Ok(snap) => restore.push((*b, snap)),
+                            Err(e) => {
+                                report.failure =
+                                    Some(format!("could not snapshot the problem's buffers: {e}"));
+                                return None;
+                            }
+                        }
+                    }
+                    BufferRole::Zero => zero.push(*b),
+                    BufferRole::Read | BufferRole::Write => {}
+                }
+            }
+            Some(Guarded {
+                stream,
+                restore,
+                zero,
+            })
+        }
+
+        /// Puts every `Restore` buffer back and zeroes every `Zero` buffer (stream-ordered).
+        pub(crate) fn reset(&self) -> Result<()> {
+            for (b, snap) in &self.restore {
+                // SAFETY: the snapshot was taken of `b`, valid for b.bytes (see `new`).
+                unsafe { self.stream.restore(b, snap) }?;
+            }
+            for b in &self.zero {
+                // SAFETY: `b.ptr` is valid for b.bytes by the PlannedKernel contract.
+                unsafe { self.stream.zero(b) }?;
+            }
+            Ok(())
+        }
+
+        /// Ends a search: leaves the buffers as one plain run of the winner leaves them
+        /// (reset, then `launch(index, kernel)` of the winner, then a wait for the
+        /// stream; with no winner, only the reset) and records the outcome with
+        /// [`conclude`].
+        pub(crate) fn finish<C: Clone, Kn>(
+            &self,
+            report: &mut TuneReport<C>,
+            winner: Option<(usize, Kn)>,
+            launch: impl FnOnce(usize, &Kn) -> Result<()>,
+        ) {
+            let final_run = (|| -> Result<()> {
+                self.reset()?;
+                if let Some((i, kernel)) = &winner {
+                    launch(*i, kernel)?;
+                }
+                self.stream.synchronize()
+            })();
+            conclude(report, winner.map(|(i, _)| i), final_run);
+        }
+    }
+
+    /// The configs a recheck of a committed entry compares: the entry, the analytic
+    /// default and the search space of the key on a device.
+    pub(crate) struct RecheckPlan<K: PlannedKernel> {
+        /// The parsed static key.
+        pub(crate) key: K::Key,
+        entry: K::Config,
+        default: K::Config,
+        space: Vec<K::Config>,
+    }
+
+    impl<K: PlannedKernel> RecheckPlan<K> {
+        /// Parses `key` and the tuned config `entry` (an error naming the kernel), and
+        /// takes the analytic default and the search space at `batch` on `device`.
+        pub(crate) fn new(
+            device: &DeviceInfo,
+            key: &StaticKey,
+            batch: u64,
+            entry: &[tuned::Value],
+        ) -> Result<Self> {
+            let key = parse_key::<K>(key)?;
+            let entry = K::config_from_values(entry).map_err(|e| Error::kernel(K::SCHEMA.kernel, e))?;
+            let default = K::analytic_default(device.tuning_target(), &key, batch);
+            let space = K::search_space(device, &key, batch);
+            Ok(RecheckPlan {
+                key,
+                entry,
+                default,
+                space,
+            })
+        }
+
+        /// Times the plan with [`recheck_configs`]: `time(key, config)` gets each config
+        /// fitted to alignment `align` on `device`; the best config is reported as sampled.
+        pub(crate) fn run(
+            self,
+            device: &DeviceInfo,
+            align: crate::AlignClass,
+            sample: usize,
+            mut time: impl FnMut(&K::Key, &K::Config) -> Result<f64>,
+        ) -> Result<Recheck> {
+            let RecheckPlan {
+                key,
+                entry,
+                default,
+                space,
+            } = self;
+            let (entry_us, default_us, best, best_us) =
+                recheck_configs(&entry, &default, space, sample, |c| {
+                    time(&key, &K::fit_alignment(device, &key, c.clone(), align))
+                })?;
+            Ok(Recheck {
+                entry_us,
+                default_us,
+                best: K::config_values(&best),
+                best_us,
+            })
+        }
+    }
+
+    /// Parses a static key of `K` (an error naming the kernel).
+    pub(crate) fn parse_key<K: PlannedKernel>(key: &StaticKey) -> Result<K::Key> {
+        K::key_from_values(key.values()).map_err(|e| Error::kernel(K::SCHEMA.kernel, e))
+    }
+
+    /// The [`crate::candidates_digest`] of a search for `key` at `batch` on `device`, or,
+    /// for a key that did not parse, a digest of the error (`invalid key: ...`).
+    pub(crate) fn candidates_or_error<K: PlannedKernel>(
+        device: &DeviceInfo,
+        key: std::result::Result<K::Key, impl std::fmt::Display>,
+        batch: u64,
+    ) -> String {
+        match key {
+            Ok(k) => crate::candidates_digest::<K>(device, &k, batch),
+            Err(e) => format!("invalid key: {e}"),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -599,6 +840,115 @@ mod tests {
         }
         assert_eq!((get(1), count()), (None, 4));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A stream that logs what the tuner asks of it; snapshots of buffer `broken` fail.
+    #[cfg(any(feature = "cuda", feature = "rocm"))]
+    struct LogStream {
+        capturing: Result<bool>,
+        broken: u64,
+        log: std::cell::RefCell<Vec<String>>,
+    }
+
+    #[cfg(any(feature = "cuda", feature = "rocm"))]
+    impl backend::TuneStream for LogStream {
+        type Snapshot = u64;
+        const GRAPHS: &'static str = "test";
+
+        fn is_capturing(&self) -> Result<bool> {
+            self.capturing.clone()
+        }
+        unsafe fn snapshot(&self, b: &crate::TuneBuffer) -> Result<u64> {
+            self.log.borrow_mut().push(format!("snapshot {}", b.ptr));
+            if b.ptr == self.broken {
+                return Err(Error::invalid("buffer", "out of memory"));
+            }
+            Ok(b.ptr)
+        }
+        unsafe fn restore(&self, b: &crate::TuneBuffer, snap: &u64) -> Result<()> {
+            self.log
+                .borrow_mut()
+                .push(format!("restore {} from {snap}", b.ptr));
+            Ok(())
+        }
+        unsafe fn zero(&self, b: &crate::TuneBuffer) -> Result<()> {
+            self.log.borrow_mut().push(format!("zero {}", b.ptr));
+            Ok(())
+        }
+        fn synchronize(&self) -> Result<()> {
+            self.log.borrow_mut().push("sync".into());
+            Ok(())
+        }
+    }
+
+    #[cfg(any(feature = "cuda", feature = "rocm"))]
+    #[test]
+    fn a_search_refuses_capture_guards_in_place_buffers_and_ends_with_one_run() {
+        use crate::{BufferRole, TuneBuffer};
+        let stream = |capturing: Result<bool>, broken: u64| LogStream {
+            capturing,
+            broken,
+            log: Default::default(),
+        };
+        let mut r = report(&[Err("not run")]);
+        assert!(!backend::plain_stream(&stream(Ok(true), 0), &mut r));
+        assert_eq!(
+            r.failure.as_deref(),
+            Some("the stream is capturing a test graph; tuning needs a plain stream")
+        );
+        let mut r = report(&[Err("not run")]);
+        assert!(!backend::plain_stream(
+            &stream(Err(Error::invalid("stream", "gone")), 0),
+            &mut r
+        ));
+        assert!(r.failure.unwrap().contains("gone"));
+        let mut r = report(&[Err("not run")]);
+        assert!(backend::plain_stream(&stream(Ok(false), 0), &mut r));
+        assert_eq!(r.failure, None);
+
+        let buffer = |ptr: u64, role: BufferRole| TuneBuffer {
+            name: "b",
+            ptr,
+            bytes: 64,
+            role,
+        };
+        let buffers = [
+            buffer(1, BufferRole::Read),
+            buffer(2, BufferRole::Restore),
+            buffer(3, BufferRole::Zero),
+            buffer(4, BufferRole::Write),
+        ];
+        assert_eq!(backend::working_set(&buffers), 256);
+
+        let s = stream(Ok(false), 2);
+        let mut r = report(&[Err("not run")]);
+        assert!(backend::Guarded::new(&s, &buffers, &mut r).is_none());
+        assert!(r
+            .failure
+            .unwrap()
+            .starts_with("could not snapshot the problem's buffers: "));
+
+        let s = stream(Ok(false), 0);
+        let mut r = report(&[Ok(1.0), Ok(2.0)]);
+        let guarded = backend::Guarded::new(&s, &buffers, &mut r).unwrap();
+        guarded.reset().unwrap();
+        guarded.finish(&mut r, Some((1, "k1")), |i, k| {
+            s.log.borrow_mut().push(format!("launch {i} {k}"));
+            Ok(())
+        });
+        assert_eq!(
+            *s.log.borrow(),
+            [
+                "snapshot 2",
+                "restore 2 from 2",
+                "zero 3",
+                "restore 2 from 2",
+                "zero 3",
+                "launch 1 k1",
+                "sync"
+            ]
+        );
+        assert_eq!((r.chosen, r.final_run), (10, Ok(())));
     }
 
     #[test]

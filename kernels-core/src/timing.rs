@@ -159,6 +159,73 @@ impl Timing {
     }
 }
 
+/// Bytes of the scratch buffer that flushes an L2 of `l2_bytes`: twice the L2, and at
+/// least 2 MiB when the device reports no L2 size.
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+pub(crate) fn l2_flush_bytes(l2_bytes: u64) -> usize {
+    (l2_bytes.max(1 << 20) * 2) as usize
+}
+
+/// What the event-timed loop ([`time_with_events`]) needs of a backend: an L2 flush
+/// (or none), timing events recorded on one stream, a wait for the stream, and the time
+/// between two completed events.
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+pub(crate) trait EventClock {
+    /// A timing event.
+    type Event;
+
+    /// Enqueues the L2 flush, if the caller asked for one.
+    fn flush(&mut self) -> crate::Result<()>;
+
+    /// A new event.
+    fn event(&self) -> crate::Result<Self::Event>;
+
+    /// Records `event` on the stream.
+    fn record(&self, event: &Self::Event) -> crate::Result<()>;
+
+    /// Waits until everything enqueued on the stream has run.
+    fn synchronize(&self) -> crate::Result<()>;
+
+    /// Milliseconds from `start` to `end`, both recorded and past the wait.
+    fn elapsed_ms(&self, start: &Self::Event, end: &Self::Event) -> crate::Result<f32>;
+}
+
+/// The timing loop of every backend: checks `opts`, runs `prepare` then `run`
+/// `opts.warmup` times untimed, then `opts.reps` times with the flush after `prepare`
+/// and events recorded around `run` only; waits for the stream and summarises the
+/// reps in microseconds (`l2_flushed` says whether the clock flushes).
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+pub(crate) fn time_with_events<C: EventClock>(
+    clock: &mut C,
+    opts: &TimingOptions,
+    l2_flushed: bool,
+    prepare: &mut dyn FnMut() -> crate::Result<()>,
+    run: &mut dyn FnMut() -> crate::Result<()>,
+) -> crate::Result<Timing> {
+    opts.check()?;
+    for _ in 0..opts.warmup {
+        prepare()?;
+        run()?;
+    }
+    let mut events = Vec::with_capacity(opts.reps as usize);
+    for _ in 0..opts.reps {
+        prepare()?;
+        clock.flush()?;
+        let start = clock.event()?;
+        let end = clock.event()?;
+        clock.record(&start)?;
+        run()?;
+        clock.record(&end)?;
+        events.push((start, end));
+    }
+    clock.synchronize()?;
+    let mut us = Vec::with_capacity(events.len());
+    for (start, end) in &events {
+        us.push(clock.elapsed_ms(start, end)? as f64 * 1000.0);
+    }
+    Ok(Timing::from_samples(&us, l2_flushed))
+}
+
 #[cfg(feature = "cuda")]
 pub use cuda::{time_graph_runs, time_runs, GraphTimer, L2Flush};
 
@@ -167,9 +234,9 @@ mod cuda {
     use std::sync::Arc;
 
     use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
-    use cudarc::driver::{CudaGraph, CudaSlice, CudaStream, DevicePtr};
+    use cudarc::driver::{CudaEvent, CudaGraph, CudaSlice, CudaStream, DevicePtr};
 
-    use super::{Timing, TimingOptions};
+    use super::{l2_flush_bytes, time_with_events, EventClock, Timing, TimingOptions};
     use crate::ffi::{self, driver_error};
     use crate::{DeviceInfo, Result};
 
@@ -181,7 +248,7 @@ mod cuda {
     impl L2Flush {
         /// Allocates `2 x L2` bytes on `stream` (120 MiB on an H200).
         pub fn new(stream: &Arc<CudaStream>, info: &DeviceInfo) -> Result<L2Flush> {
-            let bytes = (info.l2_bytes.max(1 << 20) * 2) as usize;
+            let bytes = l2_flush_bytes(info.l2_bytes);
             // SAFETY: u8 has no invalid bit patterns; the buffer is only ever memset.
             let scratch = unsafe { stream.alloc::<u8>(bytes) }.map_err(|e| driver_error("cuMemAlloc", e))?;
             Ok(L2Flush { scratch })
@@ -206,43 +273,51 @@ mod cuda {
         prepare: &mut dyn FnMut() -> Result<()>,
         run: &mut dyn FnMut() -> Result<()>,
     ) -> Result<Timing> {
-        opts.check()?;
-        for _ in 0..opts.warmup {
-            prepare()?;
-            run()?;
-        }
-        let ctx = stream.context();
-        let timing = Some(CUevent_flags::CU_EVENT_DEFAULT);
-        let mut events = Vec::with_capacity(opts.reps as usize);
-        for _ in 0..opts.reps {
-            prepare()?;
-            if let Some(f) = flush {
-                f.flush(stream)?;
+        let mut clock = CudaClock { stream, flush };
+        time_with_events(&mut clock, opts, flush.is_some(), prepare, run)
+    }
+
+    /// CUDA events on one stream, with an optional L2 flush: what [`time_runs`] and
+    /// [`GraphTimer::time_us`] time with.
+    struct CudaClock<'a> {
+        stream: &'a Arc<CudaStream>,
+        flush: Option<&'a L2Flush>,
+    }
+
+    impl EventClock for CudaClock<'_> {
+        type Event = CudaEvent;
+
+        fn flush(&mut self) -> Result<()> {
+            match self.flush {
+                Some(f) => f.flush(self.stream),
+                None => Ok(()),
             }
-            let start = ctx
-                .new_event(timing)
-                .map_err(|e| driver_error("cuEventCreate", e))?;
-            let end = ctx
-                .new_event(timing)
-                .map_err(|e| driver_error("cuEventCreate", e))?;
+        }
+
+        fn event(&self) -> Result<CudaEvent> {
+            self.stream
+                .context()
+                .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(|e| driver_error("cuEventCreate", e))
+        }
+
+        fn record(&self, event: &CudaEvent) -> Result<()> {
+            event
+                .record(self.stream)
+                .map_err(|e| driver_error("cuEventRecord", e))
+        }
+
+        fn synchronize(&self) -> Result<()> {
+            self.stream
+                .synchronize()
+                .map_err(|e| driver_error("cuStreamSynchronize", e))
+        }
+
+        fn elapsed_ms(&self, start: &CudaEvent, end: &CudaEvent) -> Result<f32> {
             start
-                .record(stream)
-                .map_err(|e| driver_error("cuEventRecord", e))?;
-            run()?;
-            end.record(stream).map_err(|e| driver_error("cuEventRecord", e))?;
-            events.push((start, end));
-        }
-        stream
-            .synchronize()
-            .map_err(|e| driver_error("cuStreamSynchronize", e))?;
-        let mut us = Vec::with_capacity(events.len());
-        for (start, end) in &events {
-            let ms = start
                 .elapsed_ms(end)
-                .map_err(|e| driver_error("cuEventElapsedTime", e))?;
-            us.push(ms as f64 * 1000.0);
+                .map_err(|e| driver_error("cuEventElapsedTime", e))
         }
-        Ok(Timing::from_samples(&us, flush.is_some()))
     }
 
     /// A CUDA graph of back-to-back launches, replayed and timed per launch.
@@ -292,29 +367,23 @@ mod cuda {
 
         /// `replays` replays between two events: microseconds per launch.
         pub fn time_us(&self, replays: u64) -> Result<f64> {
-            let ctx = self.stream.context();
-            let flags = Some(CUevent_flags::CU_EVENT_DEFAULT);
-            let a = ctx
-                .new_event(flags)
-                .map_err(|e| driver_error("cuEventCreate", e))?;
-            let b = ctx
-                .new_event(flags)
-                .map_err(|e| driver_error("cuEventCreate", e))?;
+            let clock = CudaClock {
+                stream: &self.stream,
+                flush: None,
+            };
+            let a = clock.event()?;
+            let b = clock.event()?;
             let replays = replays.max(1);
-            a.record(&self.stream)
-                .map_err(|e| driver_error("cuEventRecord", e))?;
+            clock.record(&a)?;
             for _ in 0..replays {
                 self.graph
                     .launch()
                     .map_err(|e| driver_error("cuGraphLaunch", e))?;
             }
-            b.record(&self.stream)
-                .map_err(|e| driver_error("cuEventRecord", e))?;
+            clock.record(&b)?;
             b.synchronize()
                 .map_err(|e| driver_error("cuEventSynchronize", e))?;
-            let ms = a
-                .elapsed_ms(&b)
-                .map_err(|e| driver_error("cuEventElapsedTime", e))?;
+            let ms = clock.elapsed_ms(&a, &b)?;
             Ok(ms as f64 * 1000.0 / (replays * self.launches as u64) as f64)
         }
     }
@@ -382,6 +451,86 @@ mod tests {
         assert_eq!(graph_launches(48 << 20, 2), 6); // 16.8 us each: 6 make ~100 us
         let mid = graph_launches(8 << 20, 1);
         assert!((3..=20).contains(&mid), "{mid}");
+    }
+
+    /// A clock whose events are sequence numbers, a millisecond apart, logging calls.
+    #[cfg(any(feature = "cuda", feature = "rocm"))]
+    #[derive(Default)]
+    struct LogClock {
+        next: std::cell::Cell<u32>,
+        log: std::rc::Rc<std::cell::RefCell<Vec<String>>>,
+    }
+
+    #[cfg(any(feature = "cuda", feature = "rocm"))]
+    impl EventClock for LogClock {
+        type Event = u32;
+        fn flush(&mut self) -> crate::Result<()> {
+            self.log.borrow_mut().push("flush".into());
+            Ok(())
+        }
+        fn event(&self) -> crate::Result<u32> {
+            self.next.set(self.next.get() + 1);
+            Ok(self.next.get())
+        }
+        fn record(&self, event: &u32) -> crate::Result<()> {
+            self.log.borrow_mut().push(format!("record {event}"));
+            Ok(())
+        }
+        fn synchronize(&self) -> crate::Result<()> {
+            self.log.borrow_mut().push("sync".into());
+            Ok(())
+        }
+        fn elapsed_ms(&self, start: &u32, end: &u32) -> crate::Result<f32> {
+            Ok((end - start) as f32)
+        }
+    }
+
+    #[cfg(any(feature = "cuda", feature = "rocm"))]
+    #[test]
+    fn the_event_loop_warms_up_then_times_each_run_between_its_own_events() {
+        let mut clock = LogClock::default();
+        let log = clock.log.clone();
+        let opts = TimingOptions {
+            warmup: 1,
+            reps: MIN_REPS,
+            ..TimingOptions::default()
+        };
+        let t = time_with_events(
+            &mut clock,
+            &opts,
+            true,
+            &mut || {
+                log.borrow_mut().push("prepare".into());
+                Ok(())
+            },
+            &mut || {
+                log.borrow_mut().push("run".into());
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!((t.median_us, t.reps, t.l2_flushed), (1000.0, MIN_REPS, true));
+        let log = log.borrow();
+        assert_eq!(
+            log[..8],
+            ["prepare", "run", "prepare", "flush", "record 1", "run", "record 2", "prepare"]
+        );
+        assert_eq!(log.last().map(String::as_str), Some("sync"));
+        assert_eq!(log.len(), 2 + 5 * MIN_REPS as usize + 1);
+
+        let opts = TimingOptions {
+            reps: MIN_REPS - 1,
+            ..TimingOptions::default()
+        };
+        let e = time_with_events(&mut clock, &opts, false, &mut || Ok(()), &mut || Ok(()));
+        assert!(e.unwrap_err().to_string().contains("`reps`"));
+    }
+
+    #[cfg(any(feature = "cuda", feature = "rocm"))]
+    #[test]
+    fn the_flush_buffer_is_twice_the_l2_and_at_least_2_mib() {
+        assert_eq!(l2_flush_bytes(60 << 20), 120 << 20);
+        assert_eq!(l2_flush_bytes(0), 2 << 20);
     }
 
     #[test]

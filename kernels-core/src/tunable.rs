@@ -7,6 +7,7 @@ use std::sync::Arc;
 use cudarc::driver::CudaStream;
 use tuned::{KernelSchema, StaticKey};
 
+use crate::search::backend::{candidates_or_error, parse_key, working_set, RecheckPlan};
 use crate::{Error, Kernel, PlannedKernel, RawStream, Recheck, Result, Runtime, TuneOptions, TuneRecord};
 
 /// A kernel family the CUDA runtime can compile, launch and tune: a [`PlannedKernel`]
@@ -149,10 +150,6 @@ impl<K> Default for TunableDyn<K> {
 }
 
 impl<K: Tunable> TunableDyn<K> {
-    fn key(key: &StaticKey) -> Result<K::Key> {
-        K::key_from_values(key.values()).map_err(|e| Error::kernel(K::SCHEMA.kernel, e))
-    }
-
     /// One problem of the shape, or for graph timing as many as [`crate::rotation`]
     /// asks for (the first decides the bytes per call).
     fn alloc_copies(
@@ -163,10 +160,7 @@ impl<K: Tunable> TunableDyn<K> {
         timing: &crate::TimingOptions,
     ) -> Result<Vec<K::Owned>> {
         let mut first = K::alloc_problem(stream, key, batch)?;
-        let bytes: u64 = K::buffers(&K::borrow_problem(&mut first))
-            .iter()
-            .map(|b| b.bytes as u64)
-            .sum();
+        let bytes = working_set(&K::buffers(&K::borrow_problem(&mut first)));
         let copies = match timing.method {
             crate::TimingMethod::Single => 1,
             crate::TimingMethod::Graph => crate::rotation(bytes, rt.device().info().l2_bytes),
@@ -189,10 +183,7 @@ impl<K: Tunable> DynTunable for TunableDyn<K> {
     }
 
     fn candidates(&self, device: &crate::DeviceInfo, key: &StaticKey, batch: u64) -> String {
-        match Self::key(key) {
-            Ok(k) => crate::candidates_digest::<K>(device, &k, batch),
-            Err(e) => format!("invalid key: {e}"),
-        }
+        candidates_or_error::<K>(device, parse_key::<K>(key), batch)
     }
 
     fn search(
@@ -203,7 +194,7 @@ impl<K: Tunable> DynTunable for TunableDyn<K> {
         batch: u64,
         opts: &TuneOptions,
     ) -> Result<TuneRecord> {
-        let k = Self::key(key)?;
+        let k = parse_key::<K>(key)?;
         let mut owned = Self::alloc_copies(rt, stream, &k, batch, &opts.timing)?;
         let problems: Vec<K::Problem<'_>> = owned.iter_mut().map(K::borrow_problem).collect();
         let report = rt.tune_rotating::<K>(stream, &problems[0], &problems[1..], opts);
@@ -221,16 +212,13 @@ impl<K: Tunable> DynTunable for TunableDyn<K> {
         sample: usize,
         timing: &crate::TimingOptions,
     ) -> Result<Recheck> {
-        let k = Self::key(key)?;
         let info = rt.device().info();
-        let entry_cfg = K::config_from_values(entry).map_err(|e| Error::kernel(K::SCHEMA.kernel, e))?;
-        let default = K::analytic_default(info.tuning_target(), &k, batch);
-        let space = K::search_space(info, &k, batch);
-        let mut owned = Self::alloc_copies(rt, stream, &k, batch, timing)?;
+        let plan = RecheckPlan::<K>::new(info, key, batch, entry)?;
+        let mut owned = Self::alloc_copies(rt, stream, &plan.key, batch, timing)?;
         let problems: Vec<K::Problem<'_>> = owned.iter_mut().map(K::borrow_problem).collect();
         let problem = &problems[0];
         let align = K::alignment(problem);
-        let bytes: u64 = K::buffers(problem).iter().map(|b| b.bytes as u64).sum();
+        let bytes = working_set(&K::buffers(problem));
         let graph = timing.method == crate::TimingMethod::Graph;
         let launches = crate::graph_launches(bytes, problems.len());
         // The 2 x L2 scratch buffer only where the flush is wanted.
@@ -240,27 +228,18 @@ impl<K: Tunable> DynTunable for TunableDyn<K> {
             None
         };
         let flush = flush.as_ref();
-        let time = |c: &K::Config| -> Result<f64> {
-            let c = K::fit_alignment(info, &k, c.clone(), align);
-            let kernel = rt.kernel(stream, K::SOURCE, &K::variant(info, &k, &c))?;
+        plan.run(info, align, sample, |k, c| {
+            let kernel = rt.kernel(stream, K::SOURCE, &K::variant(info, k, c))?;
             if graph {
                 return crate::time_graph_runs(stream, timing, launches, problems.len(), &mut |i| {
-                    K::launch(&kernel, stream, &c, &problems[i])
+                    K::launch(&kernel, stream, c, &problems[i])
                 })
                 .map(|t| t.median_us);
             }
             crate::time_runs(stream, timing, flush, &mut || Ok(()), &mut || {
-                K::launch(&kernel, stream, &c, problem)
+                K::launch(&kernel, stream, c, problem)
             })
             .map(|t| t.median_us)
-        };
-        let (entry_us, default_us, best, best_us) =
-            crate::recheck_configs(&entry_cfg, &default, space, sample, time)?;
-        Ok(Recheck {
-            entry_us,
-            default_us,
-            best: K::config_values(&best),
-            best_us,
         })
     }
 
@@ -270,7 +249,8 @@ impl<K: Tunable> DynTunable for TunableDyn<K> {
         stream: &Arc<CudaStream>,
         shapes: &[(StaticKey, u64)],
     ) -> Vec<Result<tuned::Source>> {
-        let keys: Vec<Result<(K::Key, u64)>> = shapes.iter().map(|(k, b)| Ok((Self::key(k)?, *b))).collect();
+        let keys: Vec<Result<(K::Key, u64)>> =
+            shapes.iter().map(|(k, b)| Ok((parse_key::<K>(k)?, *b))).collect();
         let valid: Vec<(K::Key, u64)> = keys.iter().filter_map(|k| k.as_ref().ok().cloned()).collect();
         let mut warmed = rt.warm::<K>(stream, &valid).into_iter();
         keys.into_iter()

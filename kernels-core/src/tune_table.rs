@@ -590,6 +590,16 @@ mod tests {
         }
     }
 
+    /// [`tune_table`] of `job` on `shapes` with the test keys and no progress reports.
+    fn tune_quietly(
+        job: &TableJob<'_>,
+        shapes: &[(StaticKey, u64)],
+        cache: &DiskCache,
+        search: &mut dyn FnMut(&StaticKey, u64) -> Result<TuneRecord>,
+    ) -> Result<TableOutcome> {
+        tune_table(job, shapes, cache, &key_for, search, &mut |_| {})
+    }
+
     #[test]
     fn interrupted_run_resumes_and_merge_keeps_the_faster_entry() {
         let dir = temp_dir("resume");
@@ -651,15 +661,7 @@ mod tests {
             calls.push(b);
             Ok(record(256, 9.0, Some(12.0)))
         };
-        let out = tune_table(
-            &job(&tables, false),
-            &shapes,
-            &cache,
-            &key_for,
-            &mut search,
-            &mut |_| {},
-        )
-        .unwrap();
+        let out = tune_quietly(&job(&tables, false), &shapes, &cache, &mut search).unwrap();
         assert_eq!(calls, [512], "resume must skip finished shapes");
         assert_eq!((out.tuned, out.cached), (1, 2));
         assert_eq!(out.merge.added.len(), 1);
@@ -673,15 +675,7 @@ mod tests {
                 _ => record(256, 9.0, None), // no default time: left out of the table
             })
         };
-        let out = tune_table(
-            &job(&tables, true),
-            &shapes,
-            &cache,
-            &key_for,
-            &mut search,
-            &mut |_| {},
-        )
-        .unwrap();
+        let out = tune_quietly(&job(&tables, true), &shapes, &cache, &mut search).unwrap();
         assert_eq!(out.tuned, 3);
         assert_eq!(out.no_default_time.len(), 1);
         assert_eq!(out.merge.replaced.len(), 1, "{:?}", out.merge);
@@ -709,25 +703,9 @@ mod tests {
         // Times with more digits than a table keeps.
         let mut search =
             |_: &StaticKey, _: u64| Ok(record(128, 10.271_999_984_979_63, Some(65.151_996_910_572_05)));
-        let first = tune_table(
-            &job(&tables, true),
-            &shapes,
-            &DiskCache::disabled(),
-            &key_for,
-            &mut search,
-            &mut |_| {},
-        )
-        .unwrap();
+        let first = tune_quietly(&job(&tables, true), &shapes, &DiskCache::disabled(), &mut search).unwrap();
         assert_eq!(first.merge.added.len(), 2);
-        let again = tune_table(
-            &job(&tables, true),
-            &shapes,
-            &DiskCache::disabled(),
-            &key_for,
-            &mut search,
-            &mut |_| {},
-        )
-        .unwrap();
+        let again = tune_quietly(&job(&tables, true), &shapes, &DiskCache::disabled(), &mut search).unwrap();
         assert_eq!(
             (again.merge.kept.len(), again.merge.replaced.len()),
             (2, 0),
@@ -745,14 +723,9 @@ mod tests {
         std::fs::create_dir_all(j.table_path().parent().unwrap()).unwrap();
         std::fs::write(j.table_path(), "{ not json").unwrap();
         let shapes = parse_shapes(&SCHEMA, r#"[{"dtype": "bf16", "cols": 64, "batch": 1}]"#, "s").unwrap();
-        let e = tune_table(
-            &j,
-            &shapes,
-            &DiskCache::disabled(),
-            &key_for,
-            &mut |_, _| Ok(record(128, 1.0, Some(2.0))),
-            &mut |_| {},
-        )
+        let e = tune_quietly(&j, &shapes, &DiskCache::disabled(), &mut |_, _| {
+            Ok(record(128, 1.0, Some(2.0)))
+        })
         .unwrap_err();
         assert!(e.to_string().contains("not valid JSON"), "{e}");
         assert_eq!(std::fs::read_to_string(j.table_path()).unwrap(), "{ not json");

@@ -7,54 +7,45 @@ use std::sync::Arc;
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 
 use crate::ffi::{self, driver_error};
+use crate::search::backend::{compile_jobs, plain_stream, working_set, Guarded, TuneStream};
 use crate::{
-    conclude, graph_launches, start_search, time_candidates, time_graph_runs, time_runs, BufferRole,
-    KernelSource, L2Flush, Result, Runtime, TimingMethod, Tunable, TuneBuffer, TuneOptions, TuneReport,
-    Variant,
+    graph_launches, start_search, time_candidates, time_graph_runs, time_runs, L2Flush, Result, Runtime,
+    TimingMethod, Tunable, TuneBuffer, TuneOptions, TuneReport,
 };
 
-/// Snapshots of a problem's `Restore` buffers and the list of its `Zero` buffers.
-struct Guarded {
-    restore: Vec<(TuneBuffer, CudaSlice<u8>)>,
-    zero: Vec<TuneBuffer>,
-}
+/// The CUDA stream's part of a search: graph capture, snapshots, restores, zeroing.
+impl TuneStream for Arc<CudaStream> {
+    type Snapshot = CudaSlice<u8>;
+    const GRAPHS: &'static str = "CUDA";
 
-impl Guarded {
-    fn new(stream: &Arc<CudaStream>, buffers: &[TuneBuffer]) -> Result<Guarded> {
-        let mut restore = Vec::new();
-        let mut zero = Vec::new();
-        for b in buffers {
-            match b.role {
-                BufferRole::Restore => {
-                    // SAFETY: u8 has no invalid bit patterns; the copy below fills it.
-                    let snap = unsafe { stream.alloc::<u8>(b.bytes.max(1)) }
-                        .map_err(|e| driver_error("cuMemAlloc", e))?;
-                    let (dst, record) = snap.device_ptr(stream);
-                    // SAFETY: `dst` holds b.bytes; `b.ptr` is valid for b.bytes by the
-                    // Tunable contract.
-                    unsafe { ffi::copy_dtod(dst, b.ptr, b.bytes, stream.cu_stream()) }?;
-                    drop(record);
-                    restore.push((*b, snap));
-                }
-                BufferRole::Zero => zero.push(*b),
-                BufferRole::Read | BufferRole::Write => {}
-            }
-        }
-        Ok(Guarded { restore, zero })
+    fn is_capturing(&self) -> Result<bool> {
+        ffi::is_capturing(self.cu_stream())
     }
 
-    /// Puts every `Restore` buffer back and zeroes every `Zero` buffer (stream-ordered).
-    fn reset(&self, stream: &CudaStream) -> Result<()> {
-        for (b, snap) in &self.restore {
-            let (src, _record) = snap.device_ptr(stream);
-            // SAFETY: both hold b.bytes (see `new`).
-            unsafe { ffi::copy_dtod(b.ptr, src, b.bytes, stream.cu_stream()) }?;
-        }
-        for b in &self.zero {
-            // SAFETY: `b.ptr` is valid for b.bytes by the Tunable contract.
-            unsafe { ffi::zero(b.ptr, b.bytes, stream.cu_stream()) }?;
-        }
-        Ok(())
+    unsafe fn snapshot(&self, b: &TuneBuffer) -> Result<CudaSlice<u8>> {
+        // SAFETY: u8 has no invalid bit patterns; the copy below fills it.
+        let snap = unsafe { self.alloc::<u8>(b.bytes.max(1)) }.map_err(|e| driver_error("cuMemAlloc", e))?;
+        let (dst, record) = snap.device_ptr(self);
+        // SAFETY: `dst` holds b.bytes; `b.ptr` is valid for b.bytes (the caller's
+        // contract).
+        unsafe { ffi::copy_dtod(dst, b.ptr, b.bytes, self.cu_stream()) }?;
+        drop(record);
+        Ok(snap)
+    }
+
+    unsafe fn restore(&self, b: &TuneBuffer, snap: &CudaSlice<u8>) -> Result<()> {
+        let (src, _record) = snap.device_ptr(self);
+        // SAFETY: both hold b.bytes (the snapshot was taken of `b`).
+        unsafe { ffi::copy_dtod(b.ptr, src, b.bytes, self.cu_stream()) }
+    }
+
+    unsafe fn zero(&self, b: &TuneBuffer) -> Result<()> {
+        // SAFETY: `b.ptr` is valid for b.bytes (the caller's contract).
+        unsafe { ffi::zero(b.ptr, b.bytes, self.cu_stream()) }
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        CudaStream::synchronize(self).map_err(|e| driver_error("cuStreamSynchronize", e))
     }
 }
 
@@ -94,36 +85,20 @@ impl Runtime {
         let info = self.device().info();
         let (key, configs, mut report) = start_search::<K>(info, problem, opts.max_candidates);
 
-        match ffi::is_capturing(stream.cu_stream()) {
-            Ok(false) => {}
-            Ok(true) => {
-                report.failure =
-                    Some("the stream is capturing a CUDA graph; tuning needs a plain stream".into());
-                return report;
-            }
-            Err(e) => {
-                report.failure = Some(e.to_string());
-                return report;
-            }
+        if !plain_stream(stream, &mut report) {
+            return report;
         }
 
         // Compile every candidate in parallel.
-        let jobs: Vec<(KernelSource, Variant)> = configs
-            .iter()
-            .map(|c| (*K::SOURCE, K::variant(info, &key, c)))
-            .collect();
+        let jobs = compile_jobs::<K>(info, &key, &configs);
         let kernels = self.precompile_kernels(&jobs, opts.compile_threads);
 
         // Snapshot in-place buffers before anything runs.
         let buffers = K::buffers(problem);
-        let guarded = match Guarded::new(stream, &buffers) {
-            Ok(g) => g,
-            Err(e) => {
-                report.failure = Some(format!("could not snapshot the problem's buffers: {e}"));
-                return report;
-            }
+        let Some(guarded) = Guarded::new(stream, &buffers, &mut report) else {
+            return report;
         };
-        let working_set: u64 = buffers.iter().map(|b| b.bytes as u64).sum();
+        let working_set = working_set(&buffers);
         // Without the flush buffer (out of memory) timing still runs, reported per
         // candidate through Timing::l2_flushed.
         let graph = opts.timing.method == TimingMethod::Graph;
@@ -143,7 +118,7 @@ impl Runtime {
             opts.noise_threshold,
             |config, kernel| {
                 if graph {
-                    guarded.reset(stream)?;
+                    guarded.reset()?;
                     time_graph_runs(stream, &opts.timing, launches, copies, &mut |i| {
                         K::launch(kernel, stream, config, problem_at(i))
                     })
@@ -152,7 +127,7 @@ impl Runtime {
                         stream,
                         &opts.timing,
                         flush.as_ref(),
-                        &mut || guarded.reset(stream),
+                        &mut || guarded.reset(),
                         &mut || K::launch(kernel, stream, config, problem),
                     )
                 }
@@ -160,16 +135,9 @@ impl Runtime {
         );
         drop(flush);
         // Leave the buffers as one plain run of the winner leaves them.
-        let final_run = (|| -> Result<()> {
-            guarded.reset(stream)?;
-            if let Some((i, kernel)) = &winner {
-                K::launch(kernel, stream, &configs[*i], problem)?;
-            }
-            stream
-                .synchronize()
-                .map_err(|e| driver_error("cuStreamSynchronize", e))
-        })();
-        conclude(&mut report, winner.map(|(i, _)| i), final_run);
+        guarded.finish(&mut report, winner, |i, kernel| {
+            K::launch(kernel, stream, &configs[i], problem)
+        });
         report
     }
 }

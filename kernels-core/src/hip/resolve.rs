@@ -4,14 +4,15 @@
 //! [`tuned::Source`] reporting, and launches of the backend-neutral [`crate::LaunchPlan`]
 //! on a [`HipStream`].
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use tuned::{resolve_serve, Resolved, Source, TunedKernel};
+use tuned::{resolve_serve, Resolved, Source};
 
 use super::tuner::HipTunable;
 use super::{HipKernel, HipRuntime, HipStream};
-use crate::counters::{bump, lock};
+use crate::counters::bump;
+use crate::precompile::{check_batch, check_config};
+use crate::search::canonical_key;
 use crate::{resolve_in_order, AlignClass, CacheKey, Error, PlannedKernel, ResolutionSteps, Result, Section};
 
 /// A resolved config with its loaded HIP kernel: what a HIP op launches.
@@ -23,9 +24,6 @@ pub struct HipPrepared<C> {
     /// Set when the online policy searched and failed, so the analytic default is used.
     pub search_failure: Option<String>,
 }
-
-type MemoKey<K> = (<K as TunedKernel>::Key, u64, AlignClass);
-type Memo<K> = HashMap<MemoKey<K>, HipPrepared<<K as TunedKernel>::Config>>;
 
 impl HipRuntime {
     /// The online tuning cache key of a problem on this device
@@ -58,24 +56,6 @@ impl HipRuntime {
         crate::candidates_digest::<K>(&self.limits, key, batch)
     }
 
-    fn memo_get<K: PlannedKernel>(&self, key: &MemoKey<K>) -> Option<HipPrepared<K::Config>> {
-        let typed = lock(&self.typed);
-        let memo = typed
-            .get(&std::any::TypeId::of::<K>())?
-            .downcast_ref::<Memo<K>>()?;
-        memo.get(key).cloned()
-    }
-
-    fn memo_put<K: PlannedKernel>(&self, key: MemoKey<K>, prepared: HipPrepared<K::Config>) {
-        let mut typed = lock(&self.typed);
-        let entry = typed
-            .entry(std::any::TypeId::of::<K>())
-            .or_insert_with(|| Box::new(Memo::<K>::new()));
-        if let Some(memo) = entry.downcast_mut::<Memo<K>>() {
-            memo.insert(key, prepared);
-        }
-    }
-
     /// Resolves the config of `K` for `key` and `batch` under the runtime's policy and
     /// loads its kernel, assuming 16-byte-aligned buffers; memo hits touch neither
     /// compiler nor disk. Call it for every shape before capturing a graph: a launch
@@ -88,13 +68,10 @@ impl HipRuntime {
     ) -> Result<HipPrepared<K::Config>> {
         check_batch::<K>(key, batch)?;
         let mkey = (key.clone(), batch, AlignClass::A16);
-        if let Some(p) = self.memo_get::<K>(&mkey) {
-            bump(&self.counters.memo_hits);
-            return Ok(p);
-        }
-        let p = self.resolve_and_load::<K>(stream, key, batch, AlignClass::A16)?;
-        self.memo_put::<K>(mkey, p.clone());
-        Ok(p)
+        self.typed
+            .get_or_resolve::<K, _>(mkey, &self.counters.memo_hits, || {
+                self.resolve_and_load::<K>(stream, key, batch, AlignClass::A16)
+            })
     }
 
     /// Runs `K` on `problem` on `stream` with the config the policy resolves (fitted to
@@ -110,17 +87,11 @@ impl HipRuntime {
         check_batch::<K>(&key, batch)?;
         let align = K::alignment(problem);
         let mkey = (key.clone(), batch, align);
-        let p = match self.memo_get::<K>(&mkey) {
-            Some(p) => {
-                bump(&self.counters.memo_hits);
-                p
-            }
-            None => {
-                let p = self.resolve_and_load::<K>(stream, &key, batch, align)?;
-                self.memo_put::<K>(mkey, p.clone());
-                p
-            }
-        };
+        let p = self
+            .typed
+            .get_or_resolve::<K, _>(mkey, &self.counters.memo_hits, || {
+                self.resolve_and_load::<K>(stream, &key, batch, align)
+            })?;
         launch::<K>(&p.kernel, stream, &p.resolved.config, problem)?;
         Ok(p)
     }
@@ -136,12 +107,7 @@ impl HipRuntime {
     ) -> Result<()> {
         let (key, batch) = K::problem_shape(problem);
         let info = &self.limits;
-        if !K::accepts(info.tuning_target(), &key, batch, config) {
-            return Err(Error::invalid(
-                "config",
-                format!("{config:?} does not fit {key:?} on {}", info.name),
-            ));
-        }
+        check_config::<K>(info, &key, batch, config)?;
         let variant = K::variant(info, &key, config);
         self.refuse_if_capturing(stream, K::SOURCE, &variant)?;
         let kernel = self.kernel(K::SOURCE, &variant)?;
@@ -224,19 +190,6 @@ fn launch<K: PlannedKernel>(
     unsafe { kernel.launch(stream, dims, &args) }
 }
 
-fn check_batch<K: PlannedKernel>(key: &K::Key, batch: u64) -> Result<()> {
-    if batch == 0 {
-        return Err(Error::invalid(
-            "batch",
-            format!(
-                "kernel `{}` key {key:?}: batch must be at least 1",
-                K::SCHEMA.kernel
-            ),
-        ));
-    }
-    Ok(())
-}
-
 /// The HIP runtime's answers to a policy's steps for one (key, batch, alignment).
 struct Steps<'r, K: HipTunable> {
     rt: &'r HipRuntime,
@@ -252,12 +205,10 @@ struct Steps<'r, K: HipTunable> {
 impl<K: HipTunable> Steps<'_, K> {
     fn tuning_key(&self) -> &CacheKey {
         self.tuning_key.get_or_init(|| {
-            let mut static_key = String::new();
-            let _ = tuned::write_canonical(K::SCHEMA, K::key_values(self.key).as_slice(), &mut static_key);
             self.rt.tuning_key(
                 K::SCHEMA.kernel,
                 K::SOURCE.fingerprint,
-                &static_key,
+                &canonical_key::<K>(self.key),
                 self.batch,
                 self.align,
                 &self.rt.candidates_digest::<K>(self.key, self.batch),
@@ -296,14 +247,12 @@ impl<K: HipTunable> ResolutionSteps<K::Config> for Steps<'_, K> {
         let problem = K::borrow_hip_problem(&mut owned);
         let report = self.rt.tune::<K>(self.stream, &problem, &self.rt.tune_options);
         let record = self.rt.record_of::<K>(&report).map_err(|e| e.to_string())?;
-        if let Err(e) = self.rt.cache().store(
+        self.rt.counters.note_cache_write(self.rt.cache().store(
             Section::Tuning,
             self.tuning_key(),
             "tune",
             record.to_json().as_bytes(),
-        ) {
-            self.rt.note_cache_error(e);
-        }
+        ));
         Ok(report.chosen)
     }
 

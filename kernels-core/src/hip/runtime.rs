@@ -1,19 +1,18 @@
 //! The HIP runtime of one device: modules compiled with hipRTC, cached on disk under
 //! the one cache key, memoized in process, and launched with `hipModuleLaunchKernel`.
 
-use std::any::{Any, TypeId};
-use std::collections::HashMap;
 use std::ffi::c_void;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use super::ffi::{self, FunctionHandle, ModuleHandle};
 use super::{HipCompiler, HipDevice, HipStream};
-use crate::counters::{bump, lock, Counters};
+use crate::counters::Counters;
+use crate::precompile::{cached_image, compile_and_store, Modules, TypedMemo};
 use crate::{
     cache_key, CacheKey, CacheKeyParts, Component, DeviceInfo, DiskCache, Error, Image, ImageKind,
-    KernelArgs, KernelSource, LaunchDims, Lookup, ModuleOrigin, Policy, Result, Section, Stats, TuneOptions,
-    Variant, MAX_KERNEL_ARGS,
+    KernelArgs, KernelSource, LaunchDims, ModuleOrigin, Policy, Result, Stats, TuneOptions, Variant,
+    MAX_KERNEL_ARGS,
 };
 
 /// A loaded kernel and where its module came from.
@@ -70,18 +69,15 @@ pub fn hip_tuning_key(
     candidates: &str,
 ) -> CacheKey {
     let compiler_id = compiler.id();
-    let mut parts = hip_key_parts(
+    let parts = hip_key_parts(
         &compiler_id,
         device.arch(),
         &device.name,
         device.cu_count,
         kernel,
         fingerprint,
-    );
-    parts.candidates = Component::Applies(candidates);
-    parts.static_key = Component::Applies(static_key);
-    parts.batch = Component::Applies(batch);
-    parts.alignment = Component::Applies(alignment);
+    )
+    .for_tuning(static_key, batch, alignment, candidates);
     cache_key(&parts)
 }
 
@@ -270,11 +266,10 @@ pub struct HipRuntime {
     /// Options of the searches the online policy runs.
     pub(super) tune_options: TuneOptions,
     /// Module cache key text -> loaded kernel.
-    modules: Mutex<HashMap<String, Arc<HipKernel>>>,
+    modules: Modules<HipKernel>,
     /// Per kernel type: (key, batch, alignment) -> resolved config and kernel.
-    pub(super) typed: Mutex<HashMap<TypeId, Box<dyn Any + Send + Sync>>>,
+    pub(super) typed: TypedMemo,
     pub(super) counters: Counters,
-    last_cache_error: Mutex<Option<String>>,
 }
 
 impl fmt::Debug for HipRuntime {
@@ -309,10 +304,9 @@ impl HipRuntime {
             cache,
             policy: Policy::Serve,
             tune_options: TuneOptions::default(),
-            modules: Mutex::new(HashMap::new()),
-            typed: Mutex::new(HashMap::new()),
+            modules: Modules::default(),
+            typed: TypedMemo::default(),
             counters: Counters::default(),
-            last_cache_error: Mutex::new(None),
         })
     }
 
@@ -366,7 +360,7 @@ impl HipRuntime {
 
     /// The last cache write error, if any (a failed write does not fail the compile).
     pub fn last_cache_error(&self) -> Option<String> {
-        lock(&self.last_cache_error).clone()
+        self.counters.last_cache_error()
     }
 
     /// The module cache key of `variant` of `source` on this device.
@@ -395,9 +389,8 @@ impl HipRuntime {
         variant: &Variant,
     ) -> Result<(Arc<HipKernel>, ModuleOrigin)> {
         let key = self.module_key(source, variant);
-        if let Some(k) = lock(&self.modules).get(key.text()) {
-            bump(&self.counters.memo_hits);
-            return Ok((k.clone(), ModuleOrigin::Memo));
+        if let Some(hit) = self.modules.hit(&key, &self.counters) {
+            return Ok(hit);
         }
         let (image, origin) = self.image(source, variant, &key)?;
         let kernel = self.load(&image, origin, source, variant, &key)?;
@@ -423,22 +416,10 @@ impl HipRuntime {
                 variant.to_string(),
             )
         };
-        let kernel = match load(image) {
-            Ok(k) => k,
-            Err(_) if origin == ModuleOrigin::Disk => {
-                // A cached code object the runtime refuses: recompile it once.
-                bump(&self.counters.corrupt_files);
-                let fresh = self.compile_and_store(source, variant, key)?;
-                load(&fresh)?
-            }
-            Err(e) => return Err(e),
-        };
-        let mut modules = lock(&self.modules);
-        // Another thread may have loaded it meanwhile: keep one.
-        Ok(modules
-            .entry(key.text().to_string())
-            .or_insert_with(|| Arc::new(kernel))
-            .clone())
+        // A cached code object the runtime refuses is recompiled once.
+        self.modules.load(image, origin, key, &self.counters, load, || {
+            self.compile_and_store(source, variant, key)
+        })
     }
 
     /// Parallel precompile: compiles (or reads from the disk cache) every job on
@@ -446,13 +427,11 @@ impl HipRuntime {
     /// on this thread. Identical jobs compile once. One result per job, in order; a
     /// failure is that job's error (hipRTC's log for a compile error).
     pub fn precompile(&self, jobs: &[(KernelSource, Variant)], threads: usize) -> Vec<Result<Loaded>> {
-        let keys: Vec<CacheKey> = jobs.iter().map(|(s, v)| self.module_key(s, v)).collect();
-        crate::precompile::precompile_jobs(
+        self.modules.precompile(
             jobs,
-            &keys,
             threads,
-            &self.modules,
-            &self.counters.memo_hits,
+            &self.counters,
+            |source, variant| self.module_key(source, variant),
             |source, variant, key| self.image(source, variant, key),
             |image, origin, source, variant, key| self.load(&image, origin, source, variant, key),
         )
@@ -465,46 +444,24 @@ impl HipRuntime {
         variant: &Variant,
         key: &CacheKey,
     ) -> Result<(Image, ModuleOrigin)> {
-        match self.cache.load(Section::Modules, key) {
-            Lookup::Hit(e) if ImageKind::from_name(&e.kind) == Some(ImageKind::CodeObject) => {
-                bump(&self.counters.disk_hits);
-                return Ok((
-                    Image {
-                        kind: ImageKind::CodeObject,
-                        bytes: e.payload,
-                    },
-                    ModuleOrigin::Disk,
-                ));
-            }
-            Lookup::Hit(_) | Lookup::Corrupt { .. } => bump(&self.counters.corrupt_files),
-            Lookup::Miss => {}
-        }
-        Ok((
-            self.compile_and_store(source, variant, key)?,
-            ModuleOrigin::Compiled,
-        ))
+        cached_image(
+            &self.cache,
+            key,
+            &self.counters,
+            |kind| kind == ImageKind::CodeObject,
+            || self.compile_and_store(source, variant, key),
+        )
     }
 
     /// Whether `variant` of `source` is loaded (in the memo).
     pub(super) fn is_loaded(&self, source: &KernelSource, variant: &Variant) -> bool {
-        lock(&self.modules).contains_key(self.module_key(source, variant).text())
+        self.modules.contains(&self.module_key(source, variant))
     }
 
-    /// Records a failed cache write (writes that fail do not fail compiles or searches).
-    pub(super) fn note_cache_error(&self, e: Error) {
-        bump(&self.counters.cache_write_errors);
-        *lock(&self.last_cache_error) = Some(e.to_string());
-    }
-
+    /// A fresh compile of `variant` of `source`, stored in the disk cache under `key`.
     fn compile_and_store(&self, source: &KernelSource, variant: &Variant, key: &CacheKey) -> Result<Image> {
-        let image = self.compiler.compile(source, variant, &self.arch)?;
-        bump(&self.counters.compiled);
-        if let Err(e) = self
-            .cache
-            .store(Section::Modules, key, image.kind.name(), &image.bytes)
-        {
-            self.note_cache_error(e);
-        }
-        Ok(image)
+        compile_and_store(&self.cache, key, &self.counters, || {
+            self.compiler.compile(source, variant, &self.arch)
+        })
     }
 }

@@ -3,6 +3,7 @@
 
 use super::ffi::{self, EventHandle};
 use super::{HipBuffer, HipDevice, HipStream};
+use crate::timing::{l2_flush_bytes, time_with_events, EventClock};
 use crate::{Result, Timing, TimingOptions};
 
 /// A HIP event (timing enabled), destroyed on drop.
@@ -45,7 +46,7 @@ pub struct HipL2Flush {
 impl HipL2Flush {
     /// Allocates `2 x L2` bytes (at least 2 MiB) on `device`.
     pub fn new(device: &HipDevice) -> Result<HipL2Flush> {
-        let bytes = (device.info().l2_bytes.max(1 << 20) * 2) as usize;
+        let bytes = l2_flush_bytes(device.info().l2_bytes);
         Ok(HipL2Flush {
             scratch: device.alloc_zeros::<u8>(bytes)?,
         })
@@ -66,34 +67,51 @@ pub fn time_hip_runs(
     device: &HipDevice,
     stream: &HipStream,
     opts: &TimingOptions,
-    mut flush: Option<&mut HipL2Flush>,
+    flush: Option<&mut HipL2Flush>,
     prepare: &mut dyn FnMut() -> Result<()>,
     run: &mut dyn FnMut() -> Result<()>,
 ) -> Result<Timing> {
-    opts.check()?;
-    for _ in 0..opts.warmup {
-        prepare()?;
-        run()?;
-    }
     let l2_flushed = flush.is_some();
-    let mut events = Vec::with_capacity(opts.reps as usize);
-    for _ in 0..opts.reps {
-        prepare()?;
-        if let Some(f) = flush.as_deref_mut() {
-            f.flush(stream)?;
+    let mut clock = HipClock {
+        device,
+        stream,
+        flush,
+    };
+    time_with_events(&mut clock, opts, l2_flushed, prepare, run)
+}
+
+/// HIP events on one stream, with an optional L2 flush: what [`time_hip_runs`] times
+/// with.
+struct HipClock<'a, 'f> {
+    device: &'a HipDevice,
+    stream: &'a HipStream,
+    flush: Option<&'f mut HipL2Flush>,
+}
+
+impl EventClock for HipClock<'_, '_> {
+    type Event = HipEvent;
+
+    fn flush(&mut self) -> Result<()> {
+        match self.flush.as_deref_mut() {
+            Some(f) => f.flush(self.stream),
+            None => Ok(()),
         }
-        let start = HipEvent::new(device)?;
-        let end = HipEvent::new(device)?;
-        start.record(stream)?;
-        run()?;
-        end.record(stream)?;
-        events.push((start, end));
     }
-    stream.synchronize()?;
-    let mut us = Vec::with_capacity(events.len());
-    for (start, end) in &events {
+
+    fn event(&self) -> Result<HipEvent> {
+        HipEvent::new(self.device)
+    }
+
+    fn record(&self, event: &HipEvent) -> Result<()> {
+        event.record(self.stream)
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.stream.synchronize()
+    }
+
+    fn elapsed_ms(&self, start: &HipEvent, end: &HipEvent) -> Result<f32> {
         end.synchronize()?;
-        us.push(start.elapsed_ms(end)? as f64 * 1000.0);
+        start.elapsed_ms(end)
     }
-    Ok(Timing::from_samples(&us, l2_flushed))
 }

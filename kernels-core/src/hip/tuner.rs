@@ -9,9 +9,12 @@ use std::marker::PhantomData;
 use tuned::{KernelSchema, StaticKey, TunedKernel};
 
 use super::{time_hip_runs, HipBuffer, HipDevice, HipL2Flush, HipRuntime, HipStream};
+use crate::search::backend::{
+    candidates_or_error, compile_jobs, parse_key, plain_stream, working_set, Guarded, RecheckPlan, TuneStream,
+};
 use crate::{
-    conclude, start_search, time_candidates, tune_record, BufferRole, Error, KernelSource, PlannedKernel,
-    Recheck, Result, TimingOptions, TuneBuffer, TuneOptions, TuneRecord, TuneReport, Variant,
+    start_search, time_candidates, tune_record, PlannedKernel, Recheck, Result, TimingOptions, TuneBuffer,
+    TuneOptions, TuneRecord, TuneReport,
 };
 
 /// A [`PlannedKernel`] the HIP runtime can tune on a problem it allocates itself
@@ -32,41 +35,38 @@ pub unsafe trait HipTunable: PlannedKernel {
     fn borrow_hip_problem(owned: &mut Self::HipOwned) -> Self::Problem<'_>;
 }
 
-/// Snapshots of a problem's `Restore` buffers and the list of its `Zero` buffers.
-struct Guarded {
-    restore: Vec<(TuneBuffer, HipBuffer<u8>)>,
-    zero: Vec<TuneBuffer>,
+/// A HIP stream and its device: the stream's part of a search (graph capture,
+/// snapshots, restores, zeroing).
+struct HipTuneStream<'a> {
+    device: &'a HipDevice,
+    stream: &'a HipStream,
 }
 
-impl Guarded {
-    fn new(device: &HipDevice, stream: &HipStream, buffers: &[TuneBuffer]) -> Result<Guarded> {
-        let mut restore = Vec::new();
-        let mut zero = Vec::new();
-        for b in buffers {
-            match b.role {
-                BufferRole::Restore => {
-                    // SAFETY: `b.ptr` is valid for b.bytes by the PlannedKernel contract.
-                    let snap = unsafe { HipBuffer::snapshot(device, b.ptr, b.bytes, stream) }?;
-                    restore.push((*b, snap));
-                }
-                BufferRole::Zero => zero.push(*b),
-                BufferRole::Read | BufferRole::Write => {}
-            }
-        }
-        Ok(Guarded { restore, zero })
+impl TuneStream for HipTuneStream<'_> {
+    type Snapshot = HipBuffer<u8>;
+    const GRAPHS: &'static str = "HIP";
+
+    fn is_capturing(&self) -> Result<bool> {
+        self.stream.is_capturing()
     }
 
-    /// Puts every `Restore` buffer back and zeroes every `Zero` buffer (stream-ordered).
-    fn reset(&self, stream: &HipStream) -> Result<()> {
-        for (b, snap) in &self.restore {
-            // SAFETY: the snapshot holds b.bytes, and `b.ptr` is valid for them.
-            unsafe { snap.restore_to(b.ptr, stream) }?;
-        }
-        for b in &self.zero {
-            // SAFETY: `b.ptr` is valid for b.bytes by the PlannedKernel contract.
-            unsafe { super::ffi::memset_zero(b.ptr, b.bytes, stream.handle()) }?;
-        }
-        Ok(())
+    unsafe fn snapshot(&self, b: &TuneBuffer) -> Result<HipBuffer<u8>> {
+        // SAFETY: `b.ptr` is valid for b.bytes (the caller's contract).
+        unsafe { HipBuffer::snapshot(self.device, b.ptr, b.bytes, self.stream) }
+    }
+
+    unsafe fn restore(&self, b: &TuneBuffer, snap: &HipBuffer<u8>) -> Result<()> {
+        // SAFETY: the snapshot holds b.bytes, and `b.ptr` is valid for them.
+        unsafe { snap.restore_to(b.ptr, self.stream) }
+    }
+
+    unsafe fn zero(&self, b: &TuneBuffer) -> Result<()> {
+        // SAFETY: `b.ptr` is valid for b.bytes (the caller's contract).
+        unsafe { super::ffi::memset_zero(b.ptr, b.bytes, self.stream.handle()) }
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.stream.synchronize()
     }
 }
 
@@ -91,34 +91,22 @@ impl HipRuntime {
         let info = &self.limits;
         let (key, configs, mut report) = start_search::<K>(info, problem, opts.max_candidates);
 
-        match stream.is_capturing() {
-            Ok(false) => {}
-            Ok(true) => {
-                report.failure =
-                    Some("the stream is capturing a HIP graph; tuning needs a plain stream".into());
-                return report;
-            }
-            Err(e) => {
-                report.failure = Some(e.to_string());
-                return report;
-            }
+        let tune_stream = HipTuneStream {
+            device: self.device(),
+            stream,
+        };
+        if !plain_stream(&tune_stream, &mut report) {
+            return report;
         }
 
-        let jobs: Vec<(KernelSource, Variant)> = configs
-            .iter()
-            .map(|c| (*K::SOURCE, K::variant(info, &key, c)))
-            .collect();
+        let jobs = compile_jobs::<K>(info, &key, &configs);
         let kernels = self.precompile(&jobs, opts.compile_threads);
 
         let buffers = K::buffers(problem);
-        let guarded = match Guarded::new(self.device(), stream, &buffers) {
-            Ok(g) => g,
-            Err(e) => {
-                report.failure = Some(format!("could not snapshot the problem's buffers: {e}"));
-                return report;
-            }
+        let Some(guarded) = Guarded::new(&tune_stream, &buffers, &mut report) else {
+            return report;
         };
-        let working_set: u64 = buffers.iter().map(|b| b.bytes as u64).sum();
+        let working_set = working_set(&buffers);
         // Without the flush buffer (out of memory) timing still runs, reported per
         // candidate through Timing::l2_flushed.
         let mut flush = if opts.timing.flush_l2.wanted(working_set, info.l2_bytes) {
@@ -139,7 +127,7 @@ impl HipRuntime {
                     stream,
                     &opts.timing,
                     flush.as_mut(),
-                    &mut || guarded.reset(stream),
+                    &mut || guarded.reset(),
                     // SAFETY: the plan follows the kernel's ABI and stays within the
                     // problem's buffers (PlannedKernel contract).
                     &mut || unsafe { kernel.launch(stream, dims, &args) },
@@ -148,16 +136,11 @@ impl HipRuntime {
         );
         drop(flush);
         // Leave the buffers as one plain run of the winner leaves them.
-        let final_run = (|| -> Result<()> {
-            guarded.reset(stream)?;
-            if let Some((i, kernel)) = &winner {
-                let (dims, args) = K::launch_args(kernel.info(), &configs[*i], problem)?;
-                // SAFETY: as above.
-                unsafe { kernel.launch(stream, dims, &args) }?;
-            }
-            stream.synchronize()
-        })();
-        conclude(&mut report, winner.map(|(i, _)| i), final_run);
+        guarded.finish(&mut report, winner, |i, kernel| {
+            let (dims, args) = K::launch_args(kernel.info(), &configs[i], problem)?;
+            // SAFETY: as above.
+            unsafe { kernel.launch(stream, dims, &args) }
+        });
         report
     }
 
@@ -230,10 +213,7 @@ impl<K: HipTunable> DynHipTunable for HipTunableDyn<K> {
     }
 
     fn candidates(&self, rt: &HipRuntime, key: &StaticKey, batch: u64) -> String {
-        match K::key_from_values(key.values()) {
-            Ok(k) => rt.candidates_digest::<K>(&k, batch),
-            Err(e) => format!("invalid key: {e}"),
-        }
+        candidates_or_error::<K>(rt.limits(), K::key_from_values(key.values()), batch)
     }
 
     fn search(
@@ -244,7 +224,7 @@ impl<K: HipTunable> DynHipTunable for HipTunableDyn<K> {
         batch: u64,
         opts: &TuneOptions,
     ) -> Result<TuneRecord> {
-        let k = K::key_from_values(key.values()).map_err(|e| Error::kernel(K::SCHEMA.kernel, e))?;
+        let k = parse_key::<K>(key)?;
         let mut owned = K::alloc_hip_problem(rt.device(), &k, batch)?;
         let problem = K::borrow_hip_problem(&mut owned);
         let report = rt.tune::<K>(stream, &problem, opts);
@@ -262,25 +242,21 @@ impl<K: HipTunable> DynHipTunable for HipTunableDyn<K> {
         sample: usize,
         timing: &TimingOptions,
     ) -> Result<Recheck> {
-        let k = K::key_from_values(key.values()).map_err(|e| Error::kernel(K::SCHEMA.kernel, e))?;
         let info = rt.limits();
-        let entry_cfg = K::config_from_values(entry).map_err(|e| Error::kernel(K::SCHEMA.kernel, e))?;
-        let default = K::analytic_default(info.tuning_target(), &k, batch);
-        let space = K::search_space(info, &k, batch);
-        let mut owned = K::alloc_hip_problem(rt.device(), &k, batch)?;
+        let plan = RecheckPlan::<K>::new(info, key, batch, entry)?;
+        let mut owned = K::alloc_hip_problem(rt.device(), &plan.key, batch)?;
         let problem = K::borrow_hip_problem(&mut owned);
         let align = K::alignment(&problem);
-        let bytes: u64 = K::buffers(&problem).iter().map(|b| b.bytes as u64).sum();
+        let bytes = working_set(&K::buffers(&problem));
         // The 2 x L2 scratch buffer only where the flush is wanted.
         let mut flush = if timing.flush_l2.wanted(bytes, info.l2_bytes) {
             Some(HipL2Flush::new(rt.device())?)
         } else {
             None
         };
-        let mut time = |c: &K::Config| -> Result<f64> {
-            let c = K::fit_alignment(info, &k, c.clone(), align);
-            let kernel = rt.kernel(K::SOURCE, &K::variant(info, &k, &c))?;
-            let (dims, args) = K::launch_args(kernel.info(), &c, &problem)?;
+        plan.run(info, align, sample, |k, c| {
+            let kernel = rt.kernel(K::SOURCE, &K::variant(info, k, c))?;
+            let (dims, args) = K::launch_args(kernel.info(), c, &problem)?;
             time_hip_runs(
                 rt.device(),
                 stream,
@@ -292,14 +268,6 @@ impl<K: HipTunable> DynHipTunable for HipTunableDyn<K> {
                 &mut || unsafe { kernel.launch(stream, dims, &args) },
             )
             .map(|t| t.median_us)
-        };
-        let (entry_us, default_us, best, best_us) =
-            crate::recheck_configs(&entry_cfg, &default, space, sample, &mut time)?;
-        Ok(Recheck {
-            entry_us,
-            default_us,
-            best: K::config_values(&best),
-            best_us,
         })
     }
 }
