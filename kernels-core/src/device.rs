@@ -61,10 +61,31 @@ impl DeviceInfo {
         })
     }
 
-    /// A representative device of an NVIDIA `target` (H200 for sm90, A100 for sm80),
-    /// for GPU-free work that needs limits: listing the variants a lookup can return,
-    /// compile checks in CI. `None` for AMD targets.
+    /// A representative device of `target` (H200 for sm90, A100 for sm80; for AMD
+    /// targets the part [`AmdNominal::of`] names, described as a HIP device's launch
+    /// limits describe it: compute units as SMs, LDS as shared memory, no compute
+    /// capability, the gfx arch), for GPU-free work that needs limits: listing the
+    /// variants a lookup can return, compile checks in CI, tuning keys.
     pub fn nominal(target: Target) -> Option<DeviceInfo> {
+        if let Some(amd) = AmdNominal::of(target) {
+            return Some(DeviceInfo {
+                ordinal: 0,
+                name: amd.name.into(),
+                compute_capability: (0, 0),
+                sm_count: amd.cus,
+                max_threads_per_block: 1024,
+                max_smem_per_block: amd.lds,
+                max_smem_per_block_optin: amd.lds,
+                smem_per_sm: amd.lds,
+                regs_per_sm: 0,
+                regs_per_block: AMD_REGS_PER_BLOCK,
+                l2_bytes: amd.l2,
+                warp_size: 64,
+                total_memory: amd.mem,
+                max_grid: AMD_MAX_GRID,
+                amd_arch: Some(target.name().to_string()),
+            });
+        }
         let (name, cc, sms, optin, smem_sm, l2, mem) = match target {
             Target::Sm90 => (
                 "NVIDIA H200 (nominal)",
@@ -275,6 +296,69 @@ mod cuda {
         pub fn driver_version() -> Result<(i32, i32)> {
             ffi::driver_version()
         }
+    }
+}
+
+/// Registers per workgroup a HIP device reports (512 VGPRs of 64 lanes).
+pub(crate) const AMD_REGS_PER_BLOCK: u32 = 512 * 64;
+/// The grid limit a HIP device reports in each dimension.
+pub(crate) const AMD_MAX_GRID: (u32, u32, u32) = (i32::MAX as u32, i32::MAX as u32, i32::MAX as u32);
+
+/// A representative AMD part per gfx target, from the vendor's published
+/// specifications: what [`DeviceInfo::nominal`] and the HIP backend's nominal device
+/// describe.
+pub(crate) struct AmdNominal {
+    pub(crate) name: &'static str,
+    /// `gcnArchName` as HIP reports it (arch and features); read by the HIP backend.
+    #[cfg_attr(not(feature = "rocm"), allow(dead_code))]
+    pub(crate) gcn_arch_name: &'static str,
+    pub(crate) cus: u32,
+    /// LDS bytes per workgroup, which is also per compute unit on these parts (64 KiB
+    /// on CDNA 2-3).
+    pub(crate) lds: u32,
+    pub(crate) l2: u64,
+    pub(crate) mem: u64,
+}
+
+impl AmdNominal {
+    /// MI250X for gfx90a, MI300X for gfx942, MI355X for gfx950; `None` for NVIDIA
+    /// targets.
+    pub(crate) fn of(target: Target) -> Option<AmdNominal> {
+        let (name, gcn_arch_name, cus, lds, l2, mem) = match target {
+            Target::Gfx90a => (
+                "AMD Instinct MI250X (nominal)",
+                "gfx90a:sramecc+:xnack-",
+                110,
+                64 << 10,
+                8u64 << 20,
+                64u64 << 30,
+            ),
+            Target::Gfx942 => (
+                "AMD Instinct MI300X (nominal)",
+                "gfx942:sramecc+:xnack-",
+                304,
+                64 << 10,
+                4 << 20,
+                192 << 30,
+            ),
+            Target::Gfx950 => (
+                "AMD Instinct MI355X (nominal)",
+                "gfx950:sramecc+:xnack-",
+                256,
+                160 << 10,
+                4 << 20,
+                288 << 30,
+            ),
+            _ => return None,
+        };
+        Some(AmdNominal {
+            name,
+            gcn_arch_name,
+            cus,
+            lds,
+            l2,
+            mem,
+        })
     }
 }
 

@@ -264,6 +264,22 @@ fn tuning_restores_in_place_buffers_and_writes_a_gfx_table() {
     assert_eq!(record.device, rt.device().info().name);
     assert!(record.compiler.starts_with("hiprtc"), "{}", record.compiler);
 
+    // Graph timing is CUDA's: a graph-timed search is refused, the buffers untouched.
+    let mut graph = opts.clone();
+    graph.timing.method = kernels_core::TimingMethod::Graph;
+    let refused = rt.tune::<FusedAddRmsNorm>(&stream, &p, &graph);
+    assert!(
+        refused.failure.as_deref().is_some_and(|f| f.contains("graph")) && refused.candidates.is_empty(),
+        "{refused:?}"
+    );
+    compare(
+        "residual after a refused search",
+        &res.read(),
+        &want_r,
+        shape,
+        (0.0, 0.0),
+    );
+
     // The table `kernels tune --backend hip` writes, for one shape.
     let Some(target) = rt.limits().target() else {
         eprintln!(

@@ -286,20 +286,8 @@ fn searches_of(kernel: &str) -> Vec<DigestFn> {
 /// so the digest computed for it is the one the tuner computed on the real device.
 fn recorded_device(target: Target, name: &str, sm_count: u32) -> Option<kernels_core::DeviceInfo> {
     use kernels_core::DeviceInfo;
-    let info = match target.vendor() {
-        tuned::Vendor::Nvidia => DeviceInfo::nominal(target)?,
-        // As a HIP device's launch limits describe it: its gfx arch, no compute
-        // capability, 64-lane wavefronts and 64 KiB of LDS.
-        tuned::Vendor::Amd => DeviceInfo {
-            compute_capability: (0, 0),
-            warp_size: 64,
-            max_smem_per_block: 64 << 10,
-            max_smem_per_block_optin: 64 << 10,
-            smem_per_sm: 64 << 10,
-            amd_arch: Some(target.name().to_string()),
-            ..DeviceInfo::nominal(Target::Sm90)?
-        },
-    };
+    // For AMD targets, as a HIP device's launch limits describe it.
+    let info = DeviceInfo::nominal(target)?;
     Some(DeviceInfo {
         name: name.to_string(),
         sm_count,

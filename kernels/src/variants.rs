@@ -133,15 +133,7 @@ fn jobs_of<K: Tunable>(
 /// and the variants lock use it): the target's nominal device, AMD's with its 64-lane
 /// wavefront.
 fn nominal(target: Target) -> Result<DeviceInfo, String> {
-    match target.vendor() {
-        tuned::Vendor::Nvidia => DeviceInfo::nominal(target),
-        tuned::Vendor::Amd => DeviceInfo::nominal(Target::Sm90).map(|d| DeviceInfo {
-            name: format!("AMD {} (nominal)", target.name()),
-            warp_size: 64,
-            ..d
-        }),
-    }
-    .ok_or_else(|| format!("--target: no nominal device for {target}"))
+    DeviceInfo::nominal(target).ok_or_else(|| format!("--target: no nominal device for {target}"))
 }
 
 /// The variants of every tunable kernel reachable on `target`, from its baked tables

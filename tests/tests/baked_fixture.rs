@@ -1,11 +1,9 @@
 //! A fixture table baked by build-tools and probed with the serving lookup rule.
 
-use kernels::rmsnorm::{RmsNorm, RmsNormConfig, RmsNormKey};
+use kernels::rmsnorm::{RmsNorm, RmsNormKey};
 use tests::fixture::{rmsnorm_table, SOURCE_FINGERPRINT};
-use tuned::{
-    resolve_serve, BakedTable, DType, EntryConfig, KernelSchema, KeyValues, PreparedKey, Source, TableHit,
-    Target, TunedKernel, Value,
-};
+use tests::FixtureNorm;
+use tuned::{resolve_serve, DType, EntryConfig, PreparedKey, Source, TableHit, Target, TunedKernel, Value};
 
 /// The entry's batch, how it matched, and its config values (empty for a default marker).
 fn probe(target: Target, key: &str, batch: u64) -> Option<(u64, TableHit, Vec<Value>)> {
@@ -135,35 +133,6 @@ fn default_marker_is_baked_and_found_by_the_nearest_batch_rule() {
     // 200 is nearer 64 (log2 1.64) than 1024 (2.36): the tuned entry.
     let (b, _, c) = probe(Target::Sm90, "dtype=bf16,cols=8192", 200).unwrap();
     assert_eq!((b, c[0].clone()), (64, Value::Int(1024)));
-}
-
-/// RMSNorm with its table replaced by the baked fixture.
-struct FixtureNorm;
-
-impl TunedKernel for FixtureNorm {
-    type Key = RmsNormKey;
-    type Config = RmsNormConfig;
-    const SCHEMA: &'static KernelSchema = RmsNorm::SCHEMA;
-    const SOURCE_FINGERPRINT: &'static str = SOURCE_FINGERPRINT;
-
-    fn key_values(key: &RmsNormKey) -> KeyValues {
-        RmsNorm::key_values(key)
-    }
-    fn key_from_values(values: &[Value]) -> Result<RmsNormKey, String> {
-        RmsNorm::key_from_values(values)
-    }
-    fn config_from_values(values: &[Value]) -> Result<RmsNormConfig, String> {
-        RmsNorm::config_from_values(values)
-    }
-    fn config_values(config: &RmsNormConfig) -> Vec<Value> {
-        RmsNorm::config_values(config)
-    }
-    fn analytic_default(target: Target, key: &RmsNormKey, batch: u64) -> RmsNormConfig {
-        RmsNorm::analytic_default(target, key, batch)
-    }
-    fn baked_table(target: Target) -> Option<&'static BakedTable> {
-        rmsnorm_table(target)
-    }
 }
 
 #[test]

@@ -10,9 +10,6 @@ use tuned::{Target, Vendor};
 use super::ffi::{self, StreamHandle};
 use crate::{DeviceInfo, Error, Result};
 
-/// LDS per workgroup on CDNA 1-3 (gfx90a, gfx942): 64 KiB.
-const GFX9_LDS_BYTES: u32 = 64 << 10;
-
 /// What the runtime knows about an AMD GPU: identity, arch and limits.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HipDeviceInfo {
@@ -94,47 +91,21 @@ impl HipDeviceInfo {
     /// tests, launch checks). `None` for NVIDIA targets. Figures are the vendor's
     /// published specifications.
     pub fn nominal(target: Target) -> Option<HipDeviceInfo> {
-        let (name, gcn, cus, lds, l2, mem) = match target {
-            Target::Gfx90a => (
-                "AMD Instinct MI250X (nominal)",
-                "gfx90a:sramecc+:xnack-",
-                110,
-                GFX9_LDS_BYTES,
-                8u64 << 20,
-                64u64 << 30,
-            ),
-            Target::Gfx942 => (
-                "AMD Instinct MI300X (nominal)",
-                "gfx942:sramecc+:xnack-",
-                304,
-                GFX9_LDS_BYTES,
-                4 << 20,
-                192 << 30,
-            ),
-            Target::Gfx950 => (
-                "AMD Instinct MI355X (nominal)",
-                "gfx950:sramecc+:xnack-",
-                256,
-                160 << 10,
-                4 << 20,
-                288 << 30,
-            ),
-            _ => return None,
-        };
+        let amd = crate::device::AmdNominal::of(target)?;
         Some(HipDeviceInfo {
             ordinal: 0,
-            name: name.into(),
-            gcn_arch_name: gcn.into(),
-            cu_count: cus,
+            name: amd.name.into(),
+            gcn_arch_name: amd.gcn_arch_name.into(),
+            cu_count: amd.cus,
             max_threads_per_block: 1024,
-            max_lds_per_block: lds,
-            lds_per_cu: lds,
-            regs_per_block: 512 * 64,
+            max_lds_per_block: amd.lds,
+            lds_per_cu: amd.lds,
+            regs_per_block: crate::device::AMD_REGS_PER_BLOCK,
             regs_per_cu: 0,
-            l2_bytes: l2,
+            l2_bytes: amd.l2,
             warp_size: 64,
-            total_memory: mem,
-            max_grid: (i32::MAX as u32, i32::MAX as u32, i32::MAX as u32),
+            total_memory: amd.mem,
+            max_grid: crate::device::AMD_MAX_GRID,
             hip_version: (0, 0, 0),
         })
     }
@@ -499,5 +470,17 @@ mod tests {
         assert!(ok.validate(&limits).is_ok());
         let e = ok.with_smem((64 << 10) + 1).validate(&limits).unwrap_err();
         assert!(e.to_string().contains("smem_bytes"), "{e}");
+    }
+
+    /// GPU-free code describes an AMD target through `DeviceInfo::nominal` (variants,
+    /// tuning keys); it is exactly what a HIP device of that part reports as limits.
+    #[test]
+    fn the_backend_neutral_nominal_is_the_hip_nominal_s_launch_limits() {
+        for target in [Target::Gfx90a, Target::Gfx942, Target::Gfx950] {
+            let hip = HipDeviceInfo::nominal(target).unwrap();
+            assert_eq!(DeviceInfo::nominal(target), Some(hip.launch_limits()), "{target}");
+            assert_eq!(DeviceInfo::nominal(target).unwrap().tuning_target(), target);
+        }
+        assert!(HipDeviceInfo::nominal(Target::Sm90).is_none());
     }
 }

@@ -247,6 +247,10 @@ impl<K: HipTunable> ResolutionSteps<K::Config> for Steps<'_, K> {
         let problem = K::borrow_hip_problem(&mut owned);
         let report = self.rt.tune::<K>(self.stream, &problem, &self.rt.tune_options);
         let record = self.rt.record_of::<K>(&report).map_err(|e| e.to_string())?;
+        // As on CUDA: a winner whose final run failed is neither cached nor served.
+        if let Err(e) = &report.final_run {
+            return Err(format!("the chosen config's final run failed: {e}"));
+        }
         self.rt.counters.note_cache_write(self.rt.cache().store(
             Section::Tuning,
             self.tuning_key(),

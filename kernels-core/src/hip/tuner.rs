@@ -13,8 +13,8 @@ use crate::search::backend::{
     candidates_or_error, compile_jobs, parse_key, plain_stream, working_set, Guarded, RecheckPlan, TuneStream,
 };
 use crate::{
-    start_search, time_candidates, tune_record, PlannedKernel, Recheck, Result, TimingOptions, TuneBuffer,
-    TuneOptions, TuneRecord, TuneReport,
+    start_search, time_candidates, tune_record, PlannedKernel, Recheck, Result, TimingMethod, TimingOptions,
+    TuneBuffer, TuneOptions, TuneRecord, TuneReport,
 };
 
 /// A [`PlannedKernel`] the HIP runtime can tune on a problem it allocates itself
@@ -81,7 +81,8 @@ impl HipRuntime {
     /// set is under twice the L2), with `Restore` buffers restored and `Zero` buffers
     /// zeroed before every run, outside the timed region. [`crate::select`] picks the
     /// winner. Finally the buffers are restored and the winner runs once, so they hold
-    /// exactly one plain run's result.
+    /// exactly one plain run's result. A [`TimingMethod::Graph`] search is refused (in
+    /// `report.failure`, nothing launched): graphs are CUDA's here.
     pub fn tune<K: PlannedKernel>(
         &self,
         stream: &HipStream,
@@ -90,6 +91,15 @@ impl HipRuntime {
     ) -> TuneReport<K::Config> {
         let info = &self.limits;
         let (key, configs, mut report) = start_search::<K>(info, problem, opts.max_candidates);
+        // Graph timing replays CUDA graphs over rotating copies; HIP times single
+        // launches only, so a graph-timed search is refused rather than mislabelled.
+        if opts.timing.method != TimingMethod::Single {
+            report.failure = Some(format!(
+                "timing method `{}` is CUDA's (graph replays); HIP tunes with `single`",
+                opts.timing.method
+            ));
+            return report;
+        }
 
         let tune_stream = HipTuneStream {
             device: self.device(),
