@@ -294,6 +294,7 @@ pub(crate) fn precompile_jobs<K: Clone, I: Send>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::search::dummy::Dummy;
     use crate::{cache_key, CacheKeyParts, Component};
 
     static SRC: KernelSource = KernelSource::new("toy", "", "fnv1a64:1");
@@ -398,42 +399,8 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    /// A kernel keyed by a column count, configs a thread count; nothing launches.
-    struct Toy;
-    static TOY: tuned::KernelSchema = tuned::KernelSchema {
-        kernel: "toy",
-        key: &[tuned::Field::int("cols")],
-        params: &[tuned::Field::int("threads")],
-    };
-    impl TunedKernel for Toy {
-        type Key = u32;
-        type Config = u32;
-        const SCHEMA: &'static tuned::KernelSchema = &TOY;
-        const SOURCE_FINGERPRINT: &'static str = "fnv1a64:1";
-        fn key_values(k: &u32) -> tuned::KeyValues {
-            tuned::KeyValues::new().push(*k as i64)
-        }
-        fn key_from_values(_: &[tuned::Value]) -> std::result::Result<u32, String> {
-            Ok(0)
-        }
-        fn config_from_values(_: &[tuned::Value]) -> std::result::Result<u32, String> {
-            Ok(0)
-        }
-        fn config_values(c: &u32) -> Vec<tuned::Value> {
-            vec![tuned::Value::Int(*c as i64)]
-        }
-        fn analytic_default(_: tuned::Target, _: &u32, _: u64) -> u32 {
-            256
-        }
-        fn baked_table(_: tuned::Target) -> Option<&'static tuned::BakedTable> {
-            None
-        }
-        fn accepts(_: tuned::Target, _: &u32, _: u64, c: &u32) -> bool {
-            *c <= 1024
-        }
-    }
     // SAFETY: no problem of it is ever launched.
-    unsafe impl PlannedKernel for Toy {
+    unsafe impl PlannedKernel for Dummy {
         type Problem<'a> = ();
         const SOURCE: &'static KernelSource = &SRC;
         fn search_space(_: &DeviceInfo, _: &u32, _: u64) -> Vec<u32> {
@@ -459,7 +426,7 @@ mod tests {
         let hits = AtomicU64::new(0);
         let mut resolved = 0;
         for _ in 0..3 {
-            let p = memo.get_or_resolve::<Toy, String>((4096, 8, AlignClass::A16), &hits, || {
+            let p = memo.get_or_resolve::<Dummy, String>((4096, 8, AlignClass::A16), &hits, || {
                 resolved += 1;
                 Ok("prepared".into())
             });
@@ -467,23 +434,20 @@ mod tests {
         }
         assert_eq!((resolved, hits.load(Ordering::Relaxed)), (1, 2));
         // Another alignment is another entry; a failed resolution memoizes nothing.
-        let e = memo.get_or_resolve::<Toy, String>((4096, 8, AlignClass::A4), &hits, || {
+        let e = memo.get_or_resolve::<Dummy, String>((4096, 8, AlignClass::A4), &hits, || {
             Err(Error::invalid("search", "failed"))
         });
         assert!(e.is_err());
-        assert_eq!(memo.get::<Toy, String>(&(4096, 8, AlignClass::A4)), None);
-        memo.put::<Toy, String>((4096, 8, AlignClass::A4), "put".into());
+        assert_eq!(memo.get::<Dummy, String>(&(4096, 8, AlignClass::A4)), None);
+        memo.put::<Dummy, String>((4096, 8, AlignClass::A4), "put".into());
         assert_eq!(
-            memo.get::<Toy, String>(&(4096, 8, AlignClass::A4)).as_deref(),
+            memo.get::<Dummy, String>(&(4096, 8, AlignClass::A4)).as_deref(),
             Some("put")
         );
 
-        assert!(check_batch::<Toy>(&4096, 1).is_ok());
-        let e = check_batch::<Toy>(&4096, 0).unwrap_err().to_string();
-        assert!(
-            e.contains("`batch`") && e.contains("kernel `toy` key 4096"),
-            "{e}"
-        );
+        assert!(check_batch::<Dummy>(&4096, 1).is_ok());
+        let e = check_batch::<Dummy>(&4096, 0).unwrap_err().to_string();
+        assert!(e.contains("`batch`") && e.contains("kernel `k` key 4096"), "{e}");
     }
 
     #[test]

@@ -573,7 +573,50 @@ pub(crate) mod backend {
 }
 
 #[cfg(test)]
+pub(crate) mod dummy {
+    /// A kernel for the crate's unit tests: keyed by a column count, its configs a
+    /// thread count (256 by default, accepted up to 1024). Nothing launches it.
+    pub(crate) struct Dummy;
+    pub(crate) static DUMMY: tuned::KernelSchema = tuned::KernelSchema {
+        kernel: "k",
+        key: &[tuned::Field::int("cols")],
+        params: &[tuned::Field::int("threads")],
+    };
+    impl tuned::TunedKernel for Dummy {
+        type Key = u32;
+        type Config = u32;
+        const SCHEMA: &'static tuned::KernelSchema = &DUMMY;
+        const SOURCE_FINGERPRINT: &'static str = "fnv1a64:0";
+        fn key_values(k: &u32) -> tuned::KeyValues {
+            tuned::KeyValues::new().push(*k as i64)
+        }
+        fn key_from_values(_: &[tuned::Value]) -> std::result::Result<u32, String> {
+            Ok(0)
+        }
+        fn config_from_values(v: &[tuned::Value]) -> std::result::Result<u32, String> {
+            match v {
+                [tuned::Value::Int(t)] => Ok(*t as u32),
+                _ => Err("not a thread count".into()),
+            }
+        }
+        fn config_values(c: &u32) -> Vec<tuned::Value> {
+            vec![tuned::Value::Int(*c as i64)]
+        }
+        fn analytic_default(_: tuned::Target, _: &u32, _: u64) -> u32 {
+            256
+        }
+        fn baked_table(_: tuned::Target) -> Option<&'static tuned::BakedTable> {
+            None
+        }
+        fn accepts(_: tuned::Target, _: &u32, _: u64, c: &u32) -> bool {
+            *c <= 1024
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
+    use super::dummy::Dummy;
 
     #[test]
     fn recheck_times_entry_default_and_an_even_sample() {
@@ -670,44 +713,6 @@ mod tests {
         assert!(r.final_run.as_ref().unwrap_err().contains("buffers restored"));
         let e = tune_record::<Dummy>(&r, "d", "c").unwrap_err().to_string();
         assert!(e.contains("all 2 candidates failed"), "{e}");
-    }
-
-    /// A kernel whose configs are a thread count, accepted up to 1024.
-    struct Dummy;
-    static DUMMY: tuned::KernelSchema = tuned::KernelSchema {
-        kernel: "k",
-        key: &[tuned::Field::int("cols")],
-        params: &[tuned::Field::int("threads")],
-    };
-    impl TunedKernel for Dummy {
-        type Key = u32;
-        type Config = u32;
-        const SCHEMA: &'static tuned::KernelSchema = &DUMMY;
-        const SOURCE_FINGERPRINT: &'static str = "fnv1a64:0";
-        fn key_values(k: &u32) -> tuned::KeyValues {
-            tuned::KeyValues::new().push(*k as i64)
-        }
-        fn key_from_values(_: &[tuned::Value]) -> std::result::Result<u32, String> {
-            Ok(0)
-        }
-        fn config_from_values(v: &[tuned::Value]) -> std::result::Result<u32, String> {
-            match v {
-                [tuned::Value::Int(t)] => Ok(*t as u32),
-                _ => Err("not a thread count".into()),
-            }
-        }
-        fn config_values(c: &u32) -> Vec<tuned::Value> {
-            vec![tuned::Value::Int(*c as i64)]
-        }
-        fn analytic_default(_: tuned::Target, _: &u32, _: u64) -> u32 {
-            256
-        }
-        fn baked_table(_: tuned::Target) -> Option<&'static tuned::BakedTable> {
-            None
-        }
-        fn accepts(_: Target, _: &u32, _: u64, c: &u32) -> bool {
-            *c <= 1024
-        }
     }
 
     #[test]
