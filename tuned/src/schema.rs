@@ -188,16 +188,20 @@ pub fn name_param(
         .ok_or_else(|| format!("`{name}` = `{s}` is not one of {allowed:?}"))
 }
 
-/// The integer key field `name` (values in `schema.key` order), checked to lie in `lo..=hi`.
-pub fn int_key(schema: &KernelSchema, values: &[Value], name: &str, lo: i64, hi: i64) -> Result<i64, String> {
+/// The value of key field `name` among `values` (in `schema.key` order): an error when
+/// the schema has no such field or the values stop before it.
+fn key_value<'v>(schema: &KernelSchema, values: &'v [Value], name: &str) -> Result<&'v Value, String> {
     let i = schema
         .key
         .iter()
         .position(|f| f.name == name)
         .ok_or_else(|| format!("kernel `{}` has no key field `{name}`", schema.kernel))?;
-    let v = values
-        .get(i)
-        .ok_or_else(|| format!("missing key field `{name}`"))?;
+    values.get(i).ok_or_else(|| format!("missing key field `{name}`"))
+}
+
+/// The integer key field `name` (values in `schema.key` order), checked to lie in `lo..=hi`.
+pub fn int_key(schema: &KernelSchema, values: &[Value], name: &str, lo: i64, hi: i64) -> Result<i64, String> {
+    let v = key_value(schema, values, name)?;
     let n = v
         .as_int()
         .ok_or_else(|| format!("key field `{name}` must be an integer, got `{v}`"))?;
@@ -210,14 +214,7 @@ pub fn int_key(schema: &KernelSchema, values: &[Value], name: &str, lo: i64, hi:
 
 /// The dtype key field `name`.
 pub fn dtype_key(schema: &KernelSchema, values: &[Value], name: &str) -> Result<DType, String> {
-    let i = schema
-        .key
-        .iter()
-        .position(|f| f.name == name)
-        .ok_or_else(|| format!("kernel `{}` has no key field `{name}`", schema.kernel))?;
-    let v = values
-        .get(i)
-        .ok_or_else(|| format!("missing key field `{name}`"))?;
+    let v = key_value(schema, values, name)?;
     v.as_str()
         .ok_or_else(|| format!("key field `{name}` must be a dtype, got `{v}`"))?
         .parse::<DType>()
