@@ -270,6 +270,28 @@ __device__ __forceinline__ void store_stream(T* p, const Vec<T, N>& v) {
 #define KD_LAUNCH_BOUNDS(threads) __launch_bounds__(threads)
 #endif
 
+// Programmatic dependent launch (sm_90+). A kernel launched with the
+// programmatic-stream-serialization attribute may start while the previous kernel of
+// its stream is still running; pdl_wait() blocks until that kernel has completed and
+// its memory is visible, so a kernel that may be launched so calls it before its first
+// global memory access. pdl_launch_dependents() lets the next kernel of the stream (if
+// it was launched with the attribute) start once every block of this one has called it
+// or exited; it orders no memory (the next kernel still waits in its own pdl_wait()).
+// The kernels call it once a block has read its inputs: earlier, the next kernel's
+// blocks took SM slots this kernel's clusters still needed (clustered softmax at 8 rows
+// went from 4.57 to 4.95 us with it at the start, and to 4.07 us here; see
+// docs/results/2026-11-30-h200-session10.md). Both are no-ops for a plain launch.
+__device__ __forceinline__ void pdl_wait() {
+#if !defined(KD_AMD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if !defined(KD_AMD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // Floats rounded into a vector (pairs at a time for 16-bit types).
 template <typename T, int N>
 __device__ __forceinline__ Vec<T, N> pack(const float (&f)[N]) {

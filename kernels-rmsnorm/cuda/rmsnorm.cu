@@ -27,6 +27,10 @@
 //   ITERS <= 16 the row stays in registers between the reduction and the write (one
 //   pass over HBM; with ITERS <= 8 the weights are loaded with the row); longer rows are read a second time, last part first so that the
 //   re-read starts with what is still in L2, evict-first (as is the write of y).
+// Programmatic dependent launch: both entry points call kd::pdl_wait() before their
+// first global memory access and kd::pdl_launch_dependents() once a block has read its
+// rows (see the prelude), so the host may launch them with the programmatic-stream-
+// serialization attribute on sm_90.
 // Special values: they propagate as in torch (an inf in a row makes its sum of squares
 // inf, so that row's outputs are 0 and NaN where x is inf).
 
@@ -89,6 +93,7 @@ __device__ __forceinline__ void rmsnorm_rows(const T* in, long long in_stride, T
                                              long long res_stride, const T* __restrict__ w,
                                              T* out, long long out_stride, long long rows,
                                              float eps) {
+    kd::pdl_wait();
     __shared__ float red[ROWS * WARPS];
     const int group = int(threadIdx.x) / THREADS;
     const int tid = int(threadIdx.x) % THREADS;
@@ -144,6 +149,7 @@ __device__ __forceinline__ void rmsnorm_rows(const T* in, long long in_stride, T
                 if (valid(s, u)) ss += sum_squares(buf[u]);
         }
     }
+    kd::pdl_launch_dependents();
     ss = kd::group_sum<THREADS>(ss, red + group * WARPS);
     const float rstd = rsqrtf(ss * (1.f / float(COLS)) + eps);
 

@@ -32,10 +32,11 @@
 //            reads hit what pass 1 left in L2, and writes, both evict-first.
 //   cluster: rows * SPLITS blocks of THREADS threads; __cluster_dims__(SPLITS, 1, 1) is
 //            compiled in, so a plain launch forms the clusters. Each block holds
-//            1/SPLITS of the row in registers (<= 16 vectors per thread); each block
-//            merges its threads' (max, sum) once, and the blocks push theirs into each
-//            other's shared memory (st.async, counted by an mbarrier; see Exchange).
-//            One pass over HBM.
+//            1/SPLITS of the row in registers (<= 16 vectors per thread); each thread
+//            folds its vectors into a running (max, sum) CHUNK at a time as they land,
+//            each block merges its threads' (max, sum) once, and the blocks push theirs
+//            into each other's shared memory (st.async, counted by an mbarrier; see
+//            Exchange). One pass over HBM.
 //   staged:  rows * SPLITS blocks of THREADS threads with STAGE_VECS * sizeof(vector)
 //            bytes of dynamic shared memory; sm_80+ (cp.async), vectors of 4 bytes or
 //            more. Block `rank` of a row owns the contiguous slice of SLICE_VECS =
@@ -55,6 +56,11 @@
 //            takes, so those HBM reads overlap this wave's writes instead of
 //            following them (all blocks of a wave start, read, reduce and write in
 //            step, which leaves HBM idle between the phases otherwise).
+//
+// Programmatic dependent launch: every strategy calls kd::pdl_wait() before its first
+// global memory access and kd::pdl_launch_dependents() once its block has read its
+// inputs (see the prelude), so the host may launch it with the programmatic-stream-
+// serialization attribute on sm_90.
 //
 // Special values, as torch.softmax: -inf contributes 0; a row of only -inf gives NaN
 // everywhere; a NaN anywhere in a row makes the whole row NaN; so does +inf (its
@@ -388,6 +394,7 @@ static_assert(ITERS <= MAX_ITERS, "row strategy holds at most 16 vectors per thr
 extern "C" __global__ void KD_LAUNCH_BOUNDS(THREADS * ROWS)
     softmax_kernel(const T* x, T* y, long long rows, long long x_stride, long long y_stride,
                    float scale) {
+    kd::pdl_wait();
     // Two slot sets: the sum's partials must not overwrite the max's before all read.
     __shared__ float red_max[ROWS * WARPS];
     __shared__ float red_sum[ROWS * WARPS];
@@ -409,6 +416,7 @@ extern "C" __global__ void KD_LAUNCH_BOUNDS(THREADS * ROWS)
         if (valid(i)) buf[i] = kd::load_vec<T, VEC>(xp + i * THREADS * VEC);
 
     Stats st = part_stats(buf, k, valid);
+    kd::pdl_launch_dependents();
     st.m = kd::group_max<THREADS>(st.m, red_max + group * WARPS);
     // The exact max: a row of only -inf gives 2^(-inf + inf) = NaN, as torch does.
     forget(buf);
@@ -450,6 +458,7 @@ constexpr int STEPS = (NVEC + STEP - 1) / STEP;
 extern "C" __global__ void KD_LAUNCH_BOUNDS(THREADS)
     softmax_kernel(const T* x, T* y, long long rows, long long x_stride, long long y_stride,
                    float scale) {
+    kd::pdl_wait();
     __shared__ float red_m[WARPS];
     __shared__ float red_s[WARPS];
     const int tid = int(threadIdx.x);
@@ -473,6 +482,7 @@ extern "C" __global__ void KD_LAUNCH_BOUNDS(THREADS)
         part.s = part_sum(buf, k, ref(part.m), valid);
         st = merge(st, part);
     }
+    kd::pdl_launch_dependents();
 
     st = block_merge(st, red_m, red_s);
 
@@ -502,6 +512,7 @@ static_assert(SPLITS >= 2 && SPLITS <= 16, "a cluster has 2..16 blocks");
 
 constexpr int ITERS = (NVEC + THREADS * SPLITS - 1) / (THREADS * SPLITS);
 static_assert(ITERS <= MAX_ITERS, "cluster strategy holds at most 16 vectors per thread");
+constexpr int CHUNK = 4;  // pass 1 vectors per step (see the kernel)
 
 extern "C" __global__ void __cluster_dims__(SPLITS, 1, 1) KD_LAUNCH_BOUNDS(THREADS)
     softmax_kernel(const T* x, T* y, long long rows, long long x_stride, long long y_stride,
@@ -510,6 +521,7 @@ extern "C" __global__ void __cluster_dims__(SPLITS, 1, 1) KD_LAUNCH_BOUNDS(THREA
     __shared__ float red_s[WARPS];
     __shared__ Exchange xch;
     cluster_begin(xch);
+    kd::pdl_wait();
     const int tid = int(threadIdx.x);
     const long long row = blockIdx.x / SPLITS;  // a cluster is SPLITS consecutive blocks
     const int rank = int(cluster_rank());
@@ -528,10 +540,11 @@ extern "C" __global__ void __cluster_dims__(SPLITS, 1, 1) KD_LAUNCH_BOUNDS(THREA
         if (valid(i)) buf[i] = kd::load_vec<T, VEC>(xp + i * PASS);
 
     // Each thread's (max, sum), then one merge over the block and one over the cluster.
-    Stats st = part_stats(buf, k, valid);
-    forget(buf);
     T* yp = y + row * y_stride + first * VEC;
 #if KD_KEEP
+    Stats st = part_stats(buf, k, valid);
+    kd::pdl_launch_dependents();
+    forget(buf);
     float e[ITERS][VEC];
     const float m = st.m;
     st.s = part_sum_keep(buf, k, ref(m), valid, e);
@@ -540,7 +553,17 @@ extern "C" __global__ void __cluster_dims__(SPLITS, 1, 1) KD_LAUNCH_BOUNDS(THREA
     for (int i = 0; i < ITERS; ++i)
         if (valid(i)) kd::store_vec<T, VEC>(yp + i * PASS, finish(e[i]));
 #else
-    st.s = part_sum(buf, k, ref(st.m), valid);
+    // CHUNK vectors at a time, in load order, merged into a running (max, sum): the
+    // exponentials of the first chunks run while the later loads are still landing.
+    Stats st = {kd::neg_inf(), 0.f};
+#pragma unroll
+    for (int c0 = 0; c0 < ITERS; c0 += CHUNK) {
+        auto in_chunk = [&](int i) { return i >= c0 && i < c0 + CHUNK && valid(i); };
+        Stats p = part_stats(buf, k, in_chunk);
+        p.s = part_sum(buf, k, ref(p.m), in_chunk);
+        st = merge(st, p);
+    }
+    kd::pdl_launch_dependents();
     forget(buf);
     const Finish finish(k, cluster_merge(block_merge(st, red_m, red_s), xch));
 #pragma unroll
@@ -620,6 +643,7 @@ extern "C" __global__ void KD_STAGED_CLUSTER KD_LAUNCH_BOUNDS(THREADS)
 #else
     const int rank = 0;
 #endif
+    kd::pdl_wait();
     const int tid = int(threadIdx.x);
     const long long row = blockIdx.x / SPLITS;  // a cluster is SPLITS consecutive blocks
     if (SPLITS == 1 && row >= rows) return;  // whole block; clusters never exceed rows
@@ -684,6 +708,7 @@ extern "C" __global__ void KD_STAGED_CLUSTER KD_LAUNCH_BOUNDS(THREADS)
         p.s = part_sum(buf, k, ref(p.m), ok);
         st = merge(st, p);
     }
+    kd::pdl_launch_dependents();
 
     st = block_merge(st, red_m, red_s);
 #if SPLITS > 1
