@@ -49,7 +49,7 @@ for step in ${STEPS:-every:softmax}; do
       ( time timeout $lim $B/kernels tune $k --shapes tuned/shapes/$k.json --tables $R/tables ) > $R/tune-$k.log 2>&1
       echo "$k tune exit $?"; tail -n 4 $R/tune-$k.log; pack ;;
     bench)
-      ( time KERNELS_BENCH_OUT=$R/ours.jsonl timeout 220 $B/bench_kernels --bench ) > $R/bench.log 2>&1
+      ( time KERNELS_BENCH_OUT=$R/ours.jsonl timeout 300 $B/bench_kernels --bench ) > $R/bench.log 2>&1
       echo "bench exit $?"; tail -n 5 $R/bench.log; pack ;;
     peers)
       peers_env

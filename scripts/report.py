@@ -7,7 +7,8 @@ with --png DIR, one plot per kernel of TB/s against the copy bandwidth (matplotl
 
 Ratios use the device-to-device copy bandwidth the Rust bench measured in the same
 run (cudaMemcpy of 1 GiB, bytes read + written). All times are per launch from
-CUDA-graph replays over rotating buffers (working set >= 2x L2).
+CUDA-graph replays over rotating buffers (working set >= 2x L2). `pdl us` is our
+tuned config launched with programmatic dependent launch (where the bench measured it).
 """
 import json
 import sys
@@ -63,6 +64,7 @@ def main():
     ours, peers = load(args[0]), load(args[1])
     copy = next(r["tbs"] for r in ours if r["kind"] == "copy")
     empty = next((r["us"] for r in ours if r["kind"] == "empty_graph"), None)
+    empty_pdl = next((r["us"] for r in ours if r["kind"] == "empty_graph_pdl"), None)
     if png:
         plot(ours, peers, copy, png, "h200")
     by_shape = {}
@@ -70,10 +72,12 @@ def main():
         if r["kind"] == "peer":
             by_shape.setdefault((r["kernel"], r["rows"], r["cols"]), {})[r["peer"]] = r["us"]
     names = ["torch", "torch.compile", "liger"]
-    print(f"Copy bandwidth (same run): {copy:.3f} TB/s. Empty kernel in a graph: {empty:.2f} us.\n")
+    pdl_note = "" if empty_pdl is None else (
+        f" With programmatic dependent launch (`pdl us`, ours only): empty kernel {empty_pdl:.2f} us.")
+    print(f"Copy bandwidth (same run): {copy:.3f} TB/s. Empty kernel in a graph: {empty:.2f} us.{pdl_note}\n")
     print("| kernel | rows x cols | MiB moved | ours us | TB/s | x copy | source | default us | "
-          + " | ".join(f"{n} us" for n in names) + " | fastest peer / ours |")
-    print("|---|---|---:|---:|---:|---:|---|---:|" + "---:|" * len(names) + "---:|")
+          + " | ".join(f"{n} us" for n in names) + " | fastest peer / ours | pdl us |")
+    print("|---|---|---:|---:|---:|---:|---|---:|" + "---:|" * len(names) + "---:|---:|")
     for r in ours:
         if r["kind"] != "ours":
             continue
@@ -83,7 +87,7 @@ def main():
         speed = f"{best / r['us']:.2f}" if best else "–"
         print(f"| {r['kernel']} | {r['rows']} x {r['cols']} | {r['bytes'] / 2**20:.0f} | {r['us']:.2f} | "
               f"{r['tbs']:.3f} | {r['ratio_copy']:.3f} | {r['source']} | {r['default_us']:.2f} | "
-              + " | ".join(cells) + f" | {speed} |")
+              + " | ".join(cells) + f" | {speed} | " + (f"{r['pdl_us']:.2f}" if "pdl_us" in r else "–") + " |")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@
 //! time per launch, not CPU launch overhead, and its throughput is bytes moved per
 //! second. After criterion, a side-by-side table: ours against the analytic default,
 //! the same-size copy and the 1 GiB copy bandwidth, plus an empty kernel's time for
-//! the decode batches.
+//! the decode batches. Each shape is also measured with programmatic dependent launch
+//! (`pdl`: the tuned config, launched by a runtime with `RuntimeOptions::pdl`), next
+//! to an empty kernel launched the same way.
 //!
 //! `cargo bench -p benches --bench kernels` (criterion's options after `--`, e.g. a
 //! filter: `-- softmax`); `KERNELS_BENCH_OUT=FILE.jsonl` also writes the table as
@@ -23,7 +25,7 @@ use criterion::{BenchmarkId, Criterion, Throughput};
 use kernels::core::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use kernels::core::{
     alloc_random, time_runs, Device, GraphTimer, KernelArgs, KernelSource, LaunchDims, RawStream, Rows,
-    Runtime, TimingOptions, Tunable, Variant,
+    Runtime, RuntimeOptions, TimingOptions, Tunable, Variant,
 };
 use kernels::rmsnorm::ops::NormProblem;
 use kernels::rmsnorm::{FusedAddRmsNorm, RmsNorm, RmsNormKey};
@@ -38,6 +40,19 @@ static EMPTY: KernelSource = KernelSource::new(
     "extern \"C\" __global__ void empty_kernel() {}",
     "fnv1a64:0",
 );
+
+/// The empty kernel for programmatic dependent launch: it waits for the previous
+/// grid, as our kernels do, and so may be launched with the attribute.
+static EMPTY_PDL: KernelSource = KernelSource::new(
+    "empty_pdl",
+    "extern \"C\" __global__ void empty_kernel() {\n\
+     #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n\
+       asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n\
+     #endif\n\
+     }",
+    "fnv1a64:1",
+)
+.programmatic_launch();
 
 /// The copy peer: 16-byte vectors, a grid-stride loop over `n` vectors (an SM copy: a
 /// memcpy node captured in a graph runs on the copy engines, measured at about 2.7 TB/s
@@ -108,6 +123,8 @@ struct Row {
     copy_us: f64,
     /// One launch between events with the L2 flushed (no graph).
     tuned_single: f64,
+    /// The tuned config with programmatic dependent launch, timed as `tuned_us`.
+    pdl_us: f64,
     source: Source,
 }
 
@@ -175,16 +192,20 @@ struct Shape<'a> {
     nbuf: usize,
     launch_tuned: &'a mut dyn FnMut(usize) -> Result<(), kernels::core::Error>,
     launch_default: Option<&'a mut dyn FnMut(usize) -> Result<(), kernels::core::Error>>,
+    /// The tuned config, launched with programmatic dependent launch.
+    launch_pdl: &'a mut dyn FnMut(usize) -> Result<(), kernels::core::Error>,
     source: Source,
 }
 
 /// Measures kernel `K` on one shape of `rows` x `cols`, moving `bytes` per launch over
 /// `problems` (its rotating buffer sets), with `measure`: the config the tables serve
 /// and, where it is another config, the analytic default, each compiled for the device
-/// and launched through `K`'s own launch.
+/// and launched through `K`'s own launch; and the tuned config loaded by `rt_pdl`
+/// (programmatic dependent launch).
 #[allow(clippy::too_many_arguments)]
 fn measure_served<K: Tunable>(
     rt: &Runtime,
+    rt_pdl: &Runtime,
     stream: &Arc<CudaStream>,
     key: &K::Key,
     rows: usize,
@@ -202,8 +223,10 @@ where
     let default = K::analytic_default(target, key, rows as u64);
     let load = |c: &K::Config| rt.kernel(stream, K::SOURCE, &K::variant(info, key, c));
     let (kt, kd) = (load(&tuned.config)?, load(&default)?);
+    let kp = rt_pdl.kernel(stream, K::SOURCE, &K::variant(info, key, &tuned.config))?;
     let mut lt = |i: usize| K::launch(&kt, stream, &tuned.config, &problems[i]);
     let mut ld = |i: usize| K::launch(&kd, stream, &default, &problems[i]);
+    let mut lp = |i: usize| K::launch(&kp, stream, &tuned.config, &problems[i]);
     measure(Shape {
         kernel: K::SCHEMA.kernel,
         rows,
@@ -216,12 +239,19 @@ where
         } else {
             Some(&mut ld)
         },
+        launch_pdl: &mut lp,
         source: tuned.source,
     })
 }
 
 fn run(c: &mut Criterion, dev: Device, out_path: Option<String>) -> Result<(), BoxError> {
-    let rt = Runtime::new(dev)?;
+    // Plain launches whatever KERNELS_PDL says, and a second runtime with programmatic
+    // dependent launch for the `pdl` column.
+    let mut options = RuntimeOptions::from_env()?;
+    options.pdl = false;
+    let rt = Runtime::with_options(dev.clone(), options.clone())?;
+    options.pdl = true;
+    let rt_pdl = Runtime::with_options(dev, options)?;
     let stream = rt.device().new_stream()?;
     let info = rt.device().info().clone();
     let flush = kernels::core::L2Flush::new(&stream, &info)?;
@@ -274,6 +304,29 @@ fn run(c: &mut Criterion, dev: Device, out_path: Option<String>) -> Result<(), B
     println!("empty kernel: {empty_us:.2} us per launch in a graph, {empty_single:.2} us alone");
     emit(serde_json::json!({"kind": "empty_graph", "us": empty_us}));
     emit(serde_json::json!({"kind": "empty", "us": empty_single}));
+    let empty_pdl = rt_pdl.kernel(&stream, &EMPTY_PDL, &Variant::new("empty_kernel"))?;
+    let pdl_on = empty_pdl.programmatic_launch();
+    let mut launch_empty_pdl = |_: usize| unsafe {
+        empty_pdl.launch_raw(
+            RawStream::of(&stream),
+            LaunchDims::linear(1, 32),
+            &KernelArgs::new(),
+        )
+    };
+    let g = capture(&stream, 1, &mut launch_empty_pdl)?;
+    let mut group = c.benchmark_group("empty_pdl");
+    let empty_pdl_us = bench(&mut group, BenchmarkId::new("kernel", "1 block"), &g)?;
+    group.finish();
+    drop(g);
+    println!(
+        "empty kernel with programmatic dependent launch{}: {empty_pdl_us:.2} us per launch in a graph",
+        if pdl_on {
+            ""
+        } else {
+            " (not supported here: plain launches)"
+        }
+    );
+    emit(serde_json::json!({"kind": "empty_graph_pdl", "us": empty_pdl_us, "pdl": pdl_on}));
 
     let shapes: serde_json::Value = serde_json::from_str(include_str!("../shapes/norm_softmax.json"))?;
     let list = |k: &str| -> Vec<(usize, usize)> {
@@ -338,6 +391,10 @@ fn run(c: &mut Criterion, dev: Device, out_path: Option<String>) -> Result<(), B
         };
         let g = capture(&stream, copies, &mut launch_copy)?;
         let copy_us = bench(&mut group, BenchmarkId::from_parameter("copy"), &g)?;
+        drop(g);
+        let g = capture(&stream, s.nbuf, s.launch_pdl)?;
+        let pdl_us = bench(&mut group, BenchmarkId::from_parameter("pdl"), &g)?;
+        drop(g);
         group.finish();
         let tuned_single = time_runs(&stream, &opts, Some(&flush), &mut || Ok(()), &mut || {
             (s.launch_tuned)(0)
@@ -352,6 +409,7 @@ fn run(c: &mut Criterion, dev: Device, out_path: Option<String>) -> Result<(), B
             default_us,
             copy_us,
             tuned_single,
+            pdl_us,
             source: s.source,
         })
     };
@@ -380,9 +438,17 @@ fn run(c: &mut Criterion, dev: Device, out_path: Option<String>) -> Result<(), B
                 )
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let row = measure_served::<Softmax>(&rt, &stream, &key, rows, cols, bytes, &problems, &mut |s| {
-            measure(c, s)
-        })?;
+        let row = measure_served::<Softmax>(
+            &rt,
+            &rt_pdl,
+            &stream,
+            &key,
+            rows,
+            cols,
+            bytes,
+            &problems,
+            &mut |s| measure(c, s),
+        )?;
         rows_out.push(row);
     }
     for kernel in ["rmsnorm", "fused_add_rmsnorm"] {
@@ -417,9 +483,11 @@ fn run(c: &mut Criterion, dev: Device, out_path: Option<String>) -> Result<(), B
             // amount of work on well-scaled data.
             let mut m = |s: Shape<'_>| measure(c, s);
             let row = if fused {
-                measure_served::<FusedAddRmsNorm>(&rt, &stream, &key, rows, cols, bytes, &problems, &mut m)?
+                measure_served::<FusedAddRmsNorm>(
+                    &rt, &rt_pdl, &stream, &key, rows, cols, bytes, &problems, &mut m,
+                )?
             } else {
-                measure_served::<RmsNorm>(&rt, &stream, &key, rows, cols, bytes, &problems, &mut m)?
+                measure_served::<RmsNorm>(&rt, &rt_pdl, &stream, &key, rows, cols, bytes, &problems, &mut m)?
             };
             rows_out.push(row);
         }
@@ -428,10 +496,11 @@ fn run(c: &mut Criterion, dev: Device, out_path: Option<String>) -> Result<(), B
     println!();
     println!(
         "per launch, graph-timed medians of the criterion samples above; `copy us` copies the same bytes; \
-         `single` is one launch between events with the L2 flushed"
+         `single` is one launch between events with the L2 flushed; `pdl us` launches with programmatic \
+         dependent launch, `pdl-empty` subtracts the empty kernel launched so ({empty_pdl_us:.2} us)"
     );
     println!(
-        "{:<18} {:>6} {:>7} {:>9} {:>7} {:>9} {:>8} {:>10} {:>8} {:>9} {:>12} {:<14}",
+        "{:<18} {:>6} {:>7} {:>9} {:>7} {:>9} {:>8} {:>10} {:>8} {:>9} {:>12} {:>8} {:>9} {:<14}",
         "kernel",
         "rows",
         "cols",
@@ -443,12 +512,14 @@ fn run(c: &mut Criterion, dev: Device, out_path: Option<String>) -> Result<(), B
         "/default",
         "single us",
         "single-empty",
+        "pdl us",
+        "pdl-empty",
         "source"
     );
     for r in &rows_out {
         let tbs = r.bytes / (r.tuned_us * 1e-6) / 1e12;
         println!(
-            "{:<18} {:>6} {:>7} {:>9.2} {:>7.3} {:>9.3} {:>8.2} {:>10.2} {:>8.2} {:>9.2} {:>+12.2} {:<14}",
+            "{:<18} {:>6} {:>7} {:>9.2} {:>7.3} {:>9.3} {:>8.2} {:>10.2} {:>8.2} {:>9.2} {:>+12.2} {:>8.2} {:>+9.2} {:<14}",
             r.kernel,
             r.rows,
             r.cols,
@@ -460,6 +531,8 @@ fn run(c: &mut Criterion, dev: Device, out_path: Option<String>) -> Result<(), B
             r.default_us / r.tuned_us,
             r.tuned_single,
             r.tuned_single - empty_single,
+            r.pdl_us,
+            r.pdl_us - empty_pdl_us,
             r.source.name()
         );
         emit(serde_json::json!({
@@ -467,6 +540,7 @@ fn run(c: &mut Criterion, dev: Device, out_path: Option<String>) -> Result<(), B
             "us": r.tuned_us, "tbs": tbs, "ratio_copy": tbs / copy_tbs, "default_us": r.default_us,
             "copy_same_bytes_us": r.copy_us,
             "single_us": r.tuned_single, "single_minus_empty_us": r.tuned_single - empty_single,
+            "pdl_us": r.pdl_us, "pdl_minus_empty_pdl_us": r.pdl_us - empty_pdl_us,
             "source": r.source.name(),
         }));
     }

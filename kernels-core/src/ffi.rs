@@ -252,12 +252,17 @@ pub(crate) fn allow_non_portable_cluster(func: dsys::CUfunction) -> Result<()> {
     .map_err(|e| driver_error("cuFuncSetAttribute", e))
 }
 
-/// `cuLaunchKernel` with raw parameters.
+/// `cuLaunchKernel` with raw parameters, or with `pdl` `cuLaunchKernelEx` with the
+/// programmatic-stream-serialization attribute (the kernel may start before the
+/// previous one of the stream has finished, and must wait for it before it touches
+/// global memory).
 ///
 /// # Safety
 /// `params` must match the kernel's signature (one pointer to each argument's value),
 /// every device pointer among them must be valid for what the kernel does, and
-/// `stream` must be a live stream of the function's context.
+/// `stream` must be a live stream of the function's context. With `pdl` the kernel
+/// must wait for the previous grid (`griddepcontrol.wait`) before any global memory
+/// access.
 pub(crate) unsafe fn launch(
     func: dsys::CUfunction,
     grid: (u32, u32, u32),
@@ -265,8 +270,35 @@ pub(crate) unsafe fn launch(
     smem: u32,
     stream: dsys::CUstream,
     params: &mut [*mut c_void],
+    pdl: bool,
 ) -> Result<()> {
-    drv::launch_kernel(func, grid, block, smem, stream, params).map_err(|e| driver_error("cuLaunchKernel", e))
+    if !pdl {
+        return drv::launch_kernel(func, grid, block, smem, stream, params)
+            .map_err(|e| driver_error("cuLaunchKernel", e));
+    }
+    // SAFETY: all-zero is a valid value of this plain C union.
+    let mut value: dsys::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
+    value.programmaticStreamSerializationAllowed = 1;
+    let mut attr = dsys::CUlaunchAttribute {
+        id: dsys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+        pad: [0; 4],
+        value,
+    };
+    let config = dsys::CUlaunchConfig {
+        gridDimX: grid.0,
+        gridDimY: grid.1,
+        gridDimZ: grid.2,
+        blockDimX: block.0,
+        blockDimY: block.1,
+        blockDimZ: block.2,
+        sharedMemBytes: smem,
+        hStream: stream,
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    dsys::cuLaunchKernelEx(&config, func, params.as_mut_ptr(), std::ptr::null_mut())
+        .result()
+        .map_err(|e| driver_error("cuLaunchKernelEx", e))
 }
 
 /// `cuMemcpyDtoDAsync`.

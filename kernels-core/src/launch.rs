@@ -75,6 +75,8 @@ pub struct Kernel {
     non_portable_cluster: AtomicBool,
     /// The carveout percentage last set on the function (-1: never set, the driver's).
     carveout: AtomicI32,
+    /// Whether [`Kernel::launch_raw`] launches with programmatic dependent launch.
+    pdl: bool,
 }
 
 impl fmt::Debug for Kernel {
@@ -95,6 +97,7 @@ impl Kernel {
         kernel: &str,
         variant: String,
         info: Arc<DeviceInfo>,
+        pdl: bool,
     ) -> Result<Kernel> {
         let function = module.load_function(entry).map_err(|e| Error::Driver {
             call: "cuModuleGetFunction",
@@ -109,7 +112,15 @@ impl Kernel {
             smem_limit: AtomicU32::new(DEFAULT_SMEM_LIMIT),
             non_portable_cluster: AtomicBool::new(false),
             carveout: AtomicI32::new(-1),
+            pdl,
         })
+    }
+
+    /// Whether [`Kernel::launch_raw`] launches this kernel with programmatic dependent
+    /// launch (see [`crate::RuntimeOptions::pdl`]). [`Kernel::builder`] launches are
+    /// always plain.
+    pub fn programmatic_launch(&self) -> bool {
+        self.pdl
     }
 
     /// The kernel family's name.
@@ -159,7 +170,7 @@ impl Kernel {
 
     /// A launch on `stream` with cudarc buffers: push arguments with cudarc's `arg`
     /// (slices, views, scalars), then `launch`. cudarc orders the buffers' uses across
-    /// streams.
+    /// streams. Always a plain launch, whatever [`Kernel::programmatic_launch`] says.
     ///
     /// ```no_run
     /// # fn f(k: &kernels_core::Kernel, stream: &std::sync::Arc<cudarc::driver::CudaStream>,
@@ -180,7 +191,9 @@ impl Kernel {
     }
 
     /// Launches with raw device pointers and scalars on a raw stream: the entry point
-    /// for engines that hold `cudaStream_t` and device pointers.
+    /// for engines that hold `cudaStream_t` and device pointers. With
+    /// [`Kernel::programmatic_launch`] it is a programmatic dependent launch
+    /// (`cuLaunchKernelEx`), else a plain `cuLaunchKernel`.
     ///
     /// # Safety
     /// `args` must match the kernel's parameters in order and type, every pointer in
@@ -209,6 +222,7 @@ impl Kernel {
             dims.smem_bytes,
             stream.0,
             &mut params[..args.len],
+            self.pdl,
         )
     }
 }

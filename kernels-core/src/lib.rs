@@ -88,7 +88,9 @@ pub use counters::{ModuleOrigin, Stats};
 pub use device::DeviceInfo;
 pub use error::{Error, Result};
 pub use plan::{candidates_digest, BufferRole, LaunchPlan, PlannedKernel, TuneBuffer};
-pub use policy::{resolve_in_order, Outcome, Policy, ResolutionSteps, Step, TUNING_ENV};
+pub use policy::{
+    parse_pdl, pdl_from_env, resolve_in_order, Outcome, Policy, ResolutionSteps, Step, PDL_ENV, TUNING_ENV,
+};
 pub use search::{
     all_failed, cached_config, candidate_configs, conclude, recheck_configs, start_search, time_candidates,
     tune_record, CandidateReport, Recheck, TuneOptions, TuneReport,

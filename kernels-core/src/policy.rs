@@ -19,6 +19,32 @@ use crate::Error;
 /// The environment variable that picks the policy: `serve`, `online` or `default`.
 pub const TUNING_ENV: &str = "KERNELS_TUNING";
 
+/// The environment variable that turns programmatic dependent launch on (`1`) or off
+/// (`0`, unset or empty) for [`crate::RuntimeOptions::from_env`] (CUDA runtimes).
+pub const PDL_ENV: &str = "KERNELS_PDL";
+
+/// The value of `KERNELS_PDL`: `1`/`on`/`true` or `0`/`off`/`false` (any case, spaces
+/// trimmed); empty is off. Anything else is an error naming `KERNELS_PDL`.
+pub fn parse_pdl(value: &str) -> Result<bool, Error> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "" | "0" | "off" | "false" => Ok(false),
+        "1" | "on" | "true" => Ok(true),
+        _ => Err(Error::invalid(
+            PDL_ENV,
+            format!("`{value}` is not 0, 1, on, off, true or false"),
+        )),
+    }
+}
+
+/// `KERNELS_PDL` from the environment ([`parse_pdl`]); unset is off.
+pub fn pdl_from_env() -> Result<bool, Error> {
+    match std::env::var(PDL_ENV) {
+        Ok(v) => parse_pdl(&v),
+        Err(std::env::VarError::NotPresent) => Ok(false),
+        Err(std::env::VarError::NotUnicode(v)) => parse_pdl(&v.to_string_lossy()),
+    }
+}
+
 /// How configs are resolved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum Policy {
@@ -162,6 +188,18 @@ pub fn resolve_in_order<C: Clone>(policy: Policy, steps: &mut impl ResolutionSte
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pdl_values_parse_and_a_bad_one_names_the_variable() {
+        for on in ["1", "on", " TRUE ", "On"] {
+            assert!(parse_pdl(on).unwrap(), "{on}");
+        }
+        for off in ["", "0", "off", "False", "  "] {
+            assert!(!parse_pdl(off).unwrap(), "{off}");
+        }
+        let e = parse_pdl("yes please").unwrap_err().to_string();
+        assert!(e.contains("KERNELS_PDL") && e.contains("yes please"), "{e}");
+    }
 
     /// Steps that answer as configured and log what was consulted.
     #[derive(Default)]

@@ -28,16 +28,28 @@ pub struct RuntimeOptions {
     pub cache: DiskCache,
     /// Options of searches the online policy runs.
     pub tune: TuneOptions,
+    /// Programmatic dependent launch (sm_90 and newer): kernels whose source allows it
+    /// ([`KernelSource::pdl`]: softmax, RMSNorm, fused add-RMSNorm) are launched with
+    /// the programmatic-stream-serialization attribute. Such a launch may start while
+    /// the previous kernel of the stream is still running; the kernel waits for that
+    /// kernel's completion and memory before touching global memory, so results are
+    /// the same, and the launch latency overlaps the previous kernel's tail. It also
+    /// lets the next kernel of the stream start early if that one was launched so.
+    /// Ignored on older devices. Off by default; `KERNELS_PDL=1` turns it on in
+    /// [`RuntimeOptions::from_env`]. Tables are tuned with plain launches.
+    pub pdl: bool,
 }
 
 impl RuntimeOptions {
-    /// From the environment: `KERNELS_TUNING` (policy; unknown is an error) and
-    /// `KERNELS_CACHE_DIR` (cache folder).
+    /// From the environment: `KERNELS_TUNING` (policy; unknown is an error),
+    /// `KERNELS_CACHE_DIR` (cache folder) and `KERNELS_PDL` (see [`RuntimeOptions::pdl`];
+    /// a value other than 0/1/on/off/true/false is an error).
     pub fn from_env() -> Result<RuntimeOptions> {
         Ok(RuntimeOptions {
             policy: Policy::from_env()?,
             cache: DiskCache::from_env(),
             tune: TuneOptions::default(),
+            pdl: crate::pdl_from_env()?,
         })
     }
 }
@@ -117,6 +129,12 @@ impl Runtime {
             typed: TypedMemo::default(),
             counters: Counters::default(),
         })
+    }
+
+    /// Whether this runtime launches kernels of `source` with programmatic dependent
+    /// launch: asked for in the options, allowed by the source, and an sm_90+ device.
+    pub fn pdl_for(&self, source: &KernelSource) -> bool {
+        self.options.pdl && source.pdl && self.device.info().compute_capability.0 >= 9
     }
 
     /// The process-wide runtime of device `ordinal`, created on first use with options
@@ -330,6 +348,7 @@ impl Runtime {
                 source.name,
                 variant.to_string(),
                 Arc::new(self.device.info().clone()),
+                self.pdl_for(source),
             )
         };
         self.modules

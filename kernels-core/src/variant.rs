@@ -29,6 +29,12 @@ pub struct KernelSource {
     /// Fingerprint of `code` and `headers` (the crate's `SOURCE_FINGERPRINT`, from
     /// `build-tools`), part of every cache key.
     pub fingerprint: &'static str,
+    /// Whether every entry point waits for the previous grid (`griddepcontrol.wait`,
+    /// the prelude's `kd::pdl_wait()`) before its first global memory access, so a
+    /// runtime with [`crate::RuntimeOptions::pdl`] may launch it with programmatic
+    /// dependent launch. Set it with [`KernelSource::programmatic_launch`]; never on a
+    /// source that reads or writes global memory before that wait.
+    pub pdl: bool,
 }
 
 impl KernelSource {
@@ -39,7 +45,14 @@ impl KernelSource {
             code,
             headers: &[],
             fingerprint,
+            pdl: false,
         }
+    }
+
+    /// The same source, marked safe to launch with programmatic dependent launch (see
+    /// [`KernelSource::pdl`]).
+    pub const fn programmatic_launch(self) -> KernelSource {
+        KernelSource { pdl: true, ..self }
     }
 
     /// The same source with `headers` available to `#include "name"`.

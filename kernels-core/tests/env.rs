@@ -28,6 +28,15 @@ fn environment_picks_policy_cache_folder_and_codegen_flags() {
     );
     std::env::remove_var("KERNELS_TUNING");
 
+    std::env::remove_var("KERNELS_PDL");
+    assert!(!RuntimeOptions::from_env().unwrap().pdl, "off unless asked for");
+    std::env::set_var("KERNELS_PDL", "1");
+    assert!(RuntimeOptions::from_env().unwrap().pdl);
+    std::env::set_var("KERNELS_PDL", "sometimes");
+    let e = RuntimeOptions::from_env().unwrap_err().to_string();
+    assert!(e.contains("KERNELS_PDL") && e.contains("`sometimes`"), "{e}");
+    std::env::remove_var("KERNELS_PDL");
+
     std::env::set_var("KERNELS_CACHE_DIR", "/somewhere/kc");
     assert_eq!(default_cache_dir(), Some(PathBuf::from("/somewhere/kc")));
     std::env::set_var("KERNELS_CACHE_DIR", "");

@@ -41,6 +41,7 @@ fn runtime(dev: &Device, policy: Policy, cache: DiskCache) -> Runtime {
             policy,
             cache,
             tune: TuneOptions::default(),
+            pdl: false,
         },
     )
     .expect("a GPU machine must have NVRTC")

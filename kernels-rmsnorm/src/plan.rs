@@ -23,7 +23,8 @@ pub static SOURCE: KernelSource = KernelSource::new(
         include_str!("../cuda/rmsnorm.cu")
     ),
     crate::SOURCE_FINGERPRINT,
-);
+)
+.programmatic_launch();
 
 /// One RMSNorm call, as device addresses: `out` is `y` for [`RmsNorm`] and
 /// `residual` for [`FusedAddRmsNorm`]. Build it with [`NormProblem::rmsnorm`],

@@ -23,7 +23,8 @@ pub static SOURCE: KernelSource = KernelSource::new(
         include_str!("../cuda/softmax.cu")
     ),
     crate::SOURCE_FINGERPRINT,
-);
+)
+.programmatic_launch();
 
 /// One softmax call, as device addresses. `y` may be `x` itself (in place, with equal
 /// strides). Build it with [`SoftmaxProblem::new`] or [`SoftmaxProblem::raw`].

@@ -586,7 +586,9 @@ pub fn info(_: usize) -> CmdResult {
 mod cuda {
     use std::process::ExitCode;
 
-    use kernels_core::{Device, DiskCache, DynTunable, Policy, Runtime, CODEGEN_ENV_VARS, TUNING_ENV};
+    use kernels_core::{
+        Device, DiskCache, DynTunable, Policy, Runtime, RuntimeOptions, CODEGEN_ENV_VARS, PDL_ENV, TUNING_ENV,
+    };
     use tuned::StaticKey;
 
     use super::{
@@ -608,9 +610,14 @@ mod cuda {
         find_kernel(tunables(), kernel, |k| k.schema(), "Tunable")
     }
 
+    /// A runtime with options from the environment, except that it launches plainly
+    /// (`KERNELS_PDL` is ignored): the CLI measures and checks tables, which are tuned
+    /// with plain launches.
     fn open(device: usize) -> Result<Runtime, String> {
         let dev = Device::open(device).map_err(|e| e.to_string())?;
-        Runtime::new(dev).map_err(|e| e.to_string())
+        let mut options = RuntimeOptions::from_env().map_err(|e| e.to_string())?;
+        options.pdl = false;
+        Runtime::with_options(dev, options).map_err(|e| e.to_string())
     }
 
     /// `kernels tune` on CUDA.
@@ -779,6 +786,16 @@ mod cuda {
             Err(e) => {
                 ok = false;
                 println!("policy: {e}")
+            }
+        }
+        match kernels_core::pdl_from_env() {
+            Ok(on) => println!(
+                "programmatic dependent launch: {} ({PDL_ENV}; sm_90+, softmax and RMSNorm; the CLI's own launches are plain)",
+                if on { "on" } else { "off" }
+            ),
+            Err(e) => {
+                ok = false;
+                println!("programmatic dependent launch: {e}")
             }
         }
         let cache = DiskCache::from_env();

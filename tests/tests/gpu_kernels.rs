@@ -33,6 +33,7 @@ fn runtime(test: &str) -> Option<(Runtime, Arc<CudaStream>)> {
         policy: Policy::DefaultOnly,
         cache: DiskCache::from_env(),
         tune: TuneOptions::default(),
+        pdl: false,
     };
     let rt = Runtime::with_options(dev, opts).expect("runtime");
     let stream = rt.device().new_stream().expect("stream");
@@ -591,6 +592,7 @@ fn fused_add_rmsnorm_tuned_online_leaves_one_plain_run() {
         policy: Policy::Online,
         cache: DiskCache::at(&cache),
         tune: TuneOptions::default(),
+        pdl: false,
     };
     let rt = Runtime::with_options(Device::open(0).unwrap(), opts).unwrap();
     let (rows, cols, dtype) = (64usize, 4096usize, DType::Bf16);
@@ -644,4 +646,118 @@ fn fused_add_rmsnorm_tuned_online_leaves_one_plain_run() {
     let again = rt.run::<FusedAddRmsNorm>(&stream, &p).unwrap();
     assert_eq!(again.resolved.config, used.resolved.config);
     let _ = std::fs::remove_dir_all(&cache);
+}
+
+/// A chain of dependent launches (each reads what the one before wrote: a long softmax
+/// feeding a fused add-RMSNorm, a one-row clustered softmax, an RMSNorm, ...) run by a
+/// runtime with programmatic dependent launch gives bit for bit what a plain runtime
+/// gives, launched eagerly and replayed from a CUDA graph. A kernel that touched memory
+/// before waiting for the previous one would read stale rows here.
+#[test]
+fn programmatic_launch_chain_matches_plain_launches() {
+    use kernels::core::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let test = "programmatic_launch_chain_matches_plain_launches";
+    let Some((plain_rt, stream)) = runtime(test) else {
+        return;
+    };
+    let opts = RuntimeOptions {
+        policy: Policy::DefaultOnly,
+        cache: DiskCache::from_env(),
+        tune: TuneOptions::default(),
+        pdl: true,
+    };
+    let pdl_rt = Runtime::with_options(Device::open(0).unwrap(), opts).unwrap();
+    let hopper = pdl_rt.device().info().compute_capability.0 >= 9;
+    assert_eq!(pdl_rt.pdl_for(&kernels::softmax::plan::SOURCE), hopper);
+    assert_eq!(pdl_rt.pdl_for(&kernels::rmsnorm::plan::SOURCE), hopper);
+    assert!(!plain_rt.pdl_for(&kernels::softmax::plan::SOURCE));
+    if !hopper {
+        eprintln!("{test}: compute capability below 9.0: the chain runs with plain launches only");
+    }
+
+    let (rows, cols, dtype) = (1024usize, 32768usize, DType::Bf16);
+    let shape = Rows::contiguous(rows, cols);
+    let one_row = Rows::contiguous(1, cols);
+    let len = rows * cols;
+    let a0 = pseudo_random(len, 41, 4.0, 0.0);
+    let r0 = pseudo_random(len, 42, 1.0, 0.0);
+    let mut w = pseudo_random(cols, 43, 0.5, 1.0);
+    round_all(dtype, &mut w);
+    let zeros = vec![0.0f32; len];
+
+    // Runs the chain `reps` times on fresh buffers (or captures it and replays the graph
+    // once), returning every buffer's contents.
+    let chain = |rt: &Runtime, graph: bool| -> Vec<Vec<f32>> {
+        let mut a = Buf::new(&stream, dtype, &a0, 0);
+        let b = Buf::new(&stream, dtype, &zeros, 0);
+        let c = Buf::new(&stream, dtype, &zeros, 0);
+        let mut r = Buf::new(&stream, dtype, &r0, 0);
+        let wb = Buf::new(&stream, dtype, &w, 0);
+        let d = Buf::new(&stream, dtype, &zeros[..cols], 0);
+        // Raw addresses taken once, before any capture: cudarc's tracked pointers would
+        // wait on events recorded outside it, which a capture refuses.
+        let [pa, pb, pc, pr, pw, pd] = [&a, &b, &c, &r, &wb, &d].map(|x| x.ptr(&stream));
+        let softmax = |x: u64, y: u64, rows: Rows, scale: f32| {
+            let y_len = rows.span().unwrap();
+            // Safety: x holds `len` elements, y at least `y_len`, and both outlive the call.
+            let p = unsafe { SoftmaxProblem::raw(dtype, x, len, rows, y, y_len, rows, scale) }
+                .expect("valid problem");
+            rt.run::<Softmax>(&stream, &p).expect("softmax");
+        };
+        let rmsnorm = |x: u64, y: u64| {
+            // Safety: as above; w holds `cols` elements.
+            let p = unsafe { NormProblem::rmsnorm_raw(dtype, x, len, shape, pw, cols, y, len, shape, 1e-6) }
+                .expect("valid problem");
+            rt.run::<RmsNorm>(&stream, &p).expect("rmsnorm");
+        };
+        let fused = |x: u64| {
+            // Safety: as above.
+            let p = unsafe {
+                NormProblem::fused_add_rmsnorm_raw(dtype, x, len, shape, pr, len, shape, pw, cols, 1e-6)
+            }
+            .expect("valid problem");
+            rt.run::<FusedAddRmsNorm>(&stream, &p).expect("fused");
+        };
+        // b, c and d are written before they are read; a and r are the inputs.
+        let body = || {
+            for _ in 0..3 {
+                softmax(pa, pb, shape, 30.0);
+                fused(pb);
+                softmax(pb, pd, one_row, 50.0);
+                rmsnorm(pb, pc);
+                softmax(pc, pa, shape, 2.0);
+                fused(pa);
+            }
+        };
+        if graph {
+            body(); // loads every kernel: a capture may not compile
+            a.write(&stream, &a0);
+            r.write(&stream, &r0);
+            stream.synchronize().expect("inputs");
+            stream
+                .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+                .expect("begin capture");
+            body();
+            let g = stream
+                .end_capture(CUgraphInstantiate_flags(0))
+                .expect("end capture")
+                .expect("a graph");
+            g.launch().expect("graph launch");
+        } else {
+            body();
+        }
+        stream.synchronize().expect("chain");
+        [&a, &b, &c, &d, &r].iter().map(|x| x.read(&stream)).collect()
+    };
+    let bits = |v: &[Vec<f32>]| v.iter().flatten().map(|f| f.to_bits()).collect::<Vec<_>>();
+    let want = bits(&chain(&plain_rt, false));
+    assert!(want.iter().any(|&b| b != 0), "the chain produced something");
+    assert!(
+        bits(&chain(&pdl_rt, false)) == want,
+        "eager launches with programmatic dependent launch differ from plain ones"
+    );
+    assert!(
+        bits(&chain(&pdl_rt, true)) == want,
+        "a CUDA graph of launches with programmatic dependent launch differs from plain launches"
+    );
 }
