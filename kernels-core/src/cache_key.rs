@@ -168,6 +168,10 @@ impl<'a> CacheKeyParts<'a> {
     }
 }
 
+/// The variant component of an online tuning result timed with programmatic dependent
+/// launch (plain online results have none; `kernels tune` writes `timing=...`).
+pub const PDL_TUNING_VARIANT: &str = "launch=pdl";
+
 /// A cache key: its canonical text (stored in the cache file and compared on read, so
 /// a hash collision is a miss, never a wrong hit) and the hash that names the file.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

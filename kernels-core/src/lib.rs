@@ -82,6 +82,7 @@ pub use args::{KernelArgs, LaunchDims, MAX_CLUSTER, MAX_KERNEL_ARGS, MAX_PORTABL
 pub use cache::{default_cache_dir, CacheEntry, DiskCache, Lookup, Section, CACHE_DIR_ENV};
 pub use cache_key::{
     cache_key, codegen_env, AlignClass, CacheKey, CacheKeyParts, Component, CODEGEN_ENV_VARS,
+    PDL_TUNING_VARIANT,
 };
 pub use compile::{Compiler, Image, ImageKind};
 pub use counters::{ModuleOrigin, Stats};

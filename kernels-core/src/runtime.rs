@@ -584,14 +584,20 @@ struct Steps<'r, 's, 'p, 'q, K: Tunable> {
 impl<K: Tunable> Steps<'_, '_, '_, '_, K> {
     fn tuning_key(&self) -> &CacheKey {
         self.tuning_key.get_or_init(|| {
-            self.rt.tuning_key(
-                K::SCHEMA.kernel,
-                K::SOURCE.fingerprint,
-                &canonical_key::<K>(self.key),
+            let static_key = canonical_key::<K>(self.key);
+            let digest = crate::candidates_digest::<K>(self.rt.device.info(), self.key, self.batch);
+            let mut parts = self.rt.key_parts(K::SCHEMA.kernel, K::SOURCE.fingerprint).for_tuning(
+                &static_key,
                 self.batch,
                 self.align,
-                &crate::candidates_digest::<K>(self.rt.device.info(), self.key, self.batch),
-            )
+                &digest,
+            );
+            // A search under programmatic dependent launch times launches made so: its
+            // results are kept apart from plain ones (and `tables promote` skips them).
+            if self.rt.pdl_for(K::SOURCE) {
+                parts.variant = Component::Applies(crate::PDL_TUNING_VARIANT);
+            }
+            cache_key(&parts)
         })
     }
 }

@@ -383,6 +383,10 @@ pub fn promote(cache: &kernels_core::DiskCache, tables: &Path, reselect: bool) -
             ));
             continue;
         }
+        if field("variant") == kernels_core::PDL_TUNING_VARIANT {
+            skip("timed with programmatic dependent launch; tables are tuned with plain launches".into());
+            continue;
+        }
         let fingerprint = field("source_fingerprint");
         if fingerprint != kernel.source_fingerprint() {
             skip(format!(

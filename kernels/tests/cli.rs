@@ -501,11 +501,13 @@ fn promote_reselects_from_recorded_candidates_and_keeps_the_timing_method() {
 /// derivation of a config's defines), or keyed with no digest at all, is skipped and
 /// named, with and without `--reselect` (whose recorded times would be another
 /// search's). A log-softmax result, keyed under the softmax table it shares, is this
-/// build's search all the same.
+/// build's search all the same. An online search timed with programmatic dependent
+/// launch is skipped too: tables are tuned with plain launches.
 #[test]
 fn promote_skips_records_searched_over_another_candidate_list() {
     use kernels::core::{
         cache_key, CacheKeyParts, CandidateRecord, Component, DiskCache, Section, TuneRecord,
+        PDL_TUNING_VARIANT,
     };
     use kernels::rmsnorm::RmsNorm;
     use kernels::softmax::LogSoftmax;
@@ -519,10 +521,12 @@ fn promote_skips_records_searched_over_another_candidate_list() {
                  fingerprint: &str,
                  static_key: &str,
                  candidates: Component<&str>,
+                 variant: Component<&str>,
                  best: Vec<Value>,
                  default: Vec<Value>| {
         let key = cache_key(&CacheKeyParts {
             candidates,
+            variant,
             ..kernels::core::testing::tuning_key_parts(kernel, fingerprint, static_key, batch)
         });
         let record = TuneRecord {
@@ -556,6 +560,17 @@ fn promote_skips_records_searched_over_another_candidate_list() {
         fingerprint,
         "dtype=bf16,cols=5120",
         Component::Applies(&now),
+        Component::DoesNotApply,
+        norm(256),
+        norm(128),
+    );
+    let pdl_digest = current(8192);
+    store(
+        "rmsnorm",
+        fingerprint,
+        "dtype=bf16,cols=8192",
+        Component::Applies(&pdl_digest),
+        Component::Applies(PDL_TUNING_VARIANT),
         norm(256),
         norm(128),
     );
@@ -564,6 +579,7 @@ fn promote_skips_records_searched_over_another_candidate_list() {
         fingerprint,
         "dtype=bf16,cols=6144",
         Component::Applies(older),
+        Component::DoesNotApply,
         norm(256),
         norm(128),
     );
@@ -571,6 +587,7 @@ fn promote_skips_records_searched_over_another_candidate_list() {
         "rmsnorm",
         fingerprint,
         "dtype=bf16,cols=7168",
+        Component::DoesNotApply,
         Component::DoesNotApply,
         norm(256),
         norm(128),
@@ -589,6 +606,7 @@ fn promote_skips_records_searched_over_another_candidate_list() {
         kernels::softmax::SOURCE_FINGERPRINT,
         softmax_key,
         Component::Applies(&log),
+        Component::DoesNotApply,
         default.clone(),
         default,
     );
@@ -609,6 +627,12 @@ fn promote_skips_records_searched_over_another_candidate_list() {
         assert!(
             out.contains(
                 "skipped rmsnorm [dtype=bf16,cols=7168] batch 64: its key records no candidates digest"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "skipped rmsnorm [dtype=bf16,cols=8192] batch 64: timed with programmatic dependent launch"
             ),
             "{out}"
         );
