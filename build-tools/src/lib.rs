@@ -331,7 +331,7 @@ fn emit_table(code: &mut String, ident: &str, table: &TableFile, built_fingerpri
     let params: Vec<String> = h.params.iter().map(|p| format!("{p:?}")).collect();
     writeln!(
         code,
-        "/// `{}` tuned for {} on {} ({}), {}.\npub static {ident}: ::tuned::BakedTable = ::tuned::BakedTable {{\n    kernel: {:?},\n    target: ::tuned::Target::{:?},\n    device: {:?},\n    compiler: {:?},\n    source_fingerprint: {:?},\n    built_fingerprint: {:?},\n    tuned_at: {:?},\n    timing: {:?},\n    params: &[{}],\n    len: {},\n    entries: {},\n}};",
+        "/// `{}` tuned for {} on {} ({}), {}.\n// Measured times can look like a constant (3.141 us is not PI).\n#[allow(clippy::approx_constant)]\npub static {ident}: ::tuned::BakedTable = ::tuned::BakedTable {{\n    kernel: {:?},\n    target: ::tuned::Target::{:?},\n    device: {:?},\n    compiler: {:?},\n    source_fingerprint: {:?},\n    built_fingerprint: {:?},\n    tuned_at: {:?},\n    timing: {:?},\n    params: &[{}],\n    len: {},\n    entries: {},\n}};",
         h.kernel,
         h.target,
         h.device,

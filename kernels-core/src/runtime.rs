@@ -586,12 +586,10 @@ impl<K: Tunable> Steps<'_, '_, '_, '_, K> {
         self.tuning_key.get_or_init(|| {
             let static_key = canonical_key::<K>(self.key);
             let digest = crate::candidates_digest::<K>(self.rt.device.info(), self.key, self.batch);
-            let mut parts = self.rt.key_parts(K::SCHEMA.kernel, K::SOURCE.fingerprint).for_tuning(
-                &static_key,
-                self.batch,
-                self.align,
-                &digest,
-            );
+            let mut parts = self
+                .rt
+                .key_parts(K::SCHEMA.kernel, K::SOURCE.fingerprint)
+                .for_tuning(&static_key, self.batch, self.align, &digest);
             // A search under programmatic dependent launch times launches made so: its
             // results are kept apart from plain ones (and `tables promote` skips them).
             if self.rt.pdl_for(K::SOURCE) {
