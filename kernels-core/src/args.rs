@@ -143,7 +143,7 @@ impl LaunchDims {
 /// Most arguments [`KernelArgs`] holds.
 pub const MAX_KERNEL_ARGS: usize = 24;
 
-/// Kernel arguments for [`Kernel::launch_raw`], held inline (no allocation): raw
+/// Kernel arguments for `Kernel::launch_raw` (CUDA) and `HipKernel::launch` (AMD), held inline (no allocation): raw
 /// device pointers and scalars, in the kernel's parameter order.
 ///
 /// ```

@@ -62,7 +62,7 @@ impl DeviceInfo {
     }
 
     /// A representative device of `target` (H200 for sm90, A100 for sm80; for AMD
-    /// targets the part [`AmdNominal::of`] names, described as a HIP device's launch
+    /// targets the part `AmdNominal::of` names, described as a HIP device's launch
     /// limits describe it: compute units as SMs, LDS as shared memory, no compute
     /// capability, the gfx arch), for GPU-free work that needs limits: listing the
     /// variants a lookup can return, compile checks in CI, tuning keys.

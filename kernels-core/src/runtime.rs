@@ -223,8 +223,11 @@ impl Runtime {
         cache_key(&parts)
     }
 
-    /// The online tuning cache key of a problem on this device; `candidates` is the
-    /// search's [`crate::candidates_digest`].
+    /// The online tuning cache key of a problem on this device, for a search timed with
+    /// plain launches; `candidates` is the search's [`crate::candidates_digest`]. (Where
+    /// [`Runtime::pdl_for`] holds, the runtime's own searches time launches with
+    /// programmatic dependent launch and add [`crate::PDL_TUNING_VARIANT`] as the
+    /// variant component.)
     pub fn tuning_key(
         &self,
         kernel: &str,

@@ -1,7 +1,7 @@
 //! Helpers for the GPU tests of every kernel family and backend; they need no GPU
 //! themselves: what a test does where it cannot run ([`skip_or_fail`]) and how an
 //! output is compared with its CPU reference ([`compare_rows`]); with the `rocm`
-//! feature, the AMD tests' runtime and buffers ([`hip`]).
+//! feature, the AMD tests' runtime and buffers (`hip`).
 
 use tuned::DType;
 
