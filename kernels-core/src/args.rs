@@ -143,8 +143,8 @@ impl LaunchDims {
 /// Most arguments [`KernelArgs`] holds.
 pub const MAX_KERNEL_ARGS: usize = 24;
 
-/// Kernel arguments for `Kernel::launch_raw` (CUDA) and `HipKernel::launch` (AMD), held inline (no allocation): raw
-/// device pointers and scalars, in the kernel's parameter order.
+/// Kernel arguments for `Kernel::launch_raw` (CUDA) and `HipKernel::launch` (AMD), held
+/// inline (no allocation): raw device pointers and scalars, in the kernel's parameter order.
 ///
 /// ```
 /// use kernels_core::KernelArgs;
