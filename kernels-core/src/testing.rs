@@ -159,9 +159,103 @@ pub fn tuning_key_parts<'a>(
     }
 }
 
+/// The body (from its opening brace to the matching closing one) of the first function
+/// definition in `src` whose text starts at `signature` (a unique prefix such as
+/// `"void rmsnorm_rows("`), or `None`. Braces inside comments or strings are counted
+/// too, which the kernel sources never need.
+pub fn function_body<'a>(src: &'a str, signature: &str) -> Option<&'a str> {
+    let at = src.find(signature)?;
+    body_from(src, at)
+}
+
+/// The bodies of every `extern "C" __global__` definition in `src` (lines that start
+/// with it; comment lines do not).
+pub fn entry_bodies(src: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut offset = 0;
+    for line in src.split_inclusive('\n') {
+        if line.starts_with("extern \"C\" __global__") {
+            if let Some(b) = body_from(src, offset) {
+                out.push(b);
+            }
+        }
+        offset += line.len();
+    }
+    out
+}
+
+fn body_from(src: &str, at: usize) -> Option<&str> {
+    let open = at + src[at..].find('{')?;
+    let mut depth = 0usize;
+    for (i, c) in src[open..].char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(&src[open..=open + i]);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The calls through which the kernel sources touch global memory.
+pub const MEMORY_ACCESSES: &[&str] = &[
+    "load_vec",
+    "load_stream",
+    "store_vec",
+    "store_stream",
+    "copy_async",
+    "cp.async",
+];
+
+/// Checks that `body` calls `kd::pdl_wait()` before its first global memory access
+/// ([`MEMORY_ACCESSES`]): what a source marked `KernelSource::programmatic_launch`
+/// promises for each entry point. The error names the first access that comes first.
+pub fn waits_before_memory(body: &str) -> Result<(), String> {
+    let wait = body.find("kd::pdl_wait();").ok_or("no kd::pdl_wait() call")?;
+    match MEMORY_ACCESSES
+        .iter()
+        .filter_map(|m| body.find(m).map(|i| (i, *m)))
+        .min()
+    {
+        Some((i, m)) if i < wait => Err(format!("`{m}` comes before kd::pdl_wait()")),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn entry_bodies_and_the_wait_check() {
+        let src = "// extern \"C\" __global__ void doc(int* p);\n\
+                   __device__ void helper(int* p) { if (p) { kd::pdl_wait(); } store_vec(p); }\n\
+                   extern \"C\" __global__ void good(int* p) {\n  kd::pdl_wait();\n  { int v = load_vec(p); }\n}\n\
+                   extern \"C\" __global__ void bad(int* p) {\n  int v = load_vec(p);\n  kd::pdl_wait();\n}\n\
+                   extern \"C\" __global__ void none(int* p) { helper(p); }\n";
+        let bodies = entry_bodies(src);
+        assert_eq!(
+            bodies.len(),
+            3,
+            "the commented declaration is not an entry: {bodies:?}"
+        );
+        assert!(bodies[0].starts_with('{') && bodies[0].ends_with('}'));
+        assert_eq!(waits_before_memory(bodies[0]), Ok(()));
+        assert_eq!(
+            waits_before_memory(bodies[1]),
+            Err("`load_vec` comes before kd::pdl_wait()".to_string())
+        );
+        assert!(waits_before_memory(bodies[2]).is_err(), "no wait at all");
+        let helper = function_body(src, "void helper(").unwrap();
+        assert!(helper.ends_with("store_vec(p); }"), "{helper}");
+        assert_eq!(waits_before_memory(helper), Ok(()));
+        assert_eq!(function_body(src, "void missing("), None);
+    }
 
     #[test]
     fn rows_within_tolerance_padding_untouched() {

@@ -437,6 +437,27 @@ mod tests {
     //! with made-up (never dereferenced) device addresses.
     use super::*;
 
+    /// SOURCE is marked for programmatic dependent launch: both entry points hand over
+    /// to `rmsnorm_rows` at once, which waits for the previous grid before it touches
+    /// global memory.
+    #[test]
+    fn every_entry_point_waits_before_touching_memory() {
+        use kernels_core::testing::{entry_bodies, function_body, waits_before_memory};
+        assert!(SOURCE.pdl);
+        let src = include_str!("../cuda/rmsnorm.cu");
+        let rows = function_body(src, "void rmsnorm_rows(").expect("rmsnorm_rows");
+        assert_eq!(waits_before_memory(rows), Ok(()));
+        let bodies = entry_bodies(src);
+        assert_eq!(bodies.len(), 2, "rmsnorm_kernel and fused_add_rmsnorm_kernel");
+        for b in bodies {
+            let inner = b.trim_start_matches('{').trim_end_matches('}').trim();
+            assert!(
+                inner.starts_with("rmsnorm_rows<") && inner.matches(';').count() == 1,
+                "{b}"
+            );
+        }
+    }
+
     const X: u64 = 0x7f00_0000_0000;
     const W: u64 = 0x7f10_0000_0000;
     const Y: u64 = 0x7f20_0000_0000;

@@ -362,6 +362,19 @@ mod tests {
     //! with made-up (never dereferenced) device addresses.
     use super::*;
 
+    /// SOURCE is marked for programmatic dependent launch: every entry point (one per
+    /// strategy) must wait for the previous grid before it touches global memory.
+    #[test]
+    fn every_entry_point_waits_before_touching_memory() {
+        use kernels_core::testing::{entry_bodies, waits_before_memory};
+        assert!(SOURCE.pdl);
+        let bodies = entry_bodies(include_str!("../cuda/softmax.cu"));
+        assert_eq!(bodies.len(), 4, "row, online, cluster and staged");
+        for (i, b) in bodies.iter().enumerate() {
+            assert_eq!(waits_before_memory(b), Ok(()), "entry point {i}");
+        }
+    }
+
     const X: u64 = 0x7f00_0000_0000;
     const Y: u64 = 0x7f20_0000_0000;
 
