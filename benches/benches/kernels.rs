@@ -285,39 +285,35 @@ fn run(c: &mut Criterion, dev: Device, out_path: Option<String>) -> Result<(), B
     emit(serde_json::json!({"kind": "copy", "tbs": copy_tbs, "device": info.name}));
 
     let empty = rt.kernel(&stream, &EMPTY, &Variant::new("empty_kernel"))?;
+    let empty_pdl = rt_pdl.kernel(&stream, &EMPTY_PDL, &Variant::new("empty_kernel"))?;
     let copy = rt.kernel(&stream, &COPY, &Variant::new("copy_kernel"))?;
-    let mut launch_empty = |_: usize| unsafe {
-        empty.launch_raw(
+    // One block of 32 threads of an empty kernel, launched as `k` launches.
+    let launch_one = |k: &kernels::core::Kernel| unsafe {
+        k.launch_raw(
             RawStream::of(&stream),
             LaunchDims::linear(1, 32),
             &KernelArgs::new(),
         )
     };
+    // Its time per launch in a graph, as criterion group `group`.
+    let empty_graph_us =
+        |c: &mut Criterion, k: &kernels::core::Kernel, group: &str| -> Result<f64, BoxError> {
+            let g = capture(&stream, 1, &mut |_| launch_one(k))?;
+            let mut group = c.benchmark_group(group);
+            let us = bench(&mut group, BenchmarkId::new("kernel", "1 block"), &g)?;
+            group.finish();
+            Ok(us)
+        };
     let empty_single = time_runs(&stream, &opts, Some(&flush), &mut || Ok(()), &mut || {
-        launch_empty(0)
+        launch_one(&empty)
     })?
     .median_us;
-    let empty_graph = capture(&stream, 1, &mut launch_empty)?;
-    let mut group = c.benchmark_group("empty");
-    let empty_us = bench(&mut group, BenchmarkId::new("kernel", "1 block"), &empty_graph)?;
-    group.finish();
+    let empty_us = empty_graph_us(c, &empty, "empty")?;
     println!("empty kernel: {empty_us:.2} us per launch in a graph, {empty_single:.2} us alone");
     emit(serde_json::json!({"kind": "empty_graph", "us": empty_us}));
     emit(serde_json::json!({"kind": "empty", "us": empty_single}));
-    let empty_pdl = rt_pdl.kernel(&stream, &EMPTY_PDL, &Variant::new("empty_kernel"))?;
     let pdl_on = empty_pdl.programmatic_launch();
-    let mut launch_empty_pdl = |_: usize| unsafe {
-        empty_pdl.launch_raw(
-            RawStream::of(&stream),
-            LaunchDims::linear(1, 32),
-            &KernelArgs::new(),
-        )
-    };
-    let g = capture(&stream, 1, &mut launch_empty_pdl)?;
-    let mut group = c.benchmark_group("empty_pdl");
-    let empty_pdl_us = bench(&mut group, BenchmarkId::new("kernel", "1 block"), &g)?;
-    group.finish();
-    drop(g);
+    let empty_pdl_us = empty_graph_us(c, &empty_pdl, "empty_pdl")?;
     println!(
         "empty kernel with programmatic dependent launch{}: {empty_pdl_us:.2} us per launch in a graph",
         if pdl_on {

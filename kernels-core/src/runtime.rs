@@ -237,9 +237,37 @@ impl Runtime {
         alignment: AlignClass,
         candidates: &str,
     ) -> CacheKey {
-        let parts = self
+        self.search_key(
+            false,
+            kernel,
+            fingerprint,
+            static_key,
+            batch,
+            alignment,
+            candidates,
+        )
+    }
+
+    /// [`Runtime::tuning_key`], with [`crate::PDL_TUNING_VARIANT`] as the variant where
+    /// `pdl` (a search timed with programmatic dependent launch: its results are kept
+    /// apart from plain ones, and `tables promote` skips them).
+    #[allow(clippy::too_many_arguments)]
+    fn search_key(
+        &self,
+        pdl: bool,
+        kernel: &str,
+        fingerprint: &str,
+        static_key: &str,
+        batch: u64,
+        alignment: AlignClass,
+        candidates: &str,
+    ) -> CacheKey {
+        let mut parts = self
             .key_parts(kernel, fingerprint)
             .for_tuning(static_key, batch, alignment, candidates);
+        if pdl {
+            parts.variant = Component::Applies(crate::PDL_TUNING_VARIANT);
+        }
         cache_key(&parts)
     }
 
@@ -590,18 +618,15 @@ struct Steps<'r, 's, 'p, 'q, K: Tunable> {
 impl<K: Tunable> Steps<'_, '_, '_, '_, K> {
     fn tuning_key(&self) -> &CacheKey {
         self.tuning_key.get_or_init(|| {
-            let static_key = canonical_key::<K>(self.key);
-            let digest = crate::candidates_digest::<K>(self.rt.device.info(), self.key, self.batch);
-            let mut parts = self
-                .rt
-                .key_parts(K::SCHEMA.kernel, K::SOURCE.fingerprint)
-                .for_tuning(&static_key, self.batch, self.align, &digest);
-            // A search under programmatic dependent launch times launches made so: its
-            // results are kept apart from plain ones (and `tables promote` skips them).
-            if self.rt.pdl_for(K::SOURCE) {
-                parts.variant = Component::Applies(crate::PDL_TUNING_VARIANT);
-            }
-            cache_key(&parts)
+            self.rt.search_key(
+                self.rt.pdl_for(K::SOURCE),
+                K::SCHEMA.kernel,
+                K::SOURCE.fingerprint,
+                &canonical_key::<K>(self.key),
+                self.batch,
+                self.align,
+                &crate::candidates_digest::<K>(self.rt.device.info(), self.key, self.batch),
+            )
         })
     }
 }
