@@ -341,6 +341,14 @@ __device__ __forceinline__ unsigned peer_addr(const void* p, unsigned rank) {
 // At the start of the kernel, by every thread: thread 0 arms the mbarrier for the
 // pairs to come, and the cluster barrier's arrive publishes that (the matching wait
 // is in cluster_merge, long after, so it costs nothing by then).
+//
+// The arrive is relaxed. The only thing a peer may rely on after the wait is the
+// mbarrier's init, and fence.mbarrier_init.release.cluster (thread 0, before its
+// arrive) is the release that publishes it; the pairs themselves travel by st.async,
+// whose complete_tx releases them. The default release arrive compiles to a full GPU
+// memory barrier (MEMBAR.ALL.GPU, ERRBAR, CGAERRBAR) in every thread, which under
+// load waits on the memory system: on the H200 it cost 1024 x 128256 bf16 126 against
+// 136 us and 2048 x 151936 296 against 324 (docs/results/2026-11-30-h200-session11.md).
 __device__ __forceinline__ void cluster_begin(Exchange& x) {
     if (threadIdx.x == 0) {
         const unsigned bar = smem_addr(&x.bar);
@@ -349,7 +357,7 @@ __device__ __forceinline__ void cluster_begin(Exchange& x) {
         asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(unsigned(8 * SPLITS))
                      : "memory");
     }
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 }
 
 // The row's (max, sum) from each block's (max, sum) `st` (the same in every thread of

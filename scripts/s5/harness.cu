@@ -105,6 +105,34 @@ int main(int argc, char** argv) {
     }
 #endif
     const unsigned block = THREADS * ROWS;
+#if STRATEGY == 2 || STRATEGY == 5 || defined(XP_SUCC)
+    // Eleventh session: rows in flight (clusters that fit at once, or resident blocks
+    // times rows per block), and the successor prefetch's distance, XP_SUCC times that.
+    {
+        long long fit = 0;
+#if STRATEGY == 2 || STRATEGY == 5
+        cudaLaunchConfig_t occ_cfg = {};
+        occ_cfg.gridDim = dim3(SPLITS);
+        occ_cfg.blockDim = dim3(THREADS * ROWS);
+        occ_cfg.dynamicSmemBytes = smem;
+        int f = 0;
+        CK(cudaOccupancyMaxActiveClusters(&f, (void*)softmax_kernel, &occ_cfg));
+        fit = f;
+#else
+        int per_sm = 0, sms = 0;
+        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, softmax_kernel, int(THREADS * ROWS), smem));
+        CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+        fit = (long long)per_sm * sms * ROWS / SPLITS;
+#endif
+#ifdef XP_SUCC
+        const long long v = (long long)(XP_SUCC * fit);
+        CK(cudaMemcpyToSymbol(xp_succ_rows, &v, sizeof v));
+#else
+        const long long v = 0;
+#endif
+        printf("%-28s succ_rows=%lld fit_rows=%lld\n", name, v, fit);
+    }
+#endif
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     // Correctness on set 0.

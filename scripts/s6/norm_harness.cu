@@ -101,6 +101,22 @@ int main(int argc, char** argv) {
     if (SPLITS > 8) CK(cudaFuncSetAttribute(rmsnorm_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     auto launch = [&](int i, cudaStream_t st) { xp_launch(rmsnorm_kernel, grid, block, XP_SMEM, st, (const T*)xs[i], (long long)COLS, (const T*)w, ys[XP_FIXED_Y ? 0 : i], (long long)COLS, rows, eps); };
 #endif
+#ifdef XP_SUCC
+    // Eleventh session: the successor prefetch's distance, XP_SUCC times the rows in flight.
+    {
+#if NORM_FUSED
+        auto kern0 = fused_add_rmsnorm_kernel;
+#else
+        auto kern0 = rmsnorm_kernel;
+#endif
+        int per_sm = 0, sms = 0;
+        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern0, int(block), XP_SMEM));
+        CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+        const long long fit = (long long)per_sm * sms * ROWS, v = (long long)(XP_SUCC * fit);
+        CK(cudaMemcpyToSymbol(xp_succ_rows, &v, sizeof v));
+        printf("%-28s succ_rows=%lld fit_rows=%lld\n", name, v, fit);
+    }
+#endif
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     launch(0, st);
