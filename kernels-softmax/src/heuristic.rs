@@ -74,6 +74,31 @@ fn ladder(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxConfig {
             return c;
         }
     }
+    // Vocabulary rows at larger batches (16-bit, 32000 columns and more): a cluster of
+    // 128-thread blocks, each thread holding at most 16 vectors of 4 elements (of 8 where
+    // 4 would need more than 16 blocks per row), as few blocks per row as that allows.
+    // From the H200's `kernels tune` records of 2026-11-30 (bf16, eleventh session, the
+    // cluster arrive relaxed; docs/results/2026-11-30-h200-session11.md): at 128-8192
+    // rows of 32000-152064 columns this took 1.00-1.10x the best searched config's time,
+    // where the staged config below took 1.02-1.35x (1024 x 128256: 126.09 against
+    // 139.13 us; 256 x 151936: 41.44 against 55.67).
+    if target == Target::Sm90 && key.dtype != DType::F32 && key.cols >= 32000 {
+        for vec in [4, 8] {
+            for splits in [2, 4, 8, 16] {
+                let c = SoftmaxConfig {
+                    strategy: Strategy::Cluster,
+                    threads: 128,
+                    vec,
+                    rows: 1,
+                    splits,
+                    keep: false,
+                };
+                if fits(target, key, &c) {
+                    return c;
+                }
+            }
+        }
+    }
     // Long rows at larger batches, staged in shared memory by cp.async (one pass over
     // HBM), measured with `kernels tune` on the H200 (bf16, 2026-11-30): 32768 columns
     // x 512 rows 22.6 us staged (256 threads) against 28.0 for a row in registers;

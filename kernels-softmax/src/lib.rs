@@ -152,6 +152,53 @@ mod tests {
         assert!(analytic_default(Target::Sm80, &key, 1).splits == 1);
     }
 
+    /// Vocabulary rows of 16-bit types at batches past half the H200's SMs default to a
+    /// cluster of 128-thread blocks with 16 vectors per thread at most: vectors of 4
+    /// where 16 blocks or fewer suffice, else of 8; f32, other targets and rows no
+    /// vector of 4 divides keep the other rules.
+    #[test]
+    fn vocabulary_batches_default_to_the_cluster_on_sm90() {
+        let at = |dtype, cols, rows| analytic_default(Target::Sm90, &SoftmaxKey { dtype, cols }, rows);
+        for rows in [66, 128, 1024, 16384] {
+            for (cols, vec, splits) in [
+                (32000, 4, 4),
+                (65536, 4, 8),
+                (128256, 4, 16),
+                (151936, 8, 16),
+                (262144, 8, 16),
+            ] {
+                for dtype in [DType::Bf16, DType::F16] {
+                    let c = at(dtype, cols, rows);
+                    let want = SoftmaxConfig {
+                        strategy: Strategy::Cluster,
+                        threads: 128,
+                        vec,
+                        rows: 1,
+                        splits,
+                        keep: false,
+                    };
+                    assert_eq!(c, want, "{dtype} {rows} x {cols}");
+                    assert!(c.iters(cols) <= 16, "{c:?}");
+                }
+            }
+        }
+        // Below half the SMs the few-rows rule still decides (8 blocks per row at 64).
+        assert_eq!(at(DType::Bf16, 128256, 64).splits, 8);
+        // 16384 columns, f32, rows no vector of 4 divides, and sm80: not this rule.
+        assert_ne!(at(DType::Bf16, 16384, 1024).strategy, Strategy::Cluster);
+        assert_ne!(at(DType::F32, 128256, 1024).threads, 128);
+        assert_ne!(at(DType::Bf16, 50257, 1024).strategy, Strategy::Cluster);
+        let sm80 = analytic_default(
+            Target::Sm80,
+            &SoftmaxKey {
+                dtype: DType::Bf16,
+                cols: 128256,
+            },
+            1024,
+        );
+        assert_ne!(sm80.strategy, Strategy::Cluster);
+    }
+
     /// `keep` is in the space for `row` and `cluster` only, and only where the kept
     /// exponentials take at most half a thread's registers; the schema refuses it for
     /// the streaming strategies; the default keeps on NVIDIA when the grid is one wave
