@@ -34,9 +34,9 @@
 //            compiled in, so a plain launch forms the clusters. Each block holds
 //            1/SPLITS of the row in registers (<= 16 vectors per thread); each thread
 //            folds its vectors into a running (max, sum) CHUNK at a time as they land,
-//            each block merges its threads' (max, sum) once, and the blocks push theirs
-//            into each other's shared memory (st.async, counted by an mbarrier; see
-//            Exchange). One pass over HBM.
+//            each block merges its threads' (max, sum) once (or each warp, see
+//            WARP_PARTS), and the blocks push theirs into each other's shared memory
+//            (st.async, counted by an mbarrier; see Exchange). One pass over HBM.
 //   staged:  rows * SPLITS blocks of THREADS threads with STAGE_VECS * sizeof(vector)
 //            bytes of dynamic shared memory; sm_80+ (cp.async), vectors of 4 bytes or
 //            more. Block `rank` of a row owns the contiguous slice of SLICE_VECS =
@@ -317,18 +317,29 @@ __device__ __forceinline__ unsigned cluster_rank() {
     return r;
 }
 
-// The blocks of a cluster swap their (max, sum) by pushing, not pulling: block r
-// writes its pair into slot r of every block's `Exchange::parts` with st.async, which
-// also counts the 8 bytes on the receiving block's mbarrier. A block then waits on its
-// own mbarrier only, until all SPLITS pairs (its own included) have landed, and reads
+// The blocks of a cluster swap their (max, sum) by pushing, not pulling: each part
+// writes its pair into its own slot of every block's `Exchange::parts` with st.async,
+// which also counts the 8 bytes on the receiving block's mbarrier. A block then waits on
+// its own mbarrier only, until all PARTS pairs (its own included) have landed, and reads
 // them from its own shared memory. There is no cluster-wide barrier after the start,
 // and none at the end: nobody reads another block's memory, and a block cannot finish
 // before every push to it has landed. On the H200 this took 1 x 128256 bf16 (16 x 128)
 // from 3.53 to 2.85 us against reading the peers' pairs between two cluster barriers
 // (docs/results/2026-11-30-h200-session7.md).
+//
+// A part is a block (its warps merged first through shared memory and a barrier) or,
+// with WARP_PARTS, a warp: each warp pushes its own pair and no block-wide merge or
+// barrier runs. That measured faster where it leaves two pairs per lane to merge (64
+// parts): 1 x 128256 bf16 at 16 x 128 2.56 against 2.67 us, 8 x 151936 at 8 x 256 4.29
+// against 4.45, 64 x 128256 at 16 x 128 10.66 against 11.01; and slower at one warp per
+// block (16 x 32 at 1 x 8192, 1.78 against 1.73) and at four pairs per lane (16 x 256 at
+// 1 x 128256, 2.70 against 2.65) (docs/results/2026-11-30-h200-session12.md). The split
+// staged strategy (up to 32 warps) keeps the block merge.
+constexpr bool WARP_PARTS = STRATEGY == 2 && WARPS >= 2 && SPLITS * WARPS <= 2 * kd::WARP;
+constexpr int PARTS = WARP_PARTS ? SPLITS * WARPS : SPLITS;
 struct Exchange {
-    float parts[2 * SPLITS];
-    unsigned long long bar;  // mbarrier: one arrival (thread 0's) plus 8 * SPLITS bytes
+    float parts[2 * PARTS];
+    unsigned long long bar;  // mbarrier: one arrival (thread 0's) plus 8 * PARTS bytes
 };
 
 // The address of `p` (in this block's shared memory) in block `rank` of the cluster.
@@ -339,8 +350,8 @@ __device__ __forceinline__ unsigned peer_addr(const void* p, unsigned rank) {
 }
 
 // At the start of the kernel, by every thread: thread 0 arms the mbarrier for the
-// pairs to come, and the cluster barrier's arrive publishes that (the matching wait
-// is in cluster_merge, long after, so it costs nothing by then).
+// pairs to come, and every thread arrives on the cluster barrier (the matching wait is
+// in cluster_merge, long after, so it costs nothing by then).
 //
 // The arrive is relaxed. The only thing a peer may rely on after the wait is the
 // mbarrier's init, and fence.mbarrier_init.release.cluster (thread 0, before its
@@ -354,24 +365,41 @@ __device__ __forceinline__ void cluster_begin(Exchange& x) {
         const unsigned bar = smem_addr(&x.bar);
         asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(unsigned(8 * SPLITS))
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(unsigned(8 * PARTS))
                      : "memory");
     }
     asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 }
 
-// The row's (max, sum) from each block's (max, sum) `st` (the same in every thread of
-// the block). Every thread of every block of the cluster calls it once, after
-// cluster_begin.
+// The largest of the warp's v: one redux.sync on integer keys that order like the
+// floats (a negative float's magnitude bits flipped). A NaN with the sign clear
+// orders above +inf; it only arises where the row is NaN anyway (see ref and merge).
+__device__ __forceinline__ float warp_max_redux(float v) {
+    const int b = __float_as_int(v);
+    int r;
+    asm volatile("redux.sync.max.s32 %0, %1, 0xffffffff;" : "=r"(r) : "r"(b ^ ((b >> 31) & 0x7fffffff)));
+    return __int_as_float(r ^ ((r >> 31) & 0x7fffffff));
+}
+
+// The row's (max, sum) from each part's (max, sum) `st`: the block's (the same in every
+// thread of the block), or with WARP_PARTS each thread's own, merged here per warp.
+// Every thread of every block of the cluster calls it once, after cluster_begin.
 __device__ __forceinline__ Stats cluster_merge(Stats st, Exchange& x) {
     const unsigned me = cluster_rank();
+    const int lane = kd::lane_id();
+    unsigned slot = me;
+    if (WARP_PARTS) {
+        const float m = warp_max_redux(st.m);
+        st = {m, kd::warp_sum(st.s * kd::fast_exp2(st.m - ref(m)))};
+        slot = me * WARPS + threadIdx.x / kd::WARP;
+    }
     // Every block has started and armed its mbarrier after this.
     asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-    const unsigned t = threadIdx.x;
-    if (t < SPLITS) {
+    // Lanes 0..SPLITS-1 of each part's first warp push its pair, one block each.
+    if ((WARP_PARTS || threadIdx.x < kd::WARP) && lane < SPLITS) {
         asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" ::"r"(
-                         peer_addr(&x.parts[2 * me], t)),
-                     "f"(st.m), "f"(st.s), "r"(peer_addr(&x.bar, t))
+                         peer_addr(&x.parts[2 * slot], unsigned(lane))),
+                     "f"(st.m), "f"(st.s), "r"(peer_addr(&x.bar, unsigned(lane)))
                      : "memory");
     }
     const unsigned bar = smem_addr(&x.bar);
@@ -384,9 +412,15 @@ __device__ __forceinline__ Stats cluster_merge(Stats st, Exchange& x) {
             : "r"(bar)
             : "memory");
     }
-    // Lane r of each warp takes block r's pair; the warp merges and broadcasts.
-    const int lane = kd::lane_id();
     Stats all = {kd::neg_inf(), 0.f};
+    if (WARP_PARTS) {
+        // Lane l merges parts l and l + 32, then the warp: one max, one rescale, a sum.
+#pragma unroll
+        for (int q = lane; q < PARTS; q += kd::WARP) all = merge(all, {x.parts[2 * q], x.parts[2 * q + 1]});
+        const float m = warp_max_redux(all.m);
+        return {m, kd::warp_sum(all.s * kd::fast_exp2(all.m - ref(m)))};
+    }
+    // Lane r of each warp takes block r's pair; the warp merges and broadcasts.
     if (lane < SPLITS) all = {x.parts[2 * lane], x.parts[2 * lane + 1]};
     all = warp_merge<SPLITS>(all);
     return {kd::shfl(all.m, 0), kd::shfl(all.s, 0)};
@@ -556,7 +590,7 @@ extern "C" __global__ void __cluster_dims__(SPLITS, 1, 1) KD_LAUNCH_BOUNDS(THREA
     float e[ITERS][VEC];
     const float m = st.m;
     st.s = part_sum_keep(buf, k, ref(m), valid, e);
-    const FinishKept finish(m, cluster_merge(block_merge(st, red_m, red_s), xch));
+    const FinishKept finish(m, cluster_merge(WARP_PARTS ? st : block_merge(st, red_m, red_s), xch));
 #pragma unroll
     for (int i = 0; i < ITERS; ++i)
         if (valid(i)) kd::store_vec<T, VEC>(yp + i * PASS, finish(e[i]));
@@ -573,7 +607,7 @@ extern "C" __global__ void __cluster_dims__(SPLITS, 1, 1) KD_LAUNCH_BOUNDS(THREA
     }
     kd::pdl_launch_dependents();
     forget(buf);
-    const Finish finish(k, cluster_merge(block_merge(st, red_m, red_s), xch));
+    const Finish finish(k, cluster_merge(WARP_PARTS ? st : block_merge(st, red_m, red_s), xch));
 #pragma unroll
     for (int i = 0; i < ITERS; ++i)
         if (valid(i)) kd::store_vec<T, VEC>(yp + i * PASS, finish(buf[i]));
