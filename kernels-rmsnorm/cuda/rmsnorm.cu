@@ -20,10 +20,14 @@
 //   THREADS threads per row, a multiple of the warp      ROWS rows per block
 //   VEC elements per vector access, VEC * sizeof(T) <= 16, COLS % VEC == 0; every
 //       pointer and stride aligned to VEC elements
+//   SPLITS (optional, default 1) blocks per row: 1, or (sm_90, ROWS = 1, ITERS <= 16)
+//       a thread-block cluster of 2..16 blocks that share one row held in registers;
+//       16 is a non-portable cluster size, which the host allows on the function
 //   KD_MIN_BLOCKS (optional compiler hint, NVIDIA) blocks per SM for __launch_bounds__
-// Grid: ceil(rows / ROWS) (at most 2^31 - 1) blocks of THREADS * ROWS threads, no
-//   dynamic shared memory.
-//   Each thread handles ITERS = ceil(COLS / (THREADS * VEC)) vectors of its row. With
+// Grid: ceil(rows / ROWS) * SPLITS (at most 2^31 - 1) blocks of THREADS * ROWS threads,
+//   no dynamic shared memory; with SPLITS > 1, __cluster_dims__(SPLITS, 1, 1) is
+//   compiled in, so a plain launch forms the clusters (SPLITS consecutive blocks).
+//   Each thread handles ITERS = ceil(COLS / (THREADS * SPLITS * VEC)) vectors of its row. With
 //   ITERS <= 16 the row stays in registers between the reduction and the write (one
 //   pass over HBM; with ITERS <= 8 the weights are loaded with the row); longer rows are read a second time, last part first so that the
 //   re-read starts with what is still in L2, evict-first (as is the write of y).
@@ -41,22 +45,29 @@
 typedef kd::Dtype<DTYPE>::T T;
 typedef kd::Vec<T, VEC> V;
 
+#ifndef SPLITS
+#define SPLITS 1
+#endif
+
 constexpr int NVEC = COLS / VEC;           // vectors per row
 constexpr int WARPS = THREADS / kd::WARP;  // warps per row group
 constexpr int MAX_ITERS = 16;              // schema::MAX_ITERS
-constexpr int ITERS = (NVEC + THREADS - 1) / THREADS;
+constexpr int ROW_THREADS = THREADS * SPLITS;  // threads sharing one row
+constexpr int ITERS = (NVEC + ROW_THREADS - 1) / ROW_THREADS;
 constexpr bool CACHED = ITERS <= MAX_ITERS;  // the row fits in registers
 // Short cached rows load their weights with the row, before the reduction, so the
 // weights' latency is not paid after it (the barrier keeps later loads after it).
 constexpr bool EARLY_W = CACHED && ITERS <= 8;
 // Streaming path (long rows): vectors per thread per step, about 64 bytes in flight.
 constexpr int UNROLL = CACHED ? ITERS : (64 / int(sizeof(V)) > 8 ? 8 : 64 / int(sizeof(V)));
-constexpr int STEP = THREADS * UNROLL;  // vectors per row group per step
+constexpr int STEP = ROW_THREADS * UNROLL;  // vectors per row (group or cluster) per step
 constexpr int STEPS = (NVEC + STEP - 1) / STEP;
 
 static_assert(COLS >= 1 && COLS % VEC == 0, "VEC must divide COLS");
 static_assert(sizeof(V) <= 16, "a vector is at most 16 bytes");
 static_assert(THREADS % kd::WARP == 0 && THREADS * ROWS <= 1024, "THREADS: whole warps");
+static_assert(SPLITS == 1 || (SPLITS >= 2 && SPLITS <= 16 && ROWS == 1 && CACHED),
+              "a cluster of 2..16 blocks per row holds one row in registers");
 
 // x + residual, rounded to T: the value fused_add_rmsnorm stores and normalises.
 __device__ __forceinline__ V add_round(const V& a, const V& b) {
@@ -86,6 +97,95 @@ __device__ __forceinline__ V normalise(const V& a, const V& w, float r) {
     return kd::pack<T, VEC>(f);
 }
 
+// ---- a row over a thread-block cluster (SPLITS > 1, sm_90) -----------------------
+//
+// Each warp adds its threads' sums of squares and pushes the result into its own slot
+// of every block's `Cluster::parts` with st.async, which also counts the 4 bytes on the
+// receiving block's mbarrier; a block then waits on its own mbarrier only, until all
+// SPLITS * WARPS sums (its own included) have landed, and adds them. No block-wide
+// barrier runs, no block reads another's memory, and a block cannot finish before
+// every push to it has landed, so no cluster barrier is needed at the end either. The
+// softmax cluster exchanges its (max, sum) pairs the same way (kernels-softmax/cuda/
+// softmax.cu, Exchange and cluster_merge).
+#if SPLITS > 1
+#if defined(KD_AMD) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900)
+#error "SPLITS > 1 needs thread-block clusters (sm_90)"
+#endif
+#define KD_ROW_CLUSTER __cluster_dims__(SPLITS, 1, 1)
+
+struct Cluster {
+    float parts[SPLITS * WARPS];
+    unsigned long long bar;  // mbarrier: one arrival (thread 0's) plus 4 * SPLITS * WARPS bytes
+};
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    unsigned a;
+    asm("{ .reg .u64 g; cvta.to.shared.u64 g, %1; cvt.u32.u64 %0, g; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+// The address of `p` (in this block's shared memory) in block `rank` of the cluster.
+__device__ __forceinline__ unsigned peer_addr(const void* p, unsigned rank) {
+    unsigned r;
+    asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(smem_addr(p)), "r"(rank));
+    return r;
+}
+
+__device__ __forceinline__ unsigned cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+
+// At the start, by every thread: thread 0 arms the mbarrier for the sums to come and
+// every thread arrives on the cluster barrier (waited for in cluster_sum). The arrive is
+// relaxed: fence.mbarrier_init.release.cluster is what publishes the init, and a
+// release arrive would compile to a GPU-wide memory barrier in every thread.
+__device__ __forceinline__ void cluster_begin(Cluster& c) {
+    if (threadIdx.x == 0) {
+        const unsigned bar = smem_addr(&c.bar);
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
+                     "r"(unsigned(4 * SPLITS * WARPS))
+                     : "memory");
+    }
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+
+// The row's sum of squares from each thread's `ss`. Every thread of every block of the
+// cluster calls it once, after cluster_begin.
+__device__ __forceinline__ float cluster_sum(float ss, Cluster& c) {
+    const unsigned slot = cluster_rank() * WARPS + threadIdx.x / kd::WARP;
+    ss = kd::warp_sum(ss);
+    // Every block has started and armed its mbarrier after this.
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+    const int lane = kd::lane_id();
+    if (lane < SPLITS) {
+        asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(
+                         peer_addr(&c.parts[slot], unsigned(lane))),
+                     "r"(__float_as_uint(ss)), "r"(peer_addr(&c.bar, unsigned(lane)))
+                     : "memory");
+    }
+    const unsigned bar = smem_addr(&c.bar);
+    unsigned done = 0;
+    while (!done) {
+        asm volatile(
+            "{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0; "
+            "selp.u32 %0, 1, 0, p; }"
+            : "=r"(done)
+            : "r"(bar)
+            : "memory");
+    }
+    float all = 0.f;
+#pragma unroll
+    for (int q = lane; q < SPLITS * WARPS; q += kd::WARP) all += c.parts[q];
+    return kd::warp_sum(all);
+}
+#else
+#define KD_ROW_CLUSTER
+#endif
+
 // One row per THREADS threads. FUSED: `in` is x and `res` the residual (both updated);
 // plain: `in` is x, `res` unused, the result goes to `out`.
 template <bool FUSED>
@@ -93,26 +193,36 @@ __device__ __forceinline__ void rmsnorm_rows(const T* in, long long in_stride, T
                                              long long res_stride, const T* __restrict__ w,
                                              T* out, long long out_stride, long long rows,
                                              float eps) {
-    kd::pdl_wait();
-    __shared__ float red[ROWS * WARPS];
+#if SPLITS > 1
+    // Block `rank` of the row's cluster: its threads are threads rank * THREADS ..
+    // of the row, so vector u of a thread is u * ROW_THREADS + tid as below.
+    __shared__ Cluster cl;
+    cluster_begin(cl);
+    const int group = 0;
+    const int tid = int(cluster_rank()) * THREADS + int(threadIdx.x);
+    const long long row = blockIdx.x / SPLITS;
+#else
     const int group = int(threadIdx.x) / THREADS;
     const int tid = int(threadIdx.x) % THREADS;
     const long long row = (long long)blockIdx.x * ROWS + group;
+#endif
+    kd::pdl_wait();
+    __shared__ float red[ROWS * WARPS];
     // Groups past the last row load and store nothing but still meet the barrier.
     const bool active = row < rows;
     const long long r = active ? row : 0;
-    // Vector u of step s of this thread is s * STEP + u * THREADS + tid: one base
+    // Vector u of step s of this thread is s * STEP + u * ROW_THREADS + tid: one base
     // pointer per thread and constant offsets keep addresses out of registers.
     const T* xp = in + r * in_stride + tid * VEC;
     T* rp = FUSED ? res + r * res_stride + tid * VEC : nullptr;
     T* yp = out + r * out_stride + tid * VEC;
     const T* wp = w + tid * VEC;
-    auto at = [&](int s, int u) { return (s * STEP + u * THREADS) * VEC; };
+    auto at = [&](int s, int u) { return (s * STEP + u * ROW_THREADS) * VEC; };
     // Only the last step may be partial; `NVEC - s * STEP` cannot overflow where
     // (s + 1) * STEP could.
     auto valid = [&](int s, int u) {
         const int left = NVEC - s * STEP;
-        return active && ((u + 1) * THREADS <= left || u * THREADS + tid < left);
+        return active && ((u + 1) * ROW_THREADS <= left || u * ROW_THREADS + tid < left);
     };
 
     // Pass 1: read the row (fused: add the residual, store the rounded sum), sum x^2.
@@ -150,7 +260,11 @@ __device__ __forceinline__ void rmsnorm_rows(const T* in, long long in_stride, T
         }
     }
     kd::pdl_launch_dependents();
+#if SPLITS > 1
+    ss = cluster_sum(ss, cl);
+#else
     ss = kd::group_sum<THREADS>(ss, red + group * WARPS);
+#endif
     const float rstd = rsqrtf(ss * (1.f / float(COLS)) + eps);
 
     // Pass 2, last step first. The cached path (one step) reuses `buf`; the streaming
@@ -186,13 +300,13 @@ __device__ __forceinline__ void rmsnorm_rows(const T* in, long long in_stride, T
     }
 }
 
-extern "C" __global__ void KD_LAUNCH_BOUNDS(THREADS * ROWS)
+extern "C" __global__ void KD_ROW_CLUSTER KD_LAUNCH_BOUNDS(THREADS * ROWS)
     rmsnorm_kernel(const T* __restrict__ x, long long x_stride, const T* __restrict__ w,
                    T* __restrict__ y, long long y_stride, long long rows, float eps) {
     rmsnorm_rows<false>(x, x_stride, nullptr, 0, w, y, y_stride, rows, eps);
 }
 
-extern "C" __global__ void KD_LAUNCH_BOUNDS(THREADS * ROWS)
+extern "C" __global__ void KD_ROW_CLUSTER KD_LAUNCH_BOUNDS(THREADS * ROWS)
     fused_add_rmsnorm_kernel(T* __restrict__ x, long long x_stride, T* __restrict__ residual,
                              long long r_stride, const T* __restrict__ w, long long rows,
                              float eps) {

@@ -2,7 +2,7 @@
 
 use tuned::{DType, Value};
 
-use crate::schema::{check_config, OCC_AT, RMSNORM, ROWS_AT, THREADS_AT, VEC_AT};
+use crate::schema::{check_config, OCC_AT, RMSNORM, ROWS_AT, SPLITS_AT, THREADS_AT, VEC_AT};
 
 /// The static part of an RMSNorm problem: element type and hidden size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -30,6 +30,8 @@ pub struct RmsNormConfig {
     pub rows: u32,
     /// Resident blocks per SM the launch allows; 0: no cap (see `schema::OCCS`).
     pub occ: u32,
+    /// Blocks per row: 1, or a thread-block cluster of that many (see `schema::SPLITS`).
+    pub splits: u32,
 }
 
 impl RmsNormConfig {
@@ -47,6 +49,7 @@ impl RmsNormConfig {
             vec: int(VEC_AT)?,
             rows: int(ROWS_AT)?,
             occ: int(OCC_AT)?,
+            splits: int(SPLITS_AT)?,
         })
     }
 
@@ -56,6 +59,7 @@ impl RmsNormConfig {
             Value::Int(self.vec as i64),
             Value::Int(self.rows as i64),
             Value::Int(self.occ as i64),
+            Value::Int(self.splits as i64),
         ]
     }
 
@@ -63,8 +67,13 @@ impl RmsNormConfig {
         self.threads * self.rows
     }
 
+    /// Threads sharing one row: `threads`, times `splits` blocks of a cluster.
+    pub fn row_threads(&self) -> u32 {
+        self.threads * self.splits
+    }
+
     /// Vectors each thread handles per row.
     pub fn iters(&self, cols: u32) -> u32 {
-        cols.div_ceil(self.threads * self.vec)
+        cols.div_ceil(self.row_threads() * self.vec)
     }
 }

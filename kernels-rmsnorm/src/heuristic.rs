@@ -37,6 +37,7 @@ pub fn analytic_default(target: Target, key: &RmsNormKey, _rows: u64) -> RmsNorm
         vec,
         rows: 1,
         occ: 0,
+        splits: 1,
     }
 }
 
@@ -57,5 +58,6 @@ pub fn analytic_default_fused(target: Target, key: &RmsNormKey, _rows: u64) -> R
         vec,
         rows: 1,
         occ: 0,
+        splits: 1,
     }
 }

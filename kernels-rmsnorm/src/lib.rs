@@ -152,6 +152,7 @@ mod tests {
                 Value::Int(8),
                 Value::Int(rows),
                 Value::Int(occ),
+                Value::Int(1),
             ])
         };
         assert!(c(128, 1, 6).is_ok() && c(512, 1, 3).is_ok() && c(1024, 1, 0).is_ok());
@@ -166,9 +167,72 @@ mod tests {
             vec: 8,
             rows: 1,
             occ: 6,
+            splits: 1,
         };
         assert!(space::fits(Target::Sm90, &key, &capped));
         assert!(!space::fits(Target::Sm80, &key, &capped));
         assert!(!space::fits(Target::Gfx942, &key, &capped));
+    }
+
+    /// Clusters per row are Hopper-only, take one row per block and no cap, hold the row
+    /// in registers and leave no block without vectors; the schema refuses the rest by
+    /// name, and the tuner tries them only at small batches.
+    #[test]
+    fn clusters_per_row_are_for_hopper_few_rows_and_rows_in_registers() {
+        let key = RmsNormKey {
+            dtype: DType::Bf16,
+            cols: 8192,
+        };
+        let space = space::search_space(Target::Sm90, &key);
+        let clustered: Vec<_> = space.iter().filter(|c| c.splits > 1).collect();
+        assert!(!clustered.is_empty());
+        for c in &clustered {
+            assert!(c.rows == 1 && c.occ == 0, "{c:?}");
+            assert!(c.iters(key.cols) <= 16, "{c:?}");
+            assert!((c.splits - 1) * c.threads < key.cols / c.vec, "{c:?}");
+        }
+        // The measured winner of 1 x 8192 fused is in the space.
+        let winner = RmsNormConfig {
+            threads: 128,
+            vec: 8,
+            rows: 1,
+            occ: 0,
+            splits: 8,
+        };
+        assert!(space.contains(&winner));
+        assert!(!space::fits(Target::Sm80, &key, &winner));
+        assert!(!space::fits(Target::Gfx942, &key, &winner));
+        // 16 x 128 threads of 8-wide vectors leave the last block of 8192 columns idle;
+        // 8 x 32 threads of 2-wide vectors need 16 vectors per thread, 4 x 32 32.
+        for (splits, threads, vec, ok) in [(16, 128, 8, false), (8, 32, 2, true), (4, 32, 2, false)] {
+            let c = RmsNormConfig {
+                threads,
+                vec,
+                splits,
+                ..winner
+            };
+            assert_eq!(space::fits(Target::Sm90, &key, &c), ok, "{c:?}");
+        }
+        for t in [Target::Sm80, Target::Gfx942] {
+            assert!(space::search_space(t, &key).iter().all(|c| c.splits == 1), "{t}");
+        }
+        let at = |batch| space::tuning_space(Target::Sm90, &key, batch);
+        assert!(at(space::CLUSTER_MAX_BATCH).iter().any(|c| c.splits > 1));
+        assert!(at(space::CLUSTER_MAX_BATCH + 1).iter().all(|c| c.splits == 1));
+        let check = |rows: i64, occ: i64, splits: i64| {
+            schema::check_config(&[
+                Value::Int(128),
+                Value::Int(8),
+                Value::Int(rows),
+                Value::Int(occ),
+                Value::Int(splits),
+            ])
+        };
+        assert!(check(1, 0, 16).is_ok());
+        for (rows, occ, splits) in [(2, 0, 2), (1, 6, 4)] {
+            let e = check(rows, occ, splits).unwrap_err();
+            assert!(e.contains("splits"), "{e}");
+        }
+        assert!(check(1, 0, 3).unwrap_err().contains("splits"));
     }
 }

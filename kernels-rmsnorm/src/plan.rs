@@ -205,11 +205,16 @@ fn check_writes_disjoint(operands: &[(&str, (u64, u64), bool)]) -> Result<()> {
     Ok(())
 }
 
-/// The config with its vector narrowed to what the buffers' alignment allows.
+/// The config with its vector narrowed to what the buffers' alignment allows. A
+/// cluster config whose row no longer fits in registers at the narrower vector takes
+/// one block per row instead (which streams a long row).
 pub(crate) fn fit(key: &RmsNormKey, mut c: RmsNormConfig, align: AlignClass) -> RmsNormConfig {
     let size = key.dtype.size() as u32;
     while c.vec > 1 && (c.vec * size > align.bytes() || !key.cols.is_multiple_of(c.vec)) {
         c.vec /= 2;
+    }
+    if c.splits > 1 && c.iters(key.cols) as i64 > crate::schema::MAX_ITERS {
+        c.splits = 1;
     }
     c
 }
@@ -221,6 +226,8 @@ fn variant(entry: &str, key: &RmsNormKey, c: &RmsNormConfig) -> Variant {
         .define("THREADS", c.threads)
         .define("VEC", c.vec)
         .define("ROWS", c.rows);
+    // SPLITS is 1 when not defined, so configs without clusters keep their variants.
+    let v = if c.splits > 1 { v.define("SPLITS", c.splits) } else { v };
     // The device code does not read OCC: it gives a capped config its own function, so
     // the carveout its launch sets on that function never reaches an uncapped launch.
     if c.occ > 0 {
@@ -301,7 +308,8 @@ impl Entry {
     }
 }
 
-/// The launch of `c` on `p` through `entry`: one block per `c.rows` rows (with the
+/// The launch of `c` on `p` through `entry`: one block per `c.rows` rows, or a
+/// cluster of `c.splits` blocks per row (with the
 /// shared memory and carveout of its blocks-per-SM cap, if any), and cuda/rmsnorm.cu's
 /// arguments in `entry`'s order. A problem built for the other entry point is an error
 /// naming `problem`; a config whose vector the buffers' alignment does not allow is an
@@ -333,7 +341,7 @@ pub(crate) fn launch_args(
             ),
         ));
     }
-    let blocks = p.rows.div_ceil(c.rows as u64);
+    let blocks = p.rows.div_ceil(c.rows as u64) * c.splits as u64;
     if blocks > i32::MAX as u64 {
         return Err(Error::invalid(
             "rows",
@@ -347,7 +355,9 @@ pub(crate) fn launch_args(
         Entry::FusedAdd => args.ptr(p.out).i64(p.out_stride as i64).ptr(p.w),
     };
     args.i64(p.rows as i64).f32(p.eps);
-    let dims = LaunchDims::linear(blocks as u32, c.block_threads());
+    // Clusters are compiled in (__cluster_dims__); the launch checks the grid and the
+    // device against them and allows 16-block clusters on the function.
+    let dims = LaunchDims::linear(blocks as u32, c.block_threads()).with_cluster(c.splits);
     if c.occ == 0 {
         return Ok((dims, args));
     }
@@ -363,8 +373,8 @@ macro_rules! planned {
             type Problem<'a> = NormProblem<'a>;
             const SOURCE: &'static KernelSource = &SOURCE;
 
-            fn search_space(device: &DeviceInfo, key: &RmsNormKey, _batch: u64) -> Vec<RmsNormConfig> {
-                space::search_space(device.tuning_target(), key)
+            fn search_space(device: &DeviceInfo, key: &RmsNormKey, batch: u64) -> Vec<RmsNormConfig> {
+                space::tuning_space(device.tuning_target(), key, batch)
             }
 
             fn variant(_: &DeviceInfo, key: &RmsNormKey, c: &RmsNormConfig) -> Variant {
@@ -558,6 +568,7 @@ mod tests {
             vec: 8,
             rows: 1,
             occ: 0,
+            splits: 1,
         };
         assert_eq!(fit(&key, c, AlignClass::A16).vec, 8);
         assert_eq!(fit(&key, c, AlignClass::A4).vec, 2);
@@ -587,6 +598,7 @@ mod tests {
             vec: 8,
             rows: 2,
             occ: 0,
+            splits: 1,
         };
         let info = DeviceInfo::nominal(tuned::Target::Sm90).unwrap();
         let plan = <RmsNorm as PlannedKernel>::plan(&info, &c, &p).unwrap();
@@ -616,6 +628,47 @@ mod tests {
         assert_eq!(plan.variant.entry(), "fused_add_rmsnorm_kernel");
     }
 
+    /// A cluster config launches `splits` blocks per row as clusters of `splits` with
+    /// SPLITS defined; buffers too misaligned for its vector fall back to one block per
+    /// row where the row would no longer fit in registers.
+    #[test]
+    fn cluster_configs_launch_splits_blocks_per_row() {
+        let rows = Rows::contiguous(5, 8192);
+        let p = rms(X, rows.span().unwrap(), rows, 8192, Y, rows, 1e-5).unwrap();
+        let c = RmsNormConfig {
+            threads: 128,
+            vec: 8,
+            rows: 1,
+            occ: 0,
+            splits: 8,
+        };
+        let info = DeviceInfo::nominal(tuned::Target::Sm90).unwrap();
+        let plan = <RmsNorm as PlannedKernel>::plan(&info, &c, &p).unwrap();
+        assert_eq!(plan.dims, LaunchDims::linear(40, 128).with_cluster(8));
+        let defines = format!("{:?}", plan.variant);
+        assert!(defines.contains("SPLITS"), "{defines}");
+        let plain = RmsNormConfig { splits: 1, ..c };
+        let defines = format!("{:?}", <RmsNorm as PlannedKernel>::plan(&info, &plain, &p).unwrap().variant);
+        assert!(!defines.contains("SPLITS"), "{defines}");
+        let key = p.key();
+        // 4-byte alignment: vectors of 2, 8192 / (8 * 128 * 2) = 4 per thread, still a cluster.
+        assert_eq!(fit(&key, c, AlignClass::A4), RmsNormConfig { vec: 2, ..c });
+        // 2-byte alignment: vectors of 1 need 8 per thread, still fine; at 16 blocks of
+        // 32 threads of 8-wide vectors (2 per thread), vectors of 1 would need 16.
+        assert_eq!(fit(&key, c, AlignClass::A2), RmsNormConfig { vec: 1, ..c });
+        let narrow = RmsNormConfig {
+            threads: 32,
+            splits: 8,
+            ..c
+        };
+        assert_eq!(fit(&key, narrow, AlignClass::A2), RmsNormConfig { vec: 1, splits: 1, ..narrow });
+        // The launch check passes it on Hopper and refuses it by name before.
+        assert!(plan.dims.validate(&info).is_ok());
+        let a100 = DeviceInfo::nominal(tuned::Target::Sm80).unwrap();
+        let e = plan.dims.validate(&a100).unwrap_err();
+        assert!(e.to_string().contains("cluster"), "{e}");
+    }
+
     /// A problem serves only the op it was built (and its aliasing checked) for: the
     /// fused kernel on a plain problem would write the read-only x (which may even
     /// alias the weight), the plain kernel on a fused problem would overwrite the
@@ -628,6 +681,7 @@ mod tests {
             vec: 8,
             rows: 1,
             occ: 0,
+            splits: 1,
         };
         let info = DeviceInfo::nominal(tuned::Target::Sm90).unwrap();
         // x and weight overlap: allowed for the plain op, which only reads both.
@@ -684,6 +738,7 @@ mod tests {
                 vec: 8,
                 rows,
                 occ,
+                splits: 1,
             };
             let plan = <RmsNorm as PlannedKernel>::plan(&h200, &c, &p).unwrap();
             let b = per_block(plan.dims.smem_bytes, &c);
@@ -702,6 +757,7 @@ mod tests {
             vec: 8,
             rows: 1,
             occ: 6,
+            splits: 1,
         };
         let a100 = DeviceInfo::nominal(tuned::Target::Sm80).unwrap();
         let e = <RmsNorm as PlannedKernel>::plan(&a100, &c, &p).unwrap_err();

@@ -12,6 +12,7 @@ const PARAMS: &[Field] = &[
     Field::int("vec"),
     Field::int("rows"),
     Field::int("occ"),
+    Field::int("splits"),
 ];
 
 /// `y = x / rms(x) * weight`: key (dtype, cols = hidden size), batch = rows (tokens).
@@ -50,6 +51,13 @@ pub const OCC_MAX_THREADS: i64 = 2048;
 pub fn occ_leaves_enough_threads(block_threads: i64, occ: i64) -> bool {
     occ == 0 || (OCC_MIN_THREADS..=OCC_MAX_THREADS).contains(&(block_threads * occ))
 }
+/// Blocks per row: 1, or (sm90) a thread-block cluster of that many blocks sharing one
+/// row held in registers, which adds their sums of squares over distributed shared
+/// memory. For few rows, where one block per row leaves most SMs idle: on the H200,
+/// fused add RMSNorm over 1 x 8192 bf16 ran 1.54 us on a cluster of 8 blocks of 128
+/// threads against 2.03 for one block of 512 (docs/results/2026-11-30-h200-session12.md).
+/// A cluster config has one row per block and no blocks-per-SM cap.
+pub const SPLITS: &[i64] = &[1, 2, 4, 8, 16];
 /// Most vectors one thread holds in registers between the reduction and the write;
 /// longer rows are read a second time (from L2).
 pub const MAX_ITERS: i64 = 16;
@@ -58,6 +66,7 @@ pub const THREADS_AT: usize = param_index(&RMSNORM, "threads");
 pub const VEC_AT: usize = param_index(&RMSNORM, "vec");
 pub const ROWS_AT: usize = param_index(&RMSNORM, "rows");
 pub const OCC_AT: usize = param_index(&RMSNORM, "occ");
+pub const SPLITS_AT: usize = param_index(&RMSNORM, "splits");
 
 /// Checks a config's values against the parameter domains and the rules that tie
 /// parameters together (independent of the problem).
@@ -66,6 +75,12 @@ pub fn check_config(values: &[Value]) -> Result<(), String> {
     int_param(&RMSNORM, values, VEC_AT, VECS)?;
     let rows = int_param(&RMSNORM, values, ROWS_AT, ROWS)?;
     let occ = int_param(&RMSNORM, values, OCC_AT, OCCS)?;
+    let splits = int_param(&RMSNORM, values, SPLITS_AT, SPLITS)?;
+    if splits > 1 && (rows != 1 || occ != 0) {
+        return Err(format!(
+            "splits = {splits} (a cluster per row) needs rows = 1 and occ = 0, not rows = {rows}, occ = {occ}"
+        ));
+    }
     if threads * rows > 1024 {
         return Err(format!(
             "threads * rows = {} exceeds 1024 threads per block",

@@ -3,26 +3,50 @@
 use tuned::Target;
 
 use crate::config::{RmsNormConfig, RmsNormKey};
-use crate::schema::{occ_leaves_enough_threads, OCCS, ROWS, THREADS, VECS};
+use crate::schema::{occ_leaves_enough_threads, MAX_ITERS, OCCS, ROWS, SPLITS, THREADS, VECS};
 
 /// Whether `config` can run rows of `key` on `target`: a vector is at most 16 bytes
 /// and divides the row; a thread group is at least a warp (64 lanes on AMD) and has
 /// no more threads than the row has vectors (idle warps), except the smallest group.
 /// Rows longer than registers hold are read twice, which is correct for any length.
 /// A blocks-per-SM cap needs Hopper's 196 KiB carveout (sm90 only) and leaves
-/// 768..=2048 resident threads.
+/// 768..=2048 resident threads. A cluster per row (`splits` > 1) needs sm90, one row
+/// per block, no cap, and the row in registers (at most `MAX_ITERS` vectors per
+/// thread); its blocks together have no more threads than the row has vectors, so
+/// none is left without any.
 pub fn fits(target: Target, key: &RmsNormKey, config: &RmsNormConfig) -> bool {
     let vec_bytes = config.vec as usize * key.dtype.size();
+    let vectors = key.cols / config.vec.max(1);
+    let group_limit = vectors.next_power_of_two().max(target.warp_size());
     (config.occ == 0
         || (target == Target::Sm90
             && occ_leaves_enough_threads(config.block_threads() as i64, config.occ as i64)))
+        && (config.splits == 1
+            || (target == Target::Sm90
+                && config.rows == 1
+                && config.occ == 0
+                && config.iters(key.cols) as i64 <= MAX_ITERS
+                && (config.splits - 1) * config.threads < vectors))
         && vec_bytes <= 16
         && key.cols.is_multiple_of(config.vec)
         && config.threads >= target.warp_size()
-        && config.threads
-            <= (key.cols / config.vec)
-                .next_power_of_two()
-                .max(target.warp_size())
+        && config.threads <= group_limit
+}
+
+/// Most rows at which the tuner tries clusters: with more, one block per row already
+/// has blocks for every SM (256 x 7168 bf16 fused ran 5.36 us on clusters of 2 against
+/// 5.23 on one block per row on the H200, docs/results/2026-11-30-h200-session12.md).
+pub const CLUSTER_MAX_BATCH: u64 = 128;
+
+/// The configs the tuner times for `batch` rows of `key`: [`search_space`], without
+/// clusters above [`CLUSTER_MAX_BATCH`] rows. Every config of [`search_space`] stays
+/// correct at any batch; this only saves tuning time.
+pub fn tuning_space(target: Target, key: &RmsNormKey, batch: u64) -> Vec<RmsNormConfig> {
+    let mut out = search_space(target, key);
+    if batch > CLUSTER_MAX_BATCH {
+        out.retain(|c| c.splits == 1);
+    }
+    out
 }
 
 /// Every config of the space that fits `key` on `target`.
@@ -32,13 +56,16 @@ pub fn search_space(target: Target, key: &RmsNormKey) -> Vec<RmsNormConfig> {
         for &vec in VECS {
             for &rows in ROWS {
                 for &occ in OCCS {
-                    if threads * rows <= 1024 {
-                        out.push(RmsNormConfig {
-                            threads: threads as u32,
-                            vec: vec as u32,
-                            rows: rows as u32,
-                            occ: occ as u32,
-                        });
+                    for &splits in SPLITS {
+                        if threads * rows <= 1024 {
+                            out.push(RmsNormConfig {
+                                threads: threads as u32,
+                                vec: vec as u32,
+                                rows: rows as u32,
+                                occ: occ as u32,
+                                splits: splits as u32,
+                            });
+                        }
                     }
                 }
             }
