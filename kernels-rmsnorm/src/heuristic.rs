@@ -17,8 +17,47 @@ fn threads_for(target: Target, vectors: u32, per_thread: u32) -> u32 {
         .clamp(target.warp_size(), 1024)
 }
 
+/// Few rows of 4096 columns or more on sm90: a cluster of [`DECODE_SPLITS`] blocks per
+/// row (so a decode batch uses more SMs than it has rows), at the widest vector, with
+/// about one vector per thread; fewer threads where that would leave the cluster's last
+/// block without vectors. `None` elsewhere.
+///
+/// Chosen on the twelfth session's tuning records (H200, bf16, every candidate of 1-64
+/// rows of 4096, 7168 and 8192 columns timed in one pass; the records are in
+/// docs/results/2026-11-30-h200-session12-tuning-records-rmsnorm.tgz): this config took
+/// 1.000-1.086x the best candidate's time for RMSNorm and 1.000-1.043x for fused add
+/// RMSNorm, against 1.046-1.262x and 1.009-1.341x for the one-block-per-row default.
+/// At 128 rows clusters measured 1.3x slower, and below 4096 columns (2048, 3584) one
+/// block per row was faster.
+pub const DECODE_SPLITS: u32 = 8;
+pub const DECODE_MAX_ROWS: u64 = 64;
+pub const DECODE_MIN_COLS: u32 = 4096;
+
+fn decode_cluster(target: Target, key: &RmsNormKey, rows: u64) -> Option<RmsNormConfig> {
+    if target != Target::Sm90 || rows > DECODE_MAX_ROWS || key.cols < DECODE_MIN_COLS {
+        return None;
+    }
+    let vec = kernels_core::widest_vector(key.dtype, key.cols);
+    let vectors = key.cols / vec;
+    let mut threads = vectors.div_ceil(DECODE_SPLITS).next_power_of_two().min(1024);
+    while threads > target.warp_size() && (DECODE_SPLITS - 1) * threads >= vectors {
+        threads /= 2;
+    }
+    let c = RmsNormConfig {
+        threads,
+        vec,
+        rows: 1,
+        occ: 0,
+        splits: DECODE_SPLITS,
+    };
+    crate::space::fits(target, key, &c).then_some(c)
+}
+
 /// The default for plain RMSNorm on `rows` rows of `key`.
-pub fn analytic_default(target: Target, key: &RmsNormKey, _rows: u64) -> RmsNormConfig {
+pub fn analytic_default(target: Target, key: &RmsNormKey, rows: u64) -> RmsNormConfig {
+    if let Some(c) = decode_cluster(target, key, rows) {
+        return c;
+    }
     let vec = kernels_core::widest_vector(key.dtype, key.cols);
     let vectors = key.cols.div_ceil(vec);
     // About 4 vectors per thread: hidden 4096 in bf16 -> 128 threads of 4 x 16 bytes.
@@ -44,7 +83,10 @@ pub fn analytic_default(target: Target, key: &RmsNormKey, _rows: u64) -> RmsNorm
 /// The default for fused add RMSNorm, which moves twice the bytes per row: about two
 /// vectors per thread (f16 32768x4096: t256 4.14 TB/s against t128 3.84; 16384x2048
 /// bf16: t256 3.96 against t64 r2 3.77).
-pub fn analytic_default_fused(target: Target, key: &RmsNormKey, _rows: u64) -> RmsNormConfig {
+pub fn analytic_default_fused(target: Target, key: &RmsNormKey, rows: u64) -> RmsNormConfig {
+    if let Some(c) = decode_cluster(target, key, rows) {
+        return c;
+    }
     let vec = kernels_core::widest_vector(key.dtype, key.cols);
     let vectors = key.cols.div_ceil(vec);
     let mut threads = threads_for(target, vectors, 2);
@@ -59,5 +101,58 @@ pub fn analytic_default_fused(target: Target, key: &RmsNormKey, _rows: u64) -> R
         rows: 1,
         occ: 0,
         splits: 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tuned::DType;
+
+    fn key(cols: u32) -> RmsNormKey {
+        RmsNormKey {
+            dtype: DType::Bf16,
+            cols,
+        }
+    }
+
+    /// Decode batches of 4096+ columns on sm90 default to an 8-block cluster with about
+    /// one 16-byte vector per thread (the configs the twelfth session's records rank
+    /// first or close behind); more rows, shorter rows and other targets do not.
+    #[test]
+    fn decode_rows_default_to_a_cluster_on_sm90() {
+        for (cols, threads) in [(4096, 64), (7168, 64), (8192, 128), (16384, 256)] {
+            for rows in [1, 16, DECODE_MAX_ROWS] {
+                for f in [analytic_default, analytic_default_fused] {
+                    let c = f(Target::Sm90, &key(cols), rows);
+                    assert_eq!(
+                        c,
+                        RmsNormConfig {
+                            threads,
+                            vec: 8,
+                            rows: 1,
+                            occ: 0,
+                            splits: DECODE_SPLITS,
+                        },
+                        "{cols} x {rows}"
+                    );
+                    assert!(crate::space::fits(Target::Sm90, &key(cols), &c));
+                }
+            }
+        }
+        for (target, cols, rows) in [
+            (Target::Sm90, 8192, DECODE_MAX_ROWS + 1),
+            (Target::Sm90, 3584, 1),
+            (Target::Sm80, 8192, 1),
+            (Target::Gfx942, 8192, 1),
+        ] {
+            for f in [analytic_default, analytic_default_fused] {
+                assert_eq!(f(target, &key(cols), rows).splits, 1, "{target} {cols} x {rows}");
+            }
+        }
+        // An odd hidden size takes 1-wide vectors, still with a vector for every block.
+        let odd = analytic_default(Target::Sm90, &key(4097), 1);
+        assert_eq!((odd.vec, odd.threads, odd.splits), (1, 512, DECODE_SPLITS));
+        assert!(crate::space::fits(Target::Sm90, &key(4097), &odd));
     }
 }

@@ -227,7 +227,11 @@ fn variant(entry: &str, key: &RmsNormKey, c: &RmsNormConfig) -> Variant {
         .define("VEC", c.vec)
         .define("ROWS", c.rows);
     // SPLITS is 1 when not defined, so configs without clusters keep their variants.
-    let v = if c.splits > 1 { v.define("SPLITS", c.splits) } else { v };
+    let v = if c.splits > 1 {
+        v.define("SPLITS", c.splits)
+    } else {
+        v
+    };
     // The device code does not read OCC: it gives a capped config its own function, so
     // the carveout its launch sets on that function never reaches an uncapped launch.
     if c.occ > 0 {
@@ -648,7 +652,12 @@ mod tests {
         let defines = format!("{:?}", plan.variant);
         assert!(defines.contains("SPLITS"), "{defines}");
         let plain = RmsNormConfig { splits: 1, ..c };
-        let defines = format!("{:?}", <RmsNorm as PlannedKernel>::plan(&info, &plain, &p).unwrap().variant);
+        let defines = format!(
+            "{:?}",
+            <RmsNorm as PlannedKernel>::plan(&info, &plain, &p)
+                .unwrap()
+                .variant
+        );
         assert!(!defines.contains("SPLITS"), "{defines}");
         let key = p.key();
         // 4-byte alignment: vectors of 2, 8192 / (8 * 128 * 2) = 4 per thread, still a cluster.
@@ -661,7 +670,14 @@ mod tests {
             splits: 8,
             ..c
         };
-        assert_eq!(fit(&key, narrow, AlignClass::A2), RmsNormConfig { vec: 1, splits: 1, ..narrow });
+        assert_eq!(
+            fit(&key, narrow, AlignClass::A2),
+            RmsNormConfig {
+                vec: 1,
+                splits: 1,
+                ..narrow
+            }
+        );
         // The launch check passes it on Hopper and refuses it by name before.
         assert!(plan.dims.validate(&info).is_ok());
         let a100 = DeviceInfo::nominal(tuned::Target::Sm80).unwrap();
