@@ -27,8 +27,8 @@ fn threads_for(target: Target, vectors: u32, per_thread: u32) -> u32 {
 /// docs/results/2026-11-30-h200-session12-tuning-records-rmsnorm.tgz): this config took
 /// 1.000-1.086x the best candidate's time for RMSNorm and 1.000-1.043x for fused add
 /// RMSNorm, against 1.046-1.262x and 1.009-1.341x for the one-block-per-row default.
-/// At 128 rows clusters measured 1.3x slower, and below 4096 columns (2048, 3584) one
-/// block per row was faster.
+/// At 128 rows no cluster won (these were 1.2-1.5x the best candidate's time), and below
+/// 4096 columns (2048, 3584) one block per row was faster.
 pub const DECODE_SPLITS: u32 = 8;
 pub const DECODE_MAX_ROWS: u64 = 64;
 pub const DECODE_MIN_COLS: u32 = 4096;

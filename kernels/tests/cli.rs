@@ -363,7 +363,13 @@ fn promote_moves_online_results_into_tables() {
             ..kernels::core::testing::tuning_key_parts("rmsnorm", fingerprint, &static_key, 64)
         });
         let record = TuneRecord {
-            config: vec![Value::Int(256), Value::Int(8), Value::Int(1), Value::Int(0)],
+            config: vec![
+                Value::Int(256),
+                Value::Int(8),
+                Value::Int(1),
+                Value::Int(0),
+                Value::Int(1),
+            ],
             us,
             default_us: Some(4.0),
             device: "NVIDIA H200".into(),
@@ -424,8 +430,15 @@ fn promote_reselects_from_recorded_candidates_and_keeps_the_timing_method() {
     use tuned::Value;
     let dir = std::env::temp_dir().join(format!("kernels-reselect-{}", std::process::id()));
     let cache = DiskCache::at(dir.join("cache"));
-    let cfg =
-        |threads: i64, occ: i64| vec![Value::Int(threads), Value::Int(8), Value::Int(1), Value::Int(occ)];
+    let cfg = |threads: i64, occ: i64| {
+        vec![
+            Value::Int(threads),
+            Value::Int(8),
+            Value::Int(1),
+            Value::Int(occ),
+            Value::Int(1),
+        ]
+    };
     let fingerprint = kernels::rmsnorm::SOURCE_FINGERPRINT;
     let store = |cols: u32, default_us: f64, other_us: f64| {
         let static_key = format!("dtype=bf16,cols={cols}");
@@ -551,7 +564,15 @@ fn promote_skips_records_searched_over_another_candidate_list() {
             .store(Section::Tuning, &key, "tune", record.to_json().as_bytes())
             .unwrap();
     };
-    let norm = |threads: i64| vec![Value::Int(threads), Value::Int(8), Value::Int(1), Value::Int(0)];
+    let norm = |threads: i64| {
+        vec![
+            Value::Int(threads),
+            Value::Int(8),
+            Value::Int(1),
+            Value::Int(0),
+            Value::Int(1),
+        ]
+    };
     let fingerprint = kernels::rmsnorm::SOURCE_FINGERPRINT;
     let current = |cols: u32| digest::<RmsNorm>(&format!("dtype=bf16,cols={cols}"), batch);
     let (now, older) = (current(5120), "fnv1a64:0000000000000000");

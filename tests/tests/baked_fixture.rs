@@ -25,7 +25,7 @@ fn fixture_is_baked_with_provenance() {
     assert_eq!(t.kernel, "rmsnorm");
     assert_eq!(t.len, 6);
     assert_eq!(t.markers(), 1);
-    assert_eq!(t.params, &["threads", "vec", "rows", "occ"]);
+    assert_eq!(t.params, &["threads", "vec", "rows", "occ", "splits"]);
     assert_eq!(t.tuned_at, "2026-11-30");
     assert_eq!(t.source_fingerprint, SOURCE_FINGERPRINT);
     assert!(!t.is_stale());
@@ -37,7 +37,13 @@ fn exact_hit() {
     assert_eq!((b, h), (16, TableHit::Exact));
     assert_eq!(
         c,
-        vec![Value::Int(256), Value::Int(8), Value::Int(1), Value::Int(0)]
+        vec![
+            Value::Int(256),
+            Value::Int(8),
+            Value::Int(1),
+            Value::Int(0),
+            Value::Int(1)
+        ]
     );
 }
 
