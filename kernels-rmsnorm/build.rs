@@ -5,7 +5,7 @@ mod schema;
 
 fn main() {
     build_tools::Bake::new()
-        .kernel(&schema::RMSNORM, schema::check_config)
+        .kernel(&schema::RMSNORM, schema::check_rmsnorm_config)
         .kernel(&schema::FUSED_ADD_RMSNORM, schema::check_config)
         .source("../kernels-core/cuda/prelude.cuh")
         .source("cuda/rmsnorm.cu")

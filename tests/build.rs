@@ -6,7 +6,7 @@ mod schema;
 
 fn main() {
     build_tools::Bake::new()
-        .kernel(&schema::RMSNORM, schema::check_config)
+        .kernel(&schema::RMSNORM, schema::check_rmsnorm_config)
         .tables_dir("fixtures/tables")
         .run();
 }

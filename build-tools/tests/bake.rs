@@ -15,6 +15,7 @@ static NORM: KernelSchema = KernelSchema {
         Field::int("rows"),
         Field::int("occ"),
         Field::int("splits"),
+        Field::int("late"),
     ],
 };
 
@@ -128,7 +129,7 @@ fn a_default_marker_is_baked_without_a_config_check() {
     // Batch 16 of bf16/4096 becomes a marker; `check` would reject its (absent) config.
     let dir = edited_fixture("marker", |t| {
         t.replacen(
-            "\"config\": {\n    \"threads\": 256,\n    \"vec\": 8,\n    \"rows\": 1,\n    \"occ\": 0,\n    \"splits\": 1\n   },\n   \"us\": 3.0,",
+            "\"config\": {\n    \"threads\": 256,\n    \"vec\": 8,\n    \"rows\": 1,\n    \"occ\": 0,\n    \"splits\": 1,\n    \"late\": 0\n   },\n   \"us\": 3.0,",
             "\"config\": \"default\",\n   \"us\": 3.5,",
             1,
         )
@@ -152,7 +153,7 @@ fn a_default_marker_is_baked_without_a_config_check() {
 fn a_marker_whose_time_is_not_the_defaults_fails_naming_the_entry() {
     let dir = edited_fixture("bad-marker", |t| {
         t.replacen(
-            "\"config\": {\n    \"threads\": 256,\n    \"vec\": 8,\n    \"rows\": 1,\n    \"occ\": 0,\n    \"splits\": 1\n   },\n   \"us\": 3.0,",
+            "\"config\": {\n    \"threads\": 256,\n    \"vec\": 8,\n    \"rows\": 1,\n    \"occ\": 0,\n    \"splits\": 1,\n    \"late\": 0\n   },\n   \"us\": 3.0,",
             "\"config\": \"default\",\n   \"us\": 3.0,",
             1,
         )

@@ -23,6 +23,9 @@
 //   SPLITS (optional, default 1) blocks per row: 1, or (sm_90, ROWS = 1, ITERS <= 16)
 //       a thread-block cluster of 2..16 blocks that share one row held in registers;
 //       16 is a non-portable cluster size, which the host allows on the function
+//   LATE (optional, default 0) fused only: 1 stores the updated residual after the
+//       row's reduction, next to x, instead of as each vector of it is summed; needs
+//       the row in registers (ITERS <= 16). The plain kernel has no residual.
 //   KD_MIN_BLOCKS (optional compiler hint, NVIDIA) blocks per SM for __launch_bounds__
 // Grid: ceil(rows / ROWS) * SPLITS (at most 2^31 - 1) blocks of THREADS * ROWS threads,
 //   no dynamic shared memory; with SPLITS > 1, __cluster_dims__(SPLITS, 1, 1) is
@@ -48,6 +51,9 @@ typedef kd::Vec<T, VEC> V;
 #ifndef SPLITS
 #define SPLITS 1
 #endif
+#ifndef LATE
+#define LATE 0
+#endif
 
 constexpr int NVEC = COLS / VEC;           // vectors per row
 constexpr int WARPS = THREADS / kd::WARP;  // warps per row group
@@ -68,6 +74,7 @@ static_assert(sizeof(V) <= 16, "a vector is at most 16 bytes");
 static_assert(THREADS % kd::WARP == 0 && THREADS * ROWS <= 1024, "THREADS: whole warps");
 static_assert(SPLITS == 1 || (SPLITS >= 2 && SPLITS <= 16 && ROWS == 1 && CACHED),
               "a cluster of 2..16 blocks per row holds one row in registers");
+static_assert(LATE == 0 || (LATE == 1 && CACHED), "a late residual store holds the row in registers");
 
 // x + residual, rounded to T: the value fused_add_rmsnorm stores and normalises.
 __device__ __forceinline__ V add_round(const V& a, const V& b) {
@@ -198,16 +205,15 @@ __device__ __forceinline__ void rmsnorm_rows(const T* in, long long in_stride, T
     // of the row, so vector u of a thread is u * ROW_THREADS + tid as below.
     __shared__ Cluster cl;
     cluster_begin(cl);
-    const int group = 0;
     const int tid = int(cluster_rank()) * THREADS + int(threadIdx.x);
     const long long row = blockIdx.x / SPLITS;
 #else
+    __shared__ float red[ROWS * WARPS];
     const int group = int(threadIdx.x) / THREADS;
     const int tid = int(threadIdx.x) % THREADS;
     const long long row = (long long)blockIdx.x * ROWS + group;
 #endif
     kd::pdl_wait();
-    __shared__ float red[ROWS * WARPS];
     // Groups past the last row load and store nothing but still meet the barrier.
     const bool active = row < rows;
     const long long r = active ? row : 0;
@@ -247,7 +253,7 @@ __device__ __forceinline__ void rmsnorm_rows(const T* in, long long in_stride, T
             for (int u = 0; u < UNROLL; ++u) {
                 if (!valid(s, u)) continue;
                 buf[u] = add_round(buf[u], rb[u]);
-                kd::store_vec<T, VEC>(rp + at(s, u), buf[u]);
+                if (!LATE) kd::store_vec<T, VEC>(rp + at(s, u), buf[u]);
                 // Square the stored (rounded) values now, from the packed vector: the
                 // inputs and the unrounded floats die here (see kd::opaque).
                 kd::opaque(buf[u]);
@@ -292,6 +298,7 @@ __device__ __forceinline__ void rmsnorm_rows(const T* in, long long in_stride, T
             if (valid(s, u)) {
                 const V out = normalise(buf[u], wb[u], rstd);
                 if (CACHED) {
+                    if (FUSED && LATE) kd::store_vec<T, VEC>(rp + at(s, u), buf[u]);
                     kd::store_vec<T, VEC>(yp + at(s, u), out);
                 } else {
                     kd::store_stream<T, VEC>(yp + at(s, u), out);

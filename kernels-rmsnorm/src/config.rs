@@ -2,7 +2,7 @@
 
 use tuned::{DType, Value};
 
-use crate::schema::{check_config, OCC_AT, RMSNORM, ROWS_AT, SPLITS_AT, THREADS_AT, VEC_AT};
+use crate::schema::{check_config, LATE_AT, OCC_AT, RMSNORM, ROWS_AT, SPLITS_AT, THREADS_AT, VEC_AT};
 
 /// The static part of an RMSNorm problem: element type and hidden size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -32,6 +32,9 @@ pub struct RmsNormConfig {
     pub occ: u32,
     /// Blocks per row: 1, or a thread-block cluster of that many (see `schema::SPLITS`).
     pub splits: u32,
+    /// Fused: store the updated residual after the reduction (1) rather than as soon
+    /// as it is summed (0); the plain kernel takes 0 (see `schema::LATES`).
+    pub late: u32,
 }
 
 impl RmsNormConfig {
@@ -50,6 +53,7 @@ impl RmsNormConfig {
             rows: int(ROWS_AT)?,
             occ: int(OCC_AT)?,
             splits: int(SPLITS_AT)?,
+            late: int(LATE_AT)?,
         })
     }
 
@@ -60,6 +64,7 @@ impl RmsNormConfig {
             Value::Int(self.rows as i64),
             Value::Int(self.occ as i64),
             Value::Int(self.splits as i64),
+            Value::Int(self.late as i64),
         ]
     }
 

@@ -49,6 +49,7 @@ fn decode_cluster(target: Target, key: &RmsNormKey, rows: u64) -> Option<RmsNorm
         rows: 1,
         occ: 0,
         splits: DECODE_SPLITS,
+        late: 0,
     };
     crate::space::fits(target, key, &c).then_some(c)
 }
@@ -77,6 +78,7 @@ pub fn analytic_default(target: Target, key: &RmsNormKey, rows: u64) -> RmsNormC
         rows: 1,
         occ: 0,
         splits: 1,
+        late: 0,
     }
 }
 
@@ -101,6 +103,7 @@ pub fn analytic_default_fused(target: Target, key: &RmsNormKey, rows: u64) -> Rm
         rows: 1,
         occ: 0,
         splits: 1,
+        late: 0,
     }
 }
 
@@ -133,6 +136,7 @@ mod tests {
                             rows: 1,
                             occ: 0,
                             splits: DECODE_SPLITS,
+                            late: 0,
                         },
                         "{cols} x {rows}"
                     );

@@ -47,7 +47,7 @@ kernels_core::tuned_row_kernel! {
         fingerprint: baked::SOURCE_FINGERPRINT,
         table: baked::rmsnorm_table,
         default: heuristic::analytic_default,
-        fits: space::fits,
+        fits: space::fits_plain,
     }
 }
 
@@ -97,10 +97,12 @@ mod tests {
                     1 << 20,
                 ] {
                     let key = RmsNormKey { dtype, cols };
-                    for c in [analytic_default(t, &key, 1), analytic_default_fused(t, &key, 1)] {
-                        assert!(space::fits(t, &key, &c), "{t} {dtype} cols={cols}: {c:?}");
-                        assert!(schema::check_config(&c.values()).is_ok(), "{c:?}");
-                    }
+                    let c = analytic_default(t, &key, 1);
+                    assert!(space::fits_plain(t, &key, &c), "{t} {dtype} cols={cols}: {c:?}");
+                    assert!(schema::check_rmsnorm_config(&c.values()).is_ok(), "{c:?}");
+                    let c = analytic_default_fused(t, &key, 1);
+                    assert!(space::fits(t, &key, &c), "{t} {dtype} cols={cols}: {c:?}");
+                    assert!(schema::check_config(&c.values()).is_ok(), "{c:?}");
                 }
             }
         }
@@ -112,10 +114,12 @@ mod tests {
             dtype: DType::Bf16,
             cols: 4096,
         };
-        let space = space::search_space(Target::Sm90, &key);
-        assert!(space.len() > 20, "{}", space.len());
-        for c in &space {
-            assert_eq!(RmsNormConfig::from_values(&c.values()).unwrap(), *c);
+        for fused in [false, true] {
+            let space = space::search_space(Target::Sm90, &key, fused);
+            assert!(space.len() > 20, "{}", space.len());
+            for c in &space {
+                assert_eq!(RmsNormConfig::from_values(&c.values()).unwrap(), *c);
+            }
         }
     }
 
@@ -127,7 +131,7 @@ mod tests {
             dtype: DType::Bf16,
             cols: 4096,
         };
-        let sm90 = space::search_space(Target::Sm90, &key);
+        let sm90 = space::search_space(Target::Sm90, &key, true);
         let capped: Vec<_> = sm90.iter().filter(|c| c.occ > 0).collect();
         assert!(!capped.is_empty());
         for c in &capped {
@@ -144,7 +148,10 @@ mod tests {
             );
         }
         for t in [Target::Sm80, Target::Gfx942] {
-            assert!(space::search_space(t, &key).iter().all(|c| c.occ == 0), "{t}");
+            assert!(
+                space::search_space(t, &key, true).iter().all(|c| c.occ == 0),
+                "{t}"
+            );
         }
         let c = |threads: i64, rows: i64, occ: i64| {
             schema::check_config(&[
@@ -153,6 +160,7 @@ mod tests {
                 Value::Int(rows),
                 Value::Int(occ),
                 Value::Int(1),
+                Value::Int(0),
             ])
         };
         assert!(c(128, 1, 6).is_ok() && c(512, 1, 3).is_ok() && c(1024, 1, 0).is_ok());
@@ -168,6 +176,7 @@ mod tests {
             rows: 1,
             occ: 6,
             splits: 1,
+            late: 0,
         };
         assert!(space::fits(Target::Sm90, &key, &capped));
         assert!(!space::fits(Target::Sm80, &key, &capped));
@@ -183,7 +192,7 @@ mod tests {
             dtype: DType::Bf16,
             cols: 8192,
         };
-        let space = space::search_space(Target::Sm90, &key);
+        let space = space::search_space(Target::Sm90, &key, true);
         let clustered: Vec<_> = space.iter().filter(|c| c.splits > 1).collect();
         assert!(!clustered.is_empty());
         for c in &clustered {
@@ -198,6 +207,7 @@ mod tests {
             rows: 1,
             occ: 0,
             splits: 8,
+            late: 0,
         };
         assert!(space.contains(&winner));
         assert!(!space::fits(Target::Sm80, &key, &winner));
@@ -214,9 +224,12 @@ mod tests {
             assert_eq!(space::fits(Target::Sm90, &key, &c), ok, "{c:?}");
         }
         for t in [Target::Sm80, Target::Gfx942] {
-            assert!(space::search_space(t, &key).iter().all(|c| c.splits == 1), "{t}");
+            assert!(
+                space::search_space(t, &key, true).iter().all(|c| c.splits == 1),
+                "{t}"
+            );
         }
-        let at = |batch| space::tuning_space(Target::Sm90, &key, batch);
+        let at = |batch| space::tuning_space(Target::Sm90, &key, batch, true);
         assert!(at(space::CLUSTER_MAX_BATCH).iter().any(|c| c.splits > 1));
         assert!(at(space::CLUSTER_MAX_BATCH + 1).iter().all(|c| c.splits == 1));
         let check = |rows: i64, occ: i64, splits: i64| {
@@ -226,6 +239,7 @@ mod tests {
                 Value::Int(rows),
                 Value::Int(occ),
                 Value::Int(splits),
+                Value::Int(0),
             ])
         };
         assert!(check(1, 0, 16).is_ok());
@@ -234,5 +248,49 @@ mod tests {
             assert!(e.contains("splits"), "{e}");
         }
         assert!(check(1, 0, 3).unwrap_err().contains("splits"));
+    }
+
+    /// A late residual store is in the fused kernel's space wherever the row is held in
+    /// registers and nowhere else; the plain kernel's space, its `fits` and its table
+    /// check refuse it, by name.
+    #[test]
+    fn late_residual_stores_are_fused_only_and_need_the_row_in_registers() {
+        for cols in [4096, 32768] {
+            let key = RmsNormKey {
+                dtype: DType::Bf16,
+                cols,
+            };
+            let fused = space::search_space(Target::Sm90, &key, true);
+            let plain = space::search_space(Target::Sm90, &key, false);
+            assert!(plain.iter().all(|c| c.late == 0));
+            let late: Vec<_> = fused.iter().filter(|c| c.late == 1).collect();
+            assert!(!late.is_empty(), "cols={cols}");
+            for c in &late {
+                assert!(c.iters(cols) <= 16, "{c:?}");
+                // Each late config is its early twin with the store moved.
+                assert!(fused.contains(&RmsNormConfig { late: 0, ..**c }), "{c:?}");
+                assert!(!space::fits_plain(Target::Sm90, &key, c), "{c:?}");
+            }
+            // Streaming configs (the row read twice) have no late twin.
+            let streaming = fused.iter().filter(|c| c.iters(cols) > 16).count();
+            assert!(streaming > 0 || cols == 4096, "cols={cols}");
+            assert_eq!(fused.len(), plain.len() + late.len(), "cols={cols}");
+        }
+        let values = |late: i64| {
+            vec![
+                Value::Int(128),
+                Value::Int(8),
+                Value::Int(1),
+                Value::Int(0),
+                Value::Int(1),
+                Value::Int(late),
+            ]
+        };
+        assert!(schema::check_config(&values(1)).is_ok());
+        assert!(schema::check_rmsnorm_config(&values(0)).is_ok());
+        let e = schema::check_rmsnorm_config(&values(1)).unwrap_err();
+        assert!(e.contains("late") && e.contains("fused_add_rmsnorm"), "{e}");
+        let e = schema::check_config(&values(2)).unwrap_err();
+        assert!(e.contains("late"), "{e}");
     }
 }

@@ -207,7 +207,8 @@ fn check_writes_disjoint(operands: &[(&str, (u64, u64), bool)]) -> Result<()> {
 
 /// The config with its vector narrowed to what the buffers' alignment allows. A
 /// cluster config whose row no longer fits in registers at the narrower vector takes
-/// one block per row instead (which streams a long row).
+/// one block per row instead (which streams a long row), and a late residual store
+/// (which needs the row in registers) becomes an early one.
 pub(crate) fn fit(key: &RmsNormKey, mut c: RmsNormConfig, align: AlignClass) -> RmsNormConfig {
     let size = key.dtype.size() as u32;
     while c.vec > 1 && (c.vec * size > align.bytes() || !key.cols.is_multiple_of(c.vec)) {
@@ -215,6 +216,9 @@ pub(crate) fn fit(key: &RmsNormKey, mut c: RmsNormConfig, align: AlignClass) -> 
     }
     if c.splits > 1 && c.iters(key.cols) as i64 > crate::schema::MAX_ITERS {
         c.splits = 1;
+    }
+    if c.late > 0 && c.iters(key.cols) as i64 > crate::schema::MAX_ITERS {
+        c.late = 0;
     }
     c
 }
@@ -226,12 +230,14 @@ fn variant(entry: &str, key: &RmsNormKey, c: &RmsNormConfig) -> Variant {
         .define("THREADS", c.threads)
         .define("VEC", c.vec)
         .define("ROWS", c.rows);
-    // SPLITS is 1 when not defined, so configs without clusters keep their variants.
+    // SPLITS is 1 and LATE 0 when not defined, so configs without them keep their
+    // variants.
     let v = if c.splits > 1 {
         v.define("SPLITS", c.splits)
     } else {
         v
     };
+    let v = if c.late > 0 { v.define("LATE", 1) } else { v };
     // The device code does not read OCC: it gives a capped config its own function, so
     // the carveout its launch sets on that function never reaches an uncapped launch.
     if c.occ > 0 {
@@ -378,7 +384,7 @@ macro_rules! planned {
             const SOURCE: &'static KernelSource = &SOURCE;
 
             fn search_space(device: &DeviceInfo, key: &RmsNormKey, batch: u64) -> Vec<RmsNormConfig> {
-                space::tuning_space(device.tuning_target(), key, batch)
+                space::tuning_space(device.tuning_target(), key, batch, $abi == Entry::FusedAdd)
             }
 
             fn variant(_: &DeviceInfo, key: &RmsNormKey, c: &RmsNormConfig) -> Variant {
@@ -573,6 +579,7 @@ mod tests {
             rows: 1,
             occ: 0,
             splits: 1,
+            late: 0,
         };
         assert_eq!(fit(&key, c, AlignClass::A16).vec, 8);
         assert_eq!(fit(&key, c, AlignClass::A4).vec, 2);
@@ -603,6 +610,7 @@ mod tests {
             rows: 2,
             occ: 0,
             splits: 1,
+            late: 0,
         };
         let info = DeviceInfo::nominal(tuned::Target::Sm90).unwrap();
         let plan = <RmsNorm as PlannedKernel>::plan(&info, &c, &p).unwrap();
@@ -645,6 +653,7 @@ mod tests {
             rows: 1,
             occ: 0,
             splits: 8,
+            late: 0,
         };
         let info = DeviceInfo::nominal(tuned::Target::Sm90).unwrap();
         let plan = <RmsNorm as PlannedKernel>::plan(&info, &c, &p).unwrap();
@@ -698,6 +707,7 @@ mod tests {
             rows: 1,
             occ: 0,
             splits: 1,
+            late: 0,
         };
         let info = DeviceInfo::nominal(tuned::Target::Sm90).unwrap();
         // x and weight overlap: allowed for the plain op, which only reads both.
@@ -755,6 +765,7 @@ mod tests {
                 rows,
                 occ,
                 splits: 1,
+                late: 0,
             };
             let plan = <RmsNorm as PlannedKernel>::plan(&h200, &c, &p).unwrap();
             let b = per_block(plan.dims.smem_bytes, &c);
@@ -774,6 +785,7 @@ mod tests {
             rows: 1,
             occ: 6,
             splits: 1,
+            late: 0,
         };
         let a100 = DeviceInfo::nominal(tuned::Target::Sm80).unwrap();
         let e = <RmsNorm as PlannedKernel>::plan(&a100, &c, &p).unwrap_err();
@@ -809,7 +821,7 @@ mod tests {
             amd_arch: Some("gfx942".into()),
             ..nvidia.clone()
         };
-        let space = space::search_space(tuned::Target::Gfx942, &key);
+        let space = space::search_space(tuned::Target::Gfx942, &key, true);
         assert!(!space.is_empty());
         for c in &space {
             for (plan, p) in [

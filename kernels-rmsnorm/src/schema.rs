@@ -13,6 +13,7 @@ const PARAMS: &[Field] = &[
     Field::int("rows"),
     Field::int("occ"),
     Field::int("splits"),
+    Field::int("late"),
 ];
 
 /// `y = x / rms(x) * weight`: key (dtype, cols = hidden size), batch = rows (tokens).
@@ -58,6 +59,15 @@ pub fn occ_leaves_enough_threads(block_threads: i64, occ: i64) -> bool {
 /// threads against 2.03 for one block of 512 (docs/results/2026-11-30-h200-session12.md).
 /// A cluster config has one row per block and no blocks-per-SM cap.
 pub const SPLITS: &[i64] = &[1, 2, 4, 8, 16];
+/// Where the fused kernel stores the updated residual: 0, as soon as each vector of it
+/// is summed (before the row's reduction); 1, after the reduction, next to the output.
+/// Storing late keeps the writes of a row together and the loads of the row alone in
+/// flight, which measured faster with 128-thread blocks on the H200: fused add RMSNorm
+/// over 4096 x 2048 bf16 ran 17.67 us against 18.00 (128 x 8), but 34.53 against 34.35
+/// over 4096 x 4096 at 64 x 8 (docs/results/2026-11-30-h200-session13.md). It needs the
+/// row in registers (at most `MAX_ITERS` vectors a thread); the plain kernel has no
+/// residual and takes 0 only.
+pub const LATES: &[i64] = &[0, 1];
 /// Most vectors one thread holds in registers between the reduction and the write;
 /// longer rows are read a second time (from L2).
 pub const MAX_ITERS: i64 = 16;
@@ -67,15 +77,26 @@ pub const VEC_AT: usize = param_index(&RMSNORM, "vec");
 pub const ROWS_AT: usize = param_index(&RMSNORM, "rows");
 pub const OCC_AT: usize = param_index(&RMSNORM, "occ");
 pub const SPLITS_AT: usize = param_index(&RMSNORM, "splits");
+pub const LATE_AT: usize = param_index(&RMSNORM, "late");
+
+/// Checks a plain RMSNorm config: [`check_config`], and `late` 0 (no residual).
+pub fn check_rmsnorm_config(values: &[Value]) -> Result<(), String> {
+    check_config(values)?;
+    match values.get(LATE_AT).and_then(Value::as_int) {
+        Some(0) => Ok(()),
+        _ => Err("late = 1 (the residual stored after the reduction) is for fused_add_rmsnorm only; rmsnorm has no residual".into()),
+    }
+}
 
 /// Checks a config's values against the parameter domains and the rules that tie
-/// parameters together (independent of the problem).
+/// parameters together (independent of the problem). A fused add RMSNorm config.
 pub fn check_config(values: &[Value]) -> Result<(), String> {
     let threads = int_param(&RMSNORM, values, THREADS_AT, THREADS)?;
     int_param(&RMSNORM, values, VEC_AT, VECS)?;
     let rows = int_param(&RMSNORM, values, ROWS_AT, ROWS)?;
     let occ = int_param(&RMSNORM, values, OCC_AT, OCCS)?;
     let splits = int_param(&RMSNORM, values, SPLITS_AT, SPLITS)?;
+    int_param(&RMSNORM, values, LATE_AT, LATES)?;
     if splits > 1 && (rows != 1 || occ != 0) {
         return Err(format!(
             "splits = {splits} (a cluster per row) needs rows = 1 and occ = 0, not rows = {rows}, occ = {occ}"

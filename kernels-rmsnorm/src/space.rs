@@ -3,7 +3,7 @@
 use tuned::Target;
 
 use crate::config::{RmsNormConfig, RmsNormKey};
-use crate::schema::{occ_leaves_enough_threads, MAX_ITERS, OCCS, ROWS, SPLITS, THREADS, VECS};
+use crate::schema::{occ_leaves_enough_threads, LATES, MAX_ITERS, OCCS, ROWS, SPLITS, THREADS, VECS};
 
 /// Whether `config` can run rows of `key` on `target`: a vector is at most 16 bytes
 /// and divides the row; a thread group is at least a warp (64 lanes on AMD) and has
@@ -13,7 +13,8 @@ use crate::schema::{occ_leaves_enough_threads, MAX_ITERS, OCCS, ROWS, SPLITS, TH
 /// 768..=2048 resident threads. A cluster per row (`splits` > 1) needs sm90, one row
 /// per block, no cap, and the row in registers (at most `MAX_ITERS` vectors per
 /// thread); its blocks together have no more threads than the row has vectors, so
-/// none is left without any.
+/// none is left without any. Storing the residual late (`late` 1) needs the row in
+/// registers too. This is the fused kernel's rule; [`fits_plain`] the plain one's.
 pub fn fits(target: Target, key: &RmsNormKey, config: &RmsNormConfig) -> bool {
     let vec_bytes = config.vec as usize * key.dtype.size();
     let vectors = key.cols / config.vec.max(1);
@@ -27,10 +28,17 @@ pub fn fits(target: Target, key: &RmsNormKey, config: &RmsNormConfig) -> bool {
                 && config.occ == 0
                 && config.iters(key.cols) as i64 <= MAX_ITERS
                 && (config.splits - 1) * config.threads < vectors))
+        && (config.late == 0 || config.iters(key.cols) as i64 <= MAX_ITERS)
         && vec_bytes <= 16
         && key.cols.is_multiple_of(config.vec)
         && config.threads >= target.warp_size()
         && config.threads <= group_limit
+}
+
+/// Whether plain RMSNorm can run `config` on rows of `key`: [`fits`], with `late` 0
+/// (the plain kernel has no residual).
+pub fn fits_plain(target: Target, key: &RmsNormKey, config: &RmsNormConfig) -> bool {
+    config.late == 0 && fits(target, key, config)
 }
 
 /// Most rows at which the tuner tries clusters: with more, one block per row already
@@ -42,36 +50,46 @@ pub const CLUSTER_MAX_BATCH: u64 = 128;
 /// The configs the tuner times for `batch` rows of `key`: [`search_space`], without
 /// clusters above [`CLUSTER_MAX_BATCH`] rows. Every config of [`search_space`] stays
 /// correct at any batch; this only saves tuning time.
-pub fn tuning_space(target: Target, key: &RmsNormKey, batch: u64) -> Vec<RmsNormConfig> {
-    let mut out = search_space(target, key);
+pub fn tuning_space(target: Target, key: &RmsNormKey, batch: u64, fused: bool) -> Vec<RmsNormConfig> {
+    let mut out = search_space(target, key, fused);
     if batch > CLUSTER_MAX_BATCH {
         out.retain(|c| c.splits == 1);
     }
     out
 }
 
-/// Every config of the space that fits `key` on `target`.
-pub fn search_space(target: Target, key: &RmsNormKey) -> Vec<RmsNormConfig> {
+/// Every config of the space that fits `key` on `target`, for the fused kernel
+/// (`fused`) or the plain one ([`fits_plain`]: no late residual store).
+pub fn search_space(target: Target, key: &RmsNormKey, fused: bool) -> Vec<RmsNormConfig> {
     let mut out = Vec::new();
     for &threads in THREADS {
         for &vec in VECS {
             for &rows in ROWS {
                 for &occ in OCCS {
                     for &splits in SPLITS {
-                        if threads * rows <= 1024 {
-                            out.push(RmsNormConfig {
-                                threads: threads as u32,
-                                vec: vec as u32,
-                                rows: rows as u32,
-                                occ: occ as u32,
-                                splits: splits as u32,
-                            });
+                        for &late in LATES {
+                            if threads * rows <= 1024 {
+                                out.push(RmsNormConfig {
+                                    threads: threads as u32,
+                                    vec: vec as u32,
+                                    rows: rows as u32,
+                                    occ: occ as u32,
+                                    splits: splits as u32,
+                                    late: late as u32,
+                                });
+                            }
                         }
                     }
                 }
             }
         }
     }
-    out.retain(|c| fits(target, key, c));
+    out.retain(|c| {
+        if fused {
+            fits(target, key, c)
+        } else {
+            fits_plain(target, key, c)
+        }
+    });
     out
 }

@@ -189,7 +189,7 @@ fn every_config_of_the_device_space_matches_the_reference() {
     let (x, w) = (Buf::new(&rt, dtype, &x_host, 0), Buf::new(&rt, dtype, &w_host, 0));
     let mut want = vec![0.0f32; 9 * 4096];
     reference::rmsnorm(&x_host, 4096, &w_host, &mut want, 4096, 9, 1e-6);
-    let configs = space::search_space(rt.limits().tuning_target(), &key);
+    let configs = space::search_space(rt.limits().tuning_target(), &key, false);
     assert!(!configs.is_empty());
     for c in configs {
         let y = Buf::new(&rt, dtype, &vec![0.0; 9 * 4096], 0);

@@ -25,7 +25,7 @@ fn fixture_is_baked_with_provenance() {
     assert_eq!(t.kernel, "rmsnorm");
     assert_eq!(t.len, 6);
     assert_eq!(t.markers(), 1);
-    assert_eq!(t.params, &["threads", "vec", "rows", "occ", "splits"]);
+    assert_eq!(t.params, &["threads", "vec", "rows", "occ", "splits", "late"]);
     assert_eq!(t.tuned_at, "2026-11-30");
     assert_eq!(t.source_fingerprint, SOURCE_FINGERPRINT);
     assert!(!t.is_stale());
@@ -42,7 +42,8 @@ fn exact_hit() {
             Value::Int(8),
             Value::Int(1),
             Value::Int(0),
-            Value::Int(1)
+            Value::Int(1),
+            Value::Int(0)
         ]
     );
 }
