@@ -369,6 +369,7 @@ fn promote_moves_online_results_into_tables() {
                 Value::Int(1),
                 Value::Int(0),
                 Value::Int(1),
+                Value::Int(0),
             ],
             us,
             default_us: Some(4.0),
@@ -437,6 +438,7 @@ fn promote_reselects_from_recorded_candidates_and_keeps_the_timing_method() {
             Value::Int(1),
             Value::Int(occ),
             Value::Int(1),
+            Value::Int(0),
         ]
     };
     let fingerprint = kernels::rmsnorm::SOURCE_FINGERPRINT;
@@ -571,6 +573,7 @@ fn promote_skips_records_searched_over_another_candidate_list() {
             Value::Int(1),
             Value::Int(0),
             Value::Int(1),
+            Value::Int(0),
         ]
     };
     let fingerprint = kernels::rmsnorm::SOURCE_FINGERPRINT;
