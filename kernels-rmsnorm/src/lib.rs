@@ -276,6 +276,29 @@ mod tests {
             assert!(streaming > 0 || cols == 4096, "cols={cols}");
             assert_eq!(fused.len(), plain.len() + late.len(), "cols={cols}");
         }
+        // What resolution and explicit launches check: the plain kernel refuses a late
+        // config that the fused one accepts.
+        let key = RmsNormKey {
+            dtype: DType::Bf16,
+            cols: 4096,
+        };
+        let late = RmsNormConfig {
+            threads: 128,
+            vec: 8,
+            rows: 1,
+            occ: 0,
+            splits: 1,
+            late: 1,
+        };
+        use tuned::TunedKernel;
+        assert!(FusedAddRmsNorm::accepts(Target::Sm90, &key, 4096, &late));
+        assert!(!RmsNorm::accepts(Target::Sm90, &key, 4096, &late));
+        assert!(RmsNorm::accepts(
+            Target::Sm90,
+            &key,
+            4096,
+            &RmsNormConfig { late: 0, ..late }
+        ));
         let values = |late: i64| {
             vec![
                 Value::Int(128),
