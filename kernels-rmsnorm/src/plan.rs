@@ -214,10 +214,8 @@ pub(crate) fn fit(key: &RmsNormKey, mut c: RmsNormConfig, align: AlignClass) -> 
     while c.vec > 1 && (c.vec * size > align.bytes() || !key.cols.is_multiple_of(c.vec)) {
         c.vec /= 2;
     }
-    if c.splits > 1 && c.iters(key.cols) as i64 > crate::schema::MAX_ITERS {
+    if c.iters(key.cols) as i64 > crate::schema::MAX_ITERS {
         c.splits = 1;
-    }
-    if c.late > 0 && c.iters(key.cols) as i64 > crate::schema::MAX_ITERS {
         c.late = 0;
     }
     c

@@ -19,7 +19,7 @@ use kernels::rmsnorm::ops::{self as norm_ops, NormProblem};
 use kernels::rmsnorm::{reference as norm_ref, FusedAddRmsNorm, RmsNorm, RmsNormKey};
 use kernels::softmax::ops::SoftmaxProblem;
 use kernels::softmax::{reference as sm_ref, LogSoftmax, Softmax, SoftmaxKey};
-use tuned::{DType, Target};
+use tuned::{DType, Target, TunedKernel};
 
 fn runtime(test: &str) -> Option<(Runtime, Arc<CudaStream>)> {
     let dev = match Device::open(0) {
@@ -112,11 +112,13 @@ fn round_all(dtype: DType, v: &mut [f32]) {
 }
 
 /// The configs a launch on buffers aligned to `align` runs: every config of `space`
-/// fitted to the alignment (consecutive duplicates dropped), each variant of both
-/// kernels `A` and `B` of the family compiled before anything runs.
+/// fitted to the alignment (consecutive duplicates dropped), each variant of kernel `B`
+/// of the family, and of `A` where `A` accepts the config at `batch` rows, compiled
+/// before anything runs.
 fn fitted_and_compiled<A, B>(
     rt: &Runtime,
     key: &A::Key,
+    batch: u64,
     space: &[A::Config],
     align: AlignClass,
 ) -> Vec<A::Config>
@@ -131,13 +133,12 @@ where
         .map(|c| A::fit_alignment(info, key, c.clone(), align))
         .collect();
     configs.dedup();
+    let target = info.tuning_target();
     let jobs: Vec<_> = configs
         .iter()
         .flat_map(|c| {
-            [
-                (*A::SOURCE, A::variant(info, key, c)),
-                (*B::SOURCE, B::variant(info, key, c)),
-            ]
+            let a = A::accepts(target, key, batch, c).then(|| (*A::SOURCE, A::variant(info, key, c)));
+            a.into_iter().chain([(*B::SOURCE, B::variant(info, key, c))])
         })
         .collect();
     for r in rt.precompile(&jobs) {
@@ -290,13 +291,14 @@ fn rmsnorm_every_config_matches_reference() {
                 let align = xb.align(stream, shape.stride);
                 // The fused kernel's space: the plain one's and its late residual stores.
                 let space = kernels::rmsnorm::space::search_space(target, &key, true);
-                for c in &fitted_and_compiled::<RmsNorm, FusedAddRmsNorm>(rt, &key, &space, align) {
+                let rows = case.rows as u64;
+                for c in &fitted_and_compiled::<RmsNorm, FusedAddRmsNorm>(rt, &key, rows, &space, align) {
                     let what = format!(
                         "rmsnorm {:?} cols={} rows={} offset={} {c:?}",
                         case.dtype, case.cols, case.rows, case.offset
                     );
-                    // Plain RMSNorm has no residual to store late.
-                    if c.late == 0 {
+                    // Plain RMSNorm has no residual to store late: it refuses those.
+                    if RmsNorm::accepts(target, &key, rows, c) {
                         yb.write(stream, &vec![poison; x.len()]);
                         let p = unsafe {
                             NormProblem::rmsnorm_raw(
@@ -479,7 +481,7 @@ fn check_softmax_case(
 
     let align = xb.align(stream, shape.stride);
     let space = kernels::softmax::space::search_space(target, key);
-    for c in &fitted_and_compiled::<Softmax, LogSoftmax>(rt, key, &space, align) {
+    for c in &fitted_and_compiled::<Softmax, LogSoftmax>(rt, key, case.rows as u64, &space, align) {
         for log in [false, true] {
             let what = format!(
                 "{} {:?} cols={} rows={} offset={} scale={scale} {c:?}",
