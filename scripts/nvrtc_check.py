@@ -30,6 +30,15 @@ Examples:
     python3 scripts/nvrtc_check.py - < variants.json     # e.g. written by the Rust side
 
 Each variant may also carry "options" (extra NVRTC options, e.g. "-DKD_MIN_BLOCKS=2").
+
+`--digest FILE` writes a JSON object mapping "<variant> [<arch>]" to the SHA-256 of its
+cubin. Two digests taken before and after a change to the sources show whether any
+variant's machine code changed (a refactor that should change nothing):
+
+    python3 scripts/nvrtc_check.py variants.json --arch sm_90a --digest before.json
+    # ... edit ...
+    python3 scripts/nvrtc_check.py variants.json --arch sm_90a --digest after.json
+    cmp before.json after.json
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ import argparse
 import ctypes
 import ctypes.util
 import glob
+import hashlib
 import importlib.util
 import json
 import os
@@ -196,6 +206,8 @@ def main() -> int:
     ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("-v", "--verbose", action="store_true",
                     help="print registers, stack and spills per variant (ptxas -v)")
+    ap.add_argument("--digest", metavar="FILE",
+                    help="write the SHA-256 of every variant's cubin to FILE (JSON)")
     args = ap.parse_args()
 
     if args.smoke:
@@ -223,7 +235,10 @@ def main() -> int:
 
     def run(job):
         v, arch, src, opts = job
-        ok, log, size = nvrtc.compile(src, os.path.basename(v["sources"][-1]), opts)
+        ok, log, size = nvrtc.compile(src, os.path.basename(v["sources"][-1]), opts,
+                                      want_cubin=bool(args.digest))
+        if ok and args.digest:
+            size = hashlib.sha256(size).hexdigest()
         if ok:
             missing = [k for k in v.get("kernels", []) if k not in src]
             if missing:
@@ -231,19 +246,29 @@ def main() -> int:
         return v, arch, ok, log, size
 
     failures = 0
+    digests = {}
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         for v, arch, ok, log, size in pool.map(run, jobs):
             name = f"{variant_name(v)} [{arch}]"
             if not ok:
                 failures += 1
                 print(f"FAIL {name}\n{log.rstrip()}\n", flush=True)
-            elif args.verbose:
+                continue
+            if args.digest:
+                digests[name] = size
+            if args.verbose:
                 info = "; ".join(
                     f"{k}: {r} regs, {st} B stack, {sp} B spill"
                     for (k, st, sp), r in zip(PTXAS_FRAME.findall(log), PTXAS_REGS.findall(log))
                 )
                 print(f"ok   {name}: {info}", flush=True)
     print(f"{len(jobs) - failures}/{len(jobs)} compiled", flush=True)
+    if args.digest:
+        tmp = args.digest + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(dict(sorted(digests.items())), f, indent=1)
+            f.write("\n")
+        os.replace(tmp, args.digest)
     if failures:
         print(f"nvrtc_check: {failures} variant(s) failed", file=sys.stderr)
         return 1

@@ -23,6 +23,11 @@
 //   fast_exp2 .................. 2^x on the special-function unit
 //   warp_sum / warp_max ......... butterfly reductions over a warp
 //   group_sum / group_max ....... reductions over a group of whole warps (shared memory)
+//   smem_addr ................... the 32-bit shared-memory address of a pointer (NVIDIA)
+//   cluster_rank, peer_addr ..... a block's rank in its cluster; a shared address in
+//                                 another block of the cluster (sm_90)
+//   exchange_begin, cluster_wait, push, wait_pushes
+//                                 the push exchange between the blocks of a cluster (sm_90)
 #ifndef KD_PRELUDE_CUH
 #define KD_PRELUDE_CUH
 
@@ -344,6 +349,110 @@ __device__ __forceinline__ void opaque(Vec<T, N>& v) {
     }
 #endif
 }
+
+// ---- thread-block clusters (sm_90) -------------------------------------------------
+
+#if !defined(KD_AMD)
+// The 32-bit shared-memory address of a pointer into this block's shared memory.
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    unsigned a;
+    asm("{ .reg .u64 g; cvta.to.shared.u64 g, %1; cvt.u32.u64 %0, g; }" : "=r"(a) : "l"(p));
+    return a;
+}
+#endif
+
+// The push exchange. The blocks of a cluster swap a few floats each (a row's partial
+// sums) by pushing, never pulling: a sender writes its values into its own slot of
+// every block's shared memory with st.async, which also counts the bytes on the
+// receiving block's mbarrier, and a block then waits on its own mbarrier only, until
+// every expected byte (its own included) has landed. No cluster barrier runs after the
+// start, and none at the end: nobody reads another block's memory, and a block cannot
+// finish before every push to it has landed. A kernel using it:
+//
+//   __shared__ float parts[N]; __shared__ unsigned long long bar;
+//   kd::exchange_begin(&bar, bytes);     // every thread, first thing (bytes: all pushes to a block)
+//   ...                                  // the loads and the partial sums
+//   kd::cluster_wait();                  // every thread: all blocks have armed their mbarrier
+//   kd::push(&parts[slot], &bar, rank, v);  // each value to each block `rank`
+//   kd::wait_pushes(&bar);               // every thread; then read `parts`
+//
+// Against reading the peers' values between two cluster barriers, this took softmax
+// 1 x 128256 bf16 (clusters of 16) from 3.53 to 2.85 us on the H200
+// (docs/results/2026-11-30-h200-session7.md). The kernels using it are softmax.cu
+// (Exchange, cluster_merge) and rmsnorm.cu (Cluster, cluster_sum).
+#if !defined(KD_AMD) && (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900)
+__device__ __forceinline__ unsigned cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+
+// The address of `p` (in this block's shared memory) in block `rank` of the cluster.
+__device__ __forceinline__ unsigned peer_addr(const void* p, unsigned rank) {
+    unsigned r;
+    asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(smem_addr(p)), "r"(rank));
+    return r;
+}
+
+// At the start of the kernel, by every thread: thread 0 arms the mbarrier `bar` for
+// `bytes` to come (one arrival, its own), and every thread arrives on the cluster
+// barrier (waited for in cluster_wait, long after, so it costs nothing by then).
+//
+// The arrive is relaxed. The only thing a peer relies on after the wait is the
+// mbarrier's init, and fence.mbarrier_init.release.cluster (thread 0, before its
+// arrive) is the release that publishes it; the values themselves travel by st.async,
+// whose complete_tx releases them. The default release arrive compiles to a full GPU
+// memory barrier in every thread, which under load waits on the memory system: it cost
+// softmax 1024 x 128256 bf16 136 against 126 us on the H200
+// (docs/results/2026-11-30-h200-session11.md).
+__device__ __forceinline__ void exchange_begin(unsigned long long* bar, unsigned bytes) {
+    if (threadIdx.x == 0) {
+        const unsigned b = smem_addr(bar);
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes) : "memory");
+    }
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+
+// Every block of the cluster has started and armed its mbarrier after this. Every
+// thread calls it once, after exchange_begin and before its first push.
+__device__ __forceinline__ void cluster_wait() {
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// `v` into `slot` (this block's address of it) in block `rank`, counted on that
+// block's `bar` (this block's address of it).
+__device__ __forceinline__ void push(float* slot, unsigned long long* bar, unsigned rank, float v) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(
+                     peer_addr(slot, rank)),
+                 "r"(__float_as_uint(v)), "r"(peer_addr(bar, rank))
+                 : "memory");
+}
+
+// The same for two floats, into slot[0] and slot[1] (8-byte aligned).
+__device__ __forceinline__ void push(float* slot, unsigned long long* bar, unsigned rank, float a, float b) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" ::"r"(
+                     peer_addr(slot, rank)),
+                 "f"(a), "f"(b), "r"(peer_addr(bar, rank))
+                 : "memory");
+}
+
+// Until every byte armed on this block's `bar` has landed; the pushed values are then
+// visible to the calling thread.
+__device__ __forceinline__ void wait_pushes(unsigned long long* bar) {
+    const unsigned b = smem_addr(bar);
+    unsigned done = 0;
+    while (!done) {
+        asm volatile(
+            "{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0; "
+            "selp.u32 %0, 1, 0, p; }"
+            : "=r"(done)
+            : "r"(b)
+            : "memory");
+    }
+}
+#endif
 
 // ---- math -----------------------------------------------------------------------
 

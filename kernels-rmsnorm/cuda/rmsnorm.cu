@@ -107,13 +107,11 @@ __device__ __forceinline__ V normalise(const V& a, const V& w, float r) {
 // ---- a row over a thread-block cluster (SPLITS > 1, sm_90) -----------------------
 //
 // Each warp adds its threads' sums of squares and pushes the result into its own slot
-// of every block's `Cluster::parts` with st.async, which also counts the 4 bytes on the
-// receiving block's mbarrier; a block then waits on its own mbarrier only, until all
-// SPLITS * WARPS sums (its own included) have landed, and adds them. No block-wide
-// barrier runs, no block reads another's memory, and a block cannot finish before
-// every push to it has landed, so no cluster barrier is needed at the end either. The
-// softmax cluster exchanges its (max, sum) pairs the same way (kernels-softmax/cuda/
-// softmax.cu, Exchange and cluster_merge).
+// of every block's `Cluster::parts` (the prelude's push exchange: st.async counted on
+// the receiving block's mbarrier); a block then waits on its own mbarrier only, until
+// all SPLITS * WARPS sums (its own included) have landed, and adds them. No block-wide
+// barrier runs. The softmax cluster exchanges its (max, sum) pairs the same way
+// (kernels-softmax/cuda/softmax.cu, Exchange and cluster_merge).
 #if SPLITS > 1
 #if defined(KD_AMD) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900)
 #error "SPLITS > 1 needs thread-block clusters (sm_90)"
@@ -125,65 +123,20 @@ struct Cluster {
     unsigned long long bar;  // mbarrier: one arrival (thread 0's) plus 4 * SPLITS * WARPS bytes
 };
 
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    unsigned a;
-    asm("{ .reg .u64 g; cvta.to.shared.u64 g, %1; cvt.u32.u64 %0, g; }" : "=r"(a) : "l"(p));
-    return a;
-}
-
-// The address of `p` (in this block's shared memory) in block `rank` of the cluster.
-__device__ __forceinline__ unsigned peer_addr(const void* p, unsigned rank) {
-    unsigned r;
-    asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(smem_addr(p)), "r"(rank));
-    return r;
-}
-
-__device__ __forceinline__ unsigned cluster_rank() {
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-
-// At the start, by every thread: thread 0 arms the mbarrier for the sums to come and
-// every thread arrives on the cluster barrier (waited for in cluster_sum). The arrive is
-// relaxed: fence.mbarrier_init.release.cluster is what publishes the init, and a
-// release arrive would compile to a GPU-wide memory barrier in every thread.
+// At the start, by every thread (see kd::exchange_begin).
 __device__ __forceinline__ void cluster_begin(Cluster& c) {
-    if (threadIdx.x == 0) {
-        const unsigned bar = smem_addr(&c.bar);
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
-                     "r"(unsigned(4 * SPLITS * WARPS))
-                     : "memory");
-    }
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+    kd::exchange_begin(&c.bar, unsigned(4 * SPLITS * WARPS));
 }
 
 // The row's sum of squares from each thread's `ss`. Every thread of every block of the
 // cluster calls it once, after cluster_begin.
 __device__ __forceinline__ float cluster_sum(float ss, Cluster& c) {
-    const unsigned slot = cluster_rank() * WARPS + threadIdx.x / kd::WARP;
+    const unsigned slot = kd::cluster_rank() * WARPS + threadIdx.x / kd::WARP;
     ss = kd::warp_sum(ss);
-    // Every block has started and armed its mbarrier after this.
-    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+    kd::cluster_wait();
     const int lane = kd::lane_id();
-    if (lane < SPLITS) {
-        asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(
-                         peer_addr(&c.parts[slot], unsigned(lane))),
-                     "r"(__float_as_uint(ss)), "r"(peer_addr(&c.bar, unsigned(lane)))
-                     : "memory");
-    }
-    const unsigned bar = smem_addr(&c.bar);
-    unsigned done = 0;
-    while (!done) {
-        asm volatile(
-            "{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0; "
-            "selp.u32 %0, 1, 0, p; }"
-            : "=r"(done)
-            : "r"(bar)
-            : "memory");
-    }
+    if (lane < SPLITS) kd::push(&c.parts[slot], &c.bar, unsigned(lane), ss);
+    kd::wait_pushes(&c.bar);
     float all = 0.f;
 #pragma unroll
     for (int q = lane; q < SPLITS * WARPS; q += kd::WARP) all += c.parts[q];
@@ -205,7 +158,7 @@ __device__ __forceinline__ void rmsnorm_rows(const T* in, long long in_stride, T
     // of the row, so vector u of a thread is u * ROW_THREADS + tid as below.
     __shared__ Cluster cl;
     cluster_begin(cl);
-    const int tid = int(cluster_rank()) * THREADS + int(threadIdx.x);
+    const int tid = int(kd::cluster_rank()) * THREADS + int(threadIdx.x);
     const long long row = blockIdx.x / SPLITS;
 #else
     __shared__ float red[ROWS * WARPS];

@@ -294,16 +294,7 @@ __device__ __forceinline__ Stats block_merge(Stats st, float* red_m, float* red_
     return st;
 }
 
-#if !defined(KD_AMD)
-// The 32-bit shared-memory address of a pointer into this block's shared memory.
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    unsigned a;
-    asm("{ .reg .u64 g; cvta.to.shared.u64 g, %1; cvt.u32.u64 %0, g; }" : "=r"(a) : "l"(p));
-    return a;
-}
-#endif
-
-// ---- thread-block clusters (sm_90): rank, barrier, remote shared memory ----------
+// ---- thread-block clusters (sm_90): the (max, sum) exchange -----------------------
 
 #define KD_CLUSTER (STRATEGY == 2 || (STRATEGY == 3 && SPLITS > 1))
 #if KD_CLUSTER
@@ -311,21 +302,11 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
 #error "the cluster and split staged strategies need thread-block clusters (sm_90)"
 #endif
 
-__device__ __forceinline__ unsigned cluster_rank() {
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-
-// The blocks of a cluster swap their (max, sum) by pushing, not pulling: each part
-// writes its pair into its own slot of every block's `Exchange::parts` with st.async,
-// which also counts the 8 bytes on the receiving block's mbarrier. A block then waits on
-// its own mbarrier only, until all PARTS pairs (its own included) have landed, and reads
-// them from its own shared memory. There is no cluster-wide barrier after the start,
-// and none at the end: nobody reads another block's memory, and a block cannot finish
-// before every push to it has landed. On the H200 this took 1 x 128256 bf16 (16 x 128)
-// from 3.53 to 2.85 us against reading the peers' pairs between two cluster barriers
-// (docs/results/2026-11-30-h200-session7.md).
+// The blocks of a cluster swap their (max, sum) with the prelude's push exchange: each
+// part writes its pair into its own slot of every block's `Exchange::parts` (st.async,
+// 8 bytes counted on the receiving block's mbarrier), and a block waits on its own
+// mbarrier only, until all PARTS pairs (its own included) have landed, then reads them
+// from its own shared memory.
 //
 // A part is a block (its warps merged first through shared memory and a barrier) or,
 // with WARP_PARTS, a warp: each warp pushes its own pair and no block-wide merge or
@@ -342,34 +323,8 @@ struct Exchange {
     unsigned long long bar;  // mbarrier: one arrival (thread 0's) plus 8 * PARTS bytes
 };
 
-// The address of `p` (in this block's shared memory) in block `rank` of the cluster.
-__device__ __forceinline__ unsigned peer_addr(const void* p, unsigned rank) {
-    unsigned r;
-    asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(smem_addr(p)), "r"(rank));
-    return r;
-}
-
-// At the start of the kernel, by every thread: thread 0 arms the mbarrier for the
-// pairs to come, and every thread arrives on the cluster barrier (the matching wait is
-// in cluster_merge, long after, so it costs nothing by then).
-//
-// The arrive is relaxed. The only thing a peer may rely on after the wait is the
-// mbarrier's init, and fence.mbarrier_init.release.cluster (thread 0, before its
-// arrive) is the release that publishes it; the pairs themselves travel by st.async,
-// whose complete_tx releases them. The default release arrive compiles to a full GPU
-// memory barrier (MEMBAR.ALL.GPU, ERRBAR, CGAERRBAR) in every thread, which under
-// load waits on the memory system: on the H200 it cost 1024 x 128256 bf16 126 against
-// 136 us and 2048 x 151936 296 against 324 (docs/results/2026-11-30-h200-session11.md).
-__device__ __forceinline__ void cluster_begin(Exchange& x) {
-    if (threadIdx.x == 0) {
-        const unsigned bar = smem_addr(&x.bar);
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(unsigned(8 * PARTS))
-                     : "memory");
-    }
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-}
+// At the start of the kernel, by every thread (see kd::exchange_begin).
+__device__ __forceinline__ void cluster_begin(Exchange& x) { kd::exchange_begin(&x.bar, unsigned(8 * PARTS)); }
 
 // The largest of the warp's v: one redux.sync on integer keys that order like the
 // floats (a negative float's magnitude bits flipped). A NaN with the sign clear
@@ -385,7 +340,7 @@ __device__ __forceinline__ float warp_max_redux(float v) {
 // thread of the block), or with WARP_PARTS each thread's own, merged here per warp.
 // Every thread of every block of the cluster calls it once, after cluster_begin.
 __device__ __forceinline__ Stats cluster_merge(Stats st, Exchange& x) {
-    const unsigned me = cluster_rank();
+    const unsigned me = kd::cluster_rank();
     const int lane = kd::lane_id();
     unsigned slot = me;
     if (WARP_PARTS) {
@@ -393,25 +348,12 @@ __device__ __forceinline__ Stats cluster_merge(Stats st, Exchange& x) {
         st = {m, kd::warp_sum(st.s * kd::fast_exp2(st.m - ref(m)))};
         slot = me * WARPS + threadIdx.x / kd::WARP;
     }
-    // Every block has started and armed its mbarrier after this.
-    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+    kd::cluster_wait();
     // Lanes 0..SPLITS-1 of each part's first warp push its pair, one block each.
     if ((WARP_PARTS || threadIdx.x < kd::WARP) && lane < SPLITS) {
-        asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" ::"r"(
-                         peer_addr(&x.parts[2 * slot], unsigned(lane))),
-                     "f"(st.m), "f"(st.s), "r"(peer_addr(&x.bar, unsigned(lane)))
-                     : "memory");
+        kd::push(&x.parts[2 * slot], &x.bar, unsigned(lane), st.m, st.s);
     }
-    const unsigned bar = smem_addr(&x.bar);
-    unsigned done = 0;
-    while (!done) {
-        asm volatile(
-            "{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0; "
-            "selp.u32 %0, 1, 0, p; }"
-            : "=r"(done)
-            : "r"(bar)
-            : "memory");
-    }
+    kd::wait_pushes(&x.bar);
     Stats all = {kd::neg_inf(), 0.f};
     if (WARP_PARTS) {
         // Lane l merges parts l and l + 32, then the warp: one max, one rescale, a sum.
@@ -566,7 +508,7 @@ extern "C" __global__ void __cluster_dims__(SPLITS, 1, 1) KD_LAUNCH_BOUNDS(THREA
     kd::pdl_wait();
     const int tid = int(threadIdx.x);
     const long long row = blockIdx.x / SPLITS;  // a cluster is SPLITS consecutive blocks
-    const int rank = int(cluster_rank());
+    const int rank = int(kd::cluster_rank());
     const float k = scale * kd::LOG2E;
     // Pass i of the cluster covers THREADS * SPLITS vectors; block `rank` takes slice
     // `rank` of each, so every block reads contiguous THREADS * VEC elements at a time.
@@ -647,7 +589,7 @@ constexpr bool REG_TAIL = TAIL_ITERS <= 6;
 
 // Asynchronous copy of one vector from global to shared memory (no registers held).
 __device__ __forceinline__ void copy_async(V* dst, const T* src) {
-    const unsigned s = smem_addr(dst);
+    const unsigned s = kd::smem_addr(dst);
     if (sizeof(V) == 16) {
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src) : "memory");
     } else {
@@ -681,7 +623,7 @@ extern "C" __global__ void KD_STAGED_CLUSTER KD_LAUNCH_BOUNDS(THREADS)
 #if SPLITS > 1
     __shared__ Exchange xch;
     cluster_begin(xch);
-    const int rank = int(cluster_rank());
+    const int rank = int(kd::cluster_rank());
 #else
     const int rank = 0;
 #endif
