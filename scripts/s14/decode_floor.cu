@@ -20,6 +20,11 @@
 //   block    a block-wide sum (two barriers) between the loads and the stores
 //   cluster  the push exchange across the S blocks of the row's cluster between the
 //            loads and the stores: the dependency a one-pass cluster softmax has
+//   global   no cluster: each block adds its sum into a slot in global memory, counts
+//            itself on the row's counter (atomicAdd after a fence) and spins until all
+//            S blocks of the row have counted, then adds the S slots: the dependency a
+//            one-pass softmax split over more blocks than a cluster holds would have
+//            (only where every block is resident at once: rows x S <= the SM count)
 //   copy/block run with and without the cluster launch attribute ("nc": none).
 // Call A of the session ran a first version whose loads waited on each other (see the
 // kernel); its numbers are not floors. The last call ran this one.
@@ -43,11 +48,13 @@
 typedef uint4 V;
 constexpr int MAX_S = 16;
 
-// MODE 0: copy; 1: block sum; 2: cluster exchange. A row is `nv` vectors; block
+// MODE 0: copy; 1: block sum; 2: cluster exchange; 3: exchange through global memory
+// (`cnt`: a counter per row, only ever increased, so launch g waits for (g + 1) * s;
+// `slots`: s floats per row). A row is `nv` vectors; block
 // `blockIdx.x % s` of a row owns the slice of `slice` vectors from rank * slice.
 template <int T, int I, int MODE>
 __global__ void __launch_bounds__(T) floor_kernel(const V* __restrict__ x, V* __restrict__ y, int nv, int s,
-                                                   int slice) {
+                                                   int slice, unsigned long long* cnt, float* slots) {
     constexpr int W = T / 32;
     __shared__ float parts[MAX_S * W];
     __shared__ unsigned long long bar;
@@ -79,12 +86,31 @@ __global__ void __launch_bounds__(T) floor_kernel(const V* __restrict__ x, V* __
     acc = kd::warp_sum(acc);
     const int lane = kd::lane_id(), warp = int(threadIdx.x) / 32;
     float all = 0.f;
-    if (MODE == 1) {
+    if (MODE == 1 || MODE == 3) {
         if (lane == 0) red[warp] = acc;
         __syncthreads();
         for (int q = lane; q < W; q += 32) all += red[q];
         all = kd::warp_sum(all);
-    } else {
+    }
+    if (MODE == 3) {
+        // Thread 0 publishes the block's sum and waits for the row's other blocks; then
+        // every warp reads the row's s sums from L2, a lane per sum.
+        if (threadIdx.x == 0) {
+            slots[row * s + rank] = all;
+            __threadfence();
+            const unsigned long long ticket = atomicAdd(&cnt[row], 1ull);
+            const unsigned long long want = (ticket / unsigned(s) + 1) * unsigned(s);
+            volatile unsigned long long* c = &cnt[row];
+            long long spins = 0;
+            while (*c < want && ++spins < (1ll << 24)) {
+            }
+            __threadfence();
+        }
+        __syncthreads();
+        all = 0.f;
+        for (int q = lane; q < s; q += 32) all += __ldcg(&slots[row * s + q]);
+        all = kd::warp_sum(all);
+    } else if (MODE == 2) {
         kd::cluster_wait();
         if (lane < s) kd::push(&parts[rank * W + warp], &bar, unsigned(lane), acc);
         kd::wait_pushes(&bar);
@@ -105,7 +131,7 @@ __global__ void __launch_bounds__(T) floor_kernel(const V* __restrict__ x, V* __
 
 __global__ void empty_kernel(int) {}
 
-typedef void (*Kern)(const V*, V*, int, int, int);
+typedef void (*Kern)(const V*, V*, int, int, int, unsigned long long*, float*);
 
 template <int T, int MODE>
 static Kern pick(int iters) {
@@ -124,7 +150,8 @@ static Kern pick(int t, int iters, int mode) {
     if (t == T_) {                                             \
         if (mode == 0) return pick<T_, 0>(iters);              \
         if (mode == 1) return pick<T_, 1>(iters);              \
-        return pick<T_, 2>(iters);                             \
+        if (mode == 2) return pick<T_, 2>(iters);              \
+        return pick<T_, 3>(iters);                             \
     }
     PICK_T(64)
     PICK_T(128)
@@ -186,19 +213,29 @@ int main() {
         time_graph("empty", [&](int) { empty_kernel<<<1, 32, 0, st>>>(0); });
         time_graph("memcpy", [&](int i) { CK(cudaMemcpyAsync(ys[i], xs[i], bytes, cudaMemcpyDeviceToDevice, st)); });
         char name[64];
-        for (int s : {4, 8, 16}) {
+        int sms = 0;
+        CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+        unsigned long long* cnt;
+        float* slots;
+        CK(cudaMalloc(&cnt, sizeof(unsigned long long) * sh.rows));
+        CK(cudaMemset(cnt, 0, sizeof(unsigned long long) * sh.rows));
+        CK(cudaMalloc(&slots, sizeof(float) * sh.rows * 128));
+        for (int s : {4, 8, 16, 32, 64, 128}) {
             const int slice = (nv + s - 1) / s;
             for (int t : {64, 128, 256, 512}) {
                 int it = 1;
                 while (it * t < slice) it *= 2;
                 if (it > 16) continue;
-                for (int mode = 0; mode < 3; ++mode) {
+                for (int mode = 0; mode < 4; ++mode) {
+                    if ((mode < 3) != (s <= 16)) continue;
+                    if (mode == 3 && sh.rows * s > sms) continue;
                     for (int clustered = 1; clustered >= 0; --clustered) {
                         if (mode == 2 && !clustered) continue;
+                        if (mode == 3 && clustered) continue;
                         Kern k = pick(t, it, mode);
                         if (!k) continue;
                         if (s > 8) CK(cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-                        static const char* modes[] = {"copy", "block", "cluster"};
+                        static const char* modes[] = {"copy", "block", "cluster", "global"};
                         snprintf(name, sizeof(name), "%s%s S%d T%d I%d", modes[mode], clustered ? "" : "-nc", s, t, it);
                         time_graph(name, [&](int i) {
                             cudaLaunchConfig_t cfg = {};
@@ -212,12 +249,14 @@ int main() {
                             at[0].val.clusterDim.z = 1;
                             cfg.attrs = at;
                             cfg.numAttrs = clustered ? 1 : 0;
-                            CK(cudaLaunchKernelEx(&cfg, k, (const V*)xs[i], ys[i], nv, s, slice));
+                            CK(cudaLaunchKernelEx(&cfg, k, (const V*)xs[i], ys[i], nv, s, slice, cnt, slots));
                         });
                     }
                 }
             }
         }
+        CK(cudaFree(cnt));
+        CK(cudaFree(slots));
         for (int i = 0; i < sets; ++i) {
             CK(cudaFree(xs[i]));
             CK(cudaFree(ys[i]));
