@@ -31,8 +31,8 @@ Examples:
 
 Each variant may also carry "options" (extra NVRTC options, e.g. "-DKD_MIN_BLOCKS=2").
 
-`--digest FILE` writes a JSON object mapping "<variant> [<arch>]" to the SHA-256 of its
-cubin. Two digests taken before and after a change to the sources show whether any
+`--digest FILE` writes a JSON object mapping each variant (name, arch, defines and
+options) to the SHA-256 of its cubin. Two digests taken before and after a change to the sources show whether any
 variant's machine code changed (a refactor that should change nothing):
 
     python3 scripts/nvrtc_check.py variants.json --arch sm_90a --digest before.json
@@ -255,7 +255,9 @@ def main() -> int:
                 print(f"FAIL {name}\n{log.rstrip()}\n", flush=True)
                 continue
             if args.digest:
-                digests[name] = size
+                # Names need not be unique (a name may leave out a define); the key is.
+                defines = json.dumps(v.get("defines", {}), sort_keys=True)
+                digests[f"{name} {defines} {' '.join(v.get('options', []))}".rstrip()] = size
             if args.verbose:
                 info = "; ".join(
                     f"{k}: {r} regs, {st} B stack, {sp} B spill"
