@@ -93,8 +93,8 @@ pub use policy::{
     parse_pdl, pdl_from_env, resolve_in_order, Outcome, Policy, ResolutionSteps, Step, PDL_ENV, TUNING_ENV,
 };
 pub use search::{
-    all_failed, cached_config, candidate_configs, conclude, recheck_configs, start_search, time_candidates,
-    tune_record, CandidateReport, Recheck, TuneOptions, TuneReport,
+    all_failed, cached_config, candidate_configs, conclude, prefer_after_default, recheck_configs,
+    start_search, time_candidates, tune_record, CandidateReport, Recheck, TuneOptions, TuneReport,
 };
 pub use select::{median, noise_margin, select, Measured, LONG_KERNEL_US, NOISE_THRESHOLD};
 pub use shape::{check_disjoint, check_eps, dtype_define, widest_vector, Rows};

@@ -26,6 +26,13 @@ pub struct TuneOptions {
     pub compile_threads: usize,
     /// Benchmark at most this many candidates, the default first (0: all).
     pub max_candidates: usize,
+    /// A config to try right after the analytic default (values in the kernel's
+    /// parameter order, as tables store them): `kernels tune` passes the table's
+    /// current entry. [`crate::select`] takes candidates in order, so this config
+    /// becomes the incumbent when it beats the default by the noise margin, and stays
+    /// unless another candidate beats it by the margin, so noise no longer picks among
+    /// configs within the margin of it. Ignored when it is not among the candidates.
+    pub prefer: Option<Vec<tuned::Value>>,
 }
 
 impl Default for TuneOptions {
@@ -35,6 +42,7 @@ impl Default for TuneOptions {
             noise_threshold: NOISE_THRESHOLD,
             compile_threads: 0,
             max_candidates: 0,
+            prefer: None,
         }
     }
 }
@@ -105,20 +113,26 @@ pub struct Recheck {
 pub fn start_search<K: crate::PlannedKernel>(
     device: &crate::DeviceInfo,
     problem: &K::Problem<'_>,
-    max_candidates: usize,
+    opts: &TuneOptions,
 ) -> (K::Key, Vec<K::Config>, TuneReport<K::Config>) {
     let target = device.tuning_target();
     let (key, batch) = K::problem_shape(problem);
     let static_key = canonical_key::<K>(&key);
     let align = K::alignment(problem);
     let default = K::fit_alignment(device, &key, K::analytic_default(target, &key, batch), align);
-    let configs = candidate_configs(
+    let mut configs = candidate_configs(
         default.clone(),
         K::search_space(device, &key, batch),
         |c| K::fit_alignment(device, &key, c, align),
         |c| K::accepts(target, &key, batch, c),
-        max_candidates,
+        0,
     );
+    if let Some(values) = &opts.prefer {
+        prefer_after_default(&mut configs, |c| K::config_values(c) == *values);
+    }
+    if opts.max_candidates > 0 {
+        configs.truncate(opts.max_candidates);
+    }
     let report = TuneReport {
         kernel: K::SCHEMA.kernel,
         static_key,
@@ -204,6 +218,21 @@ pub fn candidate_configs<C: Clone + Eq + Hash>(
         configs.truncate(max);
     }
     configs
+}
+
+/// Moves the first of `configs` after the default (index 0) that `preferred` picks to
+/// index 1, keeping the others in order: the incumbent after the default
+/// ([`TuneOptions::prefer`]). The default itself is never moved.
+///
+/// ```
+/// let mut c = vec![4, 0, 6, 2];
+/// kernels_core::prefer_after_default(&mut c, |c| *c == 6);
+/// assert_eq!(c, vec![4, 6, 0, 2]);
+/// ```
+pub fn prefer_after_default<C>(configs: &mut [C], preferred: impl Fn(&C) -> bool) {
+    if let Some(i) = configs.iter().skip(1).position(preferred) {
+        configs[1..=i + 1].rotate_right(1);
+    }
 }
 
 /// The failure of a search in which no candidate ran: how many, and the first errors.
@@ -721,6 +750,58 @@ mod tests {
         let c = candidate_configs(4u32, [2, 5, 3, 8, 10], |c| c & !1, |c| *c <= 8, 0);
         assert_eq!(c, vec![4, 2, 8]);
         assert_eq!(candidate_configs(4u32, [2, 8], |c| c, |_| true, 2), vec![4, 2]);
+    }
+
+    #[test]
+    fn the_preferred_config_moves_right_after_the_default_and_nothing_else_moves() {
+        let mut c = vec![4u32, 2, 8, 6, 8];
+        prefer_after_default(&mut c, |c| *c == 8);
+        assert_eq!(
+            c,
+            vec![4, 8, 2, 6, 8],
+            "the first match moves, the rest keep their order"
+        );
+        let mut c = vec![4u32, 2, 8];
+        prefer_after_default(&mut c, |c| *c == 2);
+        assert_eq!(c, vec![4, 2, 8], "already there");
+        prefer_after_default(&mut c, |c| *c == 4);
+        assert_eq!(c, vec![4, 2, 8], "the default is never moved");
+        prefer_after_default(&mut c, |c| *c == 7);
+        assert_eq!(c, vec![4, 2, 8], "not a candidate: ignored");
+        let mut one = vec![4u32];
+        prefer_after_default(&mut one, |_| true);
+        assert_eq!(one, vec![4]);
+    }
+
+    #[test]
+    fn a_preferred_config_keeps_near_ties_and_loses_to_a_clear_win() {
+        // Configs 0 (the default), 1, 2 with these times; config 2 is the previous
+        // table's entry. Times by config, whatever the order they are tried in.
+        let run = |times: [f64; 3], prefer: Option<u32>| {
+            let mut order = vec![0u32, 1, 2];
+            if let Some(p) = prefer {
+                prefer_after_default(&mut order, |c| *c == p);
+            }
+            let measured: Vec<Measured> = order.iter().map(|&c| Measured::Time(times[c as usize])).collect();
+            select(&measured, 0, NOISE_THRESHOLD).map(|i| order[i])
+        };
+        // 1 and 2 both beat the default; 1% apart is a near-tie (a 2% margin below 10 us).
+        let near = [5.0, 4.00, 4.04];
+        assert_eq!(
+            run(near, None),
+            Some(1),
+            "without a preference the earlier candidate wins"
+        );
+        assert_eq!(run(near, Some(2)), Some(2), "the previous entry keeps a near-tie");
+        // 1 is clearly faster than the previous entry: it wins either way.
+        let clear = [5.0, 3.5, 4.04];
+        assert_eq!(run(clear, Some(2)), Some(1));
+        // The previous entry no longer beats the default by the margin: the default
+        // stays the incumbent and the others race it as before.
+        let stale = [5.0, 4.0, 4.95];
+        assert_eq!(run(stale, Some(2)), Some(1));
+        let none_better = [5.0, 4.95, 4.96];
+        assert_eq!(run(none_better, Some(2)), Some(0));
     }
 
     #[test]

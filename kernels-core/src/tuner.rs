@@ -83,7 +83,7 @@ impl Runtime {
         opts: &TuneOptions,
     ) -> TuneReport<K::Config> {
         let info = self.device().info();
-        let (key, configs, mut report) = start_search::<K>(info, problem, opts.max_candidates);
+        let (key, configs, mut report) = start_search::<K>(info, problem, opts);
 
         if !plain_stream(stream, &mut report) {
             return report;

@@ -78,6 +78,11 @@ enum Command {
     },
     /// Tune a kernel on this GPU over a shape file and merge the results into its table
     /// (resumable: finished shapes are cached as they complete).
+    ///
+    /// Each search tries the analytic default first and the table's current entry for the
+    /// shape next (stale or not); a candidate must beat the incumbent by the noise margin,
+    /// so the entry stays unless this run measures something clearly faster. Point
+    /// --tables at a folder without the table to search without that preference.
     Tune {
         /// A kernel with a Tunable implementation.
         kernel: String,

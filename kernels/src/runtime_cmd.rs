@@ -459,6 +459,7 @@ fn tune_on(
     };
     args.filter
         .check_table(&job.table_path(), dev.fingerprint, &dev.timing.to_string())?;
+    let previous = previous_configs(&job.table_path(), dev.schema);
     println!(
         "tuning {} on {} ({}, {}, {}) for {} shape(s); results cached in {}",
         dev.schema.kernel,
@@ -478,7 +479,11 @@ fn tune_on(
         shapes,
         dev.cache,
         key_for,
-        &mut |key, batch| search(key, batch, &opts),
+        &mut |key, batch| {
+            let mut opts = opts.clone();
+            opts.prefer = previous.get(&(key.clone(), batch)).cloned();
+            search(key, batch, &opts)
+        },
         &mut |p| print_progress(&p, started),
     );
     match result {
@@ -488,6 +493,29 @@ fn tune_on(
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// The tuned configs of the table file at `path`, by (key, batch), stale or not: each
+/// search tries its shape's entry right after the analytic default
+/// ([`kernels_core::TuneOptions::prefer`]), and stays unless a candidate beats it by
+/// the noise margin. Empty where there is no file; a file that does not read is
+/// left to [`kernels_core::tune_table`], which refuses to overwrite it.
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+fn previous_configs(
+    path: &Path,
+    schema: &'static tuned::KernelSchema,
+) -> std::collections::HashMap<(StaticKey, u64), Vec<tuned::Value>> {
+    if !path.exists() {
+        return Default::default();
+    }
+    tuned::TableFile::read(path, Some(schema))
+        .map(|t| {
+            t.entries
+                .into_iter()
+                .filter_map(|e| Some(((e.key, e.batch), e.config.tuned()?.clone())))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Reads and parses a shape file for `schema`.
@@ -1015,5 +1043,42 @@ mod tests {
             .unwrap();
         part.check_table(&path.with_file_name("sm_none.json"), "fnv1a64:0", other)
             .unwrap();
+    }
+    #[test]
+    fn a_retune_prefers_each_shapes_current_entry_and_markers_prefer_nothing() {
+        // The committed softmax table: every tuned entry is offered back, by key and
+        // batch, exactly as stored; markers (the default serves) are not.
+        let schema = &kernels_softmax::schema::SOFTMAX;
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tuned/tables/softmax/sm90.json");
+        let table = TableFile::read(&path, Some(schema)).unwrap();
+        let prefer = super::previous_configs(&path, schema);
+        let tuned: Vec<_> = table
+            .entries
+            .iter()
+            .filter(|e| e.config.tuned().is_some())
+            .collect();
+        assert!(
+            !tuned.is_empty() && tuned.len() < table.entries.len(),
+            "tuned entries and markers"
+        );
+        assert_eq!(prefer.len(), tuned.len());
+        for e in &table.entries {
+            assert_eq!(
+                prefer.get(&(e.key.clone(), e.batch)),
+                e.config.tuned(),
+                "{} {}",
+                e.key,
+                e.batch
+            );
+        }
+        // No file, or one that does not read: no preference (tune_table reports the
+        // unreadable file and refuses to overwrite it).
+        let dir = std::env::temp_dir().join(format!("kernels-prefer-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert!(super::previous_configs(&dir.join("none.json"), schema).is_empty());
+        let bad = dir.join("bad.json");
+        std::fs::write(&bad, "{ not a table").unwrap();
+        assert!(super::previous_configs(&bad, schema).is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

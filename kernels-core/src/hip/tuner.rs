@@ -90,7 +90,7 @@ impl HipRuntime {
         opts: &TuneOptions,
     ) -> TuneReport<K::Config> {
         let info = &self.limits;
-        let (key, configs, mut report) = start_search::<K>(info, problem, opts.max_candidates);
+        let (key, configs, mut report) = start_search::<K>(info, problem, opts);
         // Graph timing replays CUDA graphs over rotating copies; HIP times single
         // launches only, so a graph-timed search is refused rather than mislabelled.
         if opts.timing.method != TimingMethod::Single {
