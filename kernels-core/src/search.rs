@@ -120,19 +120,14 @@ pub fn start_search<K: crate::PlannedKernel>(
     let static_key = canonical_key::<K>(&key);
     let align = K::alignment(problem);
     let default = K::fit_alignment(device, &key, K::analytic_default(target, &key, batch), align);
-    let mut configs = candidate_configs(
+    let configs = candidate_configs(
         default.clone(),
         K::search_space(device, &key, batch),
         |c| K::fit_alignment(device, &key, c, align),
         |c| K::accepts(target, &key, batch, c),
-        0,
+        |c| opts.prefer.as_ref().is_some_and(|v| K::config_values(c) == *v),
+        opts.max_candidates,
     );
-    if let Some(values) = &opts.prefer {
-        prefer_after_default(&mut configs, |c| K::config_values(c) == *values);
-    }
-    if opts.max_candidates > 0 {
-        configs.truncate(opts.max_candidates);
-    }
     let report = TuneReport {
         kernel: K::SCHEMA.kernel,
         static_key,
@@ -192,11 +187,12 @@ pub fn recheck_configs<C: Clone + PartialEq>(
 }
 
 /// The candidates of a search: `default` first, then `space` in its order, each
-/// `fit` to the problem's alignment, kept when `accepts` it, without duplicates; at
-/// most `max` of them (0: all).
+/// `fit` to the problem's alignment, kept when `accepts` it, without duplicates; the
+/// first that `preferred` picks moved right after the default ([`prefer_after_default`],
+/// [`TuneOptions::prefer`]); at most `max` of them (0: all).
 ///
 /// ```
-/// let c = kernels_core::candidate_configs(4, [1, 4, 6, 7], |c| c & !1, |c| *c < 7, 0);
+/// let c = kernels_core::candidate_configs(4, [1, 4, 6, 7], |c| c & !1, |c| *c < 7, |_| false, 0);
 /// assert_eq!(c, vec![4, 0, 6]);
 /// ```
 pub fn candidate_configs<C: Clone + Eq + Hash>(
@@ -204,6 +200,7 @@ pub fn candidate_configs<C: Clone + Eq + Hash>(
     space: impl IntoIterator<Item = C>,
     fit: impl Fn(C) -> C,
     accepts: impl Fn(&C) -> bool,
+    preferred: impl Fn(&C) -> bool,
     max: usize,
 ) -> Vec<C> {
     let mut configs = vec![default.clone()];
@@ -214,6 +211,7 @@ pub fn candidate_configs<C: Clone + Eq + Hash>(
             configs.push(c);
         }
     }
+    prefer_after_default(&mut configs, preferred);
     if max > 0 {
         configs.truncate(max);
     }
@@ -747,9 +745,12 @@ mod tests {
     #[test]
     fn the_default_comes_first_and_duplicates_after_fitting_go() {
         // fit rounds down to even: 5 becomes 4 (the default) and 3 becomes 2 (already seen).
-        let c = candidate_configs(4u32, [2, 5, 3, 8, 10], |c| c & !1, |c| *c <= 8, 0);
+        let c = candidate_configs(4u32, [2, 5, 3, 8, 10], |c| c & !1, |c| *c <= 8, |_| false, 0);
         assert_eq!(c, vec![4, 2, 8]);
-        assert_eq!(candidate_configs(4u32, [2, 8], |c| c, |_| true, 2), vec![4, 2]);
+        assert_eq!(
+            candidate_configs(4u32, [2, 8], |c| c, |_| true, |_| false, 2),
+            vec![4, 2]
+        );
     }
 
     #[test]

@@ -1044,6 +1044,7 @@ mod tests {
         part.check_table(&path.with_file_name("sm_none.json"), "fnv1a64:0", other)
             .unwrap();
     }
+
     #[test]
     fn a_retune_prefers_each_shapes_current_entry_and_markers_prefer_nothing() {
         // The committed softmax table: every tuned entry is offered back, by key and
