@@ -146,7 +146,6 @@ pub struct CacheKeyParts<'a> {
     pub alignment: Component<AlignClass>,
 }
 
-#[cfg(any(feature = "cuda", feature = "rocm"))]
 impl<'a> CacheKeyParts<'a> {
     /// These parts with the components of a tuning result applied: the search's
     /// `candidates` digest, the canonical `static_key`, the `batch` and the `alignment`

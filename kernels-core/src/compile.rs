@@ -57,7 +57,7 @@ impl Compiler {
     #[cfg(feature = "cuda")]
     pub fn detect() -> Result<Compiler> {
         Ok(Compiler {
-            version: crate::ffi::nvrtc_version()?,
+            version: crate::backend::cuda::ffi::nvrtc_version()?,
             codegen_env: crate::codegen_env(),
         })
     }
@@ -95,7 +95,7 @@ impl Compiler {
     pub fn compile(&self, source: &KernelSource, variant: &Variant, arch: &str) -> Result<Image> {
         variant.validate()?;
         let options = self.options(variant, arch);
-        match crate::ffi::nvrtc_compile(source.name, source.code, source.headers, &options)? {
+        match crate::backend::cuda::ffi::nvrtc_compile(source.name, source.code, source.headers, &options)? {
             Ok((kind, bytes)) => Ok(Image { kind, bytes }),
             Err(log) => Err(Error::Compile {
                 kernel: source.name.to_string(),

@@ -1,9 +1,7 @@
 //! What a runtime did, the same for every backend: where each module came from and
 //! counters of compiles, cache hits, corrupt files and searches.
 
-#[cfg(any(feature = "cuda", feature = "rocm"))]
 use std::sync::atomic::{AtomicU64, Ordering};
-#[cfg(any(feature = "cuda", feature = "rocm"))]
 use std::sync::{Mutex, MutexGuard};
 
 /// Where a module came from.
@@ -35,7 +33,6 @@ pub struct Stats {
     pub searches: u64,
 }
 
-#[cfg(any(feature = "cuda", feature = "rocm"))]
 /// The live counters behind [`Stats`], and the last cache write error.
 #[derive(Default)]
 pub(crate) struct Counters {
@@ -48,7 +45,6 @@ pub(crate) struct Counters {
     last_cache_error: Mutex<Option<String>>,
 }
 
-#[cfg(any(feature = "cuda", feature = "rocm"))]
 impl Counters {
     pub(crate) fn snapshot(&self) -> Stats {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -77,12 +73,10 @@ impl Counters {
     }
 }
 
-#[cfg(any(feature = "cuda", feature = "rocm"))]
 pub(crate) fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
-#[cfg(any(feature = "cuda", feature = "rocm"))]
 /// Locks a memo. Inserts are single calls, so a poisoned memo is still consistent.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())

@@ -43,6 +43,7 @@
 //! policies, shape files and table writing) works and is tested without a GPU.
 
 mod args;
+mod backend;
 mod cache;
 mod cache_key;
 mod compile;
@@ -54,31 +55,21 @@ mod error;
 pub mod kernel_crate;
 mod plan;
 mod policy;
-#[cfg(any(feature = "cuda", feature = "rocm"))]
 mod precompile;
+mod runtime;
 mod search;
 mod select;
 mod shape;
 pub mod testing;
 mod timing;
+mod tunable;
 mod tune_table;
+mod tuner;
 mod variant;
 
-#[cfg(feature = "cuda")]
-mod ffi;
-#[cfg(feature = "cuda")]
-mod launch;
-#[cfg(feature = "cuda")]
-mod runtime;
-#[cfg(feature = "cuda")]
-mod tunable;
-#[cfg(feature = "cuda")]
-mod tuner;
-
-#[cfg(feature = "rocm")]
-mod hip;
-
 pub use args::{KernelArgs, LaunchDims, MAX_CLUSTER, MAX_KERNEL_ARGS, MAX_PORTABLE_CLUSTER};
+pub use backend::mock::{Mock, MockBuffer, MockCompiler, MockDevice, MockKernel, MockStream};
+pub use backend::{Backend, LoadedKernel};
 pub use cache::{default_cache_dir, CacheEntry, DiskCache, Lookup, Section, CACHE_DIR_ENV};
 pub use cache_key::{
     cache_key, codegen_env, AlignClass, CacheKey, CacheKeyParts, Component, CODEGEN_ENV_VARS,
@@ -87,43 +78,42 @@ pub use cache_key::{
 pub use compile::{Compiler, Image, ImageKind};
 pub use counters::{ModuleOrigin, Stats};
 pub use device::DeviceInfo;
+pub use element::{decode, encode, pseudo_random};
 pub use error::{Error, Result};
 pub use plan::{candidates_digest, BufferRole, LaunchPlan, PlannedKernel, TuneBuffer};
 pub use policy::{
     parse_pdl, pdl_from_env, resolve_in_order, Outcome, Policy, ResolutionSteps, Step, PDL_ENV, TUNING_ENV,
 };
+pub use runtime::{Prepared, Runtime, RuntimeOptions, CRATE_VERSION};
 pub use search::{
     all_failed, cached_config, candidate_configs, conclude, prefer_after_default, recheck_configs,
     start_search, time_candidates, tune_record, CandidateReport, Recheck, TuneOptions, TuneReport,
 };
 pub use select::{median, noise_margin, select, Measured, LONG_KERNEL_US, NOISE_THRESHOLD};
 pub use shape::{check_disjoint, check_eps, dtype_define, widest_vector, Rows};
-pub use timing::{graph_launches, rotation, FlushL2, Timing, TimingMethod, TimingOptions, MIN_REPS};
+pub use timing::{
+    graph_launches, rotation, time_runs, FlushL2, L2Flush, Timing, TimingMethod, TimingOptions, MIN_REPS,
+};
+pub use tunable::{DynTunable, Tunable, TunableDyn};
 pub use tune_table::{
     parse_shapes, today, tune_table, CandidateRecord, Progress, TableJob, TableOutcome, TuneRecord,
 };
 pub use variant::{KernelSource, Variant};
 
 #[cfg(feature = "cuda")]
-pub use device::Device;
+pub use backend::cuda::{time_graph_runs, Cuda, CudaDevice, CudaKernel, GraphTimer, Launch, RawStream};
 #[cfg(feature = "cuda")]
 pub use element::{alloc_random, Element};
-pub use element::{decode, encode, pseudo_random};
-#[cfg(feature = "cuda")]
-pub use launch::{Kernel, Launch, RawStream};
-#[cfg(feature = "cuda")]
-pub use runtime::{Prepared, Runtime, RuntimeOptions, CRATE_VERSION};
-#[cfg(feature = "cuda")]
-pub use timing::{time_graph_runs, time_runs, GraphTimer, L2Flush};
-#[cfg(feature = "cuda")]
-pub use tunable::{DynTunable, Tunable, TunableDyn};
 
 #[cfg(feature = "rocm")]
-pub use hip::{
-    hip_module_key, hip_tuning_key, time_hip_runs, DeviceCopy, DynHipTunable, HipBuffer, HipCompiler,
-    HipDevice, HipDeviceInfo, HipEvent, HipKernel, HipL2Flush, HipPrepared, HipRuntime, HipStream,
-    HipTunable, HipTunableDyn,
-};
+pub use backend::hip::{DeviceCopy, Hip, HipBuffer, HipCompiler, HipDevice, HipDeviceInfo, HipEvent, HipKernel, HipStream};
+
+/// The runtime on CUDA.
+#[cfg(feature = "cuda")]
+pub type CudaRuntime = Runtime<Cuda>;
+/// The runtime on HIP.
+#[cfg(feature = "rocm")]
+pub type HipRuntime = Runtime<Hip>;
 
 /// cudarc, re-exported so kernel crates name the same version.
 #[cfg(feature = "cuda")]

@@ -1,4 +1,4 @@
-//! What the CUDA and HIP runtimes share around their modules and memos. Parallel
+//! The runtime's modules and memos. Parallel
 //! precompile: memo hits first, one compile per distinct module key on a pool of
 //! threads (disk cache or compiler, no device needed), then the modules loaded on the
 //! calling thread, and duplicates given their representative's result. Also the
@@ -35,12 +35,6 @@ impl<Kn> Modules<Kn> {
         let kernel = modules.get(key.text())?;
         bump(&counters.memo_hits);
         Some((kernel.clone(), ModuleOrigin::Memo))
-    }
-
-    /// Whether a kernel is loaded under `key`.
-    #[cfg(feature = "rocm")]
-    pub(crate) fn contains(&self, key: &CacheKey) -> bool {
-        lock(&self.0).contains_key(key.text())
     }
 
     /// Loads `image` (from `origin`) with `try_load` and memoizes the kernel under `key`.

@@ -1,21 +1,20 @@
-//! The runtime: one per device. Compiles with a persistent module cache and an
-//! in-process memo, resolves configs under a [`Policy`], and launches.
+//! The runtime: one per device, generic over the [`Backend`]. Compiles with a
+//! persistent module cache and an in-process memo, resolves configs under a
+//! [`Policy`], and launches. Written once for CUDA and HIP.
 
+use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use cudarc::driver::CudaStream;
-use cudarc::nvrtc::Ptx;
 use tuned::{resolve_serve, Resolved, Source};
 
 use crate::counters::{bump, lock, Counters};
-use crate::ffi::{self, driver_error, guard};
 use crate::precompile::{cached_image, check_batch, check_config, compile_and_store, Modules, TypedMemo};
 use crate::search::canonical_key;
 use crate::{
-    cache_key, resolve_in_order, AlignClass, CacheKey, CacheKeyParts, Compiler, Component, Device, DiskCache,
-    Error, Image, ImageKind, Kernel, KernelSource, ModuleOrigin, Policy, ResolutionSteps, Result, Section,
-    Stats, Tunable, TuneOptions, TuneRecord, Variant,
+    cache_key, resolve_in_order, AlignClass, Backend, CacheKey, CacheKeyParts, Component, DeviceInfo, DiskCache,
+    Error, Image, KernelSource, LoadedKernel, ModuleOrigin, PlannedKernel, Policy, ResolutionSteps, Result,
+    Section, Stats, Tunable, TuneOptions, TuneRecord, Variant,
 };
 
 /// The version of this crate, part of every cache key.
@@ -28,7 +27,7 @@ pub struct RuntimeOptions {
     pub cache: DiskCache,
     /// Options of searches the online policy runs.
     pub tune: TuneOptions,
-    /// Programmatic dependent launch (sm_90 and newer): kernels whose source allows it
+    /// Programmatic dependent launch (a CUDA capability, sm_90 and newer): kernels whose source allows it
     /// ([`KernelSource::pdl`]: softmax, RMSNorm, fused add-RMSNorm) are launched with
     /// the programmatic-stream-serialization attribute. Such a launch may start while
     /// the previous kernel of the stream is still running; the kernel waits for that
@@ -38,9 +37,22 @@ pub struct RuntimeOptions {
     /// It pays where the previous kernel triggers early too (a chain of these kernels:
     /// 0.3-0.5 µs per launch at decode sizes on the H200). After a kernel that does not,
     /// it measured 0.04-0.33 µs slower per launch, so it is off by default. Ignored on
-    /// older devices; `KERNELS_PDL=1` turns it on in [`RuntimeOptions::from_env`].
+    /// older devices and on HIP; `KERNELS_PDL=1` turns it on in [`RuntimeOptions::from_env`].
     /// Tables are tuned with plain launches.
     pub pdl: bool,
+}
+
+/// The `serve` policy, the default cache folder ([`DiskCache::from_env`]), default
+/// search options, plain launches.
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        RuntimeOptions {
+            policy: Policy::Serve,
+            cache: DiskCache::from_env(),
+            tune: TuneOptions::default(),
+            pdl: false,
+        }
+    }
 }
 
 impl RuntimeOptions {
@@ -57,28 +69,50 @@ impl RuntimeOptions {
     }
 }
 
+
 /// A resolved config with its loaded kernel: what an op launches.
-#[derive(Clone, Debug)]
-pub struct Prepared<C> {
+pub struct Prepared<B: Backend, C> {
+    /// The config and where it came from.
     pub resolved: Resolved<C>,
-    pub kernel: Arc<Kernel>,
+    pub kernel: Arc<B::Kernel>,
     /// Set when the online policy searched and failed, so the analytic default is used.
     pub search_failure: Option<String>,
 }
 
+impl<B: Backend, C: Clone> Clone for Prepared<B, C> {
+    fn clone(&self) -> Self {
+        Prepared {
+            resolved: self.resolved.clone(),
+            kernel: self.kernel.clone(),
+            search_failure: self.search_failure.clone(),
+        }
+    }
+}
+
+impl<B: Backend, C: std::fmt::Debug> std::fmt::Debug for Prepared<B, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("resolved", &self.resolved)
+            .field("kernel", &self.kernel)
+            .field("search_failure", &self.search_failure)
+            .finish()
+    }
+}
+
 /// A loaded kernel and where its module came from.
-type Loaded = (Arc<Kernel>, ModuleOrigin);
+pub(crate) type Loaded<B> = (Arc<<B as Backend>::Kernel>, ModuleOrigin);
 /// A config resolution and its search failure, if any.
 type Picked<C> = (Resolved<C>, Option<String>);
 
-/// The runtime of one device. Share it (`Arc<Runtime>`, or [`Runtime::shared`]); every
+/// The runtime of one device on backend `B` ([`crate::CudaRuntime`],
+/// [`crate::HipRuntime`]). Share it (`Arc<Runtime<B>>`, or [`Runtime::shared`]); every
 /// method takes `&self`.
 ///
 /// ```no_run
-/// use kernels_core::{Device, Runtime, KernelSource, Variant, LaunchDims};
+/// use kernels_core::{CudaDevice, CudaRuntime, KernelSource, Variant, LaunchDims};
 /// static SRC: KernelSource = KernelSource::new(
 ///     "fill", "extern \"C\" __global__ void fill(float* x, float v) { x[threadIdx.x] = v; }", "fnv1a64:0");
-/// let rt = Runtime::new(Device::open(0)?)?;
+/// let rt = CudaRuntime::new(CudaDevice::open(0)?)?;
 /// let stream = rt.device().new_stream()?;
 /// let mut x = stream.alloc_zeros::<f32>(256).unwrap();
 /// let k = rt.kernel(&stream, &SRC, &Variant::new("fill"))?;
@@ -88,23 +122,24 @@ type Picked<C> = (Resolved<C>, Option<String>);
 /// unsafe { l.launch() }?;
 /// # Ok::<(), kernels_core::Error>(())
 /// ```
-pub struct Runtime {
-    device: Device,
-    compiler: Compiler,
+pub struct Runtime<B: Backend> {
+    device: B::Device,
+    compiler: B::Compiler,
     compiler_id: String,
     arch: String,
     options: RuntimeOptions,
     /// Module cache key text -> loaded kernel.
-    modules: Modules<Kernel>,
+    modules: Modules<B::Kernel>,
     /// Per kernel type: (key, batch, alignment) -> prepared config and kernel.
     typed: TypedMemo,
     counters: Counters,
 }
 
-impl std::fmt::Debug for Runtime {
+impl<B: Backend> std::fmt::Debug for Runtime<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Runtime")
-            .field("device", &self.device.info().name)
+            .field("backend", &B::NAME)
+            .field("device", &self.info().name)
             .field("arch", &self.arch)
             .field("compiler", &self.compiler_id)
             .field("policy", &self.options.policy)
@@ -113,18 +148,19 @@ impl std::fmt::Debug for Runtime {
     }
 }
 
-impl Runtime {
+impl<B: Backend> Runtime<B> {
     /// A runtime for `device` with options from the environment.
-    pub fn new(device: Device) -> Result<Runtime> {
+    pub fn new(device: B::Device) -> Result<Runtime<B>> {
         Runtime::with_options(device, RuntimeOptions::from_env()?)
     }
 
-    /// A runtime for `device` with explicit options. Fails when NVRTC is missing.
-    pub fn with_options(device: Device, options: RuntimeOptions) -> Result<Runtime> {
-        let compiler = Compiler::detect()?;
+    /// A runtime for `device` with explicit options. Fails when the backend's compiler
+    /// (NVRTC, hipRTC) is missing.
+    pub fn with_options(device: B::Device, options: RuntimeOptions) -> Result<Runtime<B>> {
+        let compiler = B::compiler()?;
         Ok(Runtime {
-            arch: device.info().compile_arch(),
-            compiler_id: compiler.id(),
+            arch: B::info(&device).compile_arch(),
+            compiler_id: B::compiler_id(&compiler),
             compiler,
             device,
             options,
@@ -134,37 +170,62 @@ impl Runtime {
         })
     }
 
-    /// Whether this runtime launches kernels of `source` with programmatic dependent
-    /// launch: asked for in the options, allowed by the source, and an sm_90+ device.
-    pub fn pdl_for(&self, source: &KernelSource) -> bool {
-        self.options.pdl && source.pdl && self.device.info().compute_capability.0 >= 9
+    /// The same runtime resolving configs under `policy`.
+    pub fn with_policy(mut self, policy: Policy) -> Runtime<B> {
+        self.options.policy = policy;
+        self
     }
 
-    /// The process-wide runtime of device `ordinal`, created on first use with options
-    /// from the environment. Ops that get only a stream use this.
-    pub fn shared(ordinal: usize) -> Result<Arc<Runtime>> {
-        static SHARED: OnceLock<Mutex<HashMap<usize, Arc<Runtime>>>> = OnceLock::new();
+    /// The same runtime with these options for the online policy's searches.
+    pub fn with_tune_options(mut self, tune: TuneOptions) -> Runtime<B> {
+        self.options.tune = tune;
+        self
+    }
+
+    /// The process-wide runtime of device `ordinal` on this backend, created on first
+    /// use with options from the environment. Ops that get only a stream use this.
+    pub fn shared(ordinal: usize) -> Result<Arc<Runtime<B>>> {
+        type Shared = Mutex<HashMap<(TypeId, usize), Arc<dyn Any + Send + Sync>>>;
+        static SHARED: OnceLock<Shared> = OnceLock::new();
         let map = SHARED.get_or_init(|| Mutex::new(HashMap::new()));
         let mut map = lock(map);
-        if let Some(rt) = map.get(&ordinal) {
-            return Ok(rt.clone());
+        let id = (TypeId::of::<B>(), ordinal);
+        if let Some(rt) = map.get(&id).and_then(|rt| rt.clone().downcast::<Runtime<B>>().ok()) {
+            return Ok(rt);
         }
-        let rt = Arc::new(Runtime::new(Device::open(ordinal)?)?);
-        map.insert(ordinal, rt.clone());
+        let rt = Arc::new(Runtime::new(B::open(ordinal)?)?);
+        map.insert(id, rt.clone());
         Ok(rt)
     }
 
+    /// Whether this runtime launches kernels of `source` with programmatic dependent
+    /// launch: asked for in the options, allowed by the source, a backend that has it,
+    /// and an sm_90+ device.
+    pub fn pdl_for(&self, source: &KernelSource) -> bool {
+        B::PROGRAMMATIC_LAUNCH && self.options.pdl && source.pdl && self.info().compute_capability.0 >= 9
+    }
+
     /// The device.
-    pub fn device(&self) -> &Device {
+    pub fn device(&self) -> &B::Device {
         &self.device
     }
 
-    /// The compiler (NVRTC version, codegen environment).
-    pub fn compiler(&self) -> &Compiler {
+    /// What the device is, as search spaces, variants and launch plans see it.
+    pub fn info(&self) -> &DeviceInfo {
+        B::info(&self.device)
+    }
+
+    /// The compiler (NVRTC or hipRTC, its version, the codegen environment).
+    pub fn compiler(&self) -> &B::Compiler {
         &self.compiler
     }
 
-    /// The arch modules are compiled for (`sm_90a`).
+    /// The compiler's name and version, as tables and cache keys record it.
+    pub fn compiler_id(&self) -> &str {
+        &self.compiler_id
+    }
+
+    /// The arch modules are compiled for (`sm_90a`, `gfx942`).
     pub fn arch(&self) -> &str {
         &self.arch
     }
@@ -195,7 +256,7 @@ impl Runtime {
     }
 
     fn key_parts<'a>(&'a self, kernel: &'a str, fingerprint: &'a str) -> CacheKeyParts<'a> {
-        let info = self.device.info();
+        let info = self.info();
         CacheKeyParts {
             crate_version: CRATE_VERSION,
             kernel,
@@ -204,7 +265,7 @@ impl Runtime {
             arch: &self.arch,
             device_name: &info.name,
             sm_count: info.sm_count,
-            codegen_env: self.compiler.codegen_env(),
+            codegen_env: B::codegen_env(&self.compiler),
             variant: Component::DoesNotApply,
             candidates: Component::DoesNotApply,
             static_key: Component::DoesNotApply,
@@ -214,9 +275,9 @@ impl Runtime {
     }
 
     /// The module cache key of `variant` of `source` on this device: the exact compile
-    /// (entry point and every NVRTC option) is the variant component.
+    /// (entry point and every compiler option) is the variant component.
     pub fn module_key(&self, source: &KernelSource, variant: &Variant) -> CacheKey {
-        let options = self.compiler.options(variant, &self.arch);
+        let options = B::compile_options(&self.compiler, variant, &self.arch);
         let compile = format!("{}\n{}", variant.entry(), options.join("\n"));
         let mut parts = self.key_parts(source.name, source.fingerprint);
         parts.variant = Component::Applies(&compile);
@@ -294,69 +355,55 @@ impl Runtime {
 
     /// The loaded kernel for `variant` of `source`: from the memo (no compile, no disk
     /// access), else the disk cache, else compiled now. A memo miss while `stream` is
-    /// capturing a CUDA graph is [`Error::CompileWhileCapturing`].
+    /// capturing a graph is [`Error::CompileWhileCapturing`].
     pub fn kernel(
         &self,
-        stream: &CudaStream,
+        stream: &B::Stream,
         source: &KernelSource,
         variant: &Variant,
-    ) -> Result<Arc<Kernel>> {
+    ) -> Result<Arc<B::Kernel>> {
         self.kernel_with_origin(stream, source, variant).map(|(k, _)| k)
     }
 
     /// [`Runtime::kernel`], also saying where the module came from.
     pub fn kernel_with_origin(
         &self,
-        stream: &CudaStream,
+        stream: &B::Stream,
         source: &KernelSource,
         variant: &Variant,
-    ) -> Result<(Arc<Kernel>, ModuleOrigin)> {
+    ) -> Result<Loaded<B>> {
         let key = self.module_key(source, variant);
         if let Some(hit) = self.modules.hit(&key, &self.counters) {
             return Ok(hit);
         }
-        self.refuse_if_capturing(stream, source.name, &variant.to_string())?;
+        refuse_if_capturing::<B>(stream, source.name, &variant.to_string())?;
         let (image, origin) = self.image(source, variant, &key)?;
         let kernel = self.load(&image, origin, source, variant, &key)?;
         Ok((kernel, origin))
     }
 
-    fn refuse_if_capturing(&self, stream: &CudaStream, kernel: &str, variant: &str) -> Result<()> {
-        if ffi::is_capturing(stream.cu_stream())? {
-            return Err(Error::CompileWhileCapturing {
-                kernel: kernel.to_string(),
-                variant: variant.to_string(),
-            });
-        }
-        Ok(())
-    }
-
     /// The module image: the disk cache's (checked), else compiled now and stored.
-    /// Needs no CUDA context, so it runs on compile threads.
+    /// Needs no device, so it runs on compile threads.
     fn image(
         &self,
         source: &KernelSource,
         variant: &Variant,
         key: &CacheKey,
     ) -> Result<(Image, ModuleOrigin)> {
-        cached_image(
-            &self.options.cache,
-            key,
-            &self.counters,
-            |_| true,
-            || self.compile_and_store(source, variant, key),
-        )
+        cached_image(&self.options.cache, key, &self.counters, B::loads, || {
+            self.compile_and_store(source, variant, key)
+        })
     }
 
     /// A fresh compile of `variant` of `source`, stored in the disk cache under `key`.
     fn compile_and_store(&self, source: &KernelSource, variant: &Variant, key: &CacheKey) -> Result<Image> {
         compile_and_store(&self.options.cache, key, &self.counters, || {
-            self.compiler.compile(source, variant, &self.arch)
+            B::compile(&self.compiler, source, variant, &self.arch)
         })
     }
 
-    /// Loads an image into the device's context and memoizes the kernel. A cached
-    /// image the driver refuses is recompiled once.
+    /// Loads an image on the device and memoizes the kernel. A cached image the driver
+    /// refuses is recompiled once.
     fn load(
         &self,
         image: &Image,
@@ -364,37 +411,22 @@ impl Runtime {
         source: &KernelSource,
         variant: &Variant,
         key: &CacheKey,
-    ) -> Result<Arc<Kernel>> {
-        let ctx = self.device.context();
-        let try_load = |image: &Image| -> Result<Kernel> {
-            let mut bytes = image.bytes.clone();
-            if image.kind == ImageKind::Ptx && bytes.last() != Some(&0) {
-                bytes.push(0);
-            }
-            let module = guard("cuModuleLoadData", || {
-                ctx.load_module(Ptx::from_binary(bytes))
-                    .map_err(|e| driver_error("cuModuleLoadData", e))
-            })?;
-            Kernel::from_module(
-                &module,
-                ctx.clone(),
-                variant.entry(),
-                source.name,
-                variant.to_string(),
-                Arc::new(self.device.info().clone()),
-                self.pdl_for(source),
-            )
-        };
-        self.modules
-            .load(image, origin, key, &self.counters, try_load, || {
-                self.compile_and_store(source, variant, key)
-            })
+    ) -> Result<Arc<B::Kernel>> {
+        let pdl = self.pdl_for(source);
+        self.modules.load(
+            image,
+            origin,
+            key,
+            &self.counters,
+            |image| B::load(&self.device, image, source, variant, pdl),
+            || self.compile_and_store(source, variant, key),
+        )
     }
 
     /// Parallel precompile: compiles (or reads from the disk cache) every job on a pool
-    /// of threads, one per core (NVRTC is thread-safe across programs), then loads the
-    /// modules. Identical jobs compile once. One result per job, in order; a failure is
-    /// that job's error (the NVRTC log for a compile error).
+    /// of threads, one per core (the compilers are thread-safe across programs), then
+    /// loads the modules. Identical jobs compile once. One result per job, in order; a
+    /// failure is that job's error (the compiler's log for a compile error).
     pub fn precompile(&self, jobs: &[(KernelSource, Variant)]) -> Vec<Result<ModuleOrigin>> {
         self.precompile_with(jobs, 0)
     }
@@ -415,7 +447,7 @@ impl Runtime {
         &self,
         jobs: &[(KernelSource, Variant)],
         threads: usize,
-    ) -> Vec<Result<Loaded>> {
+    ) -> Vec<Result<Loaded<B>>> {
         self.modules.precompile(
             jobs,
             threads,
@@ -429,16 +461,16 @@ impl Runtime {
     // ---- typed resolution -------------------------------------------------------
 
     /// Resolves the config for `key` and `batch` under the runtime's policy and loads
-    /// its kernel. Memo hits touch neither compiler nor disk. Under the online policy a
-    /// miss searches on a problem the kernel allocates ([`Tunable::alloc_problem`]),
-    /// assuming 16-byte-aligned buffers. A memo miss while `stream` captures a graph
-    /// is an error.
+    /// its kernel, for 16-byte-aligned buffers. Memo hits touch neither compiler nor
+    /// disk. Under the online policy a miss searches on a problem the kernel allocates
+    /// ([`Tunable::tuning_inputs`]). A memo miss while `stream` captures a graph is an
+    /// error.
     pub fn resolve<K: Tunable>(
         &self,
-        stream: &Arc<CudaStream>,
+        stream: &B::Stream,
         key: &K::Key,
         batch: u64,
-    ) -> Result<Prepared<K::Config>> {
+    ) -> Result<Prepared<B, K::Config>> {
         check_batch::<K>(key, batch)?;
         let mkey = (key.clone(), batch, AlignClass::A16);
         self.typed
@@ -454,15 +486,15 @@ impl Runtime {
     /// already ran the winner on `problem`. The caller memoizes.
     fn resolve_and_load<K: Tunable>(
         &self,
-        stream: &Arc<CudaStream>,
+        stream: &B::Stream,
         key: &K::Key,
         batch: u64,
         align: AlignClass,
         problem: Option<&K::Problem<'_>>,
-    ) -> Result<(Prepared<K::Config>, bool)> {
-        self.refuse_if_capturing(stream, K::SCHEMA.kernel, "(unresolved)")?;
+    ) -> Result<(Prepared<B, K::Config>, bool)> {
+        refuse_if_capturing::<B>(stream, K::SCHEMA.kernel, "(unresolved)")?;
         let (outcome, ran) = self.resolve_config::<K>(stream, key, batch, align, problem);
-        let variant = K::variant(self.device.info(), key, &outcome.resolved.config);
+        let variant = K::variant(self.info(), key, &outcome.resolved.config);
         let kernel = self.kernel(stream, K::SOURCE, &variant)?;
         let p = Prepared {
             resolved: outcome.resolved,
@@ -472,28 +504,24 @@ impl Runtime {
         Ok((p, ran))
     }
 
-    /// Runs the kernel on `problem` with the config the policy resolves, and says which
-    /// config and where it came from. Under the online policy a first call searches on
-    /// the caller's own buffers (restoring and zeroing them between runs); the search
-    /// ends with one plain run of the winner, so the buffers hold exactly one run's
-    /// result either way.
-    pub fn run<K: Tunable>(
-        &self,
-        stream: &Arc<CudaStream>,
-        problem: &K::Problem<'_>,
-    ) -> Result<Prepared<K::Config>> {
+    /// Runs the kernel on `problem` with the config the policy resolves for the
+    /// problem's shape and alignment class, and says which config and where it came
+    /// from. Under the online policy a first call searches on the caller's own buffers
+    /// (restoring and zeroing them between runs); the search ends with one plain run of
+    /// the winner, so the buffers hold exactly one run's result either way.
+    pub fn run<K: Tunable>(&self, stream: &B::Stream, problem: &K::Problem<'_>) -> Result<Prepared<B, K::Config>> {
         let (key, batch) = K::problem_shape(problem);
         check_batch::<K>(&key, batch)?;
         let align = K::alignment(problem);
         let mkey = (key.clone(), batch, align);
-        if let Some(p) = self.typed.get::<K, Prepared<K::Config>>(&mkey) {
+        if let Some(p) = self.typed.get::<K, Prepared<B, K::Config>>(&mkey) {
             bump(&self.counters.memo_hits);
-            K::launch(&p.kernel, stream, &p.resolved.config, problem)?;
+            launch::<B, K>(&p.kernel, stream, &p.resolved.config, problem)?;
             return Ok(p);
         }
         let (p, ran) = self.resolve_and_load::<K>(stream, &key, batch, align, Some(problem))?;
         if !ran {
-            K::launch(&p.kernel, stream, &p.resolved.config, problem)?;
+            launch::<B, K>(&p.kernel, stream, &p.resolved.config, problem)?;
         }
         self.typed.put::<K, _>(mkey, p.clone());
         Ok(p)
@@ -502,17 +530,17 @@ impl Runtime {
     /// Launches `problem` with an explicit `config`, bypassing resolution (tests,
     /// benchmarks, A/B runs); its variant is compiled on first use. A config the kernel
     /// does not accept for this problem on this device is an error naming `config`.
-    pub fn launch_config<K: Tunable>(
+    pub fn launch_config<K: PlannedKernel>(
         &self,
-        stream: &Arc<CudaStream>,
+        stream: &B::Stream,
         config: &K::Config,
         problem: &K::Problem<'_>,
     ) -> Result<()> {
         let (key, batch) = K::problem_shape(problem);
-        let info = self.device.info();
+        let info = self.info();
         check_config::<K>(info, &key, batch, config)?;
         let kernel = self.kernel(stream, K::SOURCE, &K::variant(info, &key, config))?;
-        K::launch(&kernel, stream, config, problem)
+        launch::<B, K>(&kernel, stream, config, problem)
     }
 
     /// Warms every shape a model needs at start-up: resolves each under the policy,
@@ -520,16 +548,16 @@ impl Runtime {
     /// launches (and graph captures) compile nothing. One result per shape.
     pub fn warm<K: Tunable>(
         &self,
-        stream: &Arc<CudaStream>,
+        stream: &B::Stream,
         shapes: &[(K::Key, u64)],
-    ) -> Vec<Result<Prepared<K::Config>>> {
-        let info = self.device.info();
+    ) -> Vec<Result<Prepared<B, K::Config>>> {
+        let info = self.info();
         let mut resolved: Vec<Result<Picked<K::Config>>> = Vec::new();
         for (key, batch) in shapes {
             let mkey = (key.clone(), *batch, AlignClass::A16);
             let r = match check_batch::<K>(key, *batch) {
                 Err(e) => Err(e),
-                Ok(()) => match self.typed.get::<K, Prepared<K::Config>>(&mkey) {
+                Ok(()) => match self.typed.get::<K, Prepared<B, K::Config>>(&mkey) {
                     Some(p) => Ok((p.resolved, p.search_failure)),
                     None => {
                         let (o, _) = self.resolve_config::<K>(stream, key, *batch, AlignClass::A16, None);
@@ -573,13 +601,13 @@ impl Runtime {
     /// chosen config once on `problem` (so the caller must not launch it again).
     fn resolve_config<K: Tunable>(
         &self,
-        stream: &Arc<CudaStream>,
+        stream: &B::Stream,
         key: &K::Key,
         batch: u64,
         align: AlignClass,
         problem: Option<&K::Problem<'_>>,
     ) -> (crate::Outcome<K::Config>, bool) {
-        let mut steps = Steps::<K> {
+        let mut steps = Steps::<B, K> {
             rt: self,
             stream,
             key,
@@ -590,21 +618,47 @@ impl Runtime {
             tuning_key: std::cell::OnceCell::new(),
         };
         let mut outcome = resolve_in_order(self.options.policy, &mut steps);
-        outcome.resolved.config = K::fit_alignment(self.device.info(), key, outcome.resolved.config, align);
+        outcome.resolved.config = K::fit_alignment(self.info(), key, outcome.resolved.config, align);
         let ran = steps.ran && outcome.resolved.source == Source::OnlineSearch;
         (outcome, ran)
     }
 
     /// The tuning record of a finished search, or why there is none.
-    pub fn record_of<K: Tunable>(&self, report: &crate::TuneReport<K::Config>) -> Result<TuneRecord> {
-        crate::tune_record::<K>(report, &self.device.info().name, &self.compiler_id)
+    pub fn record_of<K: PlannedKernel>(&self, report: &crate::TuneReport<K::Config>) -> Result<TuneRecord> {
+        crate::tune_record::<K>(report, &self.info().name, &self.compiler_id)
     }
 }
 
+/// A launch of `config` on `problem` with `kernel` (compiled from the config's
+/// variant): the plan's [`PlannedKernel::launch_args`], which checks what the config
+/// needs of the problem and names the argument otherwise, then the backend's launch.
+pub(crate) fn launch<B: Backend, K: PlannedKernel>(
+    kernel: &B::Kernel,
+    stream: &B::Stream,
+    config: &K::Config,
+    problem: &K::Problem<'_>,
+) -> Result<()> {
+    let (dims, args) = K::launch_args(kernel.info(), config, problem)?;
+    // SAFETY: the PlannedKernel contract: the plan matches the variant's entry point
+    // and stays within the problem's buffers.
+    unsafe { B::launch(kernel, stream, dims, &args) }
+}
+
+/// [`Error::CompileWhileCapturing`] when `stream` is capturing a graph.
+fn refuse_if_capturing<B: Backend>(stream: &B::Stream, kernel: &str, variant: &str) -> Result<()> {
+    if B::is_capturing(stream)? {
+        return Err(Error::CompileWhileCapturing {
+            kernel: kernel.to_string(),
+            variant: variant.to_string(),
+        });
+    }
+    Ok(())
+}
+
 /// The runtime's answers to a policy's steps for one problem.
-struct Steps<'r, 's, 'p, 'q, K: Tunable> {
-    rt: &'r Runtime,
-    stream: &'s Arc<CudaStream>,
+struct Steps<'r, 's, 'p, 'q, B: Backend, K: Tunable> {
+    rt: &'r Runtime<B>,
+    stream: &'s B::Stream,
     key: &'s K::Key,
     batch: u64,
     align: AlignClass,
@@ -615,7 +669,7 @@ struct Steps<'r, 's, 'p, 'q, K: Tunable> {
     tuning_key: std::cell::OnceCell<CacheKey>,
 }
 
-impl<K: Tunable> Steps<'_, '_, '_, '_, K> {
+impl<B: Backend, K: Tunable> Steps<'_, '_, '_, '_, B, K> {
     fn tuning_key(&self) -> &CacheKey {
         self.tuning_key.get_or_init(|| {
             self.rt.search_key(
@@ -625,20 +679,20 @@ impl<K: Tunable> Steps<'_, '_, '_, '_, K> {
                 &canonical_key::<K>(self.key),
                 self.batch,
                 self.align,
-                &crate::candidates_digest::<K>(self.rt.device.info(), self.key, self.batch),
+                &crate::candidates_digest::<K>(self.rt.info(), self.key, self.batch),
             )
         })
     }
 }
 
-impl<K: Tunable> ResolutionSteps<K::Config> for Steps<'_, '_, '_, '_, K> {
+impl<B: Backend, K: Tunable> ResolutionSteps<K::Config> for Steps<'_, '_, '_, '_, B, K> {
     fn memo(&mut self) -> Option<Resolved<K::Config>> {
         // The runtime checks its memo before walking the policy.
         None
     }
 
     fn table(&mut self) -> Option<Resolved<K::Config>> {
-        let target = self.rt.device.info().target()?;
+        let target = self.rt.info().target()?;
         let r = resolve_serve::<K>(target, self.key, self.batch);
         (r.source != Source::Default).then_some(r)
     }
@@ -647,7 +701,7 @@ impl<K: Tunable> ResolutionSteps<K::Config> for Steps<'_, '_, '_, '_, K> {
         crate::cached_config::<K>(
             &self.rt.options.cache,
             self.tuning_key(),
-            self.rt.device.info().tuning_target(),
+            self.rt.info().tuning_target(),
             self.key,
             self.batch,
             &self.rt.counters.corrupt_files,
@@ -660,13 +714,14 @@ impl<K: Tunable> ResolutionSteps<K::Config> for Steps<'_, '_, '_, '_, K> {
         let report = match self.problem {
             Some(p) => self.rt.tune::<K>(self.stream, p, &opts),
             None => {
-                let mut owned =
-                    K::alloc_problem(self.stream, self.key, self.batch).map_err(|e| e.to_string())?;
-                let p = K::borrow_problem(&mut owned);
+                let owned = crate::backend::Owned::<B>::upload(self.stream, &K::tuning_inputs(self.key, self.batch))
+                    .map_err(|e| e.to_string())?;
+                let p = K::tuning_problem(self.key, self.batch, owned.addresses());
                 self.rt.tune::<K>(self.stream, &p, &opts)
             }
         };
         let record = self.rt.record_of::<K>(&report).map_err(|e| e.to_string())?;
+        // A winner whose final run failed is neither cached nor served.
         if let Err(e) = &report.final_run {
             return Err(format!("the chosen config's final run failed: {e}"));
         }
@@ -681,7 +736,7 @@ impl<K: Tunable> ResolutionSteps<K::Config> for Steps<'_, '_, '_, '_, K> {
     }
 
     fn analytic_default(&mut self) -> K::Config {
-        K::analytic_default(self.rt.device.info().tuning_target(), self.key, self.batch)
+        K::analytic_default(self.rt.info().tuning_target(), self.key, self.batch)
     }
 
     fn remember(&mut self, _resolved: &Resolved<K::Config>) {

@@ -2,8 +2,8 @@
 //! [`TuneReport`], the candidate list ([`candidate_configs`]), the candidate loop
 //! ([`time_candidates`], with [`crate::select`] picking the winner), the message when
 //! every candidate failed ([`all_failed`]), the [`TuneRecord`] of a report
-//! ([`tune_record`]) and the resolution's disk-cache step ([`cached_config`]). The CUDA
-//! tuner (`Runtime::tune`) and the HIP tuner (`HipRuntime::tune`) share them.
+//! ([`tune_record`]) and the resolution's disk-cache step ([`cached_config`]), which
+//! the tuner (`Runtime::tune`) uses on every backend.
 
 use std::collections::HashSet;
 use std::hash::Hash;
@@ -96,7 +96,7 @@ impl<C> TuneReport<C> {
 }
 
 /// What a re-measure of a committed table entry found (`kernels tables check` on a
-/// GPU, through `DynTunable::recheck` or `DynHipTunable::recheck`), in microseconds.
+/// GPU, through `DynTunable::recheck`), in microseconds.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Recheck {
     pub entry_us: f64,
@@ -365,59 +365,24 @@ pub fn tune_record<K: TunedKernel>(
     })
 }
 
-/// What both backends' tuners and rechecks share beyond the public search API: the
-/// refusal of a capturing stream, the in-place safety of repeated runs
-/// ([`backend::Guarded`]), the final run, and the configs of a recheck.
-#[cfg(any(feature = "cuda", feature = "rocm"))]
+/// What the tuner and rechecks share beyond the public search API: the refusal of a
+/// capturing stream, the in-place safety of repeated runs ([`backend::Guarded`]), the
+/// final run, and the configs of a recheck.
 pub(crate) mod backend {
     use tuned::StaticKey;
 
     use super::{conclude, recheck_configs, Recheck, TuneReport};
-    use crate::{BufferRole, DeviceInfo, Error, KernelSource, PlannedKernel, Result, TuneBuffer, Variant};
-
-    /// What a tuner needs of a backend's stream besides launches: whether it captures a
-    /// graph, stream-ordered snapshots, restores and zeroing of device memory, and a
-    /// wait for the stream.
-    pub(crate) trait TuneStream {
-        /// A device copy of one buffer's contents.
-        type Snapshot;
-        /// The graph API named when a capturing stream is refused (`CUDA`, `HIP`).
-        const GRAPHS: &'static str;
-
-        /// Whether the stream is capturing a graph.
-        fn is_capturing(&self) -> Result<bool>;
-
-        /// A copy of `b`'s contents, enqueued on the stream.
-        ///
-        /// # Safety
-        /// `b.ptr` must be device memory of the stream's device valid for `b.bytes`.
-        unsafe fn snapshot(&self, b: &TuneBuffer) -> Result<Self::Snapshot>;
-
-        /// Copies `snap` (a snapshot of `b`) back into `b`, enqueued on the stream.
-        ///
-        /// # Safety
-        /// As for [`TuneStream::snapshot`].
-        unsafe fn restore(&self, b: &TuneBuffer, snap: &Self::Snapshot) -> Result<()>;
-
-        /// Zeroes `b`, enqueued on the stream.
-        ///
-        /// # Safety
-        /// As for [`TuneStream::snapshot`].
-        unsafe fn zero(&self, b: &TuneBuffer) -> Result<()>;
-
-        /// Waits until everything enqueued on the stream has run.
-        fn synchronize(&self) -> Result<()>;
-    }
+    use crate::{Backend, BufferRole, DeviceInfo, Error, KernelSource, PlannedKernel, Result, TuneBuffer, Variant};
 
     /// Whether a search may run on `stream`: one that is capturing a graph, or that
     /// cannot say, is refused, with the reason in `report.failure`.
-    pub(crate) fn plain_stream<S: TuneStream, C>(stream: &S, report: &mut TuneReport<C>) -> bool {
-        match stream.is_capturing() {
+    pub(crate) fn plain_stream<B: Backend, C>(stream: &B::Stream, report: &mut TuneReport<C>) -> bool {
+        match B::is_capturing(stream) {
             Ok(false) => true,
             Ok(true) => {
                 report.failure = Some(format!(
                     "the stream is capturing a {} graph; tuning needs a plain stream",
-                    S::GRAPHS
+                    B::NAME
                 ));
                 false
             }
@@ -447,17 +412,17 @@ pub(crate) mod backend {
 
     /// Snapshots of a problem's `Restore` buffers and the list of its `Zero` buffers, on
     /// one stream.
-    pub(crate) struct Guarded<'s, S: TuneStream> {
-        stream: &'s S,
-        restore: Vec<(TuneBuffer, S::Snapshot)>,
+    pub(crate) struct Guarded<'s, B: Backend> {
+        stream: &'s B::Stream,
+        restore: Vec<(TuneBuffer, B::Buffer)>,
         zero: Vec<TuneBuffer>,
     }
 
-    impl<'s, S: TuneStream> Guarded<'s, S> {
+    impl<'s, B: Backend> Guarded<'s, B> {
         /// Snapshots `buffers` (a [`PlannedKernel::buffers`] list) on `stream`; a
         /// failure is recorded in `report.failure` and the search cannot go on.
         pub(crate) fn new<C>(
-            stream: &'s S,
+            stream: &'s B::Stream,
             buffers: &[TuneBuffer],
             report: &mut TuneReport<C>,
         ) -> Option<Self> {
@@ -466,8 +431,7 @@ pub(crate) mod backend {
             for b in buffers {
                 match b.role {
                     BufferRole::Restore => {
-                        // SAFETY: `b.ptr` is valid for b.bytes by the PlannedKernel contract.
-                        match unsafe { stream.snapshot(b) } {
+                        match snapshot::<B>(stream, b) {
                             Ok(snap) => restore.push((*b, snap)),
                             Err(e) => {
                                 report.failure =
@@ -490,12 +454,13 @@ pub(crate) mod backend {
         /// Puts every `Restore` buffer back and zeroes every `Zero` buffer (stream-ordered).
         pub(crate) fn reset(&self) -> Result<()> {
             for (b, snap) in &self.restore {
-                // SAFETY: the snapshot was taken of `b`, valid for b.bytes (see `new`).
-                unsafe { self.stream.restore(b, snap) }?;
+                // SAFETY: the snapshot was taken of `b` and holds b.bytes; `b.ptr` is
+                // valid for them by the PlannedKernel contract.
+                unsafe { B::copy(self.stream, b.ptr, B::address(snap), b.bytes) }?;
             }
             for b in &self.zero {
                 // SAFETY: `b.ptr` is valid for b.bytes by the PlannedKernel contract.
-                unsafe { self.stream.zero(b) }?;
+                unsafe { B::zero(self.stream, b.ptr, b.bytes) }?;
             }
             Ok(())
         }
@@ -515,10 +480,19 @@ pub(crate) mod backend {
                 if let Some((i, kernel)) = &winner {
                     launch(*i, kernel)?;
                 }
-                self.stream.synchronize()
+                B::synchronize(self.stream)
             })();
             conclude(report, winner.map(|(i, _)| i), final_run);
         }
+    }
+
+    /// A stream-ordered device copy of `b`'s contents.
+    fn snapshot<B: Backend>(stream: &B::Stream, b: &TuneBuffer) -> Result<B::Buffer> {
+        let snap = B::alloc(stream, b.bytes)?;
+        // SAFETY: the snapshot holds b.bytes; `b.ptr` is valid for them by the
+        // PlannedKernel contract.
+        unsafe { B::copy(stream, B::address(&snap), b.ptr, b.bytes) }?;
+        Ok(snap)
     }
 
     /// The configs a recheck of a committed entry compares: the entry, the analytic
@@ -929,112 +903,52 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    /// A stream that logs what the tuner asks of it; snapshots of buffer `broken` fail.
-    #[cfg(any(feature = "cuda", feature = "rocm"))]
-    struct LogStream {
-        capturing: Result<bool>,
-        broken: u64,
-        log: std::cell::RefCell<Vec<String>>,
-    }
-
-    #[cfg(any(feature = "cuda", feature = "rocm"))]
-    impl backend::TuneStream for LogStream {
-        type Snapshot = u64;
-        const GRAPHS: &'static str = "test";
-
-        fn is_capturing(&self) -> Result<bool> {
-            self.capturing.clone()
-        }
-        unsafe fn snapshot(&self, b: &crate::TuneBuffer) -> Result<u64> {
-            self.log.borrow_mut().push(format!("snapshot {}", b.ptr));
-            if b.ptr == self.broken {
-                return Err(Error::invalid("buffer", "out of memory"));
-            }
-            Ok(b.ptr)
-        }
-        unsafe fn restore(&self, b: &crate::TuneBuffer, snap: &u64) -> Result<()> {
-            self.log
-                .borrow_mut()
-                .push(format!("restore {} from {snap}", b.ptr));
-            Ok(())
-        }
-        unsafe fn zero(&self, b: &crate::TuneBuffer) -> Result<()> {
-            self.log.borrow_mut().push(format!("zero {}", b.ptr));
-            Ok(())
-        }
-        fn synchronize(&self) -> Result<()> {
-            self.log.borrow_mut().push("sync".into());
-            Ok(())
-        }
-    }
-
-    #[cfg(any(feature = "cuda", feature = "rocm"))]
     #[test]
     fn a_search_refuses_capture_guards_in_place_buffers_and_ends_with_one_run() {
-        use crate::{BufferRole, TuneBuffer};
-        let stream = |capturing: Result<bool>, broken: u64| LogStream {
-            capturing,
-            broken,
-            log: Default::default(),
-        };
+        use crate::{Backend, BufferRole, Mock, MockStream, TuneBuffer};
+        let s = MockStream::default();
+        s.capturing.set(true);
         let mut r = report(&[Err("not run")]);
-        assert!(!backend::plain_stream(&stream(Ok(true), 0), &mut r));
+        assert!(!backend::plain_stream::<Mock, _>(&s, &mut r));
         assert_eq!(
             r.failure.as_deref(),
-            Some("the stream is capturing a test graph; tuning needs a plain stream")
+            Some("the stream is capturing a mock graph; tuning needs a plain stream")
         );
+        s.capturing.set(false);
         let mut r = report(&[Err("not run")]);
-        assert!(!backend::plain_stream(
-            &stream(Err(Error::invalid("stream", "gone")), 0),
-            &mut r
-        ));
-        assert!(r.failure.unwrap().contains("gone"));
-        let mut r = report(&[Err("not run")]);
-        assert!(backend::plain_stream(&stream(Ok(false), 0), &mut r));
+        assert!(backend::plain_stream::<Mock, _>(&s, &mut r));
         assert_eq!(r.failure, None);
 
-        let buffer = |ptr: u64, role: BufferRole| TuneBuffer {
+        // Four host buffers of 64 bytes standing in for device memory.
+        let mem: Vec<_> = (1..=4u8).map(|i| Mock::upload(&s, &[i; 64]).unwrap()).collect();
+        let buffer = |i: usize, role: BufferRole| TuneBuffer {
             name: "b",
-            ptr,
+            ptr: Mock::address(&mem[i]),
             bytes: 64,
             role,
         };
         let buffers = [
-            buffer(1, BufferRole::Read),
-            buffer(2, BufferRole::Restore),
-            buffer(3, BufferRole::Zero),
-            buffer(4, BufferRole::Write),
+            buffer(0, BufferRole::Read),
+            buffer(1, BufferRole::Restore),
+            buffer(2, BufferRole::Zero),
+            buffer(3, BufferRole::Write),
         ];
         assert_eq!(backend::working_set(&buffers), 256);
+        let bytes = |i: usize| unsafe { std::slice::from_raw_parts(buffers[i].ptr as *const u8, 64).to_vec() };
 
-        let s = stream(Ok(false), 2);
-        let mut r = report(&[Err("not run")]);
-        assert!(backend::Guarded::new(&s, &buffers, &mut r).is_none());
-        assert!(r
-            .failure
-            .unwrap()
-            .starts_with("could not snapshot the problem's buffers: "));
-
-        let s = stream(Ok(false), 0);
         let mut r = report(&[Ok(1.0), Ok(2.0)]);
-        let guarded = backend::Guarded::new(&s, &buffers, &mut r).unwrap();
+        let guarded = backend::Guarded::<Mock>::new(&s, &buffers, &mut r).unwrap();
+        // A run writes over the in-place buffer; a reset puts it back and zeroes the
+        // accumulated one; the others are left alone.
+        unsafe { Mock::zero(&s, buffers[1].ptr, 64).unwrap() };
         guarded.reset().unwrap();
+        assert_eq!((bytes(0), bytes(1), bytes(2), bytes(3)), (vec![1; 64], vec![2; 64], vec![0; 64], vec![4; 64]));
+        s.log.borrow_mut().clear();
         guarded.finish(&mut r, Some((1, "k1")), |i, k| {
             s.log.borrow_mut().push(format!("launch {i} {k}"));
             Ok(())
         });
-        assert_eq!(
-            *s.log.borrow(),
-            [
-                "snapshot 2",
-                "restore 2 from 2",
-                "zero 3",
-                "restore 2 from 2",
-                "zero 3",
-                "launch 1 k1",
-                "sync"
-            ]
-        );
+        assert_eq!(*s.log.borrow(), ["copy", "zero", "launch 1 k1", "sync"]);
         assert_eq!((r.chosen, r.final_run), (10, Ok(())));
     }
 

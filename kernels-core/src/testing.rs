@@ -77,7 +77,7 @@ pub fn stored(dtype: DType, v: &[f32]) -> Vec<f32> {
 pub mod hip {
     use tuned::DType;
 
-    use crate::{decode, encode, DiskCache, HipBuffer, HipDevice, HipRuntime, HipStream, Policy};
+    use crate::{decode, encode, DiskCache, HipBuffer, HipDevice, HipRuntime, HipStream, Policy, RuntimeOptions};
 
     /// A runtime on AMD device 0 with `cache` under [`Policy::Serve`] and a stream on
     /// it; `None` (after [`super::skip_or_fail`] naming `test`) where there is no AMD
@@ -90,9 +90,12 @@ pub mod hip {
                 return None;
             }
         };
-        let rt = HipRuntime::with_cache(dev, cache)
-            .expect("hipRTC loads where an AMD GPU is")
-            .with_policy(Policy::Serve);
+        let options = RuntimeOptions {
+            cache,
+            policy: Policy::Serve,
+            ..RuntimeOptions::default()
+        };
+        let rt = HipRuntime::with_options(dev, options).expect("hipRTC loads where an AMD GPU is");
         let stream = rt.device().new_stream().expect("stream");
         Some((rt, stream))
     }

@@ -1,6 +1,7 @@
-//! The one timing routine: CUDA events around each run, warm-up first, at least
-//! [`MIN_REPS`] timed reps, the median reported; the L2 flushed between reps when the
-//! working set would otherwise stay in cache.
+//! The one timing routine, on every backend: events around each run, warm-up first,
+//! at least [`MIN_REPS`] timed reps, the median reported; the L2 flushed between reps
+//! when the working set would otherwise stay in cache. Graph timing
+//! ([`TimingMethod::Graph`]) is a CUDA capability ([`crate::Backend::time_graph_runs`]).
 
 /// Fewest timed repetitions [`time_runs`] accepts.
 pub const MIN_REPS: u32 = 10;
@@ -161,7 +162,6 @@ impl Timing {
 
 /// Bytes of the scratch buffer that flushes an L2 of `l2_bytes`: twice the L2, and at
 /// least 2 MiB when the device reports no L2 size.
-#[cfg(any(feature = "cuda", feature = "rocm"))]
 pub(crate) fn l2_flush_bytes(l2_bytes: u64) -> usize {
     (l2_bytes.max(1 << 20) * 2) as usize
 }
@@ -169,7 +169,6 @@ pub(crate) fn l2_flush_bytes(l2_bytes: u64) -> usize {
 /// What the event-timed loop ([`time_with_events`]) needs of a backend: an L2 flush
 /// (or none), timing events recorded on one stream, a wait for the stream, and the time
 /// between two completed events.
-#[cfg(any(feature = "cuda", feature = "rocm"))]
 pub(crate) trait EventClock {
     /// A timing event.
     type Event;
@@ -194,7 +193,6 @@ pub(crate) trait EventClock {
 /// `opts.warmup` times untimed, then `opts.reps` times with the flush after `prepare`
 /// and events recorded around `run` only; waits for the stream and summarises the
 /// reps in microseconds (`l2_flushed` says whether the clock flushes).
-#[cfg(any(feature = "cuda", feature = "rocm"))]
 pub(crate) fn time_with_events<C: EventClock>(
     clock: &mut C,
     opts: &TimingOptions,
@@ -226,66 +224,60 @@ pub(crate) fn time_with_events<C: EventClock>(
     Ok(Timing::from_samples(&us, l2_flushed))
 }
 
-#[cfg(feature = "cuda")]
-pub use cuda::{time_graph_runs, time_runs, GraphTimer, L2Flush};
+pub use on_backend::{time_runs, L2Flush};
 
-#[cfg(feature = "cuda")]
-mod cuda {
-    use std::sync::Arc;
-
-    use cudarc::driver::sys::{CUevent_flags, CUgraphInstantiate_flags, CUstreamCaptureMode};
-    use cudarc::driver::{CudaEvent, CudaGraph, CudaSlice, CudaStream, DevicePtr};
-
+mod on_backend {
     use super::{l2_flush_bytes, time_with_events, EventClock, Timing, TimingOptions};
-    use crate::ffi::{self, driver_error};
-    use crate::{DeviceInfo, Result};
+    use crate::{Backend, DeviceInfo, Result};
 
-    /// A scratch buffer of twice the L2 size; writing it evicts everything else.
-    pub struct L2Flush {
-        scratch: CudaSlice<u8>,
+    /// A scratch buffer of twice the L2 size; zeroing it evicts everything else.
+    pub struct L2Flush<B: Backend> {
+        scratch: B::Buffer,
+        bytes: usize,
     }
 
-    impl L2Flush {
-        /// Allocates `2 x L2` bytes on `stream` (120 MiB on an H200).
-        pub fn new(stream: &Arc<CudaStream>, info: &DeviceInfo) -> Result<L2Flush> {
+    impl<B: Backend> L2Flush<B> {
+        /// Allocates `2 x L2` bytes (at least 2 MiB) on `stream`'s device (120 MiB on an
+        /// H200).
+        pub fn new(stream: &B::Stream, info: &DeviceInfo) -> Result<L2Flush<B>> {
             let bytes = l2_flush_bytes(info.l2_bytes);
-            // SAFETY: u8 has no invalid bit patterns; the buffer is only ever memset.
-            let scratch = unsafe { stream.alloc::<u8>(bytes) }.map_err(|e| driver_error("cuMemAlloc", e))?;
-            Ok(L2Flush { scratch })
+            Ok(L2Flush {
+                scratch: B::alloc(stream, bytes)?,
+                bytes,
+            })
         }
 
         /// Enqueues the flush (a memset of the whole scratch buffer) on `stream`.
-        pub fn flush(&self, stream: &CudaStream) -> Result<()> {
-            let (ptr, _record) = self.scratch.device_ptr(stream);
-            // SAFETY: `ptr` is this buffer's, valid for its whole length.
-            unsafe { ffi::zero(ptr, self.scratch.len(), stream.cu_stream()) }
+        pub fn flush(&self, stream: &B::Stream) -> Result<()> {
+            // SAFETY: the scratch buffer is this device's and holds `bytes`.
+            unsafe { B::zero(stream, B::address(&self.scratch), self.bytes) }
         }
     }
 
-    /// The one timing routine. Runs `prepare` then `run` `warmup` times untimed, then
-    /// `reps` times with the L2 flushed (when `flush` is given) after `prepare` and
-    /// CUDA events recorded around `run` only, so restoring buffers and flushing stay
-    /// outside the timed region. Returns the median (and extremes) in microseconds.
-    pub fn time_runs(
-        stream: &Arc<CudaStream>,
+    /// The one timing routine. Runs `prepare` then `run` `opts.warmup` times untimed,
+    /// then `opts.reps` times with the L2 flushed (when `flush` is given) after
+    /// `prepare` and events recorded around `run` only, so restoring buffers and
+    /// flushing stay outside the timed region. Returns the median (and extremes) in
+    /// microseconds.
+    pub fn time_runs<B: Backend>(
+        stream: &B::Stream,
         opts: &TimingOptions,
-        flush: Option<&L2Flush>,
+        flush: Option<&L2Flush<B>>,
         prepare: &mut dyn FnMut() -> Result<()>,
         run: &mut dyn FnMut() -> Result<()>,
     ) -> Result<Timing> {
-        let mut clock = CudaClock { stream, flush };
+        let mut clock = Clock::<B> { stream, flush };
         time_with_events(&mut clock, opts, flush.is_some(), prepare, run)
     }
 
-    /// CUDA events on one stream, with an optional L2 flush: what [`time_runs`] and
-    /// [`GraphTimer::time_us`] time with.
-    struct CudaClock<'a> {
-        stream: &'a Arc<CudaStream>,
-        flush: Option<&'a L2Flush>,
+    /// A backend's events on one stream, with an optional L2 flush.
+    struct Clock<'a, B: Backend> {
+        stream: &'a B::Stream,
+        flush: Option<&'a L2Flush<B>>,
     }
 
-    impl EventClock for CudaClock<'_> {
-        type Event = CudaEvent;
+    impl<B: Backend> EventClock for Clock<'_, B> {
+        type Event = B::Event;
 
         fn flush(&mut self) -> Result<()> {
             match self.flush {
@@ -294,123 +286,21 @@ mod cuda {
             }
         }
 
-        fn event(&self) -> Result<CudaEvent> {
-            self.stream
-                .context()
-                .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-                .map_err(|e| driver_error("cuEventCreate", e))
+        fn event(&self) -> Result<B::Event> {
+            B::event(self.stream)
         }
 
-        fn record(&self, event: &CudaEvent) -> Result<()> {
-            event
-                .record(self.stream)
-                .map_err(|e| driver_error("cuEventRecord", e))
+        fn record(&self, event: &B::Event) -> Result<()> {
+            B::record(event, self.stream)
         }
 
         fn synchronize(&self) -> Result<()> {
-            self.stream
-                .synchronize()
-                .map_err(|e| driver_error("cuStreamSynchronize", e))
+            B::synchronize(self.stream)
         }
 
-        fn elapsed_ms(&self, start: &CudaEvent, end: &CudaEvent) -> Result<f32> {
-            start
-                .elapsed_ms(end)
-                .map_err(|e| driver_error("cuEventElapsedTime", e))
+        fn elapsed_ms(&self, start: &B::Event, end: &B::Event) -> Result<f32> {
+            B::elapsed_ms(start, end)
         }
-    }
-
-    /// A CUDA graph of back-to-back launches, replayed and timed per launch.
-    pub struct GraphTimer {
-        graph: CudaGraph,
-        launches: usize,
-        stream: Arc<CudaStream>,
-    }
-
-    impl GraphTimer {
-        /// Captures `launches` calls of `launch(i % copies)` on `stream` (which must
-        /// not be capturing already) and replays the graph once. A failed launch
-        /// during capture ends the capture and is returned.
-        pub fn capture(
-            stream: &Arc<CudaStream>,
-            launches: usize,
-            copies: usize,
-            launch: &mut dyn FnMut(usize) -> Result<()>,
-        ) -> Result<GraphTimer> {
-            let copies = copies.max(1);
-            let launches = launches.max(1);
-            stream
-                .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-                .map_err(|e| driver_error("cuStreamBeginCapture", e))?;
-            let mut captured = Ok(());
-            for i in 0..launches {
-                captured = captured.and_then(|_| launch(i % copies));
-            }
-            // End the capture whatever happened, so the stream is usable again.
-            let graph = stream
-                .end_capture(CUgraphInstantiate_flags(0))
-                .map_err(|e| driver_error("cuStreamEndCapture", e))?;
-            captured?;
-            let graph = graph.ok_or_else(|| crate::Error::invalid("launch", "captured no work"))?;
-            graph.launch().map_err(|e| driver_error("cuGraphLaunch", e))?;
-            Ok(GraphTimer {
-                graph,
-                launches,
-                stream: stream.clone(),
-            })
-        }
-
-        /// Launches per replay.
-        pub fn launches(&self) -> usize {
-            self.launches
-        }
-
-        /// `replays` replays between two events: microseconds per launch.
-        pub fn time_us(&self, replays: u64) -> Result<f64> {
-            let clock = CudaClock {
-                stream: &self.stream,
-                flush: None,
-            };
-            let a = clock.event()?;
-            let b = clock.event()?;
-            let replays = replays.max(1);
-            clock.record(&a)?;
-            for _ in 0..replays {
-                self.graph
-                    .launch()
-                    .map_err(|e| driver_error("cuGraphLaunch", e))?;
-            }
-            clock.record(&b)?;
-            b.synchronize()
-                .map_err(|e| driver_error("cuEventSynchronize", e))?;
-            let ms = clock.elapsed_ms(&a, &b)?;
-            Ok(ms as f64 * 1000.0 / (replays * self.launches as u64) as f64)
-        }
-    }
-
-    /// Graph timing ([`super::TimingMethod::Graph`]): `opts.warmup` plain launches
-    /// (modules loaded, clocks up), then a graph of `launches` calls of
-    /// `launch(i % copies)`, each of `opts.reps` replays timed between events; the
-    /// median microseconds per launch. The caller makes `copies` distinct problems
-    /// (see [`super::rotation`]); no L2 flush.
-    pub fn time_graph_runs(
-        stream: &Arc<CudaStream>,
-        opts: &TimingOptions,
-        launches: usize,
-        copies: usize,
-        launch: &mut dyn FnMut(usize) -> Result<()>,
-    ) -> Result<Timing> {
-        opts.check()?;
-        let copies = copies.max(1);
-        for i in 0..opts.warmup.max(1) as usize {
-            launch(i % copies)?;
-        }
-        let timer = GraphTimer::capture(stream, launches, copies, launch)?;
-        let mut us = Vec::with_capacity(opts.reps as usize);
-        for _ in 0..opts.reps {
-            us.push(timer.time_us(1)?);
-        }
-        Ok(Timing::from_samples(&us, false))
     }
 }
 
@@ -454,14 +344,12 @@ mod tests {
     }
 
     /// A clock whose events are sequence numbers, a millisecond apart, logging calls.
-    #[cfg(any(feature = "cuda", feature = "rocm"))]
     #[derive(Default)]
     struct LogClock {
         next: std::cell::Cell<u32>,
         log: std::rc::Rc<std::cell::RefCell<Vec<String>>>,
     }
 
-    #[cfg(any(feature = "cuda", feature = "rocm"))]
     impl EventClock for LogClock {
         type Event = u32;
         fn flush(&mut self) -> crate::Result<()> {
@@ -485,7 +373,6 @@ mod tests {
         }
     }
 
-    #[cfg(any(feature = "cuda", feature = "rocm"))]
     #[test]
     fn the_event_loop_warms_up_then_times_each_run_between_its_own_events() {
         let mut clock = LogClock::default();
@@ -526,7 +413,6 @@ mod tests {
         assert!(e.unwrap_err().to_string().contains("`reps`"));
     }
 
-    #[cfg(any(feature = "cuda", feature = "rocm"))]
     #[test]
     fn the_flush_buffer_is_twice_the_l2_and_at_least_2_mib() {
         assert_eq!(l2_flush_bytes(60 << 20), 120 << 20);

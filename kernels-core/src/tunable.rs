@@ -1,20 +1,24 @@
-//! The [`Tunable`] trait a kernel family implements to be compiled, launched and tuned
-//! by the runtime, and [`DynTunable`], its object-safe form for tools (`kernels tune`).
+//! The [`Tunable`] trait a kernel family implements to be resolved and tuned by the
+//! runtime on any backend, and [`DynTunable`], its object-safe form for tools
+//! (`kernels tune`, `kernels tables check`).
 
 use std::marker::PhantomData;
-use std::sync::Arc;
 
-use cudarc::driver::CudaStream;
 use tuned::{KernelSchema, StaticKey};
 
+use crate::backend::Owned;
+use crate::runtime::launch;
 use crate::search::backend::{candidates_or_error, parse_key, working_set, RecheckPlan};
-use crate::{Error, Kernel, PlannedKernel, RawStream, Recheck, Result, Runtime, TuneOptions, TuneRecord};
+use crate::{
+    Backend, DeviceInfo, Error, L2Flush, PlannedKernel, Recheck, Result, Runtime, TimingMethod, TimingOptions,
+    TuneOptions, TuneRecord,
+};
 
-/// A kernel family the CUDA runtime can compile, launch and tune: a [`PlannedKernel`]
-/// (key, config, schema, analytic default and tables through [`tuned::TunedKernel`]; search
-/// space, variants, problems, buffers and launch plans without a backend) plus what
-/// the CUDA tuner needs of its own: problems it allocates ([`Tunable::alloc_problem`])
-/// and the launch on a CUDA stream.
+/// A kernel family the runtime can resolve and tune on every backend: a
+/// [`PlannedKernel`] (key, config, schema, analytic default and tables through
+/// [`tuned::TunedKernel`]; search space, variants, problems, buffers and launch plans)
+/// plus the problems the tuner makes itself, as host images it uploads and the
+/// problem over their device addresses. Nothing in it names a backend.
 ///
 /// The tuner makes repeated runs safe through [`PlannedKernel::buffers`]: `Restore`
 /// buffers are snapshotted and put back, and `Zero` buffers zeroed, before every run
@@ -22,75 +26,36 @@ use crate::{Error, Kernel, PlannedKernel, RawStream, Recheck, Result, Runtime, T
 /// one plain run of the chosen config gives.
 ///
 /// # Safety
-/// As for [`PlannedKernel`]; an overriding [`Tunable::launch`] must also stay within
-/// the buffers [`PlannedKernel::buffers`] lists.
+/// As for [`PlannedKernel`]; [`Tunable::tuning_problem`] must describe buffers that lie
+/// within the uploaded [`Tunable::tuning_inputs`] at the addresses given.
 ///
 /// # Example
 ///
 /// ```ignore
-/// static SOURCE: KernelSource = KernelSource::new("scale", include_str!("../cuda/scale.cu"), SOURCE_FINGERPRINT);
-///
-/// // Raw device addresses, so the same problem serves CUDA and HIP.
-/// pub struct ScaleProblem<'a> { x: u64, n: u32, a: f32, _buf: PhantomData<&'a mut [f32]> }
-///
-/// unsafe impl PlannedKernel for Scale {
-///     type Problem<'a> = ScaleProblem<'a>;
-///     const SOURCE: &'static KernelSource = &SOURCE;
-///
-///     fn search_space(_: &DeviceInfo, _: &ScaleKey, _: u64) -> Vec<ScaleConfig> {
-///         [64, 128, 256, 512].map(|threads| ScaleConfig { threads }).to_vec()
-///     }
-///     fn variant(_: &DeviceInfo, _: &ScaleKey, c: &ScaleConfig) -> Variant {
-///         Variant::new("scale").define("THREADS", c.threads)
-///     }
-///     fn problem_shape(p: &ScaleProblem<'_>) -> (ScaleKey, u64) { (ScaleKey, p.n as u64) }
-///     fn buffers(p: &ScaleProblem<'_>) -> Vec<TuneBuffer> {
-///         vec![TuneBuffer { name: "x", ptr: p.x, bytes: p.n as usize * 4, role: BufferRole::Restore }]
-///     }
-///     fn launch_args(_: &DeviceInfo, c: &ScaleConfig, p: &ScaleProblem<'_>) -> Result<(LaunchDims, KernelArgs)> {
-///         let mut args = KernelArgs::new();
-///         args.ptr(p.x).f32(p.a).u32(p.n);
-///         Ok((LaunchDims::linear(p.n.div_ceil(c.threads), c.threads), args))
-///     }
-/// }
-///
 /// unsafe impl Tunable for Scale {
-///     type Owned = (CudaSlice<f32>, f32);
-///     fn alloc_problem(stream: &Arc<CudaStream>, _: &ScaleKey, batch: u64) -> Result<(CudaSlice<f32>, f32)> { ... }
-///     fn borrow_problem(o: &mut (CudaSlice<f32>, f32)) -> ScaleProblem<'_> { ... }
+///     fn tuning_inputs(_: &ScaleKey, n: u64) -> Vec<Vec<u8>> {
+///         vec![kernels_core::encode(DType::F32, &kernels_core::pseudo_random(n as usize, 1, 1.0, 0.0))]
+///     }
+///     fn tuning_problem<'a>(_: &ScaleKey, n: u64, at: &'a [u64]) -> ScaleProblem<'a> {
+///         ScaleProblem { x: at[0], n: n as u32, a: 2.0, _buf: PhantomData }
+///     }
 /// }
 /// ```
 pub unsafe trait Tunable: PlannedKernel {
-    /// A problem the tuner allocates itself (offline tuning, online resolution without
-    /// a caller's problem).
-    type Owned;
+    /// The contents of each buffer of a problem of `key` and `batch` the tuner makes
+    /// itself (offline tuning, online resolution without a caller's problem), as host
+    /// bytes: deterministic, so every backend and run times the same data.
+    fn tuning_inputs(key: &Self::Key, batch: u64) -> Vec<Vec<u8>>;
 
-    /// Launches `kernel` (compiled from [`PlannedKernel::variant`] of `config`) on
-    /// `problem`: by default the plan's [`PlannedKernel::launch_args`] (which checks
-    /// what the config needs of the problem and names the argument otherwise) through
-    /// [`Kernel::launch_raw`].
-    fn launch(
-        kernel: &Kernel,
-        stream: &Arc<CudaStream>,
-        config: &Self::Config,
-        problem: &Self::Problem<'_>,
-    ) -> Result<()> {
-        let (dims, args) = Self::launch_args(kernel.info(), config, problem)?;
-        // SAFETY: the PlannedKernel contract: the plan matches the variant's entry
-        // point and stays within the problem's buffers.
-        unsafe { kernel.launch_raw(RawStream::of(stream), dims, &args) }
-    }
-
-    /// Allocates a problem of `key` and `batch` with deterministic contents.
-    fn alloc_problem(stream: &Arc<CudaStream>, key: &Self::Key, batch: u64) -> Result<Self::Owned>;
-
-    /// Borrows an allocated problem.
-    fn borrow_problem(owned: &mut Self::Owned) -> Self::Problem<'_>;
+    /// The problem over those buffers, uploaded to device addresses `at` (in the order
+    /// [`Tunable::tuning_inputs`] lists them).
+    fn tuning_problem<'a>(key: &Self::Key, batch: u64, at: &'a [u64]) -> Self::Problem<'a>;
 }
 
-/// Object-safe view of a [`Tunable`], so `kernels tune` dispatches over a registry of
-/// kernels by name. Make one with `static X: TunableDyn<MyKernel> = TunableDyn::new();`.
-pub trait DynTunable: Sync {
+/// Object-safe view of a [`Tunable`] on backend `B`, so tools dispatch over a registry
+/// of kernels by name. Make one with `static X: TunableDyn<MyKernel> = TunableDyn::new();`;
+/// it is a `DynTunable<B>` for every backend.
+pub trait DynTunable<B: Backend>: Sync {
     /// The kernel's table contract.
     fn schema(&self) -> &'static KernelSchema;
     /// Fingerprint of its source.
@@ -98,13 +63,13 @@ pub trait DynTunable: Sync {
     /// The [`crate::candidates_digest`] of a search for `key` at `batch` on `device`,
     /// for its tuning cache key. A key the kernel cannot parse gets a digest of the
     /// error (the search fails on it anyway).
-    fn candidates(&self, device: &crate::DeviceInfo, key: &StaticKey, batch: u64) -> String;
+    fn candidates(&self, device: &DeviceInfo, key: &StaticKey, batch: u64) -> String;
     /// Tunes one (static key, batch) on a problem the kernel allocates. Not persisted
     /// (the caller decides where results go).
     fn search(
         &self,
-        rt: &Runtime,
-        stream: &Arc<CudaStream>,
+        rt: &Runtime<B>,
+        stream: &B::Stream,
         key: &StaticKey,
         batch: u64,
         opts: &TuneOptions,
@@ -113,8 +78,8 @@ pub trait DynTunable: Sync {
     /// parallel (filling the module cache). One result per shape.
     fn precompile(
         &self,
-        rt: &Runtime,
-        stream: &Arc<CudaStream>,
+        rt: &Runtime<B>,
+        stream: &B::Stream,
         shapes: &[(StaticKey, u64)],
     ) -> Vec<Result<tuned::Source>>;
     /// Re-measures a committed entry on a problem the kernel allocates: the entry's
@@ -124,17 +89,17 @@ pub trait DynTunable: Sync {
     #[allow(clippy::too_many_arguments)]
     fn recheck(
         &self,
-        rt: &Runtime,
-        stream: &Arc<CudaStream>,
+        rt: &Runtime<B>,
+        stream: &B::Stream,
         key: &StaticKey,
         batch: u64,
         entry: &[tuned::Value],
         sample: usize,
-        timing: &crate::TimingOptions,
+        timing: &TimingOptions,
     ) -> Result<Recheck>;
 }
 
-/// The [`DynTunable`] of a [`Tunable`].
+/// The [`DynTunable`] of a [`Tunable`], for every backend.
 pub struct TunableDyn<K>(PhantomData<fn() -> K>);
 
 impl<K> TunableDyn<K> {
@@ -149,31 +114,30 @@ impl<K> Default for TunableDyn<K> {
     }
 }
 
-impl<K: Tunable> TunableDyn<K> {
-    /// One problem of the shape, or for graph timing as many as [`crate::rotation`]
-    /// asks for (the first decides the bytes per call).
-    fn alloc_copies(
-        rt: &Runtime,
-        stream: &Arc<CudaStream>,
-        key: &K::Key,
-        batch: u64,
-        timing: &crate::TimingOptions,
-    ) -> Result<Vec<K::Owned>> {
-        let mut first = K::alloc_problem(stream, key, batch)?;
-        let bytes = working_set(&K::buffers(&K::borrow_problem(&mut first)));
-        let copies = match timing.method {
-            crate::TimingMethod::Single => 1,
-            crate::TimingMethod::Graph => crate::rotation(bytes, rt.device().info().l2_bytes),
-        };
-        let mut all = vec![first];
-        for _ in 1..copies {
-            all.push(K::alloc_problem(stream, key, batch)?);
-        }
-        Ok(all)
+/// Problems of one shape the tuner allocates: one, or for graph timing as many as
+/// [`crate::rotation`] asks for (the first decides the bytes per call).
+pub(crate) fn alloc_copies<B: Backend, K: Tunable>(
+    rt: &Runtime<B>,
+    stream: &B::Stream,
+    key: &K::Key,
+    batch: u64,
+    timing: &TimingOptions,
+) -> Result<Vec<Owned<B>>> {
+    let inputs = K::tuning_inputs(key, batch);
+    let first = Owned::<B>::upload(stream, &inputs)?;
+    let bytes = working_set(&K::buffers(&K::tuning_problem(key, batch, first.addresses())));
+    let copies = match timing.method {
+        TimingMethod::Single => 1,
+        TimingMethod::Graph => crate::rotation(bytes, rt.info().l2_bytes),
+    };
+    let mut all = vec![first];
+    for _ in 1..copies {
+        all.push(Owned::<B>::upload(stream, &inputs)?);
     }
+    Ok(all)
 }
 
-impl<K: Tunable> DynTunable for TunableDyn<K> {
+impl<B: Backend, K: Tunable> DynTunable<B> for TunableDyn<K> {
     fn schema(&self) -> &'static KernelSchema {
         K::SCHEMA
     }
@@ -182,21 +146,24 @@ impl<K: Tunable> DynTunable for TunableDyn<K> {
         K::SOURCE_FINGERPRINT
     }
 
-    fn candidates(&self, device: &crate::DeviceInfo, key: &StaticKey, batch: u64) -> String {
+    fn candidates(&self, device: &DeviceInfo, key: &StaticKey, batch: u64) -> String {
         candidates_or_error::<K>(device, parse_key::<K>(key), batch)
     }
 
     fn search(
         &self,
-        rt: &Runtime,
-        stream: &Arc<CudaStream>,
+        rt: &Runtime<B>,
+        stream: &B::Stream,
         key: &StaticKey,
         batch: u64,
         opts: &TuneOptions,
     ) -> Result<TuneRecord> {
         let k = parse_key::<K>(key)?;
-        let mut owned = Self::alloc_copies(rt, stream, &k, batch, &opts.timing)?;
-        let problems: Vec<K::Problem<'_>> = owned.iter_mut().map(K::borrow_problem).collect();
+        let owned = alloc_copies::<B, K>(rt, stream, &k, batch, &opts.timing)?;
+        let problems: Vec<K::Problem<'_>> = owned
+            .iter()
+            .map(|o| K::tuning_problem(&k, batch, o.addresses()))
+            .collect();
         let report = rt.tune_rotating::<K>(stream, &problems[0], &problems[1..], opts);
         rt.record_of::<K>(&report)
     }
@@ -204,26 +171,32 @@ impl<K: Tunable> DynTunable for TunableDyn<K> {
     #[allow(clippy::too_many_arguments)]
     fn recheck(
         &self,
-        rt: &Runtime,
-        stream: &Arc<CudaStream>,
+        rt: &Runtime<B>,
+        stream: &B::Stream,
         key: &StaticKey,
         batch: u64,
         entry: &[tuned::Value],
         sample: usize,
-        timing: &crate::TimingOptions,
+        timing: &TimingOptions,
     ) -> Result<Recheck> {
-        let info = rt.device().info();
+        let info = rt.info();
         let plan = RecheckPlan::<K>::new(info, key, batch, entry)?;
-        let mut owned = Self::alloc_copies(rt, stream, &plan.key, batch, timing)?;
-        let problems: Vec<K::Problem<'_>> = owned.iter_mut().map(K::borrow_problem).collect();
+        let graph = timing.method == TimingMethod::Graph;
+        if graph && !B::GRAPH_TIMING {
+            return Err(crate::backend::no_graph_timing::<B>());
+        }
+        let owned = alloc_copies::<B, K>(rt, stream, &plan.key, batch, timing)?;
+        let problems: Vec<K::Problem<'_>> = owned
+            .iter()
+            .map(|o| K::tuning_problem(&plan.key, batch, o.addresses()))
+            .collect();
         let problem = &problems[0];
         let align = K::alignment(problem);
         let bytes = working_set(&K::buffers(problem));
-        let graph = timing.method == crate::TimingMethod::Graph;
         let launches = crate::graph_launches(bytes, problems.len());
         // The 2 x L2 scratch buffer only where the flush is wanted.
         let flush = if !graph && timing.flush_l2.wanted(bytes, info.l2_bytes) {
-            Some(crate::L2Flush::new(stream, info)?)
+            Some(L2Flush::<B>::new(stream, info)?)
         } else {
             None
         };
@@ -231,13 +204,13 @@ impl<K: Tunable> DynTunable for TunableDyn<K> {
         plan.run(info, align, sample, |k, c| {
             let kernel = rt.kernel(stream, K::SOURCE, &K::variant(info, k, c))?;
             if graph {
-                return crate::time_graph_runs(stream, timing, launches, problems.len(), &mut |i| {
-                    K::launch(&kernel, stream, c, &problems[i])
+                return B::time_graph_runs(stream, timing, launches, problems.len(), &mut |i| {
+                    launch::<B, K>(&kernel, stream, c, &problems[i])
                 })
                 .map(|t| t.median_us);
             }
-            crate::time_runs(stream, timing, flush, &mut || Ok(()), &mut || {
-                K::launch(&kernel, stream, c, problem)
+            crate::time_runs::<B>(stream, timing, flush, &mut || Ok(()), &mut || {
+                launch::<B, K>(&kernel, stream, c, problem)
             })
             .map(|t| t.median_us)
         })
@@ -245,8 +218,8 @@ impl<K: Tunable> DynTunable for TunableDyn<K> {
 
     fn precompile(
         &self,
-        rt: &Runtime,
-        stream: &Arc<CudaStream>,
+        rt: &Runtime<B>,
+        stream: &B::Stream,
         shapes: &[(StaticKey, u64)],
     ) -> Vec<Result<tuned::Source>> {
         let keys: Vec<Result<(K::Key, u64)>> =

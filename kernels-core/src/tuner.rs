@@ -1,70 +1,33 @@
-//! The autotuner: candidates are the pruned search space plus the analytic default;
-//! they compile in parallel, then run one at a time under the one timing routine with
-//! in-place safety; the pure [`crate::select`] rule picks the winner.
+//! The autotuner, on every backend: candidates are the pruned search space plus the
+//! analytic default; they compile in parallel, then run one at a time under the one
+//! timing routine with in-place safety; the pure [`crate::select`] rule picks the
+//! winner.
 
-use std::sync::Arc;
-
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
-
-use crate::ffi::{self, driver_error};
-use crate::search::backend::{compile_jobs, plain_stream, working_set, Guarded, TuneStream};
+use crate::runtime::launch;
+use crate::search::backend::{compile_jobs, plain_stream, working_set, Guarded};
 use crate::{
-    graph_launches, start_search, time_candidates, time_graph_runs, time_runs, L2Flush, Result, Runtime,
-    TimingMethod, Tunable, TuneBuffer, TuneOptions, TuneReport,
+    graph_launches, start_search, time_candidates, time_runs, Backend, L2Flush, PlannedKernel, Runtime,
+    TimingMethod, TuneOptions, TuneReport,
 };
 
-/// The CUDA stream's part of a search: graph capture, snapshots, restores, zeroing.
-impl TuneStream for Arc<CudaStream> {
-    type Snapshot = CudaSlice<u8>;
-    const GRAPHS: &'static str = "CUDA";
-
-    fn is_capturing(&self) -> Result<bool> {
-        ffi::is_capturing(self.cu_stream())
-    }
-
-    unsafe fn snapshot(&self, b: &TuneBuffer) -> Result<CudaSlice<u8>> {
-        // SAFETY: u8 has no invalid bit patterns; the copy below fills it.
-        let snap = unsafe { self.alloc::<u8>(b.bytes.max(1)) }.map_err(|e| driver_error("cuMemAlloc", e))?;
-        let (dst, record) = snap.device_ptr(self);
-        // SAFETY: `dst` holds b.bytes; `b.ptr` is valid for b.bytes (the caller's
-        // contract).
-        unsafe { ffi::copy_dtod(dst, b.ptr, b.bytes, self.cu_stream()) }?;
-        drop(record);
-        Ok(snap)
-    }
-
-    unsafe fn restore(&self, b: &TuneBuffer, snap: &CudaSlice<u8>) -> Result<()> {
-        let (src, _record) = snap.device_ptr(self);
-        // SAFETY: both hold b.bytes (the snapshot was taken of `b`).
-        unsafe { ffi::copy_dtod(b.ptr, src, b.bytes, self.cu_stream()) }
-    }
-
-    unsafe fn zero(&self, b: &TuneBuffer) -> Result<()> {
-        // SAFETY: `b.ptr` is valid for b.bytes (the caller's contract).
-        unsafe { ffi::zero(b.ptr, b.bytes, self.cu_stream()) }
-    }
-
-    fn synchronize(&self) -> Result<()> {
-        CudaStream::synchronize(self).map_err(|e| driver_error("cuStreamSynchronize", e))
-    }
-}
-
-impl Runtime {
+impl<B: Backend> Runtime<B> {
     /// Searches for the fastest config of `K` on `problem`, never panicking.
     ///
     /// Candidates are the analytic default (always, first) and the pruned search
-    /// space. They compile in parallel; each that compiled is timed with
-    /// [`time_runs`] (warm-up, median of at least 10 reps, L2 flushed when the working
-    /// set is under twice the L2), with `Restore` buffers restored and `Zero` buffers
-    /// zeroed before every run, outside the timed region. Failures are recorded and
-    /// skipped. [`crate::select`] picks the winner (a candidate must beat the incumbent
-    /// by more than the noise threshold). Finally the buffers are restored and the
-    /// winner runs once, so they hold exactly one plain run's result. When every
-    /// candidate fails, the report names the analytic default, says why, and the
-    /// buffers are restored to their contents from before the search.
-    pub fn tune<K: Tunable>(
+    /// space, fitted to the problem's alignment. They compile in parallel; each that
+    /// compiled is timed with [`time_runs`] (warm-up, median of at least 10 reps, L2
+    /// flushed when the working set is under twice the L2) or, with
+    /// [`TimingMethod::Graph`] on a backend that has it, with graph replays; `Restore`
+    /// buffers are restored and `Zero` buffers zeroed before every run, outside the
+    /// timed region. Failures are recorded and skipped. [`crate::select`] picks the
+    /// winner (a candidate must beat the incumbent by more than the noise threshold).
+    /// Finally the buffers are restored and the winner runs once, so they hold exactly
+    /// one plain run's result. When every candidate fails, the report names the
+    /// analytic default, says why, and the buffers are restored to their contents from
+    /// before the search.
+    pub fn tune<K: PlannedKernel>(
         &self,
-        stream: &Arc<CudaStream>,
+        stream: &B::Stream,
         problem: &K::Problem<'_>,
         opts: &TuneOptions,
     ) -> TuneReport<K::Config> {
@@ -75,17 +38,21 @@ impl Runtime {
     /// [`TimingMethod::Graph`] timing to rotate through (`problem` first, then
     /// `rotation`; see [`crate::rotation`]). The rotation problems are scratch: they
     /// are written but not restored. With [`TimingMethod::Single`] they are unused.
-    pub fn tune_rotating<'p, K: Tunable>(
+    pub fn tune_rotating<'p, K: PlannedKernel>(
         &self,
-        stream: &Arc<CudaStream>,
+        stream: &B::Stream,
         problem: &K::Problem<'p>,
         rotation: &[K::Problem<'p>],
         opts: &TuneOptions,
     ) -> TuneReport<K::Config> {
-        let info = self.device().info();
+        let info = self.info();
         let (key, configs, mut report) = start_search::<K>(info, problem, opts);
-
-        if !plain_stream(stream, &mut report) {
+        let graph = opts.timing.method == TimingMethod::Graph;
+        if graph && !B::GRAPH_TIMING {
+            report.failure = Some(crate::backend::no_graph_timing::<B>().to_string());
+            return report;
+        }
+        if !plain_stream::<B, _>(stream, &mut report) {
             return report;
         }
 
@@ -95,15 +62,14 @@ impl Runtime {
 
         // Snapshot in-place buffers before anything runs.
         let buffers = K::buffers(problem);
-        let Some(guarded) = Guarded::new(stream, &buffers, &mut report) else {
+        let Some(guarded) = Guarded::<B>::new(stream, &buffers, &mut report) else {
             return report;
         };
         let working_set = working_set(&buffers);
         // Without the flush buffer (out of memory) timing still runs, reported per
         // candidate through Timing::l2_flushed.
-        let graph = opts.timing.method == TimingMethod::Graph;
         let flush = if !graph && opts.timing.flush_l2.wanted(working_set, info.l2_bytes) {
-            L2Flush::new(stream, info).ok()
+            L2Flush::<B>::new(stream, info).ok()
         } else {
             None
         };
@@ -119,16 +85,16 @@ impl Runtime {
             |config, kernel| {
                 if graph {
                     guarded.reset()?;
-                    time_graph_runs(stream, &opts.timing, launches, copies, &mut |i| {
-                        K::launch(kernel, stream, config, problem_at(i))
+                    B::time_graph_runs(stream, &opts.timing, launches, copies, &mut |i| {
+                        launch::<B, K>(kernel, stream, config, problem_at(i))
                     })
                 } else {
-                    time_runs(
+                    time_runs::<B>(
                         stream,
                         &opts.timing,
                         flush.as_ref(),
                         &mut || guarded.reset(),
-                        &mut || K::launch(kernel, stream, config, problem),
+                        &mut || launch::<B, K>(kernel, stream, config, problem),
                     )
                 }
             },
@@ -136,7 +102,7 @@ impl Runtime {
         drop(flush);
         // Leave the buffers as one plain run of the winner leaves them.
         guarded.finish(&mut report, winner, |i, kernel| {
-            K::launch(kernel, stream, &configs[i], problem)
+            launch::<B, K>(kernel, stream, &configs[i], problem)
         });
         report
     }

@@ -154,7 +154,6 @@ impl<'a> NormProblem<'a> {
     /// The problem the tuners of both backends time on buffers of their own:
     /// contiguous `[rows, key.cols]` operands at `x` and `out`, a weight row at `w`,
     /// eps 1e-6.
-    #[cfg(any(feature = "cuda", feature = "rocm"))]
     pub(crate) fn tuning(key: RmsNormKey, rows: u64, x: u64, w: u64, out: u64) -> NormProblem<'a> {
         let cols = key.cols as u64;
         NormProblem {

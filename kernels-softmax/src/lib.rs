@@ -4,8 +4,9 @@
 //! The layout of one kernel family: [`schema`] (table contract and parameter
 //! domains), [`config`] (key and config types), [`heuristic`] (analytic default),
 //! [`space`] (search space and pruning), the device code in `cuda/`; [`plan`] (the
-//! problem and its backend-neutral launch plan), `ops` (CUDA, feature `cuda`) and
-//! `hip` (AMD, feature `rocm`) launch it.
+//! problem and its backend-neutral launch plan), [`ops`] (the ops on every backend,
+//! generic over `kernels_core::Backend`) and `cuda` (the safe ops on cudarc buffers,
+//! feature `cuda`).
 //!
 //! ```
 //! use kernels_softmax::{Softmax, SoftmaxKey};
@@ -16,10 +17,9 @@
 //! ```
 
 pub mod config;
-pub mod heuristic;
-#[cfg(feature = "rocm")]
-pub mod hip;
 #[cfg(feature = "cuda")]
+pub mod cuda;
+pub mod heuristic;
 pub mod ops;
 pub mod plan;
 pub mod reference;

@@ -1,133 +1,84 @@
-//! Launching softmax and log-softmax on CUDA: the [`Tunable`] implementations the
-//! runtime compiles, launches and tunes (launching the backend-neutral
-//! [`crate::plan`]), and the ops engines call (safe ones on cudarc buffers, raw ones
-//! on device pointers).
+//! The softmax ops on every backend: each runs a [`SoftmaxProblem`] (device addresses,
+//! validated when built) on a stream with the config the runtime's policy resolves,
+//! and says which config and where it came from. Also the [`Tunable`] implementations
+//! the runtime and `kernels tune` search with. The safe ops on cudarc buffers are in
+//! `crate::cuda` (feature `cuda`).
 //!
-//! Every op validates shapes, lengths, strides, `scale`, aliasing and alignment
-//! before anything is launched and returns an error naming the bad argument.
+//! ```no_run
+//! # #[cfg(feature = "cuda")] {
+//! use kernels_core::cudarc::driver::{DevicePtr, DevicePtrMut};
+//! use kernels_core::{CudaDevice, CudaRuntime, Rows};
+//! use kernels_softmax::plan::SoftmaxProblem;
+//! use tuned::DType;
+//! let rt = CudaRuntime::new(CudaDevice::open(0)?)?;
+//! let stream = rt.device().new_stream()?;
+//! let (rows, cols) = (8, 128256);
+//! let x = stream.alloc_zeros::<half::bf16>(rows * cols).unwrap();
+//! let mut y = stream.alloc_zeros::<half::bf16>(rows * cols).unwrap();
+//! let (xp, _gx) = x.device_ptr(&stream);
+//! let (yp, _gy) = y.device_ptr_mut(&stream);
+//! let shape = Rows::contiguous(rows, cols);
+//! // SAFETY: live allocations of this device with the lengths given.
+//! let p = unsafe { SoftmaxProblem::raw(DType::Bf16, xp, rows * cols, shape, yp, rows * cols, shape, 1.0) }?;
+//! let used = kernels_softmax::ops::softmax(&rt, &stream, &p)?;
+//! println!("{:?} from {}", used.config, used.source);
+//! # }
+//! # Ok::<(), kernels_core::Error>(())
+//! ```
 
-use std::sync::Arc;
-
-use kernels_core::cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut};
-use kernels_core::{alloc_random, Element, Result, Rows, Runtime, Tunable, TunableDyn};
+use kernels_core::{encode, pseudo_random, Backend, Result, Runtime, Tunable, TunableDyn};
 use tuned::Resolved;
 
 use crate::{LogSoftmax, Softmax, SoftmaxConfig, SoftmaxKey};
 
 pub use crate::plan::{SoftmaxProblem, SOURCE};
 
-impl<'a> SoftmaxProblem<'a> {
-    /// `y = softmax(x * scale)` per row on cudarc buffers.
-    pub fn new<T: Element>(
-        stream: &CudaStream,
-        x: &'a CudaView<'_, T>,
-        x_rows: Rows,
-        y: &'a mut CudaViewMut<'_, T>,
-        y_rows: Rows,
-        scale: f32,
-    ) -> Result<SoftmaxProblem<'a>> {
-        let y_len = y.len();
-        let (xp, _gx) = x.device_ptr(stream);
-        let (yp, _gy) = y.device_ptr_mut(stream);
-        // Safe: the borrows keep the buffers alive for 'a and Rust forbids them aliasing.
-        unsafe { Self::raw(T::DTYPE, xp, x.len(), x_rows, yp, y_len, y_rows, scale) }
-    }
-
-    /// Softmax of `x` in place.
-    pub fn in_place<T: Element>(
-        stream: &CudaStream,
-        x: &'a mut CudaViewMut<'_, T>,
-        rows: Rows,
-        scale: f32,
-    ) -> Result<SoftmaxProblem<'a>> {
-        let len = x.len();
-        let (xp, _gx) = x.device_ptr_mut(stream);
-        // Safe: the mutable borrow keeps the buffer alive and exclusive for 'a.
-        unsafe { Self::raw(T::DTYPE, xp, len, rows, xp, len, rows, scale) }
-    }
+/// `y = softmax(x * scale)` per row on `stream`, with the config the runtime's policy
+/// resolves for the device.
+pub fn softmax<B: Backend>(
+    rt: &Runtime<B>,
+    stream: &B::Stream,
+    problem: &SoftmaxProblem<'_>,
+) -> Result<Resolved<SoftmaxConfig>> {
+    Ok(rt.run::<Softmax>(stream, problem)?.resolved)
 }
 
-/// Buffers the tuner allocates for a problem of its own.
-pub struct SoftmaxBuffers {
-    key: SoftmaxKey,
-    rows: u64,
-    x: CudaSlice<u8>,
-    y: CudaSlice<u8>,
-    stream: Arc<CudaStream>,
+/// `y = log_softmax(x * scale)` per row on `stream`.
+pub fn log_softmax<B: Backend>(
+    rt: &Runtime<B>,
+    stream: &B::Stream,
+    problem: &SoftmaxProblem<'_>,
+) -> Result<Resolved<SoftmaxConfig>> {
+    Ok(rt.run::<LogSoftmax>(stream, problem)?.resolved)
 }
 
-impl SoftmaxBuffers {
-    fn alloc(stream: &Arc<CudaStream>, key: &SoftmaxKey, rows: u64) -> Result<SoftmaxBuffers> {
-        let n = rows as usize * key.cols as usize;
-        Ok(SoftmaxBuffers {
-            key: *key,
-            rows,
-            x: alloc_random(stream, key.dtype, n, 11, 8.0, 0.0)?,
-            y: alloc_random(stream, key.dtype, n, 12, 1.0, 0.0)?,
-            stream: stream.clone(),
-        })
-    }
-
-    fn problem(&mut self) -> SoftmaxProblem<'_> {
-        let (x, _) = self.x.device_ptr(&self.stream);
-        let (y, _) = self.y.device_ptr(&self.stream);
-        SoftmaxProblem::tuning(self.key, self.rows, x, y)
-    }
+/// The inputs of a problem the tuner makes itself: x in [-8, 8), y pre-filled.
+fn tuning_inputs(key: &SoftmaxKey, rows: u64) -> Vec<Vec<u8>> {
+    let n = rows as usize * key.cols as usize;
+    vec![
+        encode(key.dtype, &pseudo_random(n, 11, 8.0, 0.0)),
+        encode(key.dtype, &pseudo_random(n, 12, 1.0, 0.0)),
+    ]
 }
 
 macro_rules! tunable {
     ($ty:ident, $dyn:ident) => {
-        // Safety: the launch is the PlannedKernel plan (crate::plan), whose buffers
-        // and arguments follow the kernel's ABI.
+        // Safety: the problem's x and y are the two uploaded buffers, each rows x cols
+        // elements.
         unsafe impl Tunable for $ty {
-            type Owned = SoftmaxBuffers;
-
-            fn alloc_problem(
-                stream: &Arc<CudaStream>,
-                key: &SoftmaxKey,
-                batch: u64,
-            ) -> Result<SoftmaxBuffers> {
-                SoftmaxBuffers::alloc(stream, key, batch)
+            fn tuning_inputs(key: &SoftmaxKey, batch: u64) -> Vec<Vec<u8>> {
+                tuning_inputs(key, batch)
             }
 
-            fn borrow_problem(owned: &mut SoftmaxBuffers) -> SoftmaxProblem<'_> {
-                owned.problem()
+            fn tuning_problem<'a>(key: &SoftmaxKey, batch: u64, at: &'a [u64]) -> SoftmaxProblem<'a> {
+                SoftmaxProblem::tuning(*key, batch, at[0], at[1])
             }
         }
 
-        #[doc = concat!("The `kernels tune` view of [`", stringify!($ty), "`].")]
+        #[doc = concat!("The `kernels tune` view of [`", stringify!($ty), "`], on every backend.")]
         pub static $dyn: TunableDyn<$ty> = TunableDyn::new();
     };
 }
 
 tunable!(Softmax, SOFTMAX_TUNABLE);
 tunable!(LogSoftmax, LOG_SOFTMAX_TUNABLE);
-
-/// `y = softmax(x * scale)` over the last dimension, with the config the runtime's
-/// policy resolves. Returns that config and where it came from.
-pub fn softmax<T: Element>(
-    rt: &Runtime,
-    stream: &Arc<CudaStream>,
-    x: &CudaView<'_, T>,
-    x_rows: Rows,
-    y: &mut CudaViewMut<'_, T>,
-    y_rows: Rows,
-    scale: f32,
-) -> Result<Resolved<SoftmaxConfig>> {
-    let p = SoftmaxProblem::new(stream, x, x_rows, y, y_rows, scale)?;
-    Ok(rt.run::<Softmax>(stream, &p)?.resolved)
-}
-
-/// `y = log_softmax(x * scale)` over the last dimension.
-pub fn log_softmax<T: Element>(
-    rt: &Runtime,
-    stream: &Arc<CudaStream>,
-    x: &CudaView<'_, T>,
-    x_rows: Rows,
-    y: &mut CudaViewMut<'_, T>,
-    y_rows: Rows,
-    scale: f32,
-) -> Result<Resolved<SoftmaxConfig>> {
-    let p = SoftmaxProblem::new(stream, x, x_rows, y, y_rows, scale)?;
-    Ok(rt.run::<LogSoftmax>(stream, &p)?.resolved)
-}

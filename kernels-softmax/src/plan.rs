@@ -88,7 +88,6 @@ impl<'a> SoftmaxProblem<'a> {
 impl<'a> SoftmaxProblem<'a> {
     /// The problem the tuners of both backends time on buffers of their own:
     /// contiguous `[rows, key.cols]` operands at `x` and `y`, scale 1.
-    #[cfg(any(feature = "cuda", feature = "rocm"))]
     pub(crate) fn tuning(key: SoftmaxKey, rows: u64, x: u64, y: u64) -> SoftmaxProblem<'a> {
         let cols = key.cols as u64;
         SoftmaxProblem {

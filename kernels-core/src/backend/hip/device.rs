@@ -127,6 +127,8 @@ pub(crate) fn arch_of(gcn_arch_name: &str) -> &str {
 #[derive(Clone, Debug)]
 pub struct HipDevice {
     info: Arc<HipDeviceInfo>,
+    /// `info`'s [`HipDeviceInfo::launch_limits`], computed once.
+    limits: Arc<DeviceInfo>,
 }
 
 impl HipDevice {
@@ -177,12 +179,21 @@ impl HipDevice {
             ),
             hip_version,
         };
-        Ok(HipDevice { info: Arc::new(info) })
+        Ok(HipDevice {
+            limits: Arc::new(info.launch_limits()),
+            info: Arc::new(info),
+        })
     }
 
     /// What this GPU is and its limits.
     pub fn info(&self) -> &HipDeviceInfo {
         &self.info
+    }
+
+    /// The device as search spaces, variants and launch plans see it
+    /// ([`HipDeviceInfo::launch_limits`]).
+    pub fn limits(&self) -> &DeviceInfo {
+        &self.limits
     }
 
     /// Makes this device the calling thread's current HIP device.
@@ -402,37 +413,23 @@ impl<T: DeviceCopy> HipBuffer<T> {
 }
 
 impl HipBuffer<u8> {
-    /// A copy of `bytes` bytes of device memory at `src`, enqueued on `stream` (the
-    /// tuner's snapshot of an in-place buffer).
-    ///
-    /// # Safety
-    /// `src` must be device memory of the stream's device valid for `bytes` bytes
-    /// until the copy has run.
-    pub(crate) unsafe fn snapshot(
-        device: &HipDevice,
-        src: u64,
-        bytes: usize,
-        stream: &HipStream,
-    ) -> Result<Self> {
-        device.select()?;
-        let buf = HipBuffer {
-            ptr: ffi::malloc(bytes)?,
+    /// `bytes` of uninitialised memory on device `ordinal`.
+    pub(crate) fn alloc_on(ordinal: usize, bytes: usize) -> Result<Self> {
+        ffi::set_device(ordinal)?;
+        Ok(HipBuffer {
+            ptr: ffi::malloc(bytes.max(1))?,
             len: bytes,
-            ordinal: device.info.ordinal,
+            ordinal,
             _t: PhantomData,
-        };
-        // SAFETY: `buf` was just allocated with `bytes`; `src` per the caller.
-        unsafe { ffi::copy_dtod(buf.ptr, src, bytes, stream.handle()) }?;
-        Ok(buf)
+        })
     }
 
-    /// Copies the buffer back to `dst` on `stream`.
-    ///
-    /// # Safety
-    /// `dst` must be device memory valid for the buffer's length until the copy has run.
-    pub(crate) unsafe fn restore_to(&self, dst: u64, stream: &HipStream) -> Result<()> {
-        // SAFETY: the buffer holds `len` bytes; `dst` per the caller.
-        unsafe { ffi::copy_dtod(dst, self.ptr, self.len, stream.handle()) }
+    /// A copy of `host` on device `ordinal`.
+    pub(crate) fn upload_on(ordinal: usize, host: &[u8]) -> Result<Self> {
+        let buf = HipBuffer::alloc_on(ordinal, host.len())?;
+        // SAFETY: the buffer holds host.len() bytes.
+        unsafe { ffi::copy_to_device(buf.ptr, host) }?;
+        Ok(buf)
     }
 }
 

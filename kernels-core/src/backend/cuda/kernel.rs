@@ -1,6 +1,6 @@
-//! Loaded kernels and launching them: with cudarc buffers ([`Kernel::builder`]) or with
-//! raw device pointers and a raw stream ([`Kernel::launch_raw`]) for C++ and Python
-//! engines.
+//! Loaded CUDA kernels and launching them: with cudarc buffers ([`CudaKernel::builder`])
+//! or with raw device pointers and a raw stream ([`CudaKernel::launch_raw`]) for C++
+//! and Python engines.
 
 use std::ffi::c_void;
 use std::fmt;
@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchArgs, LaunchConfig};
 
-use crate::ffi::{self, driver_error};
+use super::ffi::{self, driver_error};
 use crate::{DeviceInfo, Error, KernelArgs, LaunchDims, Result, MAX_KERNEL_ARGS};
 
 impl LaunchDims {
@@ -63,7 +63,7 @@ impl RawStream {
 
 /// A loaded kernel: one variant's function in a module loaded in the device's context.
 /// Held in the runtime's memo; launching it compiles and loads nothing.
-pub struct Kernel {
+pub struct CudaKernel {
     kernel: String,
     variant: String,
     function: CudaFunction,
@@ -75,20 +75,20 @@ pub struct Kernel {
     non_portable_cluster: AtomicBool,
     /// The carveout percentage last set on the function (-1: never set, the driver's).
     carveout: AtomicI32,
-    /// Whether [`Kernel::launch_raw`] launches with programmatic dependent launch.
+    /// Whether [`CudaKernel::launch_raw`] launches with programmatic dependent launch.
     pdl: bool,
 }
 
-impl fmt::Debug for Kernel {
+impl fmt::Debug for CudaKernel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Kernel")
+        f.debug_struct("CudaKernel")
             .field("kernel", &self.kernel)
             .field("variant", &self.variant)
             .finish()
     }
 }
 
-impl Kernel {
+impl CudaKernel {
     /// Gets `entry` from a loaded module.
     pub(crate) fn from_module(
         module: &Arc<CudaModule>,
@@ -98,12 +98,12 @@ impl Kernel {
         variant: String,
         info: Arc<DeviceInfo>,
         pdl: bool,
-    ) -> Result<Kernel> {
+    ) -> Result<CudaKernel> {
         let function = module.load_function(entry).map_err(|e| Error::Driver {
             call: "cuModuleGetFunction",
             message: format!("kernel `{kernel}` variant [{variant}] has no entry `{entry}`: {e}"),
         })?;
-        Ok(Kernel {
+        Ok(CudaKernel {
             kernel: kernel.to_string(),
             variant,
             function,
@@ -116,8 +116,8 @@ impl Kernel {
         })
     }
 
-    /// Whether [`Kernel::launch_raw`] launches this kernel with programmatic dependent
-    /// launch (see [`crate::RuntimeOptions::pdl`]). [`Kernel::builder`] launches are
+    /// Whether [`CudaKernel::launch_raw`] launches this kernel with programmatic dependent
+    /// launch (see [`crate::RuntimeOptions::pdl`]). [`CudaKernel::builder`] launches are
     /// always plain.
     pub fn programmatic_launch(&self) -> bool {
         self.pdl
@@ -170,10 +170,10 @@ impl Kernel {
 
     /// A launch on `stream` with cudarc buffers: push arguments with cudarc's `arg`
     /// (slices, views, scalars), then `launch`. cudarc orders the buffers' uses across
-    /// streams. Always a plain launch, whatever [`Kernel::programmatic_launch`] says.
+    /// streams. Always a plain launch, whatever [`CudaKernel::programmatic_launch`] says.
     ///
     /// ```no_run
-    /// # fn f(k: &kernels_core::Kernel, stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+    /// # fn f(k: &kernels_core::CudaKernel, stream: &std::sync::Arc<cudarc::driver::CudaStream>,
     /// #      x: &mut cudarc::driver::CudaSlice<f32>) -> kernels_core::Result<()> {
     /// use cudarc::driver::PushKernelArg;
     /// let n = x.len() as i32;
@@ -192,7 +192,7 @@ impl Kernel {
 
     /// Launches with raw device pointers and scalars on a raw stream: the entry point
     /// for engines that hold `cudaStream_t` and device pointers. With
-    /// [`Kernel::programmatic_launch`] it is a programmatic dependent launch
+    /// [`CudaKernel::programmatic_launch`] it is a programmatic dependent launch
     /// (`cuLaunchKernelEx`), else a plain `cuLaunchKernel`.
     ///
     /// # Safety
@@ -266,5 +266,19 @@ impl Launch<'_> {
             .launch(cfg)
             .map(|_| ())
             .map_err(|e| driver_error("cuLaunchKernel", e))
+    }
+}
+
+impl crate::LoadedKernel for CudaKernel {
+    fn name(&self) -> &str {
+        &self.kernel
+    }
+
+    fn variant(&self) -> &str {
+        &self.variant
+    }
+
+    fn info(&self) -> &DeviceInfo {
+        &self.info
     }
 }

@@ -1,0 +1,201 @@
+//! The one backend abstraction: what the runtime, the resolution policies, the tuner
+//! and the ops need of a GPU API, and nothing more. [`crate::Cuda`] (feature `cuda`: cudarc's
+//! driver API and NVRTC) and [`crate::Hip`] (feature `rocm`: the HIP runtime and hipRTC)
+//! implement it, and [`mock::Mock`] (host memory, simulated clock) lets the shared code
+//! be tested without a GPU; everything above is written once, generic over [`Backend`].
+//!
+//! The trait covers device discovery and limits, streams, untyped device buffers,
+//! module compile and load, launch, and event timing. Capabilities only one backend
+//! has are named as such: CUDA graph replays for timing ([`Backend::GRAPH_TIMING`],
+//! [`Backend::time_graph_runs`]) and programmatic dependent launch
+//! ([`Backend::PROGRAMMATIC_LAUNCH`]).
+
+use std::fmt;
+
+use crate::{DeviceInfo, Image, ImageKind, KernelArgs, KernelSource, LaunchDims, Result, Timing, TimingOptions, Variant};
+
+#[cfg(feature = "cuda")]
+pub mod cuda;
+#[cfg(feature = "rocm")]
+pub mod hip;
+pub mod mock;
+
+/// A loaded kernel: one variant's entry point in a module loaded on one device. The
+/// runtime memoizes them; launching one compiles and loads nothing.
+pub trait LoadedKernel: Send + Sync + fmt::Debug {
+    /// The kernel family's name (`softmax`).
+    fn name(&self) -> &str;
+    /// The variant, as [`Variant`] displays it.
+    fn variant(&self) -> &str;
+    /// The device it is loaded on, as search spaces and launch plans see it.
+    fn info(&self) -> &DeviceInfo;
+}
+
+/// A GPU API the runtime runs on. Implemented by zero-sized marker types ([`crate::Cuda`],
+/// [`crate::Hip`], [`mock::Mock`]); every method is an associated function over the backend's handle types,
+/// so generic code names the backend once (`Runtime<Cuda>`).
+///
+/// Methods taking raw device addresses are `unsafe`: the caller guarantees the memory
+/// belongs to the stream's device and is valid for the bytes given.
+pub trait Backend: Sized + Send + Sync + 'static {
+    /// The API's name in messages (`CUDA`, `HIP`).
+    const NAME: &'static str;
+    /// Whether [`Backend::time_graph_runs`] works: CUDA graphs replaying back-to-back
+    /// launches ([`crate::TimingMethod::Graph`]). A CUDA capability.
+    const GRAPH_TIMING: bool;
+    /// Whether launches may use programmatic dependent launch
+    /// ([`crate::RuntimeOptions::pdl`]). A CUDA capability (sm_90 and newer).
+    const PROGRAMMATIC_LAUNCH: bool;
+
+    /// An open device. Cheap to clone.
+    type Device: Clone + Send + Sync + fmt::Debug;
+    /// A stream work is enqueued on.
+    type Stream;
+    /// A loaded kernel.
+    type Kernel: LoadedKernel;
+    /// The run-time compiler (NVRTC, hipRTC).
+    type Compiler: Send + Sync + fmt::Debug;
+    /// An untyped device allocation, freed on drop.
+    type Buffer: Send;
+    /// A timing event.
+    type Event;
+
+    // ---- devices ----------------------------------------------------------------
+
+    /// Opens device `ordinal`: an error (never a panic) when there is no driver, no
+    /// GPU, or the ordinal is out of range.
+    fn open(ordinal: usize) -> Result<Self::Device>;
+
+    /// What the device is, as search spaces, variants and launch plans see it.
+    fn info(device: &Self::Device) -> &DeviceInfo;
+
+    // ---- compiling and loading --------------------------------------------------
+
+    /// Finds the run-time compiler. Needs no GPU.
+    fn compiler() -> Result<Self::Compiler>;
+
+    /// The compiler's name and version as cache keys and tables record them.
+    fn compiler_id(compiler: &Self::Compiler) -> String;
+
+    /// The code-generation environment variables in force, as (name, value): part of
+    /// every cache key.
+    fn codegen_env(compiler: &Self::Compiler) -> &[(String, String)];
+
+    /// The exact options `variant` compiles with for `arch`.
+    fn compile_options(compiler: &Self::Compiler, variant: &Variant, arch: &str) -> Vec<String>;
+
+    /// Compiles `variant` of `source` for `arch`. Thread-safe.
+    fn compile(compiler: &Self::Compiler, source: &KernelSource, variant: &Variant, arch: &str) -> Result<Image>;
+
+    /// Whether a module image of `kind` (from the disk cache) can be loaded.
+    fn loads(kind: ImageKind) -> bool;
+
+    /// Loads `image` on `device` and gets `variant`'s entry point from it; `pdl`: its
+    /// launches use programmatic dependent launch.
+    fn load(
+        device: &Self::Device,
+        image: &Image,
+        source: &KernelSource,
+        variant: &Variant,
+        pdl: bool,
+    ) -> Result<Self::Kernel>;
+
+    /// Checks `dims` against the device and `args`' count, then enqueues the kernel.
+    ///
+    /// # Safety
+    /// `args` must match the kernel's parameters in order and type, every address in it
+    /// must be valid for what the kernel reads and writes, and `stream` must belong to
+    /// the kernel's device.
+    unsafe fn launch(kernel: &Self::Kernel, stream: &Self::Stream, dims: LaunchDims, args: &KernelArgs)
+        -> Result<()>;
+
+    // ---- streams and memory -----------------------------------------------------
+
+    /// Whether `stream` is capturing a graph now.
+    fn is_capturing(stream: &Self::Stream) -> Result<bool>;
+
+    /// Waits until everything enqueued on `stream` has run.
+    fn synchronize(stream: &Self::Stream) -> Result<()>;
+
+    /// `bytes` of uninitialised device memory on `stream`'s device.
+    fn alloc(stream: &Self::Stream, bytes: usize) -> Result<Self::Buffer>;
+
+    /// A device copy of `host`, made on `stream`.
+    fn upload(stream: &Self::Stream, host: &[u8]) -> Result<Self::Buffer>;
+
+    /// The device address of a buffer.
+    fn address(buffer: &Self::Buffer) -> u64;
+
+    /// Copies `bytes` from device address `src` to `dst`, enqueued on `stream`.
+    ///
+    /// # Safety
+    /// Both ranges must be device memory of `stream`'s device, valid for `bytes`.
+    unsafe fn copy(stream: &Self::Stream, dst: u64, src: u64, bytes: usize) -> Result<()>;
+
+    /// Zeroes `bytes` at device address `dst`, enqueued on `stream`.
+    ///
+    /// # Safety
+    /// As for [`Backend::copy`].
+    unsafe fn zero(stream: &Self::Stream, dst: u64, bytes: usize) -> Result<()>;
+
+    // ---- timing -----------------------------------------------------------------
+
+    /// A timing event on `stream`'s device.
+    fn event(stream: &Self::Stream) -> Result<Self::Event>;
+
+    /// Records `event` on `stream`.
+    fn record(event: &Self::Event, stream: &Self::Stream) -> Result<()>;
+
+    /// Milliseconds from `start` to `end`, waiting for `end` to complete.
+    fn elapsed_ms(start: &Self::Event, end: &Self::Event) -> Result<f32>;
+
+    /// Graph timing ([`crate::TimingMethod::Graph`]): `opts.warmup` plain launches,
+    /// then a graph of `launches` calls of `launch(i % copies)`, replayed `opts.reps`
+    /// times; the median microseconds per launch. Backends without graph timing
+    /// ([`Backend::GRAPH_TIMING`] false) return an error saying so.
+    fn time_graph_runs(
+        stream: &Self::Stream,
+        opts: &TimingOptions,
+        launches: usize,
+        copies: usize,
+        launch: &mut dyn FnMut(usize) -> Result<()>,
+    ) -> Result<Timing> {
+        let _ = (stream, opts, launches, copies, launch);
+        Err(no_graph_timing::<Self>())
+    }
+}
+
+/// The error of a graph-timed search or timing on a backend without graph timing.
+pub(crate) fn no_graph_timing<B: Backend>() -> crate::Error {
+    crate::Error::invalid(
+        "timing",
+        format!(
+            "timing method `graph` replays CUDA graphs; {} times with `single`",
+            B::NAME
+        ),
+    )
+}
+
+/// A device buffer and its address.
+pub(crate) struct Owned<B: Backend> {
+    #[allow(dead_code)] // held for its allocation
+    buffers: Vec<B::Buffer>,
+    addresses: Vec<u64>,
+}
+
+impl<B: Backend> Owned<B> {
+    /// Uploads each host image to the device on `stream`.
+    pub(crate) fn upload(stream: &B::Stream, images: &[Vec<u8>]) -> Result<Owned<B>> {
+        let buffers = images
+            .iter()
+            .map(|h| B::upload(stream, h))
+            .collect::<Result<Vec<_>>>()?;
+        let addresses = buffers.iter().map(B::address).collect();
+        Ok(Owned { buffers, addresses })
+    }
+
+    /// The buffers' device addresses, in upload order.
+    pub(crate) fn addresses(&self) -> &[u64] {
+        &self.addresses
+    }
+}

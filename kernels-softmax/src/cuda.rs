@@ -1,0 +1,68 @@
+//! The safe softmax ops on cudarc buffers (feature `cuda`): what Rust engines holding
+//! cudarc views (candle's CUDA storage) call. Each validates its arguments, takes the
+//! buffers' device addresses and keeps cudarc's stream-tracking guards until the
+//! kernel is enqueued, so a consumer on another stream that relies on cudarc's
+//! tracking waits for the kernel's output.
+
+use std::sync::Arc;
+
+use kernels_core::cudarc::driver::{CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut};
+use kernels_core::{CudaRuntime, Element, Result, Rows};
+use tuned::Resolved;
+
+use crate::plan::SoftmaxProblem;
+use crate::{LogSoftmax, Softmax, SoftmaxConfig};
+
+/// `y = softmax(x * scale)` per row, with the config the runtime's policy resolves.
+/// Returns that config and where it came from.
+pub fn softmax<T: Element>(
+    rt: &CudaRuntime,
+    stream: &Arc<CudaStream>,
+    x: &CudaView<'_, T>,
+    x_rows: Rows,
+    y: &mut CudaViewMut<'_, T>,
+    y_rows: Rows,
+    scale: f32,
+) -> Result<Resolved<SoftmaxConfig>> {
+    let y_len = y.len();
+    let (xp, _gx) = x.device_ptr(stream);
+    let (yp, _gy) = y.device_ptr_mut(stream);
+    // SAFETY: the borrows keep the buffers alive and unaliased until the guards drop,
+    // after the launch is enqueued.
+    let p = unsafe { SoftmaxProblem::raw(T::DTYPE, xp, x.len(), x_rows, yp, y_len, y_rows, scale) }?;
+    Ok(rt.run::<Softmax>(stream, &p)?.resolved)
+}
+
+/// `y = log_softmax(x * scale)` per row.
+pub fn log_softmax<T: Element>(
+    rt: &CudaRuntime,
+    stream: &Arc<CudaStream>,
+    x: &CudaView<'_, T>,
+    x_rows: Rows,
+    y: &mut CudaViewMut<'_, T>,
+    y_rows: Rows,
+    scale: f32,
+) -> Result<Resolved<SoftmaxConfig>> {
+    let y_len = y.len();
+    let (xp, _gx) = x.device_ptr(stream);
+    let (yp, _gy) = y.device_ptr_mut(stream);
+    // SAFETY: as for `softmax`.
+    let p = unsafe { SoftmaxProblem::raw(T::DTYPE, xp, x.len(), x_rows, yp, y_len, y_rows, scale) }?;
+    Ok(rt.run::<LogSoftmax>(stream, &p)?.resolved)
+}
+
+/// Softmax of `x` in place.
+pub fn softmax_in_place<T: Element>(
+    rt: &CudaRuntime,
+    stream: &Arc<CudaStream>,
+    x: &mut CudaViewMut<'_, T>,
+    rows: Rows,
+    scale: f32,
+) -> Result<Resolved<SoftmaxConfig>> {
+    let len = x.len();
+    let (xp, _gx) = x.device_ptr_mut(stream);
+    // SAFETY: the mutable borrow keeps the buffer alive and exclusive until the guard
+    // drops, after the launch is enqueued.
+    let p = unsafe { SoftmaxProblem::raw(T::DTYPE, xp, len, rows, xp, len, rows, scale) }?;
+    Ok(rt.run::<Softmax>(stream, &p)?.resolved)
+}
