@@ -1,12 +1,19 @@
 //! What the GPU commands share: the backend choice, the result type, the runtime
 //! failure macro, shape files, and each backend's tunable kernels and runtime.
 
-#[cfg(any(feature = "cuda", feature = "rocm"))]
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 use tuned::StaticKey;
+
+/// The folder of committed tables: `$TUNED_TABLES_DIR`, else `tuned/tables` of the
+/// source tree this binary was built from.
+pub fn default_tables_dir() -> PathBuf {
+    std::env::var_os("TUNED_TABLES_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../tuned/tables"))
+}
 
 /// Which GPU runtime `kernels tune` measures with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

@@ -322,7 +322,10 @@ fn tune_on(
         opts.timing.reps = r;
     }
     opts.timing.method = dev.timing;
-    let tables = args.tables.clone().unwrap_or_else(crate::tables::default_dir);
+    let tables = args
+        .tables
+        .clone()
+        .unwrap_or_else(super::common::default_tables_dir);
     let job = kernels_core::TableJob {
         schema: dev.schema,
         target: dev.target,
