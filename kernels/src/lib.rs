@@ -2,18 +2,20 @@
 //! the runtime, with the target features (`sm80 sm90 gfx90a gfx942 gfx950`) forwarded
 //! to each kernel crate so only the enabled targets' tables are baked.
 //!
+//! Depend on it without default features, with your backend and the targets you ship
+//! (`default-features = false, features = ["cuda", "sm90"]`): the defaults add the
+//! `kernels` command-line tool (feature `cli`), which an engine does not need.
+//!
 //! ```
 //! use kernels::{resolve_serve, rmsnorm::{RmsNorm, RmsNormKey}, DType, Target};
 //! let r = resolve_serve::<RmsNorm>(Target::Sm90, &RmsNormKey { dtype: DType::Bf16, cols: 4096 }, 7);
 //! println!("{:?} from {}", r.config, r.source);
 //! ```
 
-pub mod catalog;
-pub mod plan;
+/// The GPU commands of the `kernels` tool (tune, precompile, info, tables check), a
+/// library only for the retune bench (feature `tools`); engines leave it off.
+#[cfg(feature = "tools")]
 pub mod runtime_cmd;
-pub mod tables;
-#[cfg(feature = "cuda")]
-pub mod variants;
 
 pub use kernels_core as core;
 pub use kernels_gemm as gemm;

@@ -125,7 +125,7 @@ pub fn plan(
     calls
         .into_iter()
         .map(|(step, kernel, key)| {
-            let k = crate::kernel(kernel)
+            let k = kernels::kernel(kernel)
                 .ok_or_else(|| PlanError(format!("kernel `{kernel}` is not registered")))?;
             let key = StaticKey::new(k.schema(), key).map_err(PlanError)?;
             let resolution = k

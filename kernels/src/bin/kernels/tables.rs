@@ -1,4 +1,4 @@
-//! Table maintenance shared by the CLI and tests: what is baked, validating files on
+//! Table maintenance for `kernels tables`: what is baked, validating files on
 //! disk, and the offline regression guard.
 
 use std::path::{Path, PathBuf};
@@ -25,7 +25,7 @@ pub struct BakedInfo {
 /// Every table baked into this binary.
 pub fn baked() -> Vec<BakedInfo> {
     let mut out = Vec::new();
-    for k in crate::registry() {
+    for k in kernels::registry() {
         for t in Target::ALL {
             if let Some(b) = k.baked_table(t) {
                 out.push(BakedInfo {
@@ -43,14 +43,6 @@ pub fn baked() -> Vec<BakedInfo> {
         }
     }
     out
-}
-
-/// The folder of committed tables: `$TUNED_TABLES_DIR`, else `tuned/tables` of the
-/// source tree this binary was built from.
-pub fn default_dir() -> PathBuf {
-    std::env::var_os("TUNED_TABLES_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../tuned/tables"))
 }
 
 /// One problem found in a table file.
@@ -103,7 +95,7 @@ pub fn check_file(path: &Path, offline_check: bool) -> Vec<Finding> {
         Ok(o) => o,
         Err(e) => return vec![finding(None, e)],
     };
-    let Some(kernel) = crate::kernel(&kernel_name) else {
+    let Some(kernel) = kernels::kernel(&kernel_name) else {
         return vec![finding(
             None,
             format!("no kernel named `{kernel_name}` (the folder names the kernel)"),
@@ -168,7 +160,7 @@ pub fn prune(path: &Path, margin: f64) -> Result<Pruned, Finding> {
         reason,
     };
     let (kernel_name, _) = origin_of_path(path).map_err(|e| finding(None, e))?;
-    let kernel = crate::kernel(&kernel_name)
+    let kernel = kernels::kernel(&kernel_name)
         .ok_or_else(|| finding(None, format!("no kernel named `{kernel_name}`")))?;
     let mut table = TableFile::read(path, Some(kernel.schema())).map_err(|e| finding(e.entry, e.reason))?;
     let mut pruned = Pruned {
@@ -372,7 +364,7 @@ pub fn promote(cache: &kernels_core::DiskCache, tables: &Path, reselect: bool) -
         let (kernel_name, static_key, batch) = (field("kernel"), field("static_key"), field("batch"));
         let label = format!("{kernel_name} [{static_key}] batch {batch}");
         let mut skip = |why: String| out.skipped.push((label.clone(), why));
-        let Some(kernel) = crate::kernel(&kernel_name) else {
+        let Some(kernel) = kernels::kernel(&kernel_name) else {
             skip(format!("no kernel named `{kernel_name}`"));
             continue;
         };
@@ -481,7 +473,7 @@ pub fn promote(cache: &kernels_core::DiskCache, tables: &Path, reselect: bool) -
         entries.dedup_by(|a, b| a.key == b.key && a.batch == b.batch);
         let newer = TableFile { header, entries };
         let (table, added, replaced, kept) = if path.exists() {
-            let schema = crate::kernel(&kernel).map(|k| k.schema());
+            let schema = kernels::kernel(&kernel).map(|k| k.schema());
             let mut existing = TableFile::read(&path, schema).map_err(|e| Finding {
                 file: file.clone(),
                 entry: e.entry,
@@ -559,7 +551,7 @@ mod tests {
     fn a_kernel_without_a_search_is_named() {
         let h200 = DeviceInfo::nominal(Target::Sm90).unwrap();
         let key = StaticKey::parse(
-            crate::kernel("gemm").unwrap().schema(),
+            kernels::kernel("gemm").unwrap().schema(),
             "dtype=bf16,layout=nt,n=6144,k=4096",
         )
         .unwrap();
@@ -588,7 +580,7 @@ mod tests {
                     digest_of::<kernels_rmsnorm::RmsNorm>,
                 ),
             ] {
-                let schema = crate::kernel(kernel).unwrap().schema();
+                let schema = kernels::kernel(kernel).unwrap().schema();
                 let key = StaticKey::parse(schema, key).unwrap();
                 let d = digest(&limits, &key, 64).unwrap();
                 let text = key_text(&limits, hip.arch(), kernel, &key, 64, &d);

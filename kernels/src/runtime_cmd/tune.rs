@@ -1,14 +1,20 @@
-//! `kernels tune`, `kernels precompile` and `kernels info`, the commands that need the
-//! GPU runtime (`kernels-core`); the retune bench calls [`tune`] too. Shape files are described in
-//! `kernels_core::tune_table` (a JSON array of `{key fields..., "batch": N or [N, ...]}`).
+//! `kernels tune`: search a kernel's shapes on this GPU and merge the results into its
+//! table.
 
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 use std::path::Path;
 use std::path::PathBuf;
+#[cfg(any(feature = "cuda", feature = "rocm"))]
 use std::process::ExitCode;
 
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 use tuned::{StaticKey, Target};
+
+#[cfg(not(feature = "rocm"))]
+use super::common::no_rocm;
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+use super::common::read_shapes;
+use super::common::{Backend, CmdResult};
 
 /// What `kernels tune` was asked.
 pub struct TuneArgs {
@@ -127,52 +133,6 @@ impl ShapeFilter {
         ))
     }
 }
-
-/// Which GPU runtime `kernels tune` measures with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum Backend {
-    /// NVIDIA GPUs through CUDA (feature `cuda`, the default).
-    #[default]
-    Cuda,
-    /// AMD GPUs through HIP (feature `rocm`).
-    Hip,
-}
-
-impl std::str::FromStr for Backend {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Backend, String> {
-        match s {
-            "cuda" => Ok(Backend::Cuda),
-            "hip" | "rocm" => Ok(Backend::Hip),
-            _ => Err(format!("`{s}` is not a backend (cuda or hip)")),
-        }
-    }
-}
-
-/// A usage error (exit status 2); runtime failures print themselves and return
-/// `ExitCode::FAILURE`.
-pub type CmdResult = Result<ExitCode, String>;
-
-/// The value of a `Result`, or: print `kernels: <command>: <error>` and return
-/// `Ok(ExitCode::FAILURE)` (a runtime failure, not a usage error).
-#[cfg(any(feature = "cuda", feature = "rocm"))]
-macro_rules! or_fail {
-    ($cmd:literal, $result:expr) => {
-        match $result {
-            Ok(v) => v,
-            Err(e) => {
-                eprintln!(concat!("kernels: ", $cmd, ": {}"), e);
-                return Ok(ExitCode::FAILURE);
-            }
-        }
-    };
-}
-
-#[cfg(feature = "cuda")]
-pub use cuda::{info, precompile, tunables};
-#[cfg(feature = "rocm")]
-pub use hip::hip_tunables;
 
 /// `kernels tune KERNEL --shapes FILE [--target auto] [--backend cuda|hip]`: tunes on
 /// the backend's device 0 (or `--device`) and merges the results into the table of
@@ -324,90 +284,6 @@ fn print_progress(p: &kernels_core::Progress<'_>, started: std::time::Instant) {
     }
 }
 
-/// `kernels tables check` on a GPU, whatever the backend: re-measures every baked entry
-/// of `target` of each of `kernels` (`recheck`: the entry's config, the analytic
-/// default and a quick search, all on the device), prints what moved, and fails when
-/// an entry is more than `threshold` slower than the default or than the quick
-/// search's best. Default markers are skipped and counted (they serve the default).
-/// `recheck` is also given the table's timing method (`graph` or `single`).
-#[cfg(any(feature = "cuda", feature = "rocm"))]
-fn check_entries<K>(
-    target: Target,
-    kernels: &[K],
-    schema_of: impl Fn(&K) -> &'static tuned::KernelSchema,
-    threshold: f64,
-    only: Option<&str>,
-    mut recheck: impl FnMut(
-        &K,
-        &StaticKey,
-        u64,
-        &[tuned::Value],
-        &str,
-    ) -> kernels_core::Result<kernels_core::Recheck>,
-) -> CmdResult {
-    let (mut checked, mut failed, mut markers) = (0usize, 0usize, 0usize);
-    println!(
-        "{:<18} {:<28} {:>6} {:>10} {:>10} {:>10} {:>10}  verdict",
-        "kernel", "static key", "batch", "table us", "now us", "default us", "search us"
-    );
-    for k in kernels {
-        let schema = schema_of(k);
-        let name = schema.kernel;
-        if only.is_some_and(|o| o != name) {
-            continue;
-        }
-        let Some(table) = crate::kernel(name).and_then(|d| d.baked_table(target)) else {
-            continue;
-        };
-        let mut entries: Vec<_> = table.entries.entries().collect();
-        entries.sort_by_key(|(key, _)| *key);
-        for (canonical, list) in entries {
-            let key =
-                StaticKey::parse(schema, canonical).map_err(|e| format!("table key `{canonical}`: {e}"))?;
-            for e in list.iter() {
-                // A default marker serves the analytic default: nothing to compare it with.
-                let Some(&config) = e.config.tuned() else {
-                    markers += 1;
-                    continue;
-                };
-                checked += 1;
-                let r = match recheck(k, &key, e.batch, config, table.timing) {
-                    Ok(r) => r,
-                    Err(err) => {
-                        failed += 1;
-                        println!("{name:<18} {canonical:<28} {:>6}  FAIL: {err}", e.batch);
-                        continue;
-                    }
-                };
-                let slow_vs_default = r.entry_us > r.default_us * (1.0 + threshold);
-                let beaten = r.best_us * (1.0 + threshold) < r.entry_us;
-                let verdict = match (slow_vs_default, beaten) {
-                    (true, _) => "FAIL: slower than the default",
-                    (_, true) => "FAIL: a quick search beats it",
-                    _ if (r.entry_us / e.us - 1.0).abs() > threshold => "ok (moved since tuning)",
-                    _ => "ok",
-                };
-                if slow_vs_default || beaten {
-                    failed += 1;
-                }
-                println!(
-                    "{name:<18} {canonical:<28} {:>6} {:>10.3} {:>10.3} {:>10.3} {:>10.3}  {verdict}",
-                    e.batch, e.us, r.entry_us, r.default_us, r.best_us
-                );
-            }
-        }
-    }
-    println!(
-        "{checked} entries re-measured on {target}, {failed} failed (threshold {:.0}%); {markers} default marker(s) skipped (they serve the analytic default)",
-        threshold * 100.0
-    );
-    Ok(if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
-}
-
 /// What `kernels tune` needs of an open device, whatever the backend.
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 struct TuneDevice<'a> {
@@ -446,7 +322,10 @@ fn tune_on(
         opts.timing.reps = r;
     }
     opts.timing.method = dev.timing;
-    let tables = args.tables.clone().unwrap_or_else(crate::tables::default_dir);
+    let tables = args
+        .tables
+        .clone()
+        .unwrap_or_else(super::common::default_tables_dir);
     let job = kernels_core::TableJob {
         schema: dev.schema,
         target: dev.target,
@@ -518,15 +397,6 @@ fn previous_configs(
         .unwrap_or_default()
 }
 
-/// Reads and parses a shape file for `schema`.
-#[cfg(any(feature = "cuda", feature = "rocm"))]
-fn read_shapes(schema: &'static tuned::KernelSchema, path: &Path) -> Result<Vec<(StaticKey, u64)>, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("--shapes: cannot read {}: {e}", path.display()))?;
-    kernels_core::parse_shapes(schema, &text, &path.display().to_string())
-        .map_err(|e| format!("--shapes: {e}"))
-}
-
 /// The shapes `kernels tune` searches: those of the file `filter` keeps, at least one.
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 fn tune_shapes(
@@ -541,112 +411,15 @@ fn tune_shapes(
     filter.apply(schema, shapes)
 }
 
-/// The kernel named `kernel` among `all` (named by their schema), or an error naming
-/// `KERNEL`, what it lacks (`what`: the trait) and the kernels there are.
-#[cfg(any(feature = "cuda", feature = "rocm"))]
-fn find_kernel<T: ?Sized>(
-    all: Vec<&'static T>,
-    kernel: &str,
-    schema: impl Fn(&T) -> &'static tuned::KernelSchema,
-    what: &str,
-) -> Result<&'static T, String> {
-    let names: Vec<&str> = all.iter().map(|k| schema(k).kernel).collect();
-    let known = if names.is_empty() {
-        "none yet".to_string()
-    } else {
-        names.join(", ")
-    };
-    all.into_iter()
-        .find(|k| schema(k).kernel == kernel)
-        .ok_or_else(|| format!("KERNEL: `{kernel}` has no {what} implementation (tunable kernels: {known})"))
-}
-
-#[cfg(not(feature = "cuda"))]
-pub fn precompile(_: String, _: PathBuf, _: usize) -> CmdResult {
-    Err("precompile: this binary was built without the `cuda` feature".into())
-}
-
-/// `kernels tables check` on a GPU of `backend` ([`check_entries`]), timing with
-/// `timing`, or with each table's own method where `None` (HIP has single-launch timing
-/// only).
-pub fn check_tables(
-    threshold: f64,
-    sample: usize,
-    timing: Option<kernels_core::TimingMethod>,
-    only: Option<String>,
-    backend: Backend,
-) -> CmdResult {
-    match backend {
-        #[cfg(feature = "cuda")]
-        Backend::Cuda => cuda::check_tables(threshold, sample, timing, only),
-        #[cfg(not(feature = "cuda"))]
-        Backend::Cuda => {
-            let _ = (threshold, sample, timing, only);
-            Err("check: this binary was built without the `cuda` feature; use --offline".into())
-        }
-        #[cfg(feature = "rocm")]
-        Backend::Hip => {
-            let _ = timing;
-            hip::check_tables(threshold, sample, only)
-        }
-        #[cfg(not(feature = "rocm"))]
-        Backend::Hip => {
-            let _ = (threshold, sample, timing, only);
-            Err(no_rocm())
-        }
-    }
-}
-
-/// The usage error of `--backend hip` in a binary built without `rocm`.
-#[cfg(not(feature = "rocm"))]
-fn no_rocm() -> String {
-    "--backend: `hip` needs the `rocm` feature, and this binary was built without it \
-     (build on a machine with ROCm: HIP_PATH=/opt/rocm cargo build --release -p kernels --features rocm)"
-        .into()
-}
-
-#[cfg(not(feature = "cuda"))]
-pub fn info(_: usize) -> CmdResult {
-    Err("info: this binary was built without the `cuda` feature".into())
-}
-
 #[cfg(feature = "cuda")]
 mod cuda {
     use std::process::ExitCode;
 
-    use kernels_core::{
-        Device, DiskCache, DynTunable, Policy, Runtime, RuntimeOptions, CODEGEN_ENV_VARS, PDL_ENV, TUNING_ENV,
-    };
     use tuned::StaticKey;
 
-    use super::{
-        check_entries, choose_target, find_kernel, read_shapes, tune_on, tune_shapes, CmdResult, TuneArgs,
-        TuneDevice,
-    };
-
-    /// Every kernel that implements `kernels_core::Tunable`, for `tune` and
-    /// `precompile`. (Log-softmax shares softmax's tables, so `tune softmax` covers it.)
-    pub fn tunables() -> Vec<&'static dyn DynTunable> {
-        vec![
-            &kernels_softmax::ops::SOFTMAX_TUNABLE,
-            &kernels_rmsnorm::ops::RMSNORM_TUNABLE,
-            &kernels_rmsnorm::ops::FUSED_ADD_RMSNORM_TUNABLE,
-        ]
-    }
-
-    fn find(kernel: &str) -> Result<&'static dyn DynTunable, String> {
-        find_kernel(tunables(), kernel, |k| k.schema(), "Tunable")
-    }
-
-    /// A runtime with options from the environment, except that it launches plainly
-    /// (`KERNELS_PDL` is ignored): the CLI measures and checks tables, which are tuned
-    /// with plain launches.
-    fn open(device: usize) -> Result<Runtime, String> {
-        let dev = Device::open(device).map_err(|e| e.to_string())?;
-        let mut options = RuntimeOptions::from_env().map_err(|e| e.to_string())?;
-        options.pdl = false;
-        Runtime::with_options(dev, options).map_err(|e| e.to_string())
-    }
+    use super::{choose_target, tune_on, tune_shapes, TuneArgs, TuneDevice};
+    use crate::runtime_cmd::common::cuda::{find, open};
+    use crate::runtime_cmd::common::CmdResult;
 
     /// `kernels tune` on CUDA.
     pub fn tune(args: TuneArgs) -> CmdResult {
@@ -689,199 +462,18 @@ mod cuda {
             k.search(&rt, &stream, key, batch, opts)
         })
     }
-
-    /// `kernels tables check` on an NVIDIA GPU ([`super::check_entries`]), timed with
-    /// `method`, or where `None` as each table was tuned (its header's `timing`).
-    pub fn check_tables(
-        threshold: f64,
-        sample: usize,
-        method: Option<kernels_core::TimingMethod>,
-        only: Option<String>,
-    ) -> CmdResult {
-        let rt = or_fail!("tables check", open(0));
-        let stream = or_fail!("tables check", rt.device().new_stream());
-        let Some(target) = rt.device().info().target() else {
-            eprintln!("kernels: tables check: this device has no table target");
-            return Ok(ExitCode::FAILURE);
-        };
-        match method {
-            Some(m) => println!("timing: {m}"),
-            None => println!("timing: each table's own (its header's `timing`)"),
-        }
-        check_entries(
-            target,
-            &tunables(),
-            |k| k.schema(),
-            threshold,
-            only.as_deref(),
-            |k, key, batch, config, table_timing| {
-                // A table's method is `graph` or `single` (the build validated it).
-                let method = method.unwrap_or_else(|| table_timing.parse().unwrap_or_default());
-                let timing = kernels_core::TimingOptions {
-                    method,
-                    ..kernels_core::TimingOptions::default()
-                };
-                k.recheck(&rt, &stream, key, batch, config, sample, &timing)
-            },
-        )
-    }
-
-    /// `kernels precompile KERNEL --shapes FILE`: resolves each shape under the policy
-    /// (`KERNELS_TUNING`) and compiles the variants in parallel into the module cache.
-    pub fn precompile(kernel: String, shapes: std::path::PathBuf, device: usize) -> CmdResult {
-        let k = find(&kernel)?;
-        let shapes = read_shapes(k.schema(), &shapes)?;
-        let rt = or_fail!("precompile", open(device));
-        let stream = or_fail!("precompile", rt.device().new_stream());
-        let t = std::time::Instant::now();
-        let results = k.precompile(&rt, &stream, &shapes);
-        let secs = t.elapsed().as_secs_f64();
-        let mut failed = 0;
-        let mut sources = std::collections::BTreeMap::<&str, usize>::new();
-        for ((key, batch), r) in shapes.iter().zip(&results) {
-            match r {
-                Ok(source) => *sources.entry(source.name()).or_default() += 1,
-                Err(e) => {
-                    failed += 1;
-                    println!("failed: [{key}] batch {batch}: {e}");
-                }
-            }
-        }
-        let s = rt.stats();
-        let by_source: Vec<String> = sources.iter().map(|(k, n)| format!("{n} {k}")).collect();
-        println!(
-            "{} shape(s) of {kernel} in {secs:.2} s: configs from [{}]; {} search(es); {} module(s) compiled, {} from the cache, {failed} failed (policy {})",
-            shapes.len(),
-            by_source.join(", "),
-            s.searches,
-            s.compiled,
-            s.disk_hits,
-            rt.policy()
-        );
-        Ok(if failed == 0 {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::FAILURE
-        })
-    }
-
-    /// `kernels info`: device, arch, driver, NVRTC, policy, cache folder and size.
-    pub fn info(device: usize) -> CmdResult {
-        let mut ok = true;
-        match Device::open(device) {
-            Ok(d) => {
-                let i = d.info();
-                let target = i
-                    .target()
-                    .map(|t| t.name().to_string())
-                    .unwrap_or_else(|| format!("none (defaults as {})", i.tuning_target()));
-                println!(
-                    "device {}: {} (compute capability {}.{}, target {target}, compiles for {})",
-                    i.ordinal,
-                    i.name,
-                    i.compute_capability.0,
-                    i.compute_capability.1,
-                    i.compile_arch()
-                );
-                println!(
-                    "  {} SMs, L2 {} MiB, shared memory {} KiB per block ({} KiB opt-in), {} registers per SM, {} GiB",
-                    i.sm_count,
-                    i.l2_bytes >> 20,
-                    i.max_smem_per_block >> 10,
-                    i.max_smem_per_block_optin >> 10,
-                    i.regs_per_sm,
-                    i.total_memory >> 30
-                );
-            }
-            Err(e) => {
-                ok = false;
-                println!("device {device}: unavailable: {e}");
-            }
-        }
-        match Device::driver_version() {
-            Ok((major, minor)) => println!("driver: CUDA {major}.{minor}"),
-            Err(e) => println!("driver: unavailable: {e}"),
-        }
-        match kernels_core::Compiler::detect() {
-            Ok(c) => println!("nvrtc: {}", c.id()),
-            Err(e) => {
-                ok = false;
-                println!("nvrtc: unavailable: {e}")
-            }
-        }
-        match Policy::from_env() {
-            Ok(p) => println!("policy: {p} ({TUNING_ENV})"),
-            Err(e) => {
-                ok = false;
-                println!("policy: {e}")
-            }
-        }
-        match kernels_core::pdl_from_env() {
-            Ok(on) => println!(
-                "programmatic dependent launch: {} ({PDL_ENV}; sm_90+, softmax and RMSNorm; the CLI's own launches are plain)",
-                if on { "on" } else { "off" }
-            ),
-            Err(e) => {
-                ok = false;
-                println!("programmatic dependent launch: {e}")
-            }
-        }
-        let cache = DiskCache::from_env();
-        match cache.root() {
-            None => println!("cache: disabled (KERNELS_CACHE_DIR is empty)"),
-            Some(root) => match cache.usage() {
-                Ok((files, bytes)) => println!(
-                    "cache: {} ({files} files, {:.1} MiB)",
-                    root.display(),
-                    bytes as f64 / (1 << 20) as f64
-                ),
-                Err(e) => println!("cache: {}: {e}", root.display()),
-            },
-        }
-        let env = kernels_core::codegen_env();
-        if env.is_empty() {
-            println!("codegen env: none set ({})", CODEGEN_ENV_VARS.join(", "));
-        } else {
-            let set: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            println!("codegen env: {}", set.join(" "));
-        }
-        let names: Vec<&str> = tunables().iter().map(|k| k.schema().kernel).collect();
-        println!(
-            "tunable kernels: {}",
-            if names.is_empty() {
-                "none yet".to_string()
-            } else {
-                names.join(", ")
-            }
-        );
-        Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
-    }
 }
 
 #[cfg(feature = "rocm")]
 mod hip {
     use std::process::ExitCode;
 
-    use kernels_core::{AlignClass, DynHipTunable, HipDevice, HipRuntime};
+    use kernels_core::{AlignClass, HipDevice, HipRuntime};
     use tuned::StaticKey;
 
-    use super::{
-        check_entries, choose_target, find_kernel, tune_on, tune_shapes, CmdResult, TuneArgs, TuneDevice,
-    };
-
-    /// Every kernel `kernels tune --backend hip` can tune. (Log-softmax shares
-    /// softmax's tables, so `tune softmax` covers it.)
-    pub fn hip_tunables() -> Vec<&'static dyn DynHipTunable> {
-        vec![
-            &kernels_softmax::hip::SOFTMAX_HIP_TUNABLE,
-            &kernels_rmsnorm::hip::RMSNORM_HIP_TUNABLE,
-            &kernels_rmsnorm::hip::FUSED_ADD_RMSNORM_HIP_TUNABLE,
-        ]
-    }
-
-    fn find(kernel: &str) -> Result<&'static dyn DynHipTunable, String> {
-        find_kernel(hip_tunables(), kernel, |k| k.schema(), "HipTunable")
-    }
+    use super::{choose_target, tune_on, tune_shapes, TuneArgs, TuneDevice};
+    use crate::runtime_cmd::common::hip::find;
+    use crate::runtime_cmd::common::CmdResult;
 
     /// `kernels tune --backend hip`: the CUDA command's steps on an AMD GPU, writing
     /// the table of the device's gfx target. Nothing is written when no device opens.
@@ -922,33 +514,6 @@ mod hip {
         tune_on(&args, &dev, &shapes, &key_for, &mut |key, batch, opts| {
             k.search(&rt, &stream, key, batch, opts)
         })
-    }
-
-    /// `kernels tables check --backend hip`: the baked entries of the AMD device's
-    /// target re-measured on it ([`super::check_entries`]).
-    pub fn check_tables(threshold: f64, sample: usize, only: Option<String>) -> CmdResult {
-        let opened = HipDevice::open(0).and_then(HipRuntime::new);
-        let rt = or_fail!("tables check", opened);
-        let stream = or_fail!("tables check", rt.device().new_stream());
-        let Some(target) = rt.limits().target() else {
-            eprintln!(
-                "kernels: tables check: this device ({}) has no table target",
-                rt.arch()
-            );
-            return Ok(ExitCode::FAILURE);
-        };
-        let timing = kernels_core::TimingOptions::default();
-        check_entries(
-            target,
-            &hip_tunables(),
-            |k| k.schema(),
-            threshold,
-            only.as_deref(),
-            // HIP times single launches, whatever the table says.
-            |k, key, batch, config, _table_timing| {
-                k.recheck(&rt, &stream, key, batch, config, sample, &timing)
-            },
-        )
     }
 }
 
@@ -1045,6 +610,7 @@ mod tests {
             .unwrap();
     }
 
+    #[cfg(any(feature = "cuda", feature = "rocm"))]
     #[test]
     fn a_retune_prefers_each_shapes_current_entry_and_markers_prefer_nothing() {
         // The committed softmax table: every tuned entry is offered back, by key and

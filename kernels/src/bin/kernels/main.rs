@@ -3,11 +3,15 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
-use kernels::{catalog, plan, tables};
-use tuned::{DType, StaticKey, Target};
+mod catalog;
+mod plan;
+mod tables;
+#[cfg(feature = "cuda")]
+mod variants;
 
+use clap::{Parser, Subcommand};
 use kernels::runtime_cmd;
+use tuned::{DType, StaticKey, Target};
 
 #[derive(Parser)]
 #[command(
@@ -422,7 +426,7 @@ fn run(cli: Cli) -> Result<ExitCode, Usage> {
 
 #[cfg(feature = "cuda")]
 fn lock_command(check: bool, path: Option<PathBuf>) -> Result<ExitCode, Usage> {
-    use kernels::variants::{check_lock, default_lock_path, lock_text, served_variants};
+    use crate::variants::{check_lock, default_lock_path, lock_text, served_variants};
     let path = path.unwrap_or_else(default_lock_path);
     let now = served_variants().map_err(Usage)?;
     if check {
@@ -468,8 +472,8 @@ fn lock_command(_: bool, _: Option<PathBuf>) -> Result<ExitCode, Usage> {
 #[cfg(feature = "cuda")]
 fn variants_command(target: &str, shapes: Option<PathBuf>) -> Result<ExitCode, Usage> {
     let target: Target = arg("target", target)?;
-    let dir = shapes.unwrap_or_else(kernels::variants::default_shapes_dir);
-    let jobs = kernels::variants::reachable(target, &dir).map_err(Usage)?;
+    let dir = shapes.unwrap_or_else(variants::default_shapes_dir);
+    let jobs = variants::reachable(target, &dir).map_err(Usage)?;
     let list: Vec<_> = jobs.iter().map(|j| j.to_json()).collect();
     println!("{}", serde_json::to_string_pretty(&list).unwrap_or_default());
     eprintln!("{} distinct variants for {target}", jobs.len());
@@ -528,7 +532,7 @@ fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {
                 Some(c) => kernels::core::DiskCache::at(c),
                 None => kernels::core::DiskCache::from_env(),
             };
-            let dir = dir.unwrap_or_else(tables::default_dir);
+            let dir = dir.unwrap_or_else(runtime_cmd::default_tables_dir);
             match tables::promote(&cache, &dir, reselect) {
                 Ok(p) => {
                     for (path, added, replaced, kept) in &p.written {
@@ -618,7 +622,7 @@ fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {
 
 fn check(paths: Vec<PathBuf>, offline_check: bool) -> Result<ExitCode, Usage> {
     let paths = if paths.is_empty() {
-        vec![tables::default_dir()]
+        vec![runtime_cmd::default_tables_dir()]
     } else {
         paths
     };

@@ -3,7 +3,7 @@
 
 use serde_json::Value as Json;
 
-const MODELS_JSON: &str = include_str!("../models.json");
+const MODELS_JSON: &str = include_str!("../../../models.json");
 
 /// One model's dimensions.
 #[derive(Clone, Debug, PartialEq)]
@@ -76,12 +76,6 @@ pub fn models() -> Vec<Model> {
 /// The model named `name` (case-insensitive).
 pub fn find(name: &str) -> Option<Model> {
     models().into_iter().find(|m| m.name.eq_ignore_ascii_case(name))
-}
-
-/// RMSNorm epsilon the catalog's models use.
-pub fn rms_eps() -> f64 {
-    let json: Json = serde_json::from_str(MODELS_JSON).unwrap_or(Json::Null);
-    json["rms_eps"].as_f64().unwrap_or(1e-6)
 }
 
 #[cfg(test)]

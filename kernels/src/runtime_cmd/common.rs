@@ -1,0 +1,149 @@
+//! What the GPU commands share: the backend choice, the result type, the runtime
+//! failure macro, shape files, and each backend's tunable kernels and runtime.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+use tuned::StaticKey;
+
+/// The folder of committed tables: `$TUNED_TABLES_DIR`, else `tuned/tables` of the
+/// source tree this binary was built from.
+pub fn default_tables_dir() -> PathBuf {
+    std::env::var_os("TUNED_TABLES_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../tuned/tables"))
+}
+
+/// Which GPU runtime `kernels tune` measures with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Backend {
+    /// NVIDIA GPUs through CUDA (feature `cuda`, the default).
+    #[default]
+    Cuda,
+    /// AMD GPUs through HIP (feature `rocm`).
+    Hip,
+}
+
+impl std::str::FromStr for Backend {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Backend, String> {
+        match s {
+            "cuda" => Ok(Backend::Cuda),
+            "hip" | "rocm" => Ok(Backend::Hip),
+            _ => Err(format!("`{s}` is not a backend (cuda or hip)")),
+        }
+    }
+}
+
+/// A usage error (exit status 2); runtime failures print themselves and return
+/// `ExitCode::FAILURE`.
+pub type CmdResult = Result<ExitCode, String>;
+
+/// The value of a `Result`, or: print `kernels: <command>: <error>` and return
+/// `Ok(ExitCode::FAILURE)` (a runtime failure, not a usage error).
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+macro_rules! or_fail {
+    ($cmd:literal, $result:expr) => {
+        match $result {
+            Ok(v) => v,
+            Err(e) => {
+                eprintln!(concat!("kernels: ", $cmd, ": {}"), e);
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+    };
+}
+
+/// Reads and parses a shape file for `schema`.
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+pub(crate) fn read_shapes(
+    schema: &'static tuned::KernelSchema,
+    path: &Path,
+) -> Result<Vec<(StaticKey, u64)>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("--shapes: cannot read {}: {e}", path.display()))?;
+    kernels_core::parse_shapes(schema, &text, &path.display().to_string())
+        .map_err(|e| format!("--shapes: {e}"))
+}
+
+/// The kernel named `kernel` among `all` (named by their schema), or an error naming
+/// `KERNEL`, what it lacks (`what`: the trait) and the kernels there are.
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+pub(crate) fn find_kernel<T: ?Sized>(
+    all: Vec<&'static T>,
+    kernel: &str,
+    schema: impl Fn(&T) -> &'static tuned::KernelSchema,
+    what: &str,
+) -> Result<&'static T, String> {
+    let names: Vec<&str> = all.iter().map(|k| schema(k).kernel).collect();
+    let known = if names.is_empty() {
+        "none yet".to_string()
+    } else {
+        names.join(", ")
+    };
+    all.into_iter()
+        .find(|k| schema(k).kernel == kernel)
+        .ok_or_else(|| format!("KERNEL: `{kernel}` has no {what} implementation (tunable kernels: {known})"))
+}
+
+/// The usage error of `--backend hip` in a binary built without `rocm`.
+#[cfg(not(feature = "rocm"))]
+pub(crate) fn no_rocm() -> String {
+    "--backend: `hip` needs the `rocm` feature, and this binary was built without it \
+     (build on a machine with ROCm: HIP_PATH=/opt/rocm cargo build --release -p kernels --features rocm)"
+        .into()
+}
+
+#[cfg(feature = "cuda")]
+pub mod cuda {
+    use kernels_core::{Device, DynTunable, Runtime, RuntimeOptions};
+
+    use super::find_kernel;
+
+    /// Every kernel that implements `kernels_core::Tunable`, for `tune` and
+    /// `precompile`. (Log-softmax shares softmax's tables, so `tune softmax` covers it.)
+    pub fn tunables() -> Vec<&'static dyn DynTunable> {
+        vec![
+            &kernels_softmax::ops::SOFTMAX_TUNABLE,
+            &kernels_rmsnorm::ops::RMSNORM_TUNABLE,
+            &kernels_rmsnorm::ops::FUSED_ADD_RMSNORM_TUNABLE,
+        ]
+    }
+
+    pub(crate) fn find(kernel: &str) -> Result<&'static dyn DynTunable, String> {
+        find_kernel(tunables(), kernel, |k| k.schema(), "Tunable")
+    }
+
+    /// A runtime with options from the environment, except that it launches plainly
+    /// (`KERNELS_PDL` is ignored): the CLI measures and checks tables, which are tuned
+    /// with plain launches.
+    pub(crate) fn open(device: usize) -> Result<Runtime, String> {
+        let dev = Device::open(device).map_err(|e| e.to_string())?;
+        let mut options = RuntimeOptions::from_env().map_err(|e| e.to_string())?;
+        options.pdl = false;
+        Runtime::with_options(dev, options).map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(feature = "rocm")]
+pub mod hip {
+    use kernels_core::DynHipTunable;
+
+    use super::find_kernel;
+
+    /// Every kernel `kernels tune --backend hip` can tune. (Log-softmax shares
+    /// softmax's tables, so `tune softmax` covers it.)
+    pub fn hip_tunables() -> Vec<&'static dyn DynHipTunable> {
+        vec![
+            &kernels_softmax::hip::SOFTMAX_HIP_TUNABLE,
+            &kernels_rmsnorm::hip::RMSNORM_HIP_TUNABLE,
+            &kernels_rmsnorm::hip::FUSED_ADD_RMSNORM_HIP_TUNABLE,
+        ]
+    }
+
+    pub(crate) fn find(kernel: &str) -> Result<&'static dyn DynHipTunable, String> {
+        find_kernel(hip_tunables(), kernel, |k| k.schema(), "HipTunable")
+    }
+}

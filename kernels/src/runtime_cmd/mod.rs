@@ -1,0 +1,23 @@
+//! `kernels tune`, `kernels precompile`, `kernels info` and `kernels tables check` on a
+//! GPU, the commands that need the GPU runtime (`kernels-core`); the retune bench calls
+//! [`tune`] too. Shape files are described in `kernels_core::tune_table` (a JSON array
+//! of `{key fields..., "batch": N or [N, ...]}`).
+//!
+//! One module per command; `common` holds what they share.
+
+#[macro_use]
+mod common;
+mod check;
+mod info;
+mod precompile;
+mod tune;
+
+pub use check::check_tables;
+#[cfg(feature = "cuda")]
+pub use common::cuda::tunables;
+#[cfg(feature = "rocm")]
+pub use common::hip::hip_tunables;
+pub use common::{default_tables_dir, Backend, CmdResult};
+pub use info::info;
+pub use precompile::precompile;
+pub use tune::{tune, ShapeFilter, TuneArgs};
