@@ -24,8 +24,8 @@ use std::time::Duration;
 use criterion::{BenchmarkId, Criterion, Throughput};
 use kernels::core::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use kernels::core::{
-    alloc_random, time_runs, Device, GraphTimer, KernelArgs, KernelSource, LaunchDims, RawStream, Rows,
-    Runtime, RuntimeOptions, TimingOptions, Tunable, Variant,
+    alloc_random, time_runs, CudaDevice, CudaRuntime, GraphTimer, KernelArgs, KernelSource, LaunchDims,
+    RawStream, Rows, RuntimeOptions, TimingOptions, Tunable, Variant,
 };
 use kernels::rmsnorm::ops::NormProblem;
 use kernels::rmsnorm::{FusedAddRmsNorm, RmsNorm, RmsNormKey};
@@ -90,7 +90,7 @@ fn copy_launch(half: usize, vectors: i64, sms: i64) -> (u32, u32) {
 }
 
 fn main() {
-    let dev = match Device::open(0) {
+    let dev = match CudaDevice::open(0) {
         Ok(d) => d,
         Err(e) => {
             println!("kernels bench: skipped: no CUDA GPU found ({e})");
@@ -204,8 +204,8 @@ struct Shape<'a> {
 /// (programmatic dependent launch).
 #[allow(clippy::too_many_arguments)]
 fn measure_served<K: Tunable>(
-    rt: &Runtime,
-    rt_pdl: &Runtime,
+    rt: &CudaRuntime,
+    rt_pdl: &CudaRuntime,
     stream: &Arc<CudaStream>,
     key: &K::Key,
     rows: usize,
@@ -224,9 +224,12 @@ where
     let load = |c: &K::Config| rt.kernel(stream, K::SOURCE, &K::variant(info, key, c));
     let (kt, kd) = (load(&tuned.config)?, load(&default)?);
     let kp = rt_pdl.kernel(stream, K::SOURCE, &K::variant(info, key, &tuned.config))?;
-    let mut lt = |i: usize| K::launch(&kt, stream, &tuned.config, &problems[i]);
-    let mut ld = |i: usize| K::launch(&kd, stream, &default, &problems[i]);
-    let mut lp = |i: usize| K::launch(&kp, stream, &tuned.config, &problems[i]);
+    let mut lt =
+        |i: usize| kernels::core::launch::<kernels::core::Cuda, K>(&kt, stream, &tuned.config, &problems[i]);
+    let mut ld =
+        |i: usize| kernels::core::launch::<kernels::core::Cuda, K>(&kd, stream, &default, &problems[i]);
+    let mut lp =
+        |i: usize| kernels::core::launch::<kernels::core::Cuda, K>(&kp, stream, &tuned.config, &problems[i]);
     measure(Shape {
         kernel: K::SCHEMA.kernel,
         rows,
@@ -244,17 +247,17 @@ where
     })
 }
 
-fn run(c: &mut Criterion, dev: Device, out_path: Option<String>) -> Result<(), BoxError> {
+fn run(c: &mut Criterion, dev: CudaDevice, out_path: Option<String>) -> Result<(), BoxError> {
     // Plain launches whatever KERNELS_PDL says, and a second runtime with programmatic
     // dependent launch for the `pdl` column.
     let mut options = RuntimeOptions::from_env()?;
     options.pdl = false;
-    let rt = Runtime::with_options(dev.clone(), options.clone())?;
+    let rt = CudaRuntime::with_options(dev.clone(), options.clone())?;
     options.pdl = true;
-    let rt_pdl = Runtime::with_options(dev, options)?;
+    let rt_pdl = CudaRuntime::with_options(dev, options)?;
     let stream = rt.device().new_stream()?;
     let info = rt.device().info().clone();
-    let flush = kernels::core::L2Flush::new(&stream, &info)?;
+    let flush = kernels::core::L2Flush::<kernels::core::Cuda>::new(&stream, &info)?;
     let opts = TimingOptions {
         warmup: 5,
         reps: 30,
@@ -271,7 +274,7 @@ fn run(c: &mut Criterion, dev: Device, out_path: Option<String>) -> Result<(), B
     let n = 1usize << 30;
     let src = stream.alloc_zeros::<u8>(n)?;
     let mut dst = stream.alloc_zeros::<u8>(n)?;
-    let t = time_runs(&stream, &opts, None, &mut || Ok(()), &mut || {
+    let t = time_runs::<kernels::core::Cuda>(&stream, &opts, None, &mut || Ok(()), &mut || {
         stream
             .memcpy_dtod(&src, &mut dst)
             .map_err(|e| kernels::core::Error::kernel("copy", e.to_string()))
@@ -288,7 +291,7 @@ fn run(c: &mut Criterion, dev: Device, out_path: Option<String>) -> Result<(), B
     let empty_pdl = rt_pdl.kernel(&stream, &EMPTY_PDL, &Variant::new("empty_kernel"))?;
     let copy = rt.kernel(&stream, &COPY, &Variant::new("copy_kernel"))?;
     // One block of 32 threads of an empty kernel, launched as `k` launches.
-    let launch_one = |k: &kernels::core::Kernel| unsafe {
+    let launch_one = |k: &kernels::core::CudaKernel| unsafe {
         k.launch_raw(
             RawStream::of(&stream),
             LaunchDims::linear(1, 32),
@@ -297,17 +300,18 @@ fn run(c: &mut Criterion, dev: Device, out_path: Option<String>) -> Result<(), B
     };
     // Its time per launch in a graph, as criterion group `group`.
     let empty_graph_us =
-        |c: &mut Criterion, k: &kernels::core::Kernel, group: &str| -> Result<f64, BoxError> {
+        |c: &mut Criterion, k: &kernels::core::CudaKernel, group: &str| -> Result<f64, BoxError> {
             let g = capture(&stream, 1, &mut |_| launch_one(k))?;
             let mut group = c.benchmark_group(group);
             let us = bench(&mut group, BenchmarkId::new("kernel", "1 block"), &g)?;
             group.finish();
             Ok(us)
         };
-    let empty_single = time_runs(&stream, &opts, Some(&flush), &mut || Ok(()), &mut || {
-        launch_one(&empty)
-    })?
-    .median_us;
+    let empty_single =
+        time_runs::<kernels::core::Cuda>(&stream, &opts, Some(&flush), &mut || Ok(()), &mut || {
+            launch_one(&empty)
+        })?
+        .median_us;
     let empty_us = empty_graph_us(c, &empty, "empty")?;
     println!("empty kernel: {empty_us:.2} us per launch in a graph, {empty_single:.2} us alone");
     emit(serde_json::json!({"kind": "empty_graph", "us": empty_us}));
@@ -392,10 +396,11 @@ fn run(c: &mut Criterion, dev: Device, out_path: Option<String>) -> Result<(), B
         let pdl_us = bench(&mut group, BenchmarkId::from_parameter("pdl"), &g)?;
         drop(g);
         group.finish();
-        let tuned_single = time_runs(&stream, &opts, Some(&flush), &mut || Ok(()), &mut || {
-            (s.launch_tuned)(0)
-        })?
-        .median_us;
+        let tuned_single =
+            time_runs::<kernels::core::Cuda>(&stream, &opts, Some(&flush), &mut || Ok(()), &mut || {
+                (s.launch_tuned)(0)
+            })?
+            .median_us;
         Ok(Row {
             kernel: s.kernel,
             rows: s.rows,

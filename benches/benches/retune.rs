@@ -19,7 +19,7 @@ fn main() -> ExitCode {
         println!("retune: skipped; set KERNELS_RETUNE=1 to retune every kernel's table on this GPU");
         return ExitCode::SUCCESS;
     }
-    if let Err(e) = kernels::core::Device::open(0) {
+    if let Err(e) = kernels::core::CudaDevice::open(0) {
         println!("retune: skipped: no CUDA GPU found ({e})");
         return ExitCode::SUCCESS;
     }

@@ -84,7 +84,7 @@ pub use plan::{candidates_digest, BufferRole, LaunchPlan, PlannedKernel, TuneBuf
 pub use policy::{
     parse_pdl, pdl_from_env, resolve_in_order, Outcome, Policy, ResolutionSteps, Step, PDL_ENV, TUNING_ENV,
 };
-pub use runtime::{Prepared, Runtime, RuntimeOptions, CRATE_VERSION};
+pub use runtime::{launch, Prepared, Runtime, RuntimeOptions, CRATE_VERSION};
 pub use search::{
     all_failed, cached_config, candidate_configs, conclude, prefer_after_default, recheck_configs,
     start_search, time_candidates, tune_record, CandidateReport, Recheck, TuneOptions, TuneReport,
@@ -106,7 +106,9 @@ pub use backend::cuda::{time_graph_runs, Cuda, CudaDevice, CudaKernel, GraphTime
 pub use element::{alloc_random, Element};
 
 #[cfg(feature = "rocm")]
-pub use backend::hip::{DeviceCopy, Hip, HipBuffer, HipCompiler, HipDevice, HipDeviceInfo, HipEvent, HipKernel, HipStream};
+pub use backend::hip::{
+    DeviceCopy, Hip, HipBuffer, HipCompiler, HipDevice, HipDeviceInfo, HipEvent, HipKernel, HipStream,
+};
 
 /// The runtime on CUDA.
 #[cfg(feature = "cuda")]

@@ -12,9 +12,9 @@ use crate::counters::{bump, lock, Counters};
 use crate::precompile::{cached_image, check_batch, check_config, compile_and_store, Modules, TypedMemo};
 use crate::search::canonical_key;
 use crate::{
-    cache_key, resolve_in_order, AlignClass, Backend, CacheKey, CacheKeyParts, Component, DeviceInfo, DiskCache,
-    Error, Image, KernelSource, LoadedKernel, ModuleOrigin, PlannedKernel, Policy, ResolutionSteps, Result,
-    Section, Stats, Tunable, TuneOptions, TuneRecord, Variant,
+    cache_key, resolve_in_order, AlignClass, Backend, CacheKey, CacheKeyParts, Component, DeviceInfo,
+    DiskCache, Error, Image, KernelSource, LoadedKernel, ModuleOrigin, PlannedKernel, Policy,
+    ResolutionSteps, Result, Section, Stats, Tunable, TuneOptions, TuneRecord, Variant,
 };
 
 /// The version of this crate, part of every cache key.
@@ -68,7 +68,6 @@ impl RuntimeOptions {
         })
     }
 }
-
 
 /// A resolved config with its loaded kernel: what an op launches.
 pub struct Prepared<B: Backend, C> {
@@ -190,7 +189,10 @@ impl<B: Backend> Runtime<B> {
         let map = SHARED.get_or_init(|| Mutex::new(HashMap::new()));
         let mut map = lock(map);
         let id = (TypeId::of::<B>(), ordinal);
-        if let Some(rt) = map.get(&id).and_then(|rt| rt.clone().downcast::<Runtime<B>>().ok()) {
+        if let Some(rt) = map
+            .get(&id)
+            .and_then(|rt| rt.clone().downcast::<Runtime<B>>().ok())
+        {
             return Ok(rt);
         }
         let rt = Arc::new(Runtime::new(B::open(ordinal)?)?);
@@ -509,7 +511,11 @@ impl<B: Backend> Runtime<B> {
     /// from. Under the online policy a first call searches on the caller's own buffers
     /// (restoring and zeroing them between runs); the search ends with one plain run of
     /// the winner, so the buffers hold exactly one run's result either way.
-    pub fn run<K: Tunable>(&self, stream: &B::Stream, problem: &K::Problem<'_>) -> Result<Prepared<B, K::Config>> {
+    pub fn run<K: Tunable>(
+        &self,
+        stream: &B::Stream,
+        problem: &K::Problem<'_>,
+    ) -> Result<Prepared<B, K::Config>> {
         let (key, batch) = K::problem_shape(problem);
         check_batch::<K>(&key, batch)?;
         let align = K::alignment(problem);
@@ -632,7 +638,7 @@ impl<B: Backend> Runtime<B> {
 /// A launch of `config` on `problem` with `kernel` (compiled from the config's
 /// variant): the plan's [`PlannedKernel::launch_args`], which checks what the config
 /// needs of the problem and names the argument otherwise, then the backend's launch.
-pub(crate) fn launch<B: Backend, K: PlannedKernel>(
+pub fn launch<B: Backend, K: PlannedKernel>(
     kernel: &B::Kernel,
     stream: &B::Stream,
     config: &K::Config,
@@ -714,8 +720,9 @@ impl<B: Backend, K: Tunable> ResolutionSteps<K::Config> for Steps<'_, '_, '_, '_
         let report = match self.problem {
             Some(p) => self.rt.tune::<K>(self.stream, p, &opts),
             None => {
-                let owned = crate::backend::Owned::<B>::upload(self.stream, &K::tuning_inputs(self.key, self.batch))
-                    .map_err(|e| e.to_string())?;
+                let owned =
+                    crate::backend::Owned::<B>::upload(self.stream, &K::tuning_inputs(self.key, self.batch))
+                        .map_err(|e| e.to_string())?;
                 let p = K::tuning_problem(self.key, self.batch, owned.addresses());
                 self.rt.tune::<K>(self.stream, &p, &opts)
             }

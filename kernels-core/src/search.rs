@@ -372,7 +372,9 @@ pub(crate) mod backend {
     use tuned::StaticKey;
 
     use super::{conclude, recheck_configs, Recheck, TuneReport};
-    use crate::{Backend, BufferRole, DeviceInfo, Error, KernelSource, PlannedKernel, Result, TuneBuffer, Variant};
+    use crate::{
+        Backend, BufferRole, DeviceInfo, Error, KernelSource, PlannedKernel, Result, TuneBuffer, Variant,
+    };
 
     /// Whether a search may run on `stream`: one that is capturing a graph, or that
     /// cannot say, is refused, with the reason in `report.failure`.
@@ -430,16 +432,13 @@ pub(crate) mod backend {
             let mut zero = Vec::new();
             for b in buffers {
                 match b.role {
-                    BufferRole::Restore => {
-                        match snapshot::<B>(stream, b) {
-                            Ok(snap) => restore.push((*b, snap)),
-                            Err(e) => {
-                                report.failure =
-                                    Some(format!("could not snapshot the problem's buffers: {e}"));
-                                return None;
-                            }
+                    BufferRole::Restore => match snapshot::<B>(stream, b) {
+                        Ok(snap) => restore.push((*b, snap)),
+                        Err(e) => {
+                            report.failure = Some(format!("could not snapshot the problem's buffers: {e}"));
+                            return None;
                         }
-                    }
+                    },
                     BufferRole::Zero => zero.push(*b),
                     BufferRole::Read | BufferRole::Write => {}
                 }
@@ -934,7 +933,8 @@ mod tests {
             buffer(3, BufferRole::Write),
         ];
         assert_eq!(backend::working_set(&buffers), 256);
-        let bytes = |i: usize| unsafe { std::slice::from_raw_parts(buffers[i].ptr as *const u8, 64).to_vec() };
+        let bytes =
+            |i: usize| unsafe { std::slice::from_raw_parts(buffers[i].ptr as *const u8, 64).to_vec() };
 
         let mut r = report(&[Ok(1.0), Ok(2.0)]);
         let guarded = backend::Guarded::<Mock>::new(&s, &buffers, &mut r).unwrap();
@@ -942,7 +942,10 @@ mod tests {
         // accumulated one; the others are left alone.
         unsafe { Mock::zero(&s, buffers[1].ptr, 64).unwrap() };
         guarded.reset().unwrap();
-        assert_eq!((bytes(0), bytes(1), bytes(2), bytes(3)), (vec![1; 64], vec![2; 64], vec![0; 64], vec![4; 64]));
+        assert_eq!(
+            (bytes(0), bytes(1), bytes(2), bytes(3)),
+            (vec![1; 64], vec![2; 64], vec![0; 64], vec![4; 64])
+        );
         s.log.borrow_mut().clear();
         guarded.finish(&mut r, Some((1, "k1")), |i, k| {
             s.log.borrow_mut().push(format!("launch {i} {k}"));

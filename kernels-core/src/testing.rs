@@ -77,7 +77,9 @@ pub fn stored(dtype: DType, v: &[f32]) -> Vec<f32> {
 pub mod hip {
     use tuned::DType;
 
-    use crate::{decode, encode, DiskCache, HipBuffer, HipDevice, HipRuntime, HipStream, Policy, RuntimeOptions};
+    use crate::{
+        decode, encode, DiskCache, HipBuffer, HipDevice, HipRuntime, HipStream, Policy, RuntimeOptions,
+    };
 
     /// A runtime on AMD device 0 with `cache` under [`Policy::Serve`] and a stream on
     /// it; `None` (after [`super::skip_or_fail`] naming `test`) where there is no AMD

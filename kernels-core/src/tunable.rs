@@ -10,8 +10,8 @@ use crate::backend::Owned;
 use crate::runtime::launch;
 use crate::search::backend::{candidates_or_error, parse_key, working_set, RecheckPlan};
 use crate::{
-    Backend, DeviceInfo, Error, L2Flush, PlannedKernel, Recheck, Result, Runtime, TimingMethod, TimingOptions,
-    TuneOptions, TuneRecord,
+    Backend, DeviceInfo, Error, L2Flush, PlannedKernel, Recheck, Result, Runtime, TimingMethod,
+    TimingOptions, TuneOptions, TuneRecord,
 };
 
 /// A kernel family the runtime can resolve and tune on every backend: a

@@ -13,10 +13,10 @@ use std::time::Instant;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, PushKernelArg};
 use kernels_core::{
-    parse_shapes, tune_table, BufferRole, Device, DeviceInfo, DiskCache, DynTunable, Error, Kernel,
-    KernelArgs, KernelSource, LaunchDims, ModuleOrigin, PlannedKernel, Policy, RawStream, Runtime,
-    RuntimeOptions, TableJob, Timing, TimingMethod, TimingOptions, Tunable, TunableDyn, TuneBuffer,
-    TuneOptions, TuneReport, Variant,
+    parse_shapes, tune_table, BufferRole, CudaDevice, CudaRuntime, DeviceInfo, DiskCache, DynTunable, Error,
+    KernelArgs, KernelSource, LaunchDims, ModuleOrigin, PlannedKernel, Policy, RawStream, RuntimeOptions,
+    TableJob, Timing, TimingMethod, TimingOptions, Tunable, TunableDyn, TuneBuffer, TuneOptions, TuneReport,
+    Variant,
 };
 use tuned::{
     int_key, int_param, BakedTable, Field, KernelSchema, KeyValues, Source, Target, TunedKernel, Value,
@@ -24,8 +24,8 @@ use tuned::{
 
 // ---- harness ------------------------------------------------------------------------
 
-fn gpu(test: &str) -> Option<Device> {
-    match Device::open(0) {
+fn gpu(test: &str) -> Option<CudaDevice> {
+    match CudaDevice::open(0) {
         Ok(d) => Some(d),
         Err(e) => {
             kernels_core::testing::skip_or_fail(test, &format!("no CUDA GPU found ({e})"));
@@ -34,8 +34,8 @@ fn gpu(test: &str) -> Option<Device> {
     }
 }
 
-fn runtime(dev: &Device, policy: Policy, cache: DiskCache) -> Runtime {
-    Runtime::with_options(
+fn runtime(dev: &CudaDevice, policy: Policy, cache: DiskCache) -> CudaRuntime {
+    CudaRuntime::with_options(
         dev.clone(),
         RuntimeOptions {
             policy,
@@ -49,7 +49,7 @@ fn runtime(dev: &Device, policy: Policy, cache: DiskCache) -> Runtime {
 
 /// The GPU (or the skip, as [`gpu`]), a runtime on it with `policy` and no disk cache,
 /// and a new stream: what most tests start with.
-fn setup(test: &str, policy: Policy) -> Option<(Device, Runtime, Arc<CudaStream>)> {
+fn setup(test: &str, policy: Policy) -> Option<(CudaDevice, CudaRuntime, Arc<CudaStream>)> {
     let dev = gpu(test)?;
     let rt = runtime(&dev, policy, DiskCache::disabled());
     let stream = dev.new_stream().unwrap();
@@ -248,9 +248,23 @@ impl TunedKernel for Scale {
 }
 
 struct ScaleProblem<'a> {
-    x: &'a mut CudaSlice<f32>,
+    x: u64,
+    len: usize,
     rows: u64,
     cols: u32,
+    _x: std::marker::PhantomData<&'a mut [f32]>,
+}
+
+/// The problem of `x`, `rows` x `cols`.
+fn scale_problem(x: &mut CudaSlice<f32>, rows: u64, cols: u32) -> ScaleProblem<'_> {
+    let (ptr, _record) = x.device_ptr(x.stream());
+    ScaleProblem {
+        x: ptr,
+        len: x.len(),
+        rows,
+        cols,
+        _x: std::marker::PhantomData,
+    }
 }
 
 fn scale_variant(c: &ScaleConfig) -> Variant {
@@ -292,11 +306,10 @@ unsafe impl PlannedKernel for Scale {
         (ScaleKey { cols: p.cols }, p.rows)
     }
     fn buffers(p: &ScaleProblem<'_>) -> Vec<TuneBuffer> {
-        let (ptr, _record) = p.x.device_ptr(p.x.stream());
         vec![TuneBuffer {
             name: "x",
-            ptr,
-            bytes: p.x.len() * 4,
+            ptr: p.x,
+            bytes: p.len * 4,
             role: BufferRole::Restore,
         }]
     }
@@ -306,15 +319,14 @@ unsafe impl PlannedKernel for Scale {
         p: &ScaleProblem<'_>,
     ) -> kernels_core::Result<(LaunchDims, KernelArgs)> {
         let n = p.rows * p.cols as u64;
-        if p.x.len() as u64 != n {
+        if p.len as u64 != n {
             return Err(Error::invalid(
                 "x",
-                format!("has {} elements, rows*cols = {n}", p.x.len()),
+                format!("has {} elements, rows*cols = {n}", p.len),
             ));
         }
-        let (ptr, _record) = p.x.device_ptr(p.x.stream());
         let mut args = KernelArgs::new();
-        args.ptr(ptr).u64(n).f32(A).f32(B);
+        args.ptr(p.x).u64(n).f32(A).f32(B);
         Ok((
             LaunchDims::linear(n.div_ceil(c.threads as u64) as u32, c.threads),
             args,
@@ -322,45 +334,19 @@ unsafe impl PlannedKernel for Scale {
     }
 }
 
-// SAFETY: as the PlannedKernel implementation; `launch` (cudarc's builder, with
-// the buffers' event tracking) passes exactly the buffers `buffers` lists.
+// SAFETY: the problem's one buffer is the uploaded input.
 unsafe impl Tunable for Scale {
-    type Owned = (CudaSlice<f32>, u64, u32);
-    fn launch(
-        kernel: &Kernel,
-        stream: &Arc<CudaStream>,
-        c: &ScaleConfig,
-        p: &ScaleProblem<'_>,
-    ) -> kernels_core::Result<()> {
-        let n = p.rows * p.cols as u64;
-        if p.x.len() as u64 != n {
-            return Err(Error::invalid(
-                "x",
-                format!("has {} elements, rows*cols = {n}", p.x.len()),
-            ));
-        }
-        let grid = n.div_ceil(c.threads as u64) as u32;
-        let mut l = kernel.builder(stream, LaunchDims::linear(grid, c.threads))?;
-        l.arg(&*p.x).arg(&n).arg(&A).arg(&B);
-        // SAFETY: (float*, u64, float, float) matches scale_inplace; grid covers n.
-        unsafe { l.launch() }
-    }
-    fn alloc_problem(
-        stream: &Arc<CudaStream>,
-        key: &ScaleKey,
-        batch: u64,
-    ) -> kernels_core::Result<Self::Owned> {
+    fn tuning_inputs(key: &ScaleKey, batch: u64) -> Vec<Vec<u8>> {
         let host = scale_input(batch as usize * key.cols as usize);
-        let x = stream
-            .clone_htod(&host)
-            .map_err(|e| Error::kernel("test_scale", e.to_string()))?;
-        Ok((x, batch, key.cols))
+        vec![host.iter().flat_map(|v| v.to_le_bytes()).collect()]
     }
-    fn borrow_problem(o: &mut Self::Owned) -> ScaleProblem<'_> {
+    fn tuning_problem<'a>(key: &ScaleKey, batch: u64, at: &'a [u64]) -> ScaleProblem<'a> {
         ScaleProblem {
-            x: &mut o.0,
-            rows: o.1,
-            cols: o.2,
+            x: at[0],
+            len: batch as usize * key.cols as usize,
+            rows: batch,
+            cols: key.cols,
+            _x: std::marker::PhantomData,
         }
     }
 }
@@ -422,8 +408,24 @@ impl TunedKernel for Hist {
 }
 
 struct HistProblem<'a> {
-    x: &'a CudaSlice<u32>,
-    hist: &'a mut CudaSlice<u32>,
+    x: u64,
+    n: usize,
+    hist: u64,
+    bins: usize,
+    _b: std::marker::PhantomData<&'a mut [u32]>,
+}
+
+/// The problem of `x` into `hist`.
+fn hist_problem<'a>(x: &'a CudaSlice<u32>, hist: &'a mut CudaSlice<u32>) -> HistProblem<'a> {
+    let (xp, _r1) = x.device_ptr(x.stream());
+    let (hp, _r2) = hist.device_ptr(hist.stream());
+    HistProblem {
+        x: xp,
+        n: x.len(),
+        hist: hp,
+        bins: hist.len(),
+        _b: std::marker::PhantomData,
+    }
 }
 
 // SAFETY: `buffers` lists both buffers the plan touches, with their real lengths.
@@ -449,22 +451,21 @@ unsafe impl PlannedKernel for Hist {
             .define("STRIDED", 0)
     }
     fn problem_shape(p: &HistProblem<'_>) -> (u32, u64) {
-        (p.hist.len() as u32, p.x.len() as u64)
+        (p.bins as u32, p.n as u64)
     }
     fn buffers(p: &HistProblem<'_>) -> Vec<TuneBuffer> {
-        let (x, _r1) = p.x.device_ptr(p.x.stream());
-        let (h, _r2) = p.hist.device_ptr(p.hist.stream());
+        let (x, h) = (p.x, p.hist);
         vec![
             TuneBuffer {
                 name: "x",
                 ptr: x,
-                bytes: p.x.len() * 4,
+                bytes: p.n * 4,
                 role: BufferRole::Read,
             },
             TuneBuffer {
                 name: "hist",
                 ptr: h,
-                bytes: p.hist.len() * 4,
+                bytes: p.bins * 4,
                 role: BufferRole::Zero,
             },
         ]
@@ -474,51 +475,30 @@ unsafe impl PlannedKernel for Hist {
         c: &HistConfig,
         p: &HistProblem<'_>,
     ) -> kernels_core::Result<(LaunchDims, KernelArgs)> {
-        let n = p.x.len() as u64;
+        let n = p.n as u64;
         let grid = (device.sm_count * c.blocks_per_sm).min(n.div_ceil(c.threads as u64).max(1) as u32);
-        let (x, _r1) = p.x.device_ptr(p.x.stream());
-        let (h, _r2) = p.hist.device_ptr(p.hist.stream());
         let mut args = KernelArgs::new();
-        args.ptr(x).u64(n).ptr(h).u32(p.hist.len() as u32);
+        args.ptr(p.x).u64(n).ptr(p.hist).u32(p.bins as u32);
         Ok((LaunchDims::linear(grid, c.threads), args))
     }
 }
 
-// SAFETY: as the PlannedKernel implementation; `launch` (cudarc's builder, with
-// the buffers' event tracking) passes exactly the buffers `buffers` lists.
+// SAFETY: the problem's buffers are the uploaded input and histogram.
 unsafe impl Tunable for Hist {
-    type Owned = (CudaSlice<u32>, CudaSlice<u32>);
-    fn launch(
-        kernel: &Kernel,
-        stream: &Arc<CudaStream>,
-        c: &HistConfig,
-        p: &HistProblem<'_>,
-    ) -> kernels_core::Result<()> {
-        let n = p.x.len() as u64;
-        let bins = p.hist.len() as u32;
-        let sms = stream
-            .context()
-            .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-            .map_err(|e| Error::kernel("test_hist", e.to_string()))? as u32;
-        let grid = (sms * c.blocks_per_sm).min(n.div_ceil(c.threads as u64).max(1) as u32);
-        let mut l = kernel.builder(stream, LaunchDims::linear(grid, c.threads))?;
-        l.arg(p.x).arg(&n).arg(&*p.hist).arg(&bins);
-        // SAFETY: (const u32*, u64, u32*, u32) matches histogram.
-        unsafe { l.launch() }
+    fn tuning_inputs(bins: &u32, batch: u64) -> Vec<Vec<u8>> {
+        let bytes = |v: &[u32]| v.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>();
+        vec![
+            bytes(&hist_input(batch as usize)),
+            bytes(&vec![0; *bins as usize]),
+        ]
     }
-    fn alloc_problem(stream: &Arc<CudaStream>, bins: &u32, batch: u64) -> kernels_core::Result<Self::Owned> {
-        let x = stream
-            .clone_htod(&hist_input(batch as usize))
-            .map_err(|e| Error::kernel("test_hist", e.to_string()))?;
-        let hist = stream
-            .alloc_zeros::<u32>(*bins as usize)
-            .map_err(|e| Error::kernel("test_hist", e.to_string()))?;
-        Ok((x, hist))
-    }
-    fn borrow_problem(o: &mut Self::Owned) -> HistProblem<'_> {
+    fn tuning_problem<'a>(bins: &u32, batch: u64, at: &'a [u64]) -> HistProblem<'a> {
         HistProblem {
-            x: &o.0,
-            hist: &mut o.1,
+            x: at[0],
+            n: batch as usize,
+            hist: at[1],
+            bins: *bins as usize,
+            _b: std::marker::PhantomData,
         }
     }
 }
@@ -547,7 +527,7 @@ fn compile_and_launch_with_buffers_and_raw_pointers() {
         dev.info().max_smem_per_block_optin >> 10,
         dev.info().regs_per_sm,
         rt.compiler().id(),
-        Device::driver_version()
+        CudaDevice::driver_version()
     );
     let good = ScaleConfig {
         threads: 256,
@@ -628,7 +608,7 @@ fn child_resolves_from_cache() {
     let Ok(dir) = std::env::var(CHILD_CACHE) else {
         return;
     };
-    let dev = Device::open(0).expect("child: GPU");
+    let dev = CudaDevice::open(0).expect("child: GPU");
     let rt = runtime(&dev, Policy::Online, DiskCache::at(dir));
     let stream = dev.new_stream().unwrap();
     let t = Instant::now();
@@ -724,11 +704,7 @@ fn tuner_beats_a_deliberately_bad_default_and_restores_in_place_buffers() {
     let (rows, cols) = (16384u64, 4096u32);
     let host = scale_input(rows as usize * cols as usize);
     let mut x = stream.clone_htod(&host).unwrap();
-    let problem = ScaleProblem {
-        x: &mut x,
-        rows,
-        cols,
-    };
+    let problem = scale_problem(&mut x, rows, cols);
     let report = rt.tune::<Scale>(&stream, &problem, &TuneOptions::default());
     print_candidates(&report, |t| {
         format!(
@@ -768,12 +744,10 @@ fn graph_timed_tuning_rotates_problems_and_restores_the_callers_buffer() {
     let ctx = dev.context();
     // SAFETY: only `stream` touches these buffers, and they are dropped after it syncs.
     unsafe { ctx.disable_event_tracking() };
-    let mut owned: Vec<_> = (0..3)
-        .map(|_| Scale::alloc_problem(&stream, &ScaleKey { cols }, rows).unwrap())
-        .collect();
+    let mut owned: Vec<CudaSlice<f32>> = (0..3).map(|_| stream.clone_htod(&host).unwrap()).collect();
     // SAFETY: only slices created from here on are tracked again.
     unsafe { ctx.enable_event_tracking() };
-    let problems: Vec<ScaleProblem<'_>> = owned.iter_mut().map(Scale::borrow_problem).collect();
+    let problems: Vec<ScaleProblem<'_>> = owned.iter_mut().map(|x| scale_problem(x, rows, cols)).collect();
     let opts = TuneOptions {
         timing: TimingOptions {
             method: TimingMethod::Graph,
@@ -796,9 +770,10 @@ fn graph_timed_tuning_rotates_problems_and_restores_the_callers_buffer() {
     }
     // The caller's buffer holds exactly one plain run's result; the rotation copies
     // were launched on (scaled many times over, so no longer the input).
-    assert_one_plain_run(&stream, problems[0].x, &host);
-    for p in &problems[1..] {
-        let got = stream.clone_dtoh(&*p.x).unwrap();
+    drop(problems);
+    assert_one_plain_run(&stream, &owned[0], &host);
+    for x in &owned[1..] {
+        let got = stream.clone_dtoh(x).unwrap();
         assert!(
             got.iter().zip(&host).filter(|(g, h)| g != h).count() > got.len() / 2,
             "a rotation copy was never launched on"
@@ -822,14 +797,7 @@ fn online_run_on_callers_buffers_and_zeroed_accumulators() {
     let host = scale_input(rows as usize * cols as usize);
     let mut x = stream.clone_htod(&host).unwrap();
     let p1 = rt
-        .run::<Scale>(
-            &stream,
-            &ScaleProblem {
-                x: &mut x,
-                rows,
-                cols,
-            },
-        )
+        .run::<Scale>(&stream, &scale_problem(&mut x, rows, cols))
         .unwrap();
     assert_eq!(p1.resolved.source, Source::OnlineSearch);
     let once = stream.clone_dtoh(&x).unwrap();
@@ -839,14 +807,7 @@ fn online_run_on_callers_buffers_and_zeroed_accumulators() {
     );
     let searches = rt.stats().searches;
     let p2 = rt
-        .run::<Scale>(
-            &stream,
-            &ScaleProblem {
-                x: &mut x,
-                rows,
-                cols,
-            },
-        )
+        .run::<Scale>(&stream, &scale_problem(&mut x, rows, cols))
         .unwrap();
     assert_eq!(p2.resolved, p1.resolved);
     assert_eq!(
@@ -871,10 +832,7 @@ fn online_run_on_callers_buffers_and_zeroed_accumulators() {
     }
     let xd = stream.clone_htod(&xs).unwrap();
     let mut hist = stream.clone_htod(&vec![7u32; bins as usize]).unwrap();
-    let problem = HistProblem {
-        x: &xd,
-        hist: &mut hist,
-    };
+    let problem = hist_problem(&xd, &mut hist);
     let report = rt.tune::<Hist>(&stream, &problem, &TuneOptions::default());
     let timed = report.candidates.iter().filter(|c| c.outcome.is_ok()).count();
     println!(
@@ -923,7 +881,7 @@ fn graph_capture_refuses_to_compile_and_replays_memoized_kernels() {
     stream
         .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL)
         .unwrap();
-    assert!(Device::is_capturing(&stream).unwrap());
+    assert!(CudaDevice::is_capturing(&stream).unwrap());
     let cold = ScaleConfig { threads: 512, ..cfg };
     let refused = rt.kernel(&stream, &SOURCE, &scale_variant(&cold));
     let warm = rt.kernel(&stream, &SOURCE, &scale_variant(&cfg));
@@ -1037,7 +995,7 @@ fn tune_command_path_writes_a_table_and_resumes() {
         return;
     };
     static SCALE_DYN: TunableDyn<Scale> = TunableDyn::new();
-    let registry: [&dyn DynTunable; 1] = [&SCALE_DYN];
+    let registry: [&dyn DynTunable<kernels_core::Cuda>; 1] = [&SCALE_DYN];
     let k = registry
         .iter()
         .find(|k| k.schema().kernel == "test_scale")

@@ -1,16 +1,13 @@
 //! Tests of the AMD backend (feature `rocm`).
 //!
-//! GPU-free tests run everywhere: the no-device error, cache keys, the code object
-//! kind, and hipRTC compiles where hipRTC loads (it needs no GPU). Tests that need an
+//! GPU-free tests run everywhere: the no-device error, the code object kind, and hipRTC compiles where hipRTC loads (it needs no GPU). Tests that need an
 //! AMD GPU, or a hipRTC that can compile for an arch, print `SKIPPED ...` to stderr
 //! when they cannot run, unless `KERNELS_REQUIRE_GPU=1`, where they fail instead.
 
 use kernels_core::{
-    cache_key, hip_module_key, hip_tuning_key, time_hip_runs, AlignClass, CacheKeyParts, Component,
-    DiskCache, Error, HipCompiler, HipDevice, HipDeviceInfo, HipRuntime, ImageKind, KernelArgs, KernelSource,
-    LaunchDims, ModuleOrigin, Section, TimingOptions, Variant, PRELUDE,
+    time_runs, DiskCache, Error, Hip, HipCompiler, HipDevice, HipRuntime, ImageKind, KernelArgs,
+    KernelSource, LaunchDims, ModuleOrigin, Policy, RuntimeOptions, Section, TimingOptions, Variant, PRELUDE,
 };
-use tuned::Target;
 
 // ---- harness ------------------------------------------------------------------------
 
@@ -34,6 +31,16 @@ fn compiler(test: &str) -> Option<HipCompiler> {
             None
         }
     }
+}
+
+/// A runtime on `dev` with `cache` under the serve policy.
+fn runtime_with(dev: HipDevice, cache: DiskCache) -> kernels_core::Result<HipRuntime> {
+    let options = RuntimeOptions {
+        cache,
+        policy: Policy::Serve,
+        ..RuntimeOptions::default()
+    };
+    HipRuntime::with_options(dev, options)
 }
 
 fn temp_dir(tag: &str) -> std::path::PathBuf {
@@ -126,147 +133,6 @@ fn code_object_kind_round_trips_its_name() {
     assert_eq!(ImageKind::from_name("hsaco"), Some(ImageKind::CodeObject));
     let names = [ImageKind::Cubin, ImageKind::Ptx, ImageKind::CodeObject].map(ImageKind::name);
     assert_eq!(names, ["cubin", "ptx", "hsaco"]);
-}
-
-fn hip_key(compiler: &HipCompiler, arch: &str, device: &str, cus: u32, variant: &Variant) -> String {
-    hip_module_key(compiler, arch, device, cus, &TINY_SOURCE, variant)
-        .text()
-        .to_string()
-}
-
-/// `kernels tune --backend hip` resumes from results stored under this key: it must
-/// tell apart problems and devices, and never equal a module key.
-#[test]
-fn hip_tuning_keys_change_with_the_problem_and_the_device() {
-    let hiprtc = HipCompiler::described((6, 2), (6, 2, 41133));
-    let mi300 = HipDeviceInfo::nominal(Target::Gfx942).unwrap();
-    let mi250 = HipDeviceInfo::nominal(Target::Gfx90a).unwrap();
-    let key = |dev: &HipDeviceInfo, static_key: &str, batch: u64, align: AlignClass| {
-        hip_tuning_key(
-            &hiprtc,
-            dev,
-            "rmsnorm",
-            "fnv1a64:1",
-            static_key,
-            batch,
-            align,
-            "fnv1a64:c",
-        )
-        .text()
-        .to_string()
-    };
-    let base = key(&mi300, "dtype=bf16,cols=4096", 8, AlignClass::A16);
-    assert!(base.contains("static_key = \"dtype=bf16,cols=4096\""), "{base}");
-    assert!(base.contains("arch = \"gfx942\""), "{base}");
-    assert_eq!(base, key(&mi300, "dtype=bf16,cols=4096", 8, AlignClass::A16));
-    for other in [
-        key(&mi300, "dtype=bf16,cols=8192", 8, AlignClass::A16),
-        key(&mi300, "dtype=bf16,cols=4096", 16, AlignClass::A16),
-        key(&mi300, "dtype=bf16,cols=4096", 8, AlignClass::A4),
-        key(&mi250, "dtype=bf16,cols=4096", 8, AlignClass::A16),
-        hip_tuning_key(
-            &HipCompiler::described((6, 3), (6, 3, 0)),
-            &mi300,
-            "rmsnorm",
-            "fnv1a64:1",
-            "dtype=bf16,cols=4096",
-            8,
-            AlignClass::A16,
-            "fnv1a64:c",
-        )
-        .text()
-        .to_string(),
-        // Another search (space or host-side defines): another key.
-        hip_tuning_key(
-            &hiprtc,
-            &mi300,
-            "rmsnorm",
-            "fnv1a64:1",
-            "dtype=bf16,cols=4096",
-            8,
-            AlignClass::A16,
-            "fnv1a64:d",
-        )
-        .text()
-        .to_string(),
-    ] {
-        assert_ne!(base, other);
-    }
-    let module = hip_key(
-        &hiprtc,
-        mi300.arch(),
-        &mi300.name,
-        mi300.cu_count,
-        &Variant::new("axpy_sum"),
-    );
-    assert_ne!(base, module);
-}
-
-#[test]
-fn hip_module_keys_differ_from_cuda_and_by_each_component() {
-    let v = Variant::new("axpy_sum").define("A", 1);
-    let hiprtc = HipCompiler::described((9, 0), (5, 2, 21153));
-    let mi300 = HipDeviceInfo::nominal(Target::Gfx942).unwrap();
-    let hip = hip_key(&hiprtc, mi300.arch(), &mi300.name, mi300.cu_count, &v);
-    assert!(hip.contains("compiler = \"hiprtc 9.0 (HIP 5.2.21153)\""), "{hip}");
-    assert!(hip.contains("arch = \"gfx942\""), "{hip}");
-    assert!(hip.contains("--offload-arch=gfx942"), "{hip}");
-
-    // The key CUDA's runtime builds for the same source and variant on an H200.
-    let nvrtc_compile = format!("axpy_sum\n{}", v.nvrtc_options("sm_90a", &[]).join("\n"));
-    let cuda = cache_key(&CacheKeyParts {
-        crate_version: env!("CARGO_PKG_VERSION"),
-        kernel: TINY_SOURCE.name,
-        source_fingerprint: TINY_SOURCE.fingerprint,
-        compiler: "nvrtc 13.0",
-        arch: "sm_90a",
-        device_name: "NVIDIA H200",
-        sm_count: 132,
-        codegen_env: &[],
-        variant: Component::Applies(&nvrtc_compile),
-        candidates: Component::DoesNotApply,
-        static_key: Component::DoesNotApply,
-        batch: Component::DoesNotApply,
-        alignment: Component::DoesNotApply,
-    });
-    assert_ne!(hip, cuda.text());
-    // The compiler and arch components are where they differ.
-    for (line, hip_has) in [
-        (
-            "compiler = \"nvrtc 13.0\"",
-            "compiler = \"hiprtc 9.0 (HIP 5.2.21153)\"",
-        ),
-        ("arch = \"sm_90a\"", "arch = \"gfx942\""),
-    ] {
-        assert!(cuda.text().contains(line) && !hip.contains(line), "{line}");
-        assert!(hip.contains(hip_has), "{hip_has}");
-    }
-
-    // Every HIP component changes the key.
-    let others = [
-        hip_key(&hiprtc, "gfx90a", &mi300.name, mi300.cu_count, &v),
-        hip_key(
-            &HipCompiler::described((9, 0), (6, 2, 41133)),
-            "gfx942",
-            &mi300.name,
-            mi300.cu_count,
-            &v,
-        ),
-        hip_key(&hiprtc, "gfx942", "AMD Instinct MI325X", mi300.cu_count, &v),
-        hip_key(&hiprtc, "gfx942", &mi300.name, 228, &v),
-        hip_key(
-            &hiprtc,
-            "gfx942",
-            &mi300.name,
-            mi300.cu_count,
-            &v.clone().define("B", 2),
-        ),
-    ];
-    for (i, k) in others.iter().enumerate() {
-        assert_ne!(&hip, k, "component {i} did not change the key");
-    }
-    // And it is stable.
-    assert_eq!(hip, hip_key(&hiprtc, "gfx942", &mi300.name, mi300.cu_count, &v));
 }
 
 #[test]
@@ -406,14 +272,14 @@ fn gpu_compile_cache_launch_and_time() {
     let info = dev.info().clone();
     assert_eq!(info.warp_size, 64, "{info:?}");
     let dir = temp_dir("launch");
-    let rt = HipRuntime::with_cache(dev.clone(), DiskCache::at(&dir))
-        .expect("an AMD GPU machine must have hipRTC");
+    let rt = runtime_with(dev.clone(), DiskCache::at(&dir)).expect("an AMD GPU machine must have hipRTC");
     let v = Variant::new("axpy_sum");
 
-    let (k, origin) = rt.kernel_with_origin(&TINY_SOURCE, &v).unwrap();
+    let stream = dev.new_stream().unwrap();
+    let (k, origin) = rt.kernel_with_origin(&stream, &TINY_SOURCE, &v).unwrap();
     assert_eq!(origin, ModuleOrigin::Compiled);
     assert_eq!(
-        rt.kernel_with_origin(&TINY_SOURCE, &v).unwrap().1,
+        rt.kernel_with_origin(&stream, &TINY_SOURCE, &v).unwrap().1,
         ModuleOrigin::Memo
     );
 
@@ -421,7 +287,6 @@ fn gpu_compile_cache_launch_and_time() {
     let n = 256usize;
     let host: Vec<f32> = (0..n).map(|i| (i % 7) as f32).collect();
     let x = dev.from_host(&host).unwrap();
-    let stream = dev.new_stream().unwrap();
     let mut args = KernelArgs::new();
     args.ptr(x.device_ptr()).u32(n as u32).f32(2.0);
     let dims = LaunchDims::linear((n / 64) as u32, 64);
@@ -448,15 +313,7 @@ fn gpu_compile_cache_launch_and_time() {
         // SAFETY: as above.
         unsafe { k.launch(&stream, dims, &args) }
     };
-    let t = time_hip_runs(
-        &dev,
-        &stream,
-        &TimingOptions::default(),
-        None,
-        &mut || Ok(()),
-        &mut run,
-    )
-    .unwrap();
+    let t = time_runs::<Hip>(&stream, &TimingOptions::default(), None, &mut || Ok(()), &mut run).unwrap();
     assert!(
         t.median_us > 0.0 && t.min_us <= t.median_us && t.median_us <= t.max_us,
         "{t:?}"
@@ -469,9 +326,9 @@ fn gpu_compile_cache_launch_and_time() {
     );
 
     // A second runtime reads the module from disk; a corrupt file is recompiled.
-    let rt2 = HipRuntime::with_cache(dev.clone(), DiskCache::at(&dir)).unwrap();
+    let rt2 = runtime_with(dev.clone(), DiskCache::at(&dir)).unwrap();
     assert_eq!(
-        rt2.kernel_with_origin(&TINY_SOURCE, &v).unwrap().1,
+        rt2.kernel_with_origin(&stream, &TINY_SOURCE, &v).unwrap().1,
         ModuleOrigin::Disk
     );
     let key = rt2.module_key(&TINY_SOURCE, &v);
@@ -480,9 +337,9 @@ fn gpu_compile_cache_launch_and_time() {
     let last = bytes.len() - 1;
     bytes[last] ^= 0xff;
     std::fs::write(&path, bytes).unwrap();
-    let rt3 = HipRuntime::with_cache(dev, DiskCache::at(&dir)).unwrap();
+    let rt3 = runtime_with(dev, DiskCache::at(&dir)).unwrap();
     assert_eq!(
-        rt3.kernel_with_origin(&TINY_SOURCE, &v).unwrap().1,
+        rt3.kernel_with_origin(&stream, &TINY_SOURCE, &v).unwrap().1,
         ModuleOrigin::Compiled
     );
     assert_eq!((rt3.stats().corrupt_files, rt3.stats().compiled), (1, 1));
@@ -493,9 +350,12 @@ fn gpu_compile_cache_launch_and_time() {
 fn gpu_real_variant_loads_on_the_device() {
     let test = "gpu_real_variant_loads_on_the_device";
     let Some(dev) = gpu(test) else { return };
-    let rt = HipRuntime::with_cache(dev, DiskCache::disabled()).expect("an AMD GPU machine must have hipRTC");
+    let stream = dev.new_stream().unwrap();
+    let rt = runtime_with(dev, DiskCache::disabled()).expect("an AMD GPU machine must have hipRTC");
     for entry in ["rmsnorm_kernel", "fused_add_rmsnorm_kernel"] {
-        let k = rt.kernel(&RMSNORM_SOURCE, &rmsnorm_variant(entry)).unwrap();
+        let k = rt
+            .kernel(&stream, &RMSNORM_SOURCE, &rmsnorm_variant(entry))
+            .unwrap();
         assert_eq!(k.name(), "rmsnorm");
     }
 }

@@ -3,11 +3,11 @@
 
 use std::process::Command;
 
-use kernels_core::{cache_key, CacheKeyParts, Compiler, Device, DiskCache, Error, Lookup, Section};
+use kernels_core::{cache_key, CacheKeyParts, Compiler, CudaDevice, DiskCache, Error, Lookup, Section};
 
 #[test]
 fn no_driver_or_gpu_is_an_error_never_a_panic() {
-    match Device::open(0) {
+    match CudaDevice::open(0) {
         Ok(d) => eprintln!(
             "a GPU is present: {} ({})",
             d.info().name,
@@ -28,7 +28,7 @@ fn no_driver_or_gpu_is_an_error_never_a_panic() {
             );
         }
     }
-    match Device::open(1_000_000) {
+    match CudaDevice::open(1_000_000) {
         Ok(_) => panic!("device 1000000 opened"),
         Err(Error::BadOrdinal { ordinal, count }) => {
             assert_eq!(ordinal, 1_000_000);

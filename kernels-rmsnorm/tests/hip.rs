@@ -10,9 +10,10 @@
 use kernels_core::testing::hip::{runtime, Buf};
 use kernels_core::testing::{assert_rows as compare, stored};
 use kernels_core::{
-    pseudo_random, tune_table, AlignClass, DiskCache, DynHipTunable, HipRuntime, Rows, TableJob, TuneOptions,
+    pseudo_random, tune_table, AlignClass, DiskCache, DynTunable, Hip, HipRuntime, Rows, TableJob,
+    TuneOptions,
 };
-use kernels_rmsnorm::hip::{self as norm_hip, FUSED_ADD_RMSNORM_HIP_TUNABLE};
+use kernels_rmsnorm::ops::{self as norm_hip, FUSED_ADD_RMSNORM_TUNABLE as FUSED_ADD_RMSNORM_HIP_TUNABLE};
 use kernels_rmsnorm::plan::NormProblem;
 use kernels_rmsnorm::{reference, space, FusedAddRmsNorm, RmsNorm, RmsNormKey};
 use tuned::{resolve_serve, DType, Resolved, Source, StaticKey, TunedKernel};
@@ -70,7 +71,7 @@ fn serve<K: TunedKernel<Key = RmsNormKey>>(
     key: &RmsNormKey,
     rows: u64,
 ) -> Resolved<K::Config> {
-    let limits = rt.limits();
+    let limits = rt.info();
     match limits.target() {
         Some(t) => resolve_serve::<K>(t, key, rows),
         None => Resolved {
@@ -189,7 +190,7 @@ fn every_config_of_the_device_space_matches_the_reference() {
     let (x, w) = (Buf::new(&rt, dtype, &x_host, 0), Buf::new(&rt, dtype, &w_host, 0));
     let mut want = vec![0.0f32; 9 * 4096];
     reference::rmsnorm(&x_host, 4096, &w_host, &mut want, 4096, 9, 1e-6);
-    let configs = space::search_space(rt.limits().tuning_target(), &key, false);
+    let configs = space::search_space(rt.info().tuning_target(), &key, false);
     assert!(!configs.is_empty());
     for c in configs {
         let y = Buf::new(&rt, dtype, &vec![0.0; 9 * 4096], 0);
@@ -247,7 +248,7 @@ fn tuning_restores_in_place_buffers_and_writes_a_gfx_table() {
     };
     assert_eq!(
         report.candidates[0].config,
-        FusedAddRmsNorm::analytic_default(rt.limits().tuning_target(), &key, rows as u64),
+        FusedAddRmsNorm::analytic_default(rt.info().tuning_target(), &key, rows as u64),
         "the analytic default is the first candidate"
     );
     let (mut want_x, mut want_r) = (x_host.clone(), r_host.clone());
@@ -281,7 +282,7 @@ fn tuning_restores_in_place_buffers_and_writes_a_gfx_table() {
     );
 
     // The table `kernels tune --backend hip` writes, for one shape.
-    let Some(target) = rt.limits().target() else {
+    let Some(target) = rt.info().target() else {
         eprintln!(
             "SKIPPED the table half of this test: arch {} has no table target",
             rt.arch()
@@ -289,7 +290,7 @@ fn tuning_restores_in_place_buffers_and_writes_a_gfx_table() {
         return;
     };
     let tables = temp_dir("tables");
-    let k: &dyn DynHipTunable = &FUSED_ADD_RMSNORM_HIP_TUNABLE;
+    let k: &dyn DynTunable<Hip> = &FUSED_ADD_RMSNORM_HIP_TUNABLE;
     let static_key = StaticKey::parse(k.schema(), "dtype=bf16,cols=2048").unwrap();
     let shapes = vec![(static_key, 8u64)];
     let compiler = rt.compiler().id();
@@ -310,7 +311,7 @@ fn tuning_restores_in_place_buffers_and_writes_a_gfx_table() {
             key.as_str(),
             batch,
             AlignClass::A16,
-            &k.candidates(&rt, key, batch),
+            &k.candidates(rt.info(), key, batch),
         )
     };
     let out = tune_table(

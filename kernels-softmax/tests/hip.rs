@@ -10,7 +10,9 @@ use kernels_core::testing::hip::{runtime, Buf};
 use kernels_core::testing::{assert_rows as compare, stored};
 use kernels_core::{pseudo_random, DiskCache, Error, PlannedKernel, Rows};
 use kernels_softmax::plan::SoftmaxProblem;
-use kernels_softmax::{hip, reference, space, LogSoftmax, Softmax, SoftmaxConfig, SoftmaxKey, Strategy};
+use kernels_softmax::{
+    ops as hip, reference, space, LogSoftmax, Softmax, SoftmaxConfig, SoftmaxKey, Strategy,
+};
 use tuned::{resolve_serve, DType, Resolved, Source, TunedKernel};
 
 /// The problem of `y = softmax(x * scale)` over two buffers of this device.
@@ -48,7 +50,7 @@ fn ops_match_the_reference_and_resolve_like_cuda() {
     ) else {
         return;
     };
-    let limits = rt.limits().clone();
+    let limits = rt.info().clone();
     // Log-softmax runs on the same stream lent as an engine's raw `hipStream_t`.
     // SAFETY: `stream` is a live stream of this device and outlives `lent`.
     let lent = unsafe { rt.device().borrow_stream(stream.as_raw()) };
@@ -119,7 +121,7 @@ fn every_config_of_the_device_space_matches_the_reference() {
     let x_host = stored(dtype, &pseudo_random(n, 3, 5.0, 0.0));
     let poison = vec![3.25f32; n];
     let x = Buf::new(&rt, dtype, &x_host, 0);
-    let configs = space::search_space(rt.limits().tuning_target(), &key);
+    let configs = space::search_space(rt.info().tuning_target(), &key);
     assert!(!configs.is_empty());
     let expect = want(true, &x_host, shape, &poison, 1.0);
     for c in configs {
@@ -164,7 +166,7 @@ fn bad_input_is_refused_naming_the_argument_and_launches_nothing() {
         Err(Error::InvalidArgument { name, .. }) => name,
         other => panic!("expected an argument error, got {other:?}"),
     };
-    assert!(<Softmax as PlannedKernel>::plan(rt.limits(), &wide, &p).is_err());
+    assert!(<Softmax as PlannedKernel>::plan(rt.info(), &wide, &p).is_err());
     assert_eq!(named(rt.launch_config::<Softmax>(&stream, &wide, &p)), "x");
     // Clusters are an sm_90 feature: not a config of an AMD device.
     let cluster = SoftmaxConfig {

@@ -12,17 +12,18 @@ use kernels::core::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use kernels::core::testing::{compare_rows as compare, skip_or_fail};
 use kernels::core::Rows;
 use kernels::core::{
-    decode, encode, pseudo_random, AlignClass, Device, DiskCache, PlannedKernel, Policy, Runtime,
+    decode, encode, pseudo_random, AlignClass, CudaDevice, CudaRuntime, DiskCache, PlannedKernel, Policy,
     RuntimeOptions, TuneOptions,
 };
-use kernels::rmsnorm::ops::{self as norm_ops, NormProblem};
+use kernels::rmsnorm::cuda as norm_ops;
+use kernels::rmsnorm::ops::NormProblem;
 use kernels::rmsnorm::{reference as norm_ref, FusedAddRmsNorm, RmsNorm, RmsNormKey};
 use kernels::softmax::ops::SoftmaxProblem;
 use kernels::softmax::{reference as sm_ref, LogSoftmax, Softmax, SoftmaxKey};
 use tuned::{DType, Target, TunedKernel};
 
-fn runtime(test: &str) -> Option<(Runtime, Arc<CudaStream>)> {
-    let dev = match Device::open(0) {
+fn runtime(test: &str) -> Option<(CudaRuntime, Arc<CudaStream>)> {
+    let dev = match CudaDevice::open(0) {
         Ok(d) => d,
         Err(e) => {
             skip_or_fail(test, &format!("no CUDA GPU found ({e})"));
@@ -35,7 +36,7 @@ fn runtime(test: &str) -> Option<(Runtime, Arc<CudaStream>)> {
         tune: TuneOptions::default(),
         pdl: false,
     };
-    let rt = Runtime::with_options(dev, opts).expect("runtime");
+    let rt = CudaRuntime::with_options(dev, opts).expect("runtime");
     let stream = rt.device().new_stream().expect("stream");
     Some((rt, stream))
 }
@@ -116,7 +117,7 @@ fn round_all(dtype: DType, v: &mut [f32]) {
 /// of the family, and of `A` where `A` accepts the config at `batch` rows, compiled
 /// before anything runs.
 fn fitted_and_compiled<A, B>(
-    rt: &Runtime,
+    rt: &CudaRuntime,
     key: &A::Key,
     batch: u64,
     space: &[A::Config],
@@ -185,7 +186,7 @@ impl Tally {
 fn every_config(
     test: &str,
     family: &str,
-    check: impl FnOnce(&Runtime, &Arc<CudaStream>, Target, &mut Tally),
+    check: impl FnOnce(&CudaRuntime, &Arc<CudaStream>, Target, &mut Tally),
 ) {
     let Some((rt, stream)) = runtime(test) else {
         return;
@@ -445,7 +446,7 @@ fn softmax_every_config_matches_reference() {
 /// case at one scale, against the reference.
 #[allow(clippy::too_many_arguments)]
 fn check_softmax_case(
-    rt: &Runtime,
+    rt: &CudaRuntime,
     stream: &Arc<CudaStream>,
     target: Target,
     case: &Case,
@@ -540,8 +541,7 @@ fn in_place_softmax_and_safe_ops() {
     let shape = Rows::contiguous(rows, cols);
     {
         let mut v = x.as_view_mut();
-        let p = SoftmaxProblem::in_place(&stream, &mut v, shape, 1.0).unwrap();
-        rt.run::<Softmax>(&stream, &p).unwrap();
+        kernels::softmax::cuda::softmax_in_place(&rt, &stream, &mut v, shape, 1.0).unwrap();
     }
     let got: Vec<f32> = stream
         .clone_dtoh(&x)
@@ -600,7 +600,7 @@ fn fused_add_rmsnorm_tuned_online_leaves_one_plain_run() {
         tune: TuneOptions::default(),
         pdl: false,
     };
-    let rt = Runtime::with_options(Device::open(0).unwrap(), opts).unwrap();
+    let rt = CudaRuntime::with_options(CudaDevice::open(0).unwrap(), opts).unwrap();
     let (rows, cols, dtype) = (64usize, 4096usize, DType::Bf16);
     let case = Case {
         dtype,
@@ -672,7 +672,7 @@ fn programmatic_launch_chain_matches_plain_launches() {
         tune: TuneOptions::default(),
         pdl: true,
     };
-    let pdl_rt = Runtime::with_options(Device::open(0).unwrap(), opts).unwrap();
+    let pdl_rt = CudaRuntime::with_options(CudaDevice::open(0).unwrap(), opts).unwrap();
     let hopper = pdl_rt.device().info().compute_capability.0 >= 9;
     assert_eq!(pdl_rt.pdl_for(&kernels::softmax::plan::SOURCE), hopper);
     assert_eq!(pdl_rt.pdl_for(&kernels::rmsnorm::plan::SOURCE), hopper);
@@ -693,7 +693,7 @@ fn programmatic_launch_chain_matches_plain_launches() {
 
     // Runs the chain `reps` times on fresh buffers (or captures it and replays the graph
     // once), returning every buffer's contents.
-    let chain = |rt: &Runtime, graph: bool| -> Vec<Vec<f32>> {
+    let chain = |rt: &CudaRuntime, graph: bool| -> Vec<Vec<f32>> {
         let mut a = Buf::new(&stream, dtype, &a0, 0);
         let b = Buf::new(&stream, dtype, &zeros, 0);
         let c = Buf::new(&stream, dtype, &zeros, 0);

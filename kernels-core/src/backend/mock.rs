@@ -141,7 +141,13 @@ impl Backend for Mock {
         kind == ImageKind::Cubin
     }
 
-    fn load(device: &MockDevice, _: &Image, source: &KernelSource, variant: &Variant, _: bool) -> Result<MockKernel> {
+    fn load(
+        device: &MockDevice,
+        _: &Image,
+        source: &KernelSource,
+        variant: &Variant,
+        _: bool,
+    ) -> Result<MockKernel> {
         let us = variant
             .defines()
             .iter()
@@ -156,7 +162,12 @@ impl Backend for Mock {
         })
     }
 
-    unsafe fn launch(kernel: &MockKernel, stream: &MockStream, dims: LaunchDims, args: &KernelArgs) -> Result<()> {
+    unsafe fn launch(
+        kernel: &MockKernel,
+        stream: &MockStream,
+        dims: LaunchDims,
+        args: &KernelArgs,
+    ) -> Result<()> {
         if args.overflow {
             return Err(Error::invalid("args", "too many kernel arguments"));
         }

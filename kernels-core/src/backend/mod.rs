@@ -12,7 +12,10 @@
 
 use std::fmt;
 
-use crate::{DeviceInfo, Image, ImageKind, KernelArgs, KernelSource, LaunchDims, Result, Timing, TimingOptions, Variant};
+use crate::{
+    DeviceInfo, Image, ImageKind, KernelArgs, KernelSource, LaunchDims, Result, Timing, TimingOptions,
+    Variant,
+};
 
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -85,7 +88,12 @@ pub trait Backend: Sized + Send + Sync + 'static {
     fn compile_options(compiler: &Self::Compiler, variant: &Variant, arch: &str) -> Vec<String>;
 
     /// Compiles `variant` of `source` for `arch`. Thread-safe.
-    fn compile(compiler: &Self::Compiler, source: &KernelSource, variant: &Variant, arch: &str) -> Result<Image>;
+    fn compile(
+        compiler: &Self::Compiler,
+        source: &KernelSource,
+        variant: &Variant,
+        arch: &str,
+    ) -> Result<Image>;
 
     /// Whether a module image of `kind` (from the disk cache) can be loaded.
     fn loads(kind: ImageKind) -> bool;
@@ -106,8 +114,12 @@ pub trait Backend: Sized + Send + Sync + 'static {
     /// `args` must match the kernel's parameters in order and type, every address in it
     /// must be valid for what the kernel reads and writes, and `stream` must belong to
     /// the kernel's device.
-    unsafe fn launch(kernel: &Self::Kernel, stream: &Self::Stream, dims: LaunchDims, args: &KernelArgs)
-        -> Result<()>;
+    unsafe fn launch(
+        kernel: &Self::Kernel,
+        stream: &Self::Stream,
+        dims: LaunchDims,
+        args: &KernelArgs,
+    ) -> Result<()>;
 
     // ---- streams and memory -----------------------------------------------------
 

@@ -186,7 +186,7 @@ mod hip {
         let opened = HipDevice::open(0).and_then(HipRuntime::new);
         let rt = or_fail!("tables check", opened);
         let stream = or_fail!("tables check", rt.device().new_stream());
-        let Some(target) = rt.limits().target() else {
+        let Some(target) = rt.info().target() else {
             eprintln!(
                 "kernels: tables check: this device ({}) has no table target",
                 rt.arch()

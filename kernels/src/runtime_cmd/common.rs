@@ -98,13 +98,13 @@ pub(crate) fn no_rocm() -> String {
 
 #[cfg(feature = "cuda")]
 pub mod cuda {
-    use kernels_core::{Device, DynTunable, Runtime, RuntimeOptions};
+    use kernels_core::{Cuda, CudaDevice, CudaRuntime, DynTunable, RuntimeOptions};
 
     use super::find_kernel;
 
     /// Every kernel that implements `kernels_core::Tunable`, for `tune` and
     /// `precompile`. (Log-softmax shares softmax's tables, so `tune softmax` covers it.)
-    pub fn tunables() -> Vec<&'static dyn DynTunable> {
+    pub fn tunables() -> Vec<&'static dyn DynTunable<Cuda>> {
         vec![
             &kernels_softmax::ops::SOFTMAX_TUNABLE,
             &kernels_rmsnorm::ops::RMSNORM_TUNABLE,
@@ -112,38 +112,38 @@ pub mod cuda {
         ]
     }
 
-    pub(crate) fn find(kernel: &str) -> Result<&'static dyn DynTunable, String> {
+    pub(crate) fn find(kernel: &str) -> Result<&'static dyn DynTunable<Cuda>, String> {
         find_kernel(tunables(), kernel, |k| k.schema(), "Tunable")
     }
 
     /// A runtime with options from the environment, except that it launches plainly
     /// (`KERNELS_PDL` is ignored): the CLI measures and checks tables, which are tuned
     /// with plain launches.
-    pub(crate) fn open(device: usize) -> Result<Runtime, String> {
-        let dev = Device::open(device).map_err(|e| e.to_string())?;
+    pub(crate) fn open(device: usize) -> Result<CudaRuntime, String> {
+        let dev = CudaDevice::open(device).map_err(|e| e.to_string())?;
         let mut options = RuntimeOptions::from_env().map_err(|e| e.to_string())?;
         options.pdl = false;
-        Runtime::with_options(dev, options).map_err(|e| e.to_string())
+        CudaRuntime::with_options(dev, options).map_err(|e| e.to_string())
     }
 }
 
 #[cfg(feature = "rocm")]
 pub mod hip {
-    use kernels_core::DynHipTunable;
+    use kernels_core::{DynTunable, Hip};
 
     use super::find_kernel;
 
     /// Every kernel `kernels tune --backend hip` can tune. (Log-softmax shares
     /// softmax's tables, so `tune softmax` covers it.)
-    pub fn hip_tunables() -> Vec<&'static dyn DynHipTunable> {
+    pub fn hip_tunables() -> Vec<&'static dyn DynTunable<Hip>> {
         vec![
-            &kernels_softmax::hip::SOFTMAX_HIP_TUNABLE,
-            &kernels_rmsnorm::hip::RMSNORM_HIP_TUNABLE,
-            &kernels_rmsnorm::hip::FUSED_ADD_RMSNORM_HIP_TUNABLE,
+            &kernels_softmax::ops::SOFTMAX_TUNABLE,
+            &kernels_rmsnorm::ops::RMSNORM_TUNABLE,
+            &kernels_rmsnorm::ops::FUSED_ADD_RMSNORM_TUNABLE,
         ]
     }
 
-    pub(crate) fn find(kernel: &str) -> Result<&'static dyn DynHipTunable, String> {
-        find_kernel(hip_tunables(), kernel, |k| k.schema(), "HipTunable")
+    pub(crate) fn find(kernel: &str) -> Result<&'static dyn DynTunable<Hip>, String> {
+        find_kernel(hip_tunables(), kernel, |k| k.schema(), "Tunable")
     }
 }

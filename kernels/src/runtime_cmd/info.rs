@@ -15,7 +15,7 @@ pub fn info(_: usize) -> CmdResult {
 mod cuda {
     use std::process::ExitCode;
 
-    use kernels_core::{Device, DiskCache, Policy, CODEGEN_ENV_VARS, PDL_ENV, TUNING_ENV};
+    use kernels_core::{CudaDevice, DiskCache, Policy, CODEGEN_ENV_VARS, PDL_ENV, TUNING_ENV};
 
     use crate::runtime_cmd::common::cuda::tunables;
     use crate::runtime_cmd::common::CmdResult;
@@ -23,7 +23,7 @@ mod cuda {
     /// `kernels info`: device, arch, driver, NVRTC, policy, cache folder and size.
     pub fn info(device: usize) -> CmdResult {
         let mut ok = true;
-        match Device::open(device) {
+        match CudaDevice::open(device) {
             Ok(d) => {
                 let i = d.info();
                 let target = i
@@ -53,7 +53,7 @@ mod cuda {
                 println!("device {device}: unavailable: {e}");
             }
         }
-        match Device::driver_version() {
+        match CudaDevice::driver_version() {
             Ok((major, minor)) => println!("driver: CUDA {major}.{minor}"),
             Err(e) => println!("driver: unavailable: {e}"),
         }

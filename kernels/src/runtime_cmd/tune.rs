@@ -433,7 +433,7 @@ mod cuda {
         );
         let target = or_fail!("tune", choose_target(&args.target, info.target(), &described)?);
         let stream = or_fail!("tune", rt.device().new_stream());
-        let compiler = rt.compiler().id();
+        let compiler = rt.compiler_id().to_string();
         let method = args.timing.unwrap_or(kernels_core::TimingMethod::Graph);
         let timing = format!("{method} timing");
         let dev = TuneDevice {
@@ -489,7 +489,7 @@ mod hip {
         let described = format!("`{}` ({})", info.name, info.gcn_arch_name);
         let target = or_fail!("tune", choose_target(&args.target, info.target(), &described)?);
         let stream = or_fail!("tune", rt.device().new_stream());
-        let compiler = rt.compiler().id();
+        let compiler = rt.compiler_id().to_string();
         let dev = TuneDevice {
             schema: k.schema(),
             fingerprint: k.source_fingerprint(),
@@ -508,7 +508,7 @@ mod hip {
                 key.as_str(),
                 batch,
                 AlignClass::A16,
-                &k.candidates(&rt, key, batch),
+                &k.candidates(rt.info(), key, batch),
             )
         };
         tune_on(&args, &dev, &shapes, &key_for, &mut |key, batch, opts| {

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use cudarc::driver::sys::CUdevice_attribute as A;
 use cudarc::driver::{CudaContext, CudaStream};
 
-use crate::DeviceInfo;
 use super::ffi::{self, driver_error, guard};
+use crate::DeviceInfo;
 use crate::{Error, Result};
 
 /// An open CUDA device: its context (the device's primary context, shared with

@@ -159,9 +159,7 @@ impl Backend for Cuda {
     }
 
     fn record(event: &CudaEvent, stream: &Arc<CudaStream>) -> Result<()> {
-        event
-            .record(stream)
-            .map_err(|e| driver_error("cuEventRecord", e))
+        event.record(stream).map_err(|e| driver_error("cuEventRecord", e))
     }
 
     fn elapsed_ms(start: &CudaEvent, end: &CudaEvent) -> Result<f32> {

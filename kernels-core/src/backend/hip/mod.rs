@@ -64,7 +64,12 @@ impl Backend for Hip {
         compiler.options(variant, arch)
     }
 
-    fn compile(compiler: &HipCompiler, source: &KernelSource, variant: &Variant, arch: &str) -> Result<Image> {
+    fn compile(
+        compiler: &HipCompiler,
+        source: &KernelSource,
+        variant: &Variant,
+        arch: &str,
+    ) -> Result<Image> {
         compiler.compile(source, variant, arch)
     }
 
@@ -82,7 +87,12 @@ impl Backend for Hip {
         HipKernel::load(device, image, variant.entry(), source.name, variant.to_string())
     }
 
-    unsafe fn launch(kernel: &HipKernel, stream: &HipStream, dims: LaunchDims, args: &KernelArgs) -> Result<()> {
+    unsafe fn launch(
+        kernel: &HipKernel,
+        stream: &HipStream,
+        dims: LaunchDims,
+        args: &KernelArgs,
+    ) -> Result<()> {
         // SAFETY: forwarded from the caller.
         unsafe { kernel.launch(stream, dims, args) }
     }
