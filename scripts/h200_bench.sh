@@ -101,7 +101,8 @@ for step in $STEPS; do
             mkdir -p "$OUT/tests"
             failed=()
             for bin in gpu_kernels gpu_core; do
-                tests=$("$B/$bin" --list 2>/dev/null | sed -n 's/: test$//p')
+                tests=$("$B/$bin" --list 2>/dev/null | sed -n 's/: test$//p') ||
+                    die "$B/$bin --list failed"
                 [ -n "$tests" ] || die "$B/$bin lists no tests"
                 for t in $tests; do
                     limit=120
