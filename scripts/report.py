@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
-"""Side-by-side markdown table from one GPU run: our kernels (the `kernels` bench's
---out JSONL) against the peers (scripts/peers_bench.py's --out JSONL), per shape;
-with --png DIR, one plot per kernel of TB/s against the copy bandwidth (matplotlib).
+"""Side-by-side markdown table from one GPU run: our kernels (the records the `kernels`
+bench writes to KERNELS_BENCH_OUT) against the peers (scripts/peers_bench.py's --out),
+per shape; with --png DIR, one plot per kernel of TB/s against the copy bandwidth
+(matplotlib).
 
-    python3 scripts/report.py OURS.jsonl PEERS.jsonl [--png docs/report] > table.md
+    python3 scripts/report.py RUN.jsonl [MORE.jsonl ...] [--png docs/report] > table.md
 
-Ratios use the device-to-device copy bandwidth the Rust bench measured in the same
-run (cudaMemcpy of 1 GiB, bytes read + written). All times are per launch from
-CUDA-graph replays over rotating buffers (working set >= 2x L2). `pdl us` is our
-tuned config launched with programmatic dependent launch (where the bench measured it).
+The files' records are read together (scripts/h200_bench.sh writes both kinds into one
+file, as docs/results/h200.jsonl holds them; the bench's and the peers' files may also
+be given separately). Ratios use the device-to-device copy bandwidth the Rust bench
+measured in the same run (cudaMemcpy of 1 GiB, bytes read + written). All times are per
+launch from CUDA-graph replays over rotating buffers (working set >= 2x L2). `pdl us` is
+our tuned config launched with programmatic dependent launch (where the bench measured
+it).
 """
 import json
 import sys
@@ -61,8 +65,14 @@ def main():
         i = args.index("--png")
         png = args[i + 1]
         del args[i:i + 2]
-    ours, peers = load(args[0]), load(args[1])
-    copy = next(r["tbs"] for r in ours if r["kind"] == "copy")
+    if not args:
+        sys.exit("usage: report.py RUN.jsonl [MORE.jsonl ...] [--png DIR]")
+    records = [r for path in args for r in load(path)]
+    ours = [r for r in records if r["kind"] in ("ours", "copy", "empty_graph", "empty_graph_pdl")]
+    peers = [r for r in records if r["kind"] == "peer"]
+    copy = next((r["tbs"] for r in ours if r["kind"] == "copy"), None)
+    if copy is None:
+        sys.exit("report.py: no copy bandwidth record (kind `copy`, from the bench) in " + " ".join(args))
     empty = next((r["us"] for r in ours if r["kind"] == "empty_graph"), None)
     empty_pdl = next((r["us"] for r in ours if r["kind"] == "empty_graph_pdl"), None)
     if png:

@@ -78,11 +78,10 @@ static COPY: KernelSource = KernelSource::new(
 /// Blocks and threads of the copy peer moving `half` bytes (`vectors` of 16) each way.
 /// From 64 MiB each way: 1024-thread blocks, up to 32 per SM, the fastest grid-stride
 /// copy measured there (2 x 263 MB in 126.5 us, as fast as `cudaMemcpyAsync`, against
-/// 136.2 us for 4 blocks of 512 threads per SM:
-/// docs/results/2026-11-30-h200-session5-copy-patterns.txt; and on all 15 bench
-/// shapes from 64 MiB each way). Below: 512-thread blocks, up to 4 per SM, faster on
-/// 14 of the bench's 17 smaller shapes (1 x 128256 softmax bytes: 1.35 against 1.67
-/// us; 32 MiB each way: 18.76 against 19.08).
+/// 136.2 us for 4 blocks of 512 threads per SM; and on all 15 bench shapes from 64 MiB
+/// each way). Below: 512-thread blocks, up to 4 per SM, faster on 14 of the bench's 17
+/// smaller shapes (1 x 128256 softmax bytes: 1.35 against 1.67 us; 32 MiB each way:
+/// 18.76 against 19.08; docs/results/softmax.md).
 fn copy_launch(half: usize, vectors: i64, sms: i64) -> (u32, u32) {
     let (threads, per_sm) = if half >= 64 << 20 { (1024, 32) } else { (512, 4) };
     let blocks = (sms * per_sm).min((vectors + threads - 1) / threads).max(1);

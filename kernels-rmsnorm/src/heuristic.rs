@@ -1,9 +1,9 @@
 //! The analytic defaults: an RMSNorm config from target, key and batch, no search.
 //!
 //! A ladder from the kernel's structure (16-byte vectors, the row in registers when it
-//! fits) with thresholds measured on the H200 (bf16/f16, 2026-11-30, the device-code
-//! harness `scripts/gpu_check.py`; docs/results/device-code-notes.md). Tables replace
-//! the default wherever a model's shape was tuned.
+//! fits) with thresholds measured on the H200 (bf16/f16; the figures are in
+//! docs/results/rmsnorm.md). Tables replace the default wherever a model's shape was
+//! tuned.
 
 use tuned::Target;
 
@@ -22,13 +22,10 @@ fn threads_for(target: Target, vectors: u32, per_thread: u32) -> u32 {
 /// about one vector per thread; fewer threads where that would leave the cluster's last
 /// block without vectors. `None` elsewhere.
 ///
-/// Chosen on the twelfth session's tuning records (H200, bf16, every candidate of 1-64
-/// rows of 4096, 7168 and 8192 columns timed in one pass; the records are in
-/// docs/results/2026-11-30-h200-session12-tuning-records-rmsnorm.tgz): this config took
-/// 1.000-1.086x the best candidate's time for RMSNorm and 1.000-1.043x for fused add
-/// RMSNorm, against 1.046-1.262x and 1.009-1.341x for the one-block-per-row default.
-/// At 128 rows no cluster won (these were 1.2-1.5x the best candidate's time), and below
-/// 4096 columns (2048, 3584) one block per row was faster.
+/// In the H200's tuning records of 1-64 rows of 4096, 7168 and 8192 columns (bf16, every
+/// candidate timed in one pass) this config took 1.000-1.086x the best candidate's time
+/// (fused: 1.000-1.043x), one block per row up to 1.341x; at 128 rows, and below 4096
+/// columns, one block per row wins (docs/results/rmsnorm.md).
 pub const DECODE_SPLITS: u32 = 8;
 pub const DECODE_MAX_ROWS: u64 = 64;
 pub const DECODE_MIN_COLS: u32 = 4096;
@@ -120,8 +117,8 @@ mod tests {
     }
 
     /// Decode batches of 4096+ columns on sm90 default to an 8-block cluster with about
-    /// one 16-byte vector per thread (the configs the twelfth session's records rank
-    /// first or close behind); more rows, shorter rows and other targets do not.
+    /// one 16-byte vector per thread (the configs the tuning records rank first or close
+    /// behind; docs/results/rmsnorm.md); more rows, shorter rows and other targets do not.
     #[test]
     fn decode_rows_default_to_a_cluster_on_sm90() {
         for (cols, threads) in [(4096, 64), (7168, 64), (8192, 128), (16384, 256)] {

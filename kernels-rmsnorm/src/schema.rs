@@ -41,7 +41,7 @@ pub const ROWS: &[i64] = &[1, 2, 4, 8, 16];
 /// in Hopper's 196 KiB shared memory carveout, which the launch asks for (the rest of
 /// the SM's 256 KiB, 60 KiB, is L1). Fewer rows in flight per SM measured faster at
 /// large batches on the H200: rmsnorm 32768 x 4096 bf16 ran 127.8 us with 128 x 8 at
-/// 6 blocks per SM against 130.5 uncapped (docs/results/2026-11-30-h200-session8.md).
+/// 6 blocks per SM against 130.5 uncapped (docs/results/rmsnorm.md).
 pub const OCCS: &[i64] = &[0, 3, 6];
 /// Resident threads per SM a cap must leave (24 warps) and may ask for (the SM's 2048).
 pub const OCC_MIN_THREADS: i64 = 768;
@@ -56,7 +56,7 @@ pub fn occ_leaves_enough_threads(block_threads: i64, occ: i64) -> bool {
 /// row held in registers, which adds their sums of squares over distributed shared
 /// memory. For few rows, where one block per row leaves most SMs idle: on the H200,
 /// fused add RMSNorm over 1 x 8192 bf16 ran 1.54 us on a cluster of 8 blocks of 128
-/// threads against 2.03 for one block of 512 (docs/results/2026-11-30-h200-session12.md).
+/// threads against 2.03 for one block of 512 (docs/results/rmsnorm.md).
 /// A cluster config has one row per block and no blocks-per-SM cap.
 pub const SPLITS: &[i64] = &[1, 2, 4, 8, 16];
 /// Where the fused kernel stores the updated residual: 0, as soon as each vector of it
@@ -64,7 +64,7 @@ pub const SPLITS: &[i64] = &[1, 2, 4, 8, 16];
 /// Storing late keeps the writes of a row together and the loads of the row alone in
 /// flight, which measured faster with 128-thread blocks on the H200: fused add RMSNorm
 /// over 4096 x 2048 bf16 ran 17.67 us against 18.00 (128 x 8), but 34.53 against 34.35
-/// over 4096 x 4096 at 64 x 8 (docs/results/2026-11-30-h200-session13.md). It needs the
+/// over 4096 x 4096 at 64 x 8 (docs/results/rmsnorm.md). It needs the
 /// row in registers (at most `MAX_ITERS` vectors a thread); the plain kernel has no
 /// residual and takes 0 only.
 pub const LATES: &[i64] = &[0, 1];

@@ -44,7 +44,7 @@ pub fn fits_plain(target: Target, key: &RmsNormKey, config: &RmsNormConfig) -> b
 /// Most rows at which the tuner tries clusters: with more, one block per row already
 /// has blocks for every SM. On the H200, 256 x 7168 bf16 fused ran 5.36 us on clusters of
 /// 2 against 5.23 on one block per row, and at 128 rows no cluster config won in any of
-/// the ten tuned RMSNorm shapes (docs/results/2026-11-30-h200-session12.md).
+/// the ten tuned RMSNorm shapes (docs/results/rmsnorm.md).
 pub const CLUSTER_MAX_BATCH: u64 = 128;
 
 /// The configs the tuner times for `batch` rows of `key`: [`search_space`], without

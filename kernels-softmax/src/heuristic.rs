@@ -2,9 +2,8 @@
 //!
 //! A ladder from the kernel's structure (16-byte vectors, the row in registers when it
 //! fits, enough blocks to fill the GPU) with thresholds measured on the H200 (bf16 and
-//! f32, 2026-11-30, the device-code harness `scripts/gpu_check.py`;
-//! docs/results/device-code-notes.md). Tables replace the default wherever a model's
-//! shape was tuned.
+//! f32; the figures are in docs/results/softmax.md). Tables replace the default wherever
+//! a model's shape was tuned.
 
 use tuned::{DType, Target, Vendor};
 
@@ -19,7 +18,7 @@ use crate::space::fits;
 /// critical path and pass 2 is shorter for it (H200, bf16: 1 x 128256 16 x 128 2.85
 /// to 2.78 us, 8 x 151936 8 x 256 4.78 to 4.52, 1 x 4096 1.71 to 1.65), while at
 /// larger grids the extra registers cost more (64 x 128256 8 x 256: 13.32 to 14.02;
-/// docs/results/2026-11-30-h200-session7.md).
+/// docs/results/softmax.md).
 pub fn analytic_default(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxConfig {
     let c = ladder(target, key, rows);
     let blocks = rows.div_ceil(u64::from(c.rows)) * u64::from(c.splits);
@@ -56,9 +55,8 @@ fn ladder(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxConfig {
     // 2.02 against 1.36 TB/s; 1 row: 4.6 against 5.6 us); 128 at 32000 columns (1 row:
     // 3.0 us against 5.6 for a block per row).
     if target == Target::Sm90 && rows < sms / 2 && key.cols >= 16384 {
-        // One vocabulary row: a non-portable cluster of 16 x 128 (1 x 128256 bf16: 3.48
-        // us against 3.88 for 8 x 256; at 8 rows 8 x 256 stays ahead, 5.21 against 5.82;
-        // docs/results/2026-11-30-h200-session6.md).
+        // One vocabulary row: a non-portable cluster of 16 x 128, faster than 8 x 256 at
+        // one row while 8 x 256 stays ahead from 8 rows (docs/results/softmax.md).
         let wide = SoftmaxConfig {
             strategy: Strategy::Cluster,
             threads: 128,
@@ -76,12 +74,10 @@ fn ladder(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxConfig {
     }
     // Vocabulary rows at larger batches (16-bit, 32000 columns and more): a cluster of
     // 128-thread blocks, each thread holding at most 16 vectors of 4 elements (of 8 where
-    // 4 would need more than 16 blocks per row), as few blocks per row as that allows.
-    // From the H200's `kernels tune` records of 2026-11-30 (bf16, eleventh session, the
-    // cluster arrive relaxed; docs/results/2026-11-30-h200-session11.md): at 128-8192
-    // rows of 32000-152064 columns this took 1.00-1.10x the best searched config's time,
-    // where the staged config below took 1.02-1.35x (1024 x 128256: 126.09 against
-    // 139.13 us; 256 x 151936: 41.44 against 55.67).
+    // 4 would need more than 16 blocks per row), as few blocks per row as that allows:
+    // in the H200's tuning records of 128-8192 rows of 32000-152064 columns it took
+    // 1.00-1.10x the best candidate's time, the staged config below up to 1.35x
+    // (docs/results/softmax.md).
     if target == Target::Sm90 && key.dtype != DType::F32 && key.cols >= 32000 {
         for vec in [4, 8] {
             for splits in [2, 4, 8, 16] {

@@ -30,10 +30,9 @@ pub fn fits(target: Target, key: &SoftmaxKey, config: &SoftmaxConfig) -> bool {
         Strategy::Row => iters <= MAX_ITERS && config.threads <= max_useful_threads(target, key, config.vec),
         Strategy::Online => key.cols > config.threads * config.vec,
         // Each block of the cluster gets at least one full pass of the row. Clusters of
-        // 16 (non-portable) take at most 256 threads per block: on the H200 at 1 x
-        // 128256 bf16, 16 x 128 ran in 3.48 us, 16 x 256 in 3.86 and 16 x 512 in 4.99
-        // (docs/results/2026-11-30-h200-session6.md; that exchange pulled the pairs,
-        // the pushes of the seventh session were not measured at 512 threads).
+        // 16 (non-portable) take at most 256 threads per block: more threads per block
+        // were slower at every cluster size (1 x 128256 bf16 on the H200: 16 x 128 3.48
+        // us, 16 x 512 4.99; docs/results/softmax.md).
         Strategy::Cluster => {
             target.vendor() == Vendor::Nvidia
                 && target == Target::Sm90

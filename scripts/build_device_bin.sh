@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Builds the release binaries scripts/h200_bench.sh runs on the GPU machine and copies
+# them into .device-bin/ (git-ignored). Runs on any Linux machine with the Rust toolchain:
+# the binaries load the CUDA driver and NVRTC at run time, so no CUDA install is needed
+# here.
+#
+#   .device-bin/kernels        the CLI (`kernels tables check`)
+#                              cargo build --release -p kernels
+#   .device-bin/gpu_kernels    the kernels' GPU tests (tests/tests/gpu_kernels.rs)
+#                              cargo test --release --no-run -p tests --test gpu_kernels
+#   .device-bin/gpu_core       kernels-core's GPU tests (kernels-core/tests/gpu.rs)
+#                              cargo test --release --no-run -p kernels-core --test gpu
+#   .device-bin/bench_kernels  the criterion GPU bench (benches/benches/kernels.rs)
+#                              cargo bench --no-run -p benches --bench kernels
+#
+# The tables are baked into these binaries, so build from the commit whose tables the
+# results are for. TUNED_STRICT=1 (the default here, as in CI) makes a table whose
+# fingerprint does not match its kernel source fail the build instead of warning.
+# CARGO_TARGET_DIR is honoured. Usage, from anywhere in the repository:
+#
+#   bash scripts/build_device_bin.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export TUNED_STRICT="${TUNED_STRICT:-1}"
+DEST=.device-bin
+mkdir -p "$DEST"
+
+# The executable cargo built for target NAME of kind KIND (bin, test, bench), read from
+# its JSON messages on stdin; fails when there is none.
+executable() {
+    python3 -c '
+import json, sys
+name, kind = sys.argv[1], sys.argv[2]
+found = []
+for line in sys.stdin:
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    t = m.get("target", {})
+    if m.get("reason") == "compiler-artifact" and t.get("name") == name and kind in t.get("kind", []) and m.get("executable"):
+        found.append(m["executable"])
+if not found:
+    sys.exit(f"build_device_bin: cargo reported no {kind} executable named {name}")
+print(found[-1])
+' "$1" "$2"
+}
+
+# build DEST_NAME TARGET_NAME KIND CARGO_ARGS...: runs cargo, copies the executable.
+build() {
+    local dest=$1 name=$2 kind=$3
+    shift 3
+    echo "== cargo $* -> $DEST/$dest"
+    local exe
+    exe=$(cargo "$@" --message-format=json-render-diagnostics | executable "$name" "$kind")
+    cp "$exe" "$DEST/$dest"
+}
+
+build kernels kernels bin build --release -p kernels
+build gpu_kernels gpu_kernels test test --release --no-run -p tests --test gpu_kernels
+build gpu_core gpu test test --release --no-run -p kernels-core --test gpu
+build bench_kernels kernels bench bench --no-run -p benches --bench kernels
+
+ls -l "$DEST"
+if ! ls .whl/liger_kernel-*.whl >/dev/null 2>&1; then
+    echo "note: no Liger wheel in .whl/; the peers step of scripts/h200_bench.sh needs one" \
+        "(python3 -m pip download --no-deps -d .whl liger-kernel==0.8.5) where the GPU machine has no network" >&2
+fi

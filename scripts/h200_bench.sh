@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Produces the results of docs/results/{softmax,rmsnorm}.md and docs/report/h200.md on a
+# GPU machine. Run from the repository root with the binaries scripts/build_device_bin.sh
+# put in .device-bin/, and torch (with Triton) installed; Liger comes from a wheel in
+# .whl/ (installed into a temporary folder, no network needed). Everything is written
+# under $OUT:
+#
+#   device.txt                GPU, driver and clocks (nvidia-smi)
+#   tests/BIN-TEST.log        step `tests`: every GPU test of gpu_kernels and gpu_core, one
+#                             process each, with KERNELS_REQUIRE_GPU=1 (a skip is a failure)
+#   bench.log, ours.jsonl     step `bench`: the criterion bench of our kernels over
+#                             benches/shapes/norm_softmax.json: tuned config, analytic
+#                             default, a copy kernel moving the same bytes, the tuned config
+#                             with programmatic dependent launch, empty kernels, and the
+#                             1 GiB device-to-device copy bandwidth the ratios use
+#   peers.log, peers.jsonl    step `peers`: torch eager, torch.compile and Liger on the same
+#                             shapes, and the driver's copy of each shape's bytes
+#                             (scripts/peers_bench.py)
+#   tables-check.log          step `check`: every committed table entry re-measured on the
+#                             GPU against the analytic default and a quick search
+#                             (`kernels tables check`; fails beyond 10%)
+#   h200.jsonl, report.md,    step `report`: ours.jsonl and peers.jsonl of this run in one
+#   report/h200-*.png         file, and the results table and plots scripts/report.py makes
+#                             of it (the plots need matplotlib)
+#
+# STEPS picks the steps, run in the order given (default: all five, as above). The
+# bench and the peers belong in one run (the table compares them, and the ratios use
+# this run's copy bandwidth); the report step reads $OUT/ours.jsonl and
+# $OUT/peers.jsonl. On H200 the steps take about 5 (tests), 3.5 (bench), 2 (peers) and
+# 2 (check) minutes; where one command may run 10 minutes, split them:
+#
+#   STEPS=tests bash scripts/h200_bench.sh
+#   STEPS="bench peers check report" bash scripts/h200_bench.sh
+#
+# To update the committed results: copy $OUT/h200.jsonl to docs/results/h200.jsonl and
+# $OUT/report/*.png to docs/report/, put $OUT/report.md's table into docs/report/h200.md,
+# and update the figures in docs/results/softmax.md and rmsnorm.md.
+#
+# The script stops at the first step that fails, with a non-zero exit status; the tests
+# step runs every test first and then fails naming the ones that failed, so nothing is
+# benchmarked on device code that gives wrong results.
+set -euo pipefail
+
+OUT=${OUT:?set OUT to the folder the results go to}
+B=.device-bin
+STEPS=${STEPS:-tests bench peers check report}
+
+die() {
+    echo "h200_bench: $*" >&2
+    exit 1
+}
+
+[ -f scripts/peers_bench.py ] || die "run from the repository root"
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export KERNELS_REQUIRE_GPU=1
+# A fresh module and tuning cache: nothing compiled or measured elsewhere is reused.
+KERNELS_CACHE_DIR=$(mktemp -d)
+export KERNELS_CACHE_DIR
+# The defaults an engine gets: serve from the baked tables, plain launches (the bench
+# measures programmatic dependent launch through its own runtime).
+unset KERNELS_TUNING KERNELS_PDL
+
+need() {
+    for bin in "$@"; do
+        [ -x "$B/$bin" ] || die "$B/$bin is missing: run scripts/build_device_bin.sh first"
+    done
+}
+
+# run NAME LIMIT CMD...: CMD with a time limit (seconds), output in $OUT/NAME.log; on
+# failure prints the log's tail and stops the script.
+run() {
+    local name=$1 limit=$2
+    shift 2
+    local rc=0 start=$SECONDS
+    timeout "$limit" "$@" > "$OUT/$name.log" 2>&1 || rc=$?
+    echo "$name: exit $rc after $((SECONDS - start)) s"
+    if [ "$rc" != 0 ]; then
+        tail -n 20 "$OUT/$name.log" >&2
+        [ "$rc" = 124 ] && die "$name ran past its $limit s limit ($OUT/$name.log)"
+        die "$name failed with exit status $rc ($OUT/$name.log)"
+    fi
+    tail -n 4 "$OUT/$name.log"
+}
+
+# has FILE KIND: whether the JSON lines FILE holds a record of that kind.
+has() {
+    [ -s "$1" ] && grep -q "\"kind\": *\"$2\"" "$1"
+}
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv \
+    > "$OUT/device.txt" || die "nvidia-smi failed: no NVIDIA GPU here?"
+if commit=$(git rev-parse HEAD 2>/dev/null); then echo "commit $commit" >> "$OUT/device.txt"; fi
+cat "$OUT/device.txt"
+
+for step in $STEPS; do
+    echo "== $step"
+    case $step in
+        tests)
+            need gpu_kernels gpu_core
+            mkdir -p "$OUT/tests"
+            failed=()
+            for bin in gpu_kernels gpu_core; do
+                tests=$("$B/$bin" --list 2>/dev/null | sed -n 's/: test$//p') ||
+                    die "$B/$bin --list failed"
+                [ -n "$tests" ] || die "$B/$bin lists no tests"
+                for t in $tests; do
+                    limit=120
+                    case $t in *every_config*) limit=400 ;; esac
+                    rc=0
+                    timeout "$limit" "$B/$bin" --exact "$t" --nocapture --test-threads=1 \
+                        > "$OUT/tests/$bin-$t.log" 2>&1 || rc=$?
+                    echo "$bin $t: exit $rc"
+                    [ "$rc" = 0 ] || failed+=("$bin $t (exit $rc)")
+                done
+            done
+            [ ${#failed[@]} = 0 ] || die "GPU tests failed: ${failed[*]} (logs in $OUT/tests)"
+            ;;
+        bench)
+            need bench_kernels
+            rm -f "$OUT/ours.jsonl"
+            KERNELS_BENCH_OUT="$OUT/ours.jsonl" run bench 600 "$B/bench_kernels" --bench
+            # Without a GPU the bench says so and exits 0: insist on its records.
+            has "$OUT/ours.jsonl" ours || die "the bench wrote no results to $OUT/ours.jsonl (see $OUT/bench.log)"
+            ;;
+        peers)
+            site=$(mktemp -d)
+            if ls .whl/*.whl >/dev/null 2>&1; then
+                python3 -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir \
+                    --target "$site" .whl/*.whl || die "installing the wheels of .whl/ failed"
+            fi
+            PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" python3 -c "import torch, liger_kernel" ||
+                die "peers need torch and liger_kernel (put liger-kernel 0.8.5's wheel in .whl/)"
+            PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" \
+                run peers 400 python3 scripts/peers_bench.py --out "$OUT/peers.jsonl"
+            has "$OUT/peers.jsonl" peer || die "no peer results in $OUT/peers.jsonl"
+            ;;
+        check)
+            need kernels
+            run tables-check 400 "$B/kernels" tables check --sample 6
+            ;;
+        report)
+            [ -s "$OUT/ours.jsonl" ] && [ -s "$OUT/peers.jsonl" ] ||
+                die "report needs the bench's and the peers' results of one run in $OUT (steps bench and peers)"
+            cat "$OUT/ours.jsonl" "$OUT/peers.jsonl" > "$OUT/h200.jsonl"
+            python3 scripts/report.py "$OUT/h200.jsonl" > "$OUT/report.md"
+            cat "$OUT/report.md"
+            python3 scripts/report.py "$OUT/h200.jsonl" --png "$OUT/report" > /dev/null ||
+                die "the plots need matplotlib; the table is in $OUT/report.md" \
+                    "(elsewhere: python3 scripts/report.py h200.jsonl --png docs/report)"
+            ;;
+        *)
+            die "unknown step $step (steps: tests bench peers check report)"
+            ;;
+    esac
+done
+echo "h200_bench: done ($STEPS); results in $OUT"
