@@ -120,6 +120,8 @@ pub type HipRuntime = Runtime<Hip>;
 /// cudarc, re-exported so kernel crates name the same version.
 #[cfg(feature = "cuda")]
 pub use cudarc;
+/// half, re-exported: its `bf16` and `f16` are element types of the ops.
+pub use half;
 /// The tuning model, re-exported.
 pub use tuned;
 

@@ -96,3 +96,57 @@ impl GemmConfig {
         (self.block_m + self.block_n) as usize * self.block_k as usize * dtype.size() * self.stages as usize
     }
 }
+
+impl std::fmt::Display for GemmConfig {
+    /// The parameters by name, as `kernels plan` prints them:
+    /// `block_m=64 block_n=128 block_k=64 warps=4 stages=3 split_k=1 group_m=8`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        tuned::write_config(f, GEMM.param_names().zip(&self.values()))
+    }
+}
+
+#[cfg(test)]
+mod display_tests {
+    use tuned::{resolve_serve, DynKernel, StaticKey, Target};
+
+    use super::*;
+    use crate::{Gemm, GEMM as GEMM_KERNEL};
+
+    #[test]
+    fn a_config_displays_as_kernels_plan_prints_it() {
+        let c = GemmConfig {
+            block_m: 64,
+            block_n: 128,
+            block_k: 64,
+            warps: 4,
+            stages: 3,
+            split_k: 1,
+            group_m: 8,
+        };
+        assert_eq!(
+            c.to_string(),
+            "block_m=64 block_n=128 block_k=64 warps=4 stages=3 split_k=1 group_m=8"
+        );
+        // What `kernels plan` prints for a call (the resolution by name) is the resolved
+        // config's Display.
+        for (n, k, m) in [(6144, 4096, 1), (4096, 4096, 16), (28672, 4096, 4096)] {
+            let key = GemmKey {
+                dtype: DType::Bf16,
+                layout: Layout::Nt,
+                n,
+                k,
+            };
+            let (n_text, k_text) = (n.to_string(), k.to_string());
+            let pairs = [
+                ("dtype", "bf16"),
+                ("layout", "nt"),
+                ("n", &n_text),
+                ("k", &k_text),
+            ];
+            let by_name = StaticKey::from_pairs(&GEMM, pairs).unwrap();
+            let plan = GEMM_KERNEL.resolve(Target::Sm90, &by_name, m).unwrap();
+            let config = resolve_serve::<Gemm>(Target::Sm90, &key, m).config;
+            assert_eq!(config.to_string(), plan.config_text(), "n {n} k {k} m {m}");
+        }
+    }
+}

@@ -76,3 +76,57 @@ impl MoeConfig {
         (self.block_m + self.block_n) as usize * self.block_k as usize * dtype.size() * self.stages as usize
     }
 }
+
+impl std::fmt::Display for MoeConfig {
+    /// The parameters by name, as `kernels plan` prints them:
+    /// `block_m=64 block_n=128 block_k=64 group_m=8 warps=4 stages=3`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        tuned::write_config(f, MOE.param_names().zip(&self.values()))
+    }
+}
+
+#[cfg(test)]
+mod display_tests {
+    use tuned::{resolve_serve, DynKernel, StaticKey, Target};
+
+    use super::*;
+    use crate::{Moe, MOE as MOE_KERNEL};
+
+    #[test]
+    fn a_config_displays_as_kernels_plan_prints_it() {
+        let c = MoeConfig {
+            block_m: 64,
+            block_n: 128,
+            block_k: 64,
+            group_m: 8,
+            warps: 4,
+            stages: 3,
+        };
+        assert_eq!(
+            c.to_string(),
+            "block_m=64 block_n=128 block_k=64 group_m=8 warps=4 stages=3"
+        );
+        // What `kernels plan` prints for a call (the resolution by name) is the resolved
+        // config's Display.
+        for tokens in [1, 64, 4096] {
+            let key = MoeKey {
+                dtype: DType::Bf16,
+                experts: 256,
+                n: 256,
+                k: 7168,
+                topk: 8,
+            };
+            let pairs = [
+                ("dtype", "bf16"),
+                ("experts", "256"),
+                ("n", "256"),
+                ("k", "7168"),
+                ("topk", "8"),
+            ];
+            let by_name = StaticKey::from_pairs(&MOE, pairs).unwrap();
+            let plan = MOE_KERNEL.resolve(Target::Sm90, &by_name, tokens).unwrap();
+            let config = resolve_serve::<Moe>(Target::Sm90, &key, tokens).config;
+            assert_eq!(config.to_string(), plan.config_text(), "tokens {tokens}");
+        }
+    }
+}

@@ -82,3 +82,57 @@ impl RmsNormConfig {
         cols.div_ceil(self.row_threads() * self.vec)
     }
 }
+
+impl std::fmt::Display for RmsNormConfig {
+    /// The parameters by name, as `kernels plan` prints them (plain and fused kernels
+    /// alike): `threads=256 vec=2 rows=1 occ=0 splits=1 late=0`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        tuned::write_config(f, RMSNORM.param_names().zip(&self.values()))
+    }
+}
+
+#[cfg(test)]
+mod display_tests {
+    use tuned::{resolve_serve, DynKernel, StaticKey, Target};
+
+    use super::*;
+    use crate::{FusedAddRmsNorm, RmsNorm, FUSED_ADD_RMSNORM, RMSNORM as RMSNORM_KERNEL};
+
+    #[test]
+    fn a_config_displays_as_kernels_plan_prints_it() {
+        let c = RmsNormConfig {
+            threads: 256,
+            vec: 2,
+            rows: 1,
+            occ: 0,
+            splits: 1,
+            late: 0,
+        };
+        assert_eq!(c.to_string(), "threads=256 vec=2 rows=1 occ=0 splits=1 late=0");
+        // What `kernels plan` prints for a call (the resolution by name) is the resolved
+        // config's Display, for both kernels, table entries and defaults alike.
+        for (cols, batch) in [(4096, 1), (5120, 7), (7168, 4096)] {
+            let key = RmsNormKey {
+                dtype: DType::Bf16,
+                cols,
+            };
+            let by_name =
+                StaticKey::from_pairs(&RMSNORM, [("dtype", "bf16"), ("cols", cols.to_string().as_str())])
+                    .unwrap();
+            let plan = RMSNORM_KERNEL.resolve(Target::Sm90, &by_name, batch).unwrap();
+            let config = resolve_serve::<RmsNorm>(Target::Sm90, &key, batch).config;
+            assert_eq!(
+                config.to_string(),
+                plan.config_text(),
+                "rmsnorm cols {cols} batch {batch}"
+            );
+            let plan = FUSED_ADD_RMSNORM.resolve(Target::Sm90, &by_name, batch).unwrap();
+            let config = resolve_serve::<FusedAddRmsNorm>(Target::Sm90, &key, batch).config;
+            assert_eq!(
+                config.to_string(),
+                plan.config_text(),
+                "fused cols {cols} batch {batch}"
+            );
+        }
+    }
+}

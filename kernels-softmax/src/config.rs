@@ -145,3 +145,53 @@ pub const fn staged_smem_limit(target: Target) -> u64 {
         _ => 0,
     }
 }
+
+impl std::fmt::Display for SoftmaxConfig {
+    /// The parameters by name, as `kernels plan` prints them:
+    /// `strategy=row threads=256 vec=8 rows=1 splits=1 keep=1`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        tuned::write_config(f, SOFTMAX.param_names().zip(&self.values()))
+    }
+}
+
+#[cfg(test)]
+mod display_tests {
+    use tuned::{resolve_serve, DynKernel, StaticKey};
+
+    use super::*;
+    use crate::{Softmax, SOFTMAX as SOFTMAX_KERNEL};
+
+    #[test]
+    fn a_config_displays_as_kernels_plan_prints_it() {
+        let c = SoftmaxConfig {
+            strategy: Strategy::Cluster,
+            threads: 256,
+            vec: 8,
+            rows: 1,
+            splits: 4,
+            keep: true,
+        };
+        assert_eq!(
+            c.to_string(),
+            "strategy=cluster threads=256 vec=8 rows=1 splits=4 keep=1"
+        );
+        // What `kernels plan` prints for a call (the resolution by name) is the resolved
+        // config's Display, table entries and defaults alike.
+        for (cols, batch) in [(4096, 1), (128256, 7), (151936, 4096)] {
+            let key = SoftmaxKey {
+                dtype: DType::Bf16,
+                cols,
+            };
+            let by_name =
+                StaticKey::from_pairs(&SOFTMAX, [("dtype", "bf16"), ("cols", cols.to_string().as_str())])
+                    .unwrap();
+            let plan = SOFTMAX_KERNEL.resolve(Target::Sm90, &by_name, batch).unwrap();
+            let config = resolve_serve::<Softmax>(Target::Sm90, &key, batch).config;
+            assert_eq!(
+                config.to_string(),
+                plan.config_text(),
+                "cols {cols} batch {batch}"
+            );
+        }
+    }
+}

@@ -225,6 +225,58 @@ fn plan_lists_a_layer_with_sources() {
 }
 
 #[test]
+fn plan_prints_each_config_as_the_config_types_display() {
+    use kernels::gemm::{Gemm, GemmKey, Layout};
+    use kernels::rmsnorm::{FusedAddRmsNorm, RmsNorm, RmsNormKey};
+    use kernels::softmax::{Softmax, SoftmaxKey};
+    use kernels::{resolve_serve, DType, Target};
+
+    let o = kernels(&["plan", "--model", "Llama-3.1-8B", "--batch", "16"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    let (t, bf16) = (Target::Sm90, DType::Bf16);
+    let norm = RmsNormKey {
+        dtype: bf16,
+        cols: 4096,
+    };
+    let qkv = GemmKey {
+        dtype: bf16,
+        layout: Layout::Nt,
+        n: 6144,
+        k: 4096,
+    };
+    let sampling = SoftmaxKey {
+        dtype: bf16,
+        cols: 128256,
+    };
+    let expected = [
+        (
+            "input_norm ",
+            resolve_serve::<RmsNorm>(t, &norm, 16).config.to_string(),
+        ),
+        ("qkv_proj ", resolve_serve::<Gemm>(t, &qkv, 16).config.to_string()),
+        (
+            "post_attn_norm ",
+            resolve_serve::<FusedAddRmsNorm>(t, &norm, 16).config.to_string(),
+        ),
+        (
+            "sampling_softmax ",
+            resolve_serve::<Softmax>(t, &sampling, 16).config.to_string(),
+        ),
+    ];
+    for (step, config) in expected {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(step))
+            .unwrap_or_else(|| panic!("no step `{step}` in:\n{text}"));
+        assert!(
+            line.ends_with(&format!(" {config}")),
+            "`{line}` does not end with `{config}`"
+        );
+    }
+}
+
+#[test]
 fn the_variants_lock_passes_on_the_committed_tree_and_names_a_changed_table() {
     let o = kernels(&["tables", "lock", "--check"]);
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));

@@ -44,7 +44,9 @@ pub use key::{
     write_canonical, KeyBuf, KeyFormatError, KeyPart, KeySink, KeyValues, StaticKey, MAX_KEY_FIELDS,
 };
 pub use resolve::{resolve_serve, Dyn, DynKernel, PreparedKey, Resolution, Resolved, Source, TunedKernel};
-pub use schema::{dtype_key, int_key, int_param, name_param, param_index, Field, FieldKind, KernelSchema};
+pub use schema::{
+    dtype_key, int_key, int_param, name_param, param_index, write_config, Field, FieldKind, KernelSchema,
+};
 pub use table::{
     origin_of_path, table_files, MergeReport, TableEntry, TableError, TableFile, TableHeader, SCHEMA_VERSION,
     TIMINGS, TIMING_GRAPH, TIMING_SINGLE,

@@ -268,6 +268,15 @@ pub struct Resolution {
 }
 
 impl Resolution {
+    /// The config as `name=value` pairs separated by spaces ([`crate::write_config`]),
+    /// as the config type's `Display` prints it.
+    pub fn config_text(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = crate::write_config(&mut out, self.config.iter().map(|(n, v)| (*n, v)));
+        out
+    }
+
     /// One JSON object: kernel, target, static_key, batch, source, config (and, for a
     /// nearest hit or a default marker, table_batch and distance).
     pub fn to_json(&self) -> serde_json::Value {
@@ -492,6 +501,7 @@ mod tests {
             },
             config: vec![("threads", Value::Int(1512))],
         };
+        assert_eq!(r.config_text(), "threads=1512");
         let j = r.to_json();
         assert_eq!(j["source"], "table-default");
         assert_eq!(j["table_batch"], 256);

@@ -1,5 +1,7 @@
 //! What a kernel family declares about its tables: key fields and config parameters.
 
+use std::fmt;
+
 use crate::{DType, Value};
 
 /// The type of a key field or config parameter.
@@ -219,4 +221,27 @@ pub fn dtype_key(schema: &KernelSchema, values: &[Value], name: &str) -> Result<
         .ok_or_else(|| format!("key field `{name}` must be a dtype, got `{v}`"))?
         .parse::<DType>()
         .map_err(|e| format!("key field `{name}`: {e}"))
+}
+
+/// Writes a config as `name=value` pairs separated by single spaces (`threads=256 vec=2
+/// rows=1`): the one text form of a config, which every config type's `Display` and
+/// `kernels plan` and `lookup` print.
+///
+/// ```
+/// use tuned::{write_config, Value};
+/// let mut out = String::new();
+/// write_config(&mut out, [("strategy", &Value::str("row")), ("threads", &Value::Int(256))]).unwrap();
+/// assert_eq!(out, "strategy=row threads=256");
+/// ```
+pub fn write_config<'n, 'v, W: fmt::Write + ?Sized>(
+    out: &mut W,
+    pairs: impl IntoIterator<Item = (&'n str, &'v Value)>,
+) -> fmt::Result {
+    for (i, (name, value)) in pairs.into_iter().enumerate() {
+        if i > 0 {
+            out.write_char(' ')?;
+        }
+        write!(out, "{name}={value}")?;
+    }
+    Ok(())
 }

@@ -1,9 +1,10 @@
 //! `kernels tune`, `kernels precompile`, `kernels info` and `kernels tables check` on a
 //! GPU, the commands that need the GPU runtime (`kernels-core`); the retune bench calls
-//! [`tune`] too. Shape files are described in `kernels_core::tune_table` (a JSON array
+//! [`tune()`] too. Shape files are described in `kernels_core::tune_table` (a JSON array
 //! of `{key fields..., "batch": N or [N, ...]}`).
 //!
-//! One module per command; `common` holds what they share.
+//! A library only with the `tools` feature (on with `cli`), for the CLI and the retune
+//! bench; engines leave it off. One module per command; `common` holds what they share.
 
 #[macro_use]
 mod common;

@@ -306,14 +306,13 @@ fn run(cli: Cli) -> Result<ExitCode, Usage> {
             if json {
                 println!("{}", r.to_json());
             } else {
-                let cfg: Vec<String> = r.config.iter().map(|(n, v)| format!("{n}={v}")).collect();
                 println!(
                     "{} {} [{}] batch {}: {} ({})",
                     r.kernel,
                     r.target,
                     r.static_key,
                     r.batch,
-                    cfg.join(" "),
+                    r.config_text(),
                     r.source
                 );
             }
@@ -372,14 +371,13 @@ fn run(cli: Cli) -> Result<ExitCode, Usage> {
                 );
                 for c in &calls {
                     let r = &c.resolution;
-                    let cfg: Vec<String> = r.config.iter().map(|(n, v)| format!("{n}={v}")).collect();
                     println!(
                         "{:<17} {:<18} {:<44} {:<14} {}",
                         c.step,
                         r.kernel,
                         r.static_key.as_str(),
                         r.source.name(),
-                        cfg.join(" ")
+                        r.config_text()
                     );
                 }
             }
