@@ -95,7 +95,7 @@ impl Compiler {
     pub fn compile(&self, source: &KernelSource, variant: &Variant, arch: &str) -> Result<Image> {
         variant.validate()?;
         let options = self.options(variant, arch);
-        match crate::ffi::nvrtc_compile(source.name, source.code, source.headers, &options)? {
+        match crate::ffi::nvrtc_compile(source.name, &source.text(), source.headers, &options)? {
             Ok((kind, bytes)) => Ok(Image { kind, bytes }),
             Err(log) => Err(Error::Compile {
                 kernel: source.name.to_string(),
