@@ -7,7 +7,8 @@ fn main() {
     build_tools::Bake::new()
         .kernel(&schema::RMSNORM, schema::check_rmsnorm_config)
         .kernel(&schema::FUSED_ADD_RMSNORM, schema::check_config)
-        .source("../kernels-core/cuda/prelude.cuh")
+        // The prelude is a build-dependency: cargo reruns this script when it changes.
+        .source_text(kernels_prelude::FILE_NAME, kernels_prelude::PRELUDE)
         .source("cuda/rmsnorm.cu")
         .run();
 }

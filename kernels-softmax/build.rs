@@ -6,7 +6,8 @@ mod schema;
 fn main() {
     build_tools::Bake::new()
         .kernel(&schema::SOFTMAX, schema::check_config)
-        .source("../kernels-core/cuda/prelude.cuh")
+        // The prelude is a build-dependency: cargo reruns this script when it changes.
+        .source_text(kernels_prelude::FILE_NAME, kernels_prelude::PRELUDE)
         .source("cuda/softmax.cu")
         .run();
 }

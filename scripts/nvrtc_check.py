@@ -13,7 +13,7 @@ nvidia/cu13/lib/libnvrtc.so.13 in the 13.x wheels, nvidia/cuda_nvrtc/lib in the
 Input: a JSON list on stdin or in a file, one object per variant:
 
     {"name": "softmax bf16 4096 row",            # optional, defaults to the defines
-     "sources": ["kernels-core/cuda/prelude.cuh", "kernels-softmax/cuda/softmax.cu"],
+     "sources": ["kernels-prelude/cuda/prelude.cuh", "kernels-softmax/cuda/softmax.cu"],
      "defines": {"DTYPE": 2, "COLS": 4096, "THREADS": 128, "VEC": 8, "ROWS": 1,
                  "STRATEGY": 0, "SPLITS": 1, "LOG_SOFTMAX": 0, "KEEP": 0},
      "archs": ["sm_90a", "sm_80"],               # optional, else --arch
@@ -56,7 +56,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PRELUDE = "kernels-core/cuda/prelude.cuh"
+PRELUDE = "kernels-prelude/cuda/prelude.cuh"
 SOFTMAX = "kernels-softmax/cuda/softmax.cu"
 RMSNORM = "kernels-rmsnorm/cuda/rmsnorm.cu"
 

@@ -1,13 +1,16 @@
 //! Build-time baking of committed tuning tables into perfect-hash maps.
 //!
 //! A kernel crate's `build.rs` names its kernels (schema and search-space check)
-//! and its kernel source files, then calls [`Bake::run`]:
+//! and its kernel sources (its own files, and texts from its build-dependencies such
+//! as the shared prelude), then calls [`Bake::run`]:
 //!
 //! ```no_run
 //! # static SCHEMA: tuned::KernelSchema = tuned::KernelSchema { kernel: "softmax", key: &[], params: &[] };
 //! # fn check(_: &[tuned::Value]) -> Result<(), String> { Ok(()) }
+//! # const PRELUDE: &str = "";
 //! build_tools::Bake::new()
 //!     .kernel(&SCHEMA, check)
+//!     .source_text("prelude.cuh", PRELUDE)
 //!     .source("cuda/softmax.cu")
 //!     .run();
 //! ```
@@ -32,10 +35,20 @@ pub struct KernelSpec {
     pub check_config: fn(&[Value]) -> Result<(), String>,
 }
 
+/// A kernel source the fingerprint covers, named by its file name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// A file (in [`Bake`], relative to the crate), named by its file name.
+    File(PathBuf),
+    /// A text that reaches the crate through a dependency, under the file name it has
+    /// there (the shared prelude: `prelude.cuh`).
+    Text { name: String, text: String },
+}
+
 /// One baking job (one kernel crate).
 pub struct Bake {
     kernels: Vec<KernelSpec>,
-    sources: Vec<PathBuf>,
+    sources: Vec<Source>,
     tables_dir: Option<PathBuf>,
     targets: Option<Vec<Target>>,
 }
@@ -96,7 +109,17 @@ impl Bake {
 
     /// Adds a kernel source file (relative to the crate) to the fingerprint.
     pub fn source(mut self, path: impl Into<PathBuf>) -> Self {
-        self.sources.push(path.into());
+        self.sources.push(Source::File(path.into()));
+        self
+    }
+
+    /// Adds a kernel source text from a dependency, under its file `name`, to the
+    /// fingerprint. Cargo reruns the build script when that dependency changes.
+    pub fn source_text(mut self, name: &str, text: &str) -> Self {
+        self.sources.push(Source::Text {
+            name: name.to_string(),
+            text: text.to_string(),
+        });
         self
     }
 
@@ -143,10 +166,18 @@ impl Bake {
             (None, None) => manifest.join("../tuned/tables"),
         };
         let targets = self.targets.clone().unwrap_or_else(enabled_targets);
-        let sources: Vec<PathBuf> = self.sources.iter().map(|s| manifest.join(s)).collect();
-        for s in &sources {
-            println!("cargo:rerun-if-changed={}", s.display());
-        }
+        let sources: Vec<Source> = self
+            .sources
+            .iter()
+            .map(|s| match s {
+                Source::File(path) => {
+                    let path = manifest.join(path);
+                    println!("cargo:rerun-if-changed={}", path.display());
+                    Source::File(path)
+                }
+                text => text.clone(),
+            })
+            .collect();
         for k in &self.kernels {
             let dir = tables_dir.join(k.schema.kernel);
             // Watching the folder catches a table file being added for a new target.
@@ -170,7 +201,7 @@ impl Bake {
         &self,
         tables_dir: &Path,
         targets: &[Target],
-        sources: &[PathBuf],
+        sources: &[Source],
         strict: bool,
     ) -> Result<Baked, BakeError> {
         let fingerprint = source_fingerprint(sources)?;
@@ -273,19 +304,24 @@ pub fn enabled_targets() -> Vec<Target> {
         .collect()
 }
 
-/// The fingerprint of source files, each named by its file name (so it does not
-/// depend on where the workspace is checked out).
-pub fn source_fingerprint(sources: &[PathBuf]) -> Result<String, BakeError> {
+/// The fingerprint ([`tuned::fingerprint`]) of kernel sources, each named by its file
+/// name (so it does not depend on where the workspace is checked out).
+pub fn source_fingerprint(sources: &[Source]) -> Result<String, BakeError> {
     let mut files = Vec::new();
-    for p in sources {
-        let text = std::fs::read_to_string(p)
-            .map_err(|e| BakeError::Io(format!("cannot read kernel source {}: {e}", p.display())))?;
-        let name = p
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default()
-            .to_string();
-        files.push((name, text));
+    for s in sources {
+        match s {
+            Source::File(p) => {
+                let text = std::fs::read_to_string(p)
+                    .map_err(|e| BakeError::Io(format!("cannot read kernel source {}: {e}", p.display())))?;
+                let name = p
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .unwrap_or_default()
+                    .to_string();
+                files.push((name, text));
+            }
+            Source::Text { name, text } => files.push((name.clone(), text.clone())),
+        }
     }
     let refs: Vec<(&str, &str)> = files.iter().map(|(n, t)| (n.as_str(), t.as_str())).collect();
     Ok(tuned::fingerprint(&refs))

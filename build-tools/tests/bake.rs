@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use build_tools::{Bake, BakeError};
+use build_tools::{Bake, BakeError, Source};
 use tuned::{int_param, Field, KernelSchema, Target, Value};
 
 static NORM: KernelSchema = KernelSchema {
@@ -68,7 +68,7 @@ fn config_outside_the_space_fails() {
 fn stale_fingerprint_warns_or_fails_when_strict() {
     let dir = fixtures().join("tables");
     // Fingerprint a real file so the fixture's (empty-source) fingerprint no longer matches.
-    let src = vec![fixtures().join("tables/rmsnorm/sm90.json")];
+    let src = vec![Source::File(fixtures().join("tables/rmsnorm/sm90.json"))];
     let baked = bake().generate(&dir, &[Target::Sm90], &src, false).unwrap();
     assert_eq!(baked.warnings.len(), 1);
     assert!(baked.warnings[0].contains("stale table"), "{}", baked.warnings[0]);
@@ -101,13 +101,31 @@ fn output_is_reproducible_and_only_for_enabled_targets() {
     assert!(only80.contains("RMSNORM_SM80") && !only80.contains("RMSNORM_SM90"));
 }
 
+/// A text from a dependency fingerprints as the file it was read from, by its name: so
+/// moving a source into a dependency crate leaves the fingerprint (and tables) as they were.
+#[test]
+fn a_source_text_fingerprints_as_the_file_of_the_same_name() {
+    let path = fixtures().join("tables/rmsnorm/sm90.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let as_text = |name: &str| {
+        build_tools::source_fingerprint(&[Source::Text {
+            name: name.to_string(),
+            text: text.clone(),
+        }])
+        .unwrap()
+    };
+    let file = build_tools::source_fingerprint(&[Source::File(path.clone())]).unwrap();
+    assert_eq!(file, as_text("sm90.json"));
+    assert_ne!(file, as_text("sm80.json"));
+}
+
 #[test]
 fn missing_source_file_is_an_error() {
     let err = bake()
         .generate(
             &fixtures().join("tables"),
             &[Target::Sm90],
-            &[PathBuf::from("/nonexistent/k.cu")],
+            &[Source::File(PathBuf::from("/nonexistent/k.cu"))],
             false,
         )
         .err()

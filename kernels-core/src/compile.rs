@@ -95,7 +95,8 @@ impl Compiler {
     pub fn compile(&self, source: &KernelSource, variant: &Variant, arch: &str) -> Result<Image> {
         variant.validate()?;
         let options = self.options(variant, arch);
-        match crate::backend::cuda::ffi::nvrtc_compile(source.name, source.code, source.headers, &options)? {
+        match crate::backend::cuda::ffi::nvrtc_compile(source.name, &source.text(), source.headers, &options)?
+        {
             Ok((kind, bytes)) => Ok(Image { kind, bytes }),
             Err(log) => Err(Error::Compile {
                 kernel: source.name.to_string(),

@@ -125,7 +125,9 @@ pub use half;
 /// The tuning model, re-exported.
 pub use tuned;
 
-/// The shared device prelude (`kernels-core/cuda/prelude.cuh`): bf16/fp16 storage
-/// types, conversions and vector loads for self-contained kernel sources. Pass it as
-/// a header: `KernelSource::new(..).with_headers(&[("prelude.cuh", PRELUDE)])`.
-pub const PRELUDE: &str = include_str!("../cuda/prelude.cuh");
+/// The shared device prelude (crate `kernels-prelude`): bf16/fp16 storage types,
+/// conversions and vector loads for self-contained kernel sources. A kernel family
+/// compiles its source after it, `KernelSource::new(..).with_preamble(&[PRELUDE])`; a
+/// source that includes it instead passes it as a header,
+/// `.with_headers(&[("prelude.cuh", PRELUDE)])`.
+pub use kernels_prelude::PRELUDE;

@@ -1,13 +1,16 @@
 //! What gets compiled: a kernel family's embedded source and one variant of it.
 
+use std::borrow::Cow;
 use std::fmt::{self, Display};
 
 use crate::{Error, Result};
 
 /// A kernel family's device source, embedded in the binary with `include_str!` so a
 /// deployed engine needs no source tree. Sources must be self-contained: NVRTC on a
-/// serving machine finds no CUDA toolkit headers. Shared headers (the prelude) are
-/// passed in `headers` and resolve `#include "name"`.
+/// serving machine finds no CUDA toolkit headers. Shared text reaches a source in one
+/// of two ways: compiled before it as one program (the [`crate::PRELUDE`], with
+/// [`KernelSource::with_preamble`]), or passed in `headers` to resolve
+/// `#include "name"`.
 ///
 /// ```
 /// use kernels_core::KernelSource;
@@ -15,19 +18,23 @@ use crate::{Error, Result};
 ///     "scale",
 ///     "extern \"C\" __global__ void scale(float* x, float a) { x[threadIdx.x] *= a; }",
 ///     "fnv1a64:0000000000000000",
-/// );
+/// )
+/// .with_preamble(&["#define KD_EXAMPLE 1\n"]);
 /// assert_eq!(SOURCE.name, "scale");
+/// assert!(SOURCE.text().starts_with("#define KD_EXAMPLE 1\nextern"));
 /// ```
 #[derive(Clone, Copy, Debug)]
 pub struct KernelSource {
     /// The kernel family (cache files and NVRTC logs are named after it).
     pub name: &'static str,
-    /// The CUDA C++ source text.
+    /// Texts compiled before `code`, in order, as one program with it (the prelude).
+    pub preamble: &'static [&'static str],
+    /// The family's own CUDA C++ source text, compiled after the preamble.
     pub code: &'static str,
     /// Headers the source includes, as (include name, text).
     pub headers: &'static [(&'static str, &'static str)],
-    /// Fingerprint of `code` and `headers` (the crate's `SOURCE_FINGERPRINT`, from
-    /// `build-tools`), part of every cache key.
+    /// Fingerprint of the preamble, `code` and `headers` (the crate's
+    /// `SOURCE_FINGERPRINT`, from `build-tools`), part of every cache key.
     pub fingerprint: &'static str,
     /// Whether every entry point waits for the previous grid (`griddepcontrol.wait`,
     /// the prelude's `kd::pdl_wait()`) before its first global memory access, so a
@@ -38,10 +45,11 @@ pub struct KernelSource {
 }
 
 impl KernelSource {
-    /// A source with no headers.
+    /// A source with no preamble and no headers.
     pub const fn new(name: &'static str, code: &'static str, fingerprint: &'static str) -> KernelSource {
         KernelSource {
             name,
+            preamble: &[],
             code,
             headers: &[],
             fingerprint,
@@ -55,9 +63,29 @@ impl KernelSource {
         KernelSource { pdl: true, ..self }
     }
 
+    /// The same source compiled after `preamble` (e.g. `&[kernels_core::PRELUDE]`), the
+    /// texts joined with nothing between them.
+    pub const fn with_preamble(self, preamble: &'static [&'static str]) -> KernelSource {
+        KernelSource { preamble, ..self }
+    }
+
     /// The same source with `headers` available to `#include "name"`.
     pub const fn with_headers(self, headers: &'static [(&'static str, &'static str)]) -> KernelSource {
         KernelSource { headers, ..self }
+    }
+
+    /// The program text the compiler is given: the preamble, then `code`.
+    pub fn text(&self) -> Cow<'static, str> {
+        if self.preamble.is_empty() {
+            return Cow::Borrowed(self.code);
+        }
+        let mut text =
+            String::with_capacity(self.preamble.iter().map(|p| p.len()).sum::<usize>() + self.code.len());
+        for part in self.preamble {
+            text.push_str(part);
+        }
+        text.push_str(self.code);
+        Cow::Owned(text)
     }
 }
 
@@ -229,6 +257,15 @@ mod tests {
                 "-I/usr/local/cuda/include"
             ]
         );
+    }
+
+    #[test]
+    fn text_is_the_preamble_then_the_code_with_nothing_between() {
+        let plain = KernelSource::new("k", "int k;\n", "fnv1a64:0");
+        assert!(matches!(plain.text(), Cow::Borrowed("int k;\n")));
+        let after = plain.with_preamble(&["// a\n", "int a;"]);
+        assert_eq!(after.text(), "// a\nint a;int k;\n");
+        assert_eq!(after.code, "int k;\n");
     }
 
     #[test]

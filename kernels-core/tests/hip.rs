@@ -51,10 +51,11 @@ fn temp_dir(tag: &str) -> std::path::PathBuf {
 
 // ---- sources ------------------------------------------------------------------------
 
-/// A tiny kernel over the shared prelude, passed as a header: each wavefront sums its
-/// 64 (WARP) inputs with `kd::warp_sum` and writes `x * a + sum` per element.
-const TINY: &str = r#"
-#include "prelude.cuh"
+/// A tiny kernel over the shared prelude: each wavefront sums its 64 (WARP) inputs with
+/// `kd::warp_sum` and writes `x * a + sum` per element.
+macro_rules! tiny_body {
+    () => {
+        r#"
 #ifdef BROKEN
 #error "deliberately broken variant"
 #endif
@@ -64,10 +65,17 @@ extern "C" __global__ void axpy_sum(float* x, unsigned int n, float a) {
     float s = kd::warp_sum(v);
     if (i < n) x[i] = v * a + s;
 }
-"#;
+"#
+    };
+}
 
-static TINY_SOURCE: KernelSource =
-    KernelSource::new("hip_tiny", TINY, "fnv1a64:hip-tiny-v1").with_headers(&[("prelude.cuh", PRELUDE)]);
+/// The tiny kernel including the prelude, passed as a header.
+static TINY_SOURCE: KernelSource = KernelSource::new(
+    "hip_tiny",
+    concat!("#include \"prelude.cuh\"\n", tiny_body!()),
+    "fnv1a64:hip-tiny-v1",
+)
+.with_headers(&[("prelude.cuh", PRELUDE)]);
 
 /// A kernel with no prelude, its constant from a header passed to hipRTC by name: the
 /// compile pipeline itself (headers, defines, code object) on any hipRTC.
@@ -82,27 +90,9 @@ extern "C" __global__ void scale(float* x, unsigned int n) {
 static PLAIN_SOURCE: KernelSource = KernelSource::new("hip_plain", PLAIN, "fnv1a64:hip-plain-v1")
     .with_headers(&[("scale.h", "#define SCALE 2.0f\n")]);
 
-/// A real kernel family's device source, assembled as its crate does: the prelude
-/// followed by the kernel file.
-static RMSNORM_SOURCE: KernelSource = KernelSource::new(
-    "rmsnorm",
-    concat!(
-        include_str!("../cuda/prelude.cuh"),
-        include_str!("../../kernels-rmsnorm/cuda/rmsnorm.cu")
-    ),
-    "fnv1a64:test-rmsnorm",
-);
-
-/// The defines of a bf16 rmsnorm variant over 4096 columns, as kernels-rmsnorm builds
-/// them (DTYPE 2 = bf16).
-fn rmsnorm_variant(entry: &str) -> Variant {
-    Variant::new(entry)
-        .define("DTYPE", 2)
-        .define("COLS", 4096)
-        .define("THREADS", 256)
-        .define("VEC", 8)
-        .define("ROWS", 1)
-}
+/// The tiny kernel compiled after the prelude, as the kernel families' sources are.
+static TINY_AFTER_PRELUDE: KernelSource =
+    KernelSource::new("hip_tiny_after", tiny_body!(), "fnv1a64:hip-tiny-after-v1").with_preamble(&[PRELUDE]);
 
 // ---- GPU-free -----------------------------------------------------------------------
 
@@ -214,13 +204,16 @@ fn hiprtc_compiles_a_kernel_with_a_header_and_defines() {
     }
 }
 
+/// The prelude compiles both ways a source reaches it: included as a header, and as the
+/// preamble the kernel families' sources are compiled after (their own hipRTC compiles
+/// are in their crates' tests).
 #[test]
-fn hiprtc_compiles_the_prelude_and_a_real_variant() {
-    let test = "hiprtc_compiles_the_prelude_and_a_real_variant";
+fn hiprtc_compiles_the_prelude_as_a_header_and_as_a_preamble() {
+    let test = "hiprtc_compiles_the_prelude_as_a_header_and_as_a_preamble";
     let Some(c) = compiler(test) else { return };
-    let mut compiled = compile_for_archs(test, &c, &TINY_SOURCE, &Variant::new("axpy_sum"), true);
-    for entry in ["rmsnorm_kernel", "fused_add_rmsnorm_kernel"] {
-        compiled += compile_for_archs(test, &c, &RMSNORM_SOURCE, &rmsnorm_variant(entry), true);
+    let mut compiled = 0;
+    for source in [&TINY_SOURCE, &TINY_AFTER_PRELUDE] {
+        compiled += compile_for_archs(test, &c, source, &Variant::new("axpy_sum"), true);
     }
     if compiled == 0 {
         skip(
@@ -344,18 +337,4 @@ fn gpu_compile_cache_launch_and_time() {
     );
     assert_eq!((rt3.stats().corrupt_files, rt3.stats().compiled), (1, 1));
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-#[test]
-fn gpu_real_variant_loads_on_the_device() {
-    let test = "gpu_real_variant_loads_on_the_device";
-    let Some(dev) = gpu(test) else { return };
-    let stream = dev.new_stream().unwrap();
-    let rt = runtime_with(dev, DiskCache::disabled()).expect("an AMD GPU machine must have hipRTC");
-    for entry in ["rmsnorm_kernel", "fused_add_rmsnorm_kernel"] {
-        let k = rt
-            .kernel(&stream, &RMSNORM_SOURCE, &rmsnorm_variant(entry))
-            .unwrap();
-        assert_eq!(k.name(), "rmsnorm");
-    }
 }

@@ -15,15 +15,13 @@ use tuned::DType;
 
 use crate::{space, FusedAddRmsNorm, RmsNorm, RmsNormConfig, RmsNormKey};
 
-/// The device source: the shared prelude followed by `cuda/rmsnorm.cu`.
+/// The device source: `cuda/rmsnorm.cu`, compiled after the shared prelude.
 pub static SOURCE: KernelSource = KernelSource::new(
     "rmsnorm",
-    concat!(
-        include_str!("../../kernels-core/cuda/prelude.cuh"),
-        include_str!("../cuda/rmsnorm.cu")
-    ),
+    include_str!("../cuda/rmsnorm.cu"),
     crate::SOURCE_FINGERPRINT,
 )
+.with_preamble(&[kernels_core::PRELUDE])
 .programmatic_launch();
 
 /// One RMSNorm call, as device addresses: `out` is `y` for [`RmsNorm`] and

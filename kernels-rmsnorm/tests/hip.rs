@@ -8,13 +8,13 @@
 //! `KERNELS_REQUIRE_GPU=1` that is a failure instead.
 
 use kernels_core::testing::hip::{runtime, Buf};
-use kernels_core::testing::{assert_rows as compare, stored};
+use kernels_core::testing::{assert_rows as compare, skip_or_fail, stored};
 use kernels_core::{
-    pseudo_random, tune_table, AlignClass, DiskCache, DynTunable, Hip, HipRuntime, Rows, TableJob,
-    TuneOptions,
+    pseudo_random, tune_table, AlignClass, DeviceInfo, DiskCache, DynTunable, Error, Hip, HipCompiler,
+    HipRuntime, ImageKind, PlannedKernel, Rows, TableJob, TuneOptions, Variant,
 };
 use kernels_rmsnorm::ops::{self as norm_hip, FUSED_ADD_RMSNORM_TUNABLE as FUSED_ADD_RMSNORM_HIP_TUNABLE};
-use kernels_rmsnorm::plan::NormProblem;
+use kernels_rmsnorm::plan::{NormProblem, SOURCE};
 use kernels_rmsnorm::{reference, space, FusedAddRmsNorm, RmsNorm, RmsNormKey};
 use tuned::{resolve_serve, DType, Resolved, Source, StaticKey, TunedKernel};
 
@@ -78,6 +78,91 @@ fn serve<K: TunedKernel<Key = RmsNormKey>>(
             config: K::analytic_default(limits.tuning_target(), key, rows),
             source: Source::Default,
         },
+    }
+}
+
+/// The variant of `K`'s analytic default for bf16 rows of 4096 on `target`'s nominal
+/// device, as the crate derives it.
+fn default_variant<K: PlannedKernel<Key = RmsNormKey> + TunedKernel<Key = RmsNormKey>>(
+    target: tuned::Target,
+) -> Variant {
+    let key = RmsNormKey {
+        dtype: DType::Bf16,
+        cols: 4096,
+    };
+    let info = DeviceInfo::nominal(target).expect("a nominal AMD device");
+    <K as PlannedKernel>::variant(
+        &info,
+        &key,
+        &<K as TunedKernel>::analytic_default(target, &key, 1),
+    )
+}
+
+/// Both entry points of the device source (after the prelude) compile with hipRTC for
+/// gfx90a and gfx942, no GPU needed: code objects holding their symbol. An arch this
+/// hipRTC cannot target, or a HIP 5 hipRTC (the prelude is written for the clang of
+/// ROCm 6 and later), is reported as skipped; any other compile error fails.
+#[test]
+fn hiprtc_compiles_both_entry_points() {
+    let test = "hiprtc_compiles_both_entry_points";
+    let c = match HipCompiler::detect() {
+        Ok(c) => c,
+        Err(e) => return skip_or_fail(test, &format!("hipRTC could not be loaded ({e})")),
+    };
+    let mut compiled = 0;
+    for target in [tuned::Target::Gfx90a, tuned::Target::Gfx942] {
+        for variant in [
+            default_variant::<RmsNorm>(target),
+            default_variant::<FusedAddRmsNorm>(target),
+        ] {
+            let what = format!("{test} [{}] {variant}", target.name());
+            match c.compile(&SOURCE, &variant, target.name()) {
+                Ok(image) => {
+                    assert_eq!(image.kind, ImageKind::CodeObject);
+                    assert_eq!(&image.bytes[..4], b"\x7fELF", "{what}: not an ELF code object");
+                    let entry = variant.entry().as_bytes();
+                    assert!(
+                        image.bytes.windows(entry.len()).any(|w| w == entry),
+                        "{what}: the code object has no symbol `{}`",
+                        variant.entry()
+                    );
+                    compiled += 1;
+                }
+                Err(Error::HipCompile { log, .. }) if log.contains("does not know") => {
+                    skip_or_fail(&what, &format!("this hipRTC cannot target it: {log}"));
+                }
+                Err(Error::HipCompile { log, .. }) if c.hip_version().0 < 6 => {
+                    let first_error = log.lines().find(|l| l.contains("error")).unwrap_or(&log);
+                    skip_or_fail(
+                        &what,
+                        &format!(
+                            "the prelude does not compile with this HIP 5 hipRTC ({}): {first_error}",
+                            c.id()
+                        ),
+                    );
+                }
+                Err(e) => panic!("{what}: {e}"),
+            }
+        }
+    }
+    if compiled == 0 {
+        skip_or_fail(test, "hipRTC loaded but compiled no variant here (see above)");
+    }
+}
+
+/// Both entry points load on an AMD GPU as modules of the `rmsnorm` source.
+#[test]
+fn both_entry_points_load_on_the_device() {
+    let Some((rt, stream)) = runtime("both_entry_points_load_on_the_device", DiskCache::disabled()) else {
+        return;
+    };
+    let target = rt.info().tuning_target();
+    for variant in [
+        default_variant::<RmsNorm>(target),
+        default_variant::<FusedAddRmsNorm>(target),
+    ] {
+        let k = rt.kernel(&stream, &SOURCE, &variant).unwrap();
+        assert_eq!(kernels_core::LoadedKernel::name(&*k), "rmsnorm", "{variant}");
     }
 }
 

@@ -15,15 +15,13 @@ use tuned::{DType, Target};
 
 use crate::{space, LogSoftmax, Softmax, SoftmaxConfig, SoftmaxKey, Strategy};
 
-/// The device source: the shared prelude followed by `cuda/softmax.cu`.
+/// The device source: `cuda/softmax.cu`, compiled after the shared prelude.
 pub static SOURCE: KernelSource = KernelSource::new(
     "softmax",
-    concat!(
-        include_str!("../../kernels-core/cuda/prelude.cuh"),
-        include_str!("../cuda/softmax.cu")
-    ),
+    include_str!("../cuda/softmax.cu"),
     crate::SOURCE_FINGERPRINT,
 )
+.with_preamble(&[kernels_core::PRELUDE])
 .programmatic_launch();
 
 /// One softmax call, as device addresses. `y` may be `x` itself (in place, with equal

@@ -106,7 +106,7 @@ impl HipCompiler {
             }
         }
         let options = self.options(variant, arch);
-        match rtc.compile(source.name, source.code, source.headers, &options)? {
+        match rtc.compile(source.name, &source.text(), source.headers, &options)? {
             Ok(bytes) => Ok(Image {
                 kind: ImageKind::CodeObject,
                 bytes,

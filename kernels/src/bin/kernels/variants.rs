@@ -40,7 +40,7 @@ impl VariantJob {
     }
 }
 
-const PRELUDE: &str = "kernels-core/cuda/prelude.cuh";
+const PRELUDE: &str = "kernels-prelude/cuda/prelude.cuh";
 
 /// One entry of a baked table as it serves: canonical key, batch, decoded key, the
 /// config it launches (a default marker: the analytic default for its batch) and
