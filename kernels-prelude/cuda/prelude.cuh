@@ -282,10 +282,9 @@ __device__ __forceinline__ void store_stream(T* p, const Vec<T, N>& v) {
 // global memory access. pdl_launch_dependents() lets the next kernel of the stream (if
 // it was launched with the attribute) start once every block of this one has called it
 // or exited; it orders no memory (the next kernel still waits in its own pdl_wait()).
-// The kernels call it once a block has read its inputs: earlier, the next kernel's
-// blocks took SM slots this kernel's clusters still needed (clustered softmax at 8 rows
-// went from 4.57 to 4.95 us with it at the start, and to 4.07 us here; see
-// docs/results/2026-11-30-h200-session10.md). Both are no-ops for a plain launch.
+// The kernels call it once a block has read its inputs, not at their start: called
+// earlier, it lets the next kernel's blocks take SM slots this kernel's clusters still
+// need (figures in docs/results/softmax.md). Both are no-ops for a plain launch.
 __device__ __forceinline__ void pdl_wait() {
 #if !defined(KD_AMD) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -376,10 +375,10 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
 //   kd::push(&parts[slot], &bar, rank, v);  // each value to each block `rank`
 //   kd::wait_pushes(&bar);               // every thread; then read `parts`
 //
-// Against reading the peers' values between two cluster barriers, this took softmax
-// 1 x 128256 bf16 (clusters of 16) from 3.53 to 2.85 us on the H200
-// (docs/results/2026-11-30-h200-session7.md). The kernels using it are softmax.cu
-// (Exchange, cluster_merge) and rmsnorm.cu (Cluster, cluster_sum).
+// It replaces reading the peers' values between two cluster barriers (one after the
+// writes, one before a block may exit), each a wait for the cluster's slowest block
+// (figures in docs/results/softmax.md). The kernels using it are softmax.cu (Exchange,
+// cluster_merge) and rmsnorm.cu (Cluster, cluster_sum).
 #if !defined(KD_AMD) && (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900)
 __device__ __forceinline__ unsigned cluster_rank() {
     unsigned r;
@@ -402,9 +401,8 @@ __device__ __forceinline__ unsigned peer_addr(const void* p, unsigned rank) {
 // mbarrier's init, and fence.mbarrier_init.release.cluster (thread 0, before its
 // arrive) is the release that publishes it; the values themselves travel by st.async,
 // whose complete_tx releases them. The default release arrive compiles to a full GPU
-// memory barrier in every thread, which under load waits on the memory system: it cost
-// softmax 1024 x 128256 bf16 136 against 126 us on the H200
-// (docs/results/2026-11-30-h200-session11.md).
+// memory barrier in every thread, which under load waits on the memory system (figures
+// in docs/results/softmax.md).
 __device__ __forceinline__ void exchange_begin(unsigned long long* bar, unsigned bytes) {
     if (threadIdx.x == 0) {
         const unsigned b = smem_addr(bar);

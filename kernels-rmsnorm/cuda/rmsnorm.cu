@@ -1,7 +1,8 @@
 // RMSNorm and fused residual-add RMSNorm (in place) over [rows, COLS] tensors.
 //
-// Not self-contained on purpose: the host prepends kernels-core/cuda/prelude.cuh
-// to this text before compiling it (NVRTC / hipRTC), so there is no #include here.
+// Not self-contained on purpose: the host compiles this text after the shared prelude
+// (kernels-prelude/cuda/prelude.cuh) as one program (NVRTC / hipRTC), so there is no
+// #include here.
 //
 // ABI (the Rust host follows exactly this; one module holds both entry points)
 //   extern "C" __global__ void rmsnorm_kernel(const T* x, long long x_stride,
@@ -30,10 +31,11 @@
 // Grid: ceil(rows / ROWS) * SPLITS (at most 2^31 - 1) blocks of THREADS * ROWS threads,
 //   no dynamic shared memory; with SPLITS > 1, __cluster_dims__(SPLITS, 1, 1) is
 //   compiled in, so a plain launch forms the clusters (SPLITS consecutive blocks).
-//   Each thread handles ITERS = ceil(COLS / (THREADS * SPLITS * VEC)) vectors of its row. With
-//   ITERS <= 16 the row stays in registers between the reduction and the write (one
-//   pass over HBM; with ITERS <= 8 the weights are loaded with the row); longer rows are read a second time, last part first so that the
-//   re-read starts with what is still in L2, evict-first (as is the write of y).
+//   Each thread handles ITERS = ceil(COLS / (THREADS * SPLITS * VEC)) vectors of its
+//   row. With ITERS <= 16 the row stays in registers between the reduction and the
+//   write (one pass over HBM; with ITERS <= 8 the weights are loaded with the row);
+//   longer rows are read a second time, last part first so that the re-read starts
+//   with what is still in L2, evict-first (as is the write of y).
 // Programmatic dependent launch: both entry points call kd::pdl_wait() before their
 // first global memory access and kd::pdl_launch_dependents() once a block has read its
 // rows (see the prelude), so the host may launch them with the programmatic-stream-
@@ -229,7 +231,7 @@ __device__ __forceinline__ void rmsnorm_rows(const T* in, long long in_stride, T
     // Pass 2, last step first. The cached path (one step) reuses `buf`; the streaming
     // path re-reads what pass 1 read (fused: the residual this thread just stored),
     // evict-first, as it also writes y, so that what pass 1 left in L2 stays there
-    // (measured: +6% at 4096 x 32768 bf16 fused, see docs/results).
+    // (figures in docs/results/rmsnorm.md).
     const T* src = FUSED ? rp : xp;
     for (int s = STEPS - 1; s >= 0; --s) {
         if (CACHED) {

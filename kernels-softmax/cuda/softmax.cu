@@ -1,7 +1,8 @@
 // Softmax and log-softmax over the last dimension of a [rows, COLS] tensor.
 //
-// Not self-contained on purpose: the host prepends kernels-core/cuda/prelude.cuh
-// to this text before compiling it (NVRTC / hipRTC), so there is no #include here.
+// Not self-contained on purpose: the host compiles this text after the shared prelude
+// (kernels-prelude/cuda/prelude.cuh) as one program (NVRTC / hipRTC), so there is no
+// #include here.
 //
 // ABI (the Rust host follows exactly this)
 //   extern "C" __global__ void softmax_kernel(const T* x, T* y, long long rows,
@@ -310,12 +311,11 @@ __device__ __forceinline__ Stats block_merge(Stats st, float* red_m, float* red_
 //
 // A part is a block (its warps merged first through shared memory and a barrier) or,
 // with WARP_PARTS, a warp: each warp pushes its own pair and no block-wide merge or
-// barrier runs. That measured faster where it leaves two pairs per lane to merge (64
-// parts): 1 x 128256 bf16 at 16 x 128 2.56 against 2.67 us, 8 x 151936 at 8 x 256 4.29
-// against 4.45, 64 x 128256 at 16 x 128 10.66 against 11.01; and slower at one warp per
-// block (16 x 32 at 1 x 8192, 1.78 against 1.73) and at four pairs per lane (16 x 256 at
-// 1 x 128256, 2.70 against 2.65) (docs/results/2026-11-30-h200-session12.md). The split
-// staged strategy (up to 32 warps) keeps the block merge.
+// barrier runs. WARP_PARTS needs two warps or more per block and at most two pairs per
+// lane to merge: there, skipping the block's barrier saves more than the wider merge
+// costs; with one warp per block or four pairs per lane it does not (figures in
+// docs/results/softmax.md). The split staged strategy (up to 32 warps) keeps the block
+// merge.
 constexpr bool WARP_PARTS = STRATEGY == 2 && WARPS >= 2 && SPLITS * WARPS <= 2 * kd::WARP;
 constexpr int PARTS = WARP_PARTS ? SPLITS * WARPS : SPLITS;
 struct Exchange {
@@ -472,7 +472,7 @@ extern "C" __global__ void KD_LAUNCH_BOUNDS(THREADS)
 
     // Pass 2, last step first: the end of the row is the likeliest to be in L2. Its
     // reads and writes are evict-first so they do not push out the part of the row
-    // pass 1 left in L2 (measured: +13% at 4096 x 128256 bf16, see docs/results).
+    // pass 1 left in L2 (figures in docs/results/softmax.md).
     const Finish finish(k, st);
     for (int step = STEPS - 1; step >= 0; --step) {
         const int base = step * STEP * VEC;  // this step's first element
