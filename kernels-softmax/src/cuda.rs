@@ -24,13 +24,7 @@ pub fn softmax<T: Element>(
     y_rows: Rows,
     scale: f32,
 ) -> Result<Resolved<SoftmaxConfig>> {
-    let y_len = y.len();
-    let (xp, _gx) = x.device_ptr(stream);
-    let (yp, _gy) = y.device_ptr_mut(stream);
-    // SAFETY: the borrows keep the buffers alive and unaliased until the guards drop,
-    // after the launch is enqueued.
-    let p = unsafe { SoftmaxProblem::raw(T::DTYPE, xp, x.len(), x_rows, yp, y_len, y_rows, scale) }?;
-    Ok(rt.run::<Softmax>(stream, &p)?.resolved)
+    run::<Softmax, T>(rt, stream, x, x_rows, y, y_rows, scale)
 }
 
 /// `y = log_softmax(x * scale)` per row.
@@ -43,12 +37,30 @@ pub fn log_softmax<T: Element>(
     y_rows: Rows,
     scale: f32,
 ) -> Result<Resolved<SoftmaxConfig>> {
+    run::<LogSoftmax, T>(rt, stream, x, x_rows, y, y_rows, scale)
+}
+
+/// Runs `K` (softmax or log-softmax) from `x` into `y`, keeping cudarc's guards until
+/// the launch is enqueued.
+fn run<K, T: Element>(
+    rt: &CudaRuntime,
+    stream: &Arc<CudaStream>,
+    x: &CudaView<'_, T>,
+    x_rows: Rows,
+    y: &mut CudaViewMut<'_, T>,
+    y_rows: Rows,
+    scale: f32,
+) -> Result<Resolved<SoftmaxConfig>>
+where
+    K: for<'a> kernels_core::Tunable<Config = SoftmaxConfig, Problem<'a> = SoftmaxProblem<'a>>,
+{
     let y_len = y.len();
     let (xp, _gx) = x.device_ptr(stream);
     let (yp, _gy) = y.device_ptr_mut(stream);
-    // SAFETY: as for `softmax`.
+    // SAFETY: the borrows keep the buffers alive and unaliased until the guards drop,
+    // after the launch is enqueued.
     let p = unsafe { SoftmaxProblem::raw(T::DTYPE, xp, x.len(), x_rows, yp, y_len, y_rows, scale) }?;
-    Ok(rt.run::<LogSoftmax>(stream, &p)?.resolved)
+    Ok(rt.run::<K>(stream, &p)?.resolved)
 }
 
 /// Softmax of `x` in place.
