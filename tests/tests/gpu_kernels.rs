@@ -12,8 +12,10 @@ use kernels::core::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use kernels::core::testing::{compare_rows as compare, skip_or_fail};
 use kernels::core::Rows;
 use kernels::core::{
-    decode, encode, pseudo_random, AlignClass, CudaDevice, CudaRuntime, DiskCache, PlannedKernel, Policy,
-    RuntimeOptions, TuneOptions,
+    cache::AlignClass,
+    launch::{decode, encode, pseudo_random},
+    tune::TuneOptions,
+    CudaDevice, CudaRuntime, DiskCache, PlannedKernel, Policy, RuntimeOptions,
 };
 use kernels::rmsnorm::cuda as norm_ops;
 use kernels::rmsnorm::ops::NormProblem;
