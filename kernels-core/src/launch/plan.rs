@@ -3,9 +3,8 @@
 //! (raw device addresses) into a [`LaunchPlan`] (variant, dimensions, arguments), and
 //! the buffer descriptions ([`TuneBuffer`]) tuners use for in-place safety.
 //!
-//! The CUDA path ([`crate::Tunable`]) and the HIP path (`HipTunable`, feature `rocm`)
-//! launch the same plan, so a config and a problem give byte-identical arguments and
-//! the same dimensions on both.
+//! Every backend (CUDA, HIP, the mock) launches the same plan, so a config and a
+//! problem give byte-identical arguments and the same dimensions on each.
 
 use std::fmt::Debug;
 use std::hash::Hash;
