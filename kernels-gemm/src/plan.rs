@@ -315,7 +315,7 @@ pub fn launch_args(
                     format!("address {ptr:#x} is not 16-byte aligned, which vec=8 needs"),
                 ));
             }
-            if (ld as u64 * e) % 16 != 0 {
+            if !(ld as u64 * e).is_multiple_of(16) {
                 return Err(Error::invalid(
                     ld_name,
                     format!("{ld} elements is not a multiple of 16 bytes, which vec=8 needs"),
@@ -341,7 +341,7 @@ pub fn launch_args(
     let smem = u32::try_from(c.smem_bytes(p.key.layout))
         .map_err(|_| Error::invalid("config", "the pipeline exceeds shared memory"))?;
     let c_size = p.c_dtype.size() as u64;
-    let pairs = p.c.ptr % (2 * c_size) == 0 && p.c.ld % 2 == 0;
+    let pairs = p.c.ptr.is_multiple_of(2 * c_size) && p.c.ld.is_multiple_of(2);
     let flags = if pairs { C_PAIRS } else { 0 } | if p.c_dtype == DType::F32 { C_F32 } else { 0 };
     let mut args = KernelArgs::new();
     args.ptr(p.a.ptr)
