@@ -55,13 +55,22 @@ impl GemmKey {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Path {
     Mma,
+    Wgmma,
+    WgmmaSwap,
 }
 
 impl Path {
     pub const fn name(self) -> &'static str {
         match self {
             Path::Mma => "mma",
+            Path::Wgmma => "wgmma",
+            Path::WgmmaSwap => "wgmma_swap",
         }
+    }
+
+    /// Whether this is a Hopper (wgmma + TMA) path.
+    pub const fn is_wgmma(self) -> bool {
+        matches!(self, Path::Wgmma | Path::WgmmaSwap)
     }
 }
 
@@ -94,6 +103,8 @@ impl GemmConfig {
         let v = |i: usize| values[i].as_int().unwrap_or(0) as u32;
         let path = match values[PATH_AT].as_str() {
             Some("mma") => Path::Mma,
+            Some("wgmma") => Path::Wgmma,
+            Some("wgmma_swap") => Path::WgmmaSwap,
             other => return Err(format!("unknown path {other:?}")),
         };
         Ok(GemmConfig {
@@ -130,9 +141,24 @@ impl GemmConfig {
         v
     }
 
-    /// Threads per block.
+    /// Threads per block (the wgmma paths add a producer warpgroup).
     pub fn threads(&self) -> u32 {
-        self.warps_m * self.warps_n * 32
+        let extra = if self.path.is_wgmma() { 128 } else { 0 };
+        self.warps_m * self.warps_n * 32 + extra
+    }
+
+    /// Consumer warpgroups of a wgmma path (4 warps each).
+    pub fn consumers(&self) -> u32 {
+        self.warps_m * self.warps_n / 4
+    }
+
+    /// The wgmma kernel's tile as (rows of X, rows of Y): X is the operand on wgmma's
+    /// 64-row side (A for `wgmma`, B for `wgmma_swap`), Y the one on its N side.
+    pub fn wgmma_tile(&self) -> (u32, u32) {
+        match self.path {
+            Path::WgmmaSwap => (self.block_n, self.block_m),
+            _ => (self.block_m, self.block_n),
+        }
     }
 
     /// fp32 accumulators each thread holds (one per output of its warp tile / 32).
@@ -140,9 +166,14 @@ impl GemmConfig {
         (self.block_m / self.warps_m) * (self.block_n / self.warps_n) / 32
     }
 
-    /// Dynamic shared memory of the pipeline, bytes: `stages` copies of the padded A
-    /// and B tiles (16-bit elements).
+    /// Dynamic shared memory of the pipeline, bytes: `stages` copies of the A and B
+    /// tiles (16-bit elements), padded rows on the mma path; unpadded 128-byte-swizzled
+    /// rows plus 1 KiB to realign them on the wgmma paths.
     pub fn smem_bytes(&self, layout: Layout) -> usize {
+        if self.path.is_wgmma() {
+            let rows = (self.block_m + self.block_n) as usize;
+            return rows * self.block_k as usize * 2 * self.stages as usize + 1024;
+        }
         let (bm, bn, bk, pad) = (self.block_m, self.block_n, self.block_k, SMEM_PAD);
         let b = match layout {
             Layout::Nt => bn * (bk + pad),
