@@ -18,9 +18,11 @@
 //   and ldc allow stores of two adjacent elements (4 bytes for 16-bit C, 8 for float);
 //   bit 1 (C_F32) set when C is float, else T. Both are run-time arguments: they change
 //   only the epilogue, and one compiled variant serves every output type.
-//   split_k > 1: blockIdx.y is the split; ws holds split_k * tiles * BM * BN fp32
-//   partials then one u32 counter per tile, the counters zero before the launch
-//   (the kernel leaves them zero again). The last block of a tile to finish sums the
+//   split_k > 1: blockIdx.y is the split; ws holds SPLIT_COUNTERS u32 counters (one
+//   per tile, the first `tiles` used; zero before the launch, and the kernel leaves
+//   them zero again) then split_k * tiles * BM * BN fp32 partials. The counters sit
+//   first, at a fixed size, so no config's partials ever land on another's counters
+//   when configs of different shapes share one workspace. The last block of a tile to finish sums the
 //   partials in split order 0, 1, ..., so the result does not depend on timing.
 // Defines (the config; the host guarantees kernels-gemm `space::fits`)
 //   DTYPE 1 = f16, 2 = bf16     LAYOUT 0 = nt, 1 = nn
@@ -44,6 +46,9 @@ typedef typename kd::Dtype<DTYPE>::T T;
 // Bits of `flags`, shared by both kernels.
 constexpr int C_PAIRS = 1;
 constexpr int C_F32 = 2;
+
+// Split-K tile counters at the head of the workspace (kernels-gemm SPLIT_COUNTERS).
+constexpr int SPLIT_COUNTERS = 16384;
 
 // Two adjacent outputs of row r from column col on, each only within [m, n].
 template <typename OutT>
@@ -292,7 +297,7 @@ extern "C" __global__ void __launch_bounds__(kg::THREADS, 1)
             // Each split stores its partial tile (fragment order, one float4 per thread
             // and 4 accumulators: coalesced); the last to finish sums all of them in
             // split order 0, 1, ..., so the result does not depend on timing.
-            float4* part = reinterpret_cast<float4*>(ws) + (long long)w.tile * (BX * BY / 4);
+            float4* part = reinterpret_cast<float4*>(ws + SPLIT_COUNTERS) + (long long)w.tile * (BX * BY / 4);
             const long long split_stride = (long long)tiles * (BX * BY / 4);
 #pragma unroll
             for (int mw = 0; mw < MW; ++mw)
@@ -302,7 +307,7 @@ extern "C" __global__ void __launch_bounds__(kg::THREADS, 1)
                         make_float4(acc[mw][4 * j], acc[mw][4 * j + 1], acc[mw][4 * j + 2], acc[mw][4 * j + 3]);
             __threadfence();
             consumers_sync();
-            unsigned* counters = reinterpret_cast<unsigned*>(ws + (long long)split_k * tiles * BX * BY);
+            unsigned* counters = reinterpret_cast<unsigned*>(ws);
             if (ct == 0) {
                 is_last = atomicAdd(&counters[w.tile], 1u) == unsigned(split_k - 1);
             }
@@ -545,7 +550,7 @@ extern "C" __global__ void __launch_bounds__(kg::THREADS)
         // Every split stores its partial tile (fragment order, one float4 per thread and
         // fragment: coalesced); the last one to finish sums all of them in split order.
         const int tiles = tiles_m * tiles_n;
-        float4* part = reinterpret_cast<float4*>(ws) + (long long)pid * (BM * BN / 4);
+        float4* part = reinterpret_cast<float4*>(ws + SPLIT_COUNTERS) + (long long)pid * (BM * BN / 4);
         const long long split_stride = (long long)tiles * (BM * BN / 4);
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi)
@@ -555,7 +560,7 @@ extern "C" __global__ void __launch_bounds__(kg::THREADS)
                     make_float4(acc[mi][j][0], acc[mi][j][1], acc[mi][j][2], acc[mi][j][3]);
         __threadfence();
         __syncthreads();
-        unsigned* counters = reinterpret_cast<unsigned*>(ws + (long long)split_k * tiles * BM * BN);
+        unsigned* counters = reinterpret_cast<unsigned*>(ws);
         if (tid == 0) {
             is_last = atomicAdd(&counters[pid], 1u) == unsigned(split_k - 1);
         }

@@ -93,6 +93,11 @@ pub struct GemmConfig {
     pub vec: u32,
 }
 
+/// Split-K tile counters at the head of a workspace (`cuda/gemm.cu`): a fixed region,
+/// so partials of one config never land on the counters of another sharing the
+/// workspace. A split-K launch takes at most this many output tiles.
+pub const SPLIT_COUNTERS: u32 = 16384;
+
 /// Padding of each shared-memory row, elements (16 bytes; see `cuda/gemm.cu`).
 pub const SMEM_PAD: u32 = 8;
 
@@ -187,15 +192,15 @@ impl GemmConfig {
         m.div_ceil(u64::from(self.block_m)) * u64::from(n).div_ceil(u64::from(self.block_n))
     }
 
-    /// Workspace a launch of `m` rows needs, bytes: with split-K, the fp32 partial
-    /// tiles of every split and one counter per tile; else none.
+    /// Workspace a launch of `m` rows needs, bytes: with split-K, [`SPLIT_COUNTERS`]
+    /// tile counters then the fp32 partial tiles of every split; else none.
     pub fn workspace_bytes(&self, m: u64, n: u32) -> usize {
         if self.split_k <= 1 {
             return 0;
         }
         let tiles = self.tiles(m, n) as usize;
         let partials = self.split_k as usize * tiles * (self.block_m * self.block_n) as usize * 4;
-        partials + tiles * 4
+        SPLIT_COUNTERS as usize * 4 + partials
     }
 }
 

@@ -31,10 +31,10 @@ fn wgmma_default(target: Target, key: &GemmKey, m: u64) -> Option<GemmConfig> {
     let sms = u64::from(target.reference_sm_count());
     let n_cap = key.n.next_power_of_two().max(MIN_BLOCK_CAP);
     let c = if m <= 64 {
-        // A weight stream: 128 weight rows per block (two m64 products for one
-        // consumer), the tokens in wgmma's N (16..64), 8 stages (~144-192 KiB) in
-        // flight, and the split-K that keeps the most SMs busy (ties: fewer splits),
-        // each split keeping 4+ k steps.
+        // A weight stream: 128 weight rows per block over two consumers, the tokens in
+        // wgmma's N (16..64), 8 stages (~150-200 KiB) in flight, and the fewest splits
+        // giving 48+ units of work: from there more blocks stream no faster on the H200
+        // (docs/results/gemm.md), and each split keeps 4+ k steps.
         let block_n = 128.min(n_cap);
         let mut c = GemmConfig {
             path: Path::WgmmaSwap,
@@ -42,7 +42,7 @@ fn wgmma_default(target: Target, key: &GemmKey, m: u64) -> Option<GemmConfig> {
             block_n,
             block_k: 64,
             warps_m: 1,
-            warps_n: 4,
+            warps_n: if block_n == 128 { 8 } else { 4 },
             stages: 8,
             split_k: 1,
             group_m: 8,
@@ -50,18 +50,18 @@ fn wgmma_default(target: Target, key: &GemmKey, m: u64) -> Option<GemmConfig> {
         };
         let tiles = c.tiles(m, key.n);
         let k_steps = key.k.div_ceil(64);
-        let mut best = (wave_efficiency(tiles, sms), 1);
-        for split_k in [2, 4, 8, 16] {
+        let mut best = 1;
+        for split_k in [1, 2, 4, 8, 16] {
             let s = GemmConfig { split_k, ..c };
-            if k_steps < 4 * split_k || !split_allowed(target, key, m, &s) {
-                continue;
+            if split_k > 1 && (k_steps < 4 * split_k || !split_allowed(target, key, m, &s)) {
+                break;
             }
-            let eff = wave_efficiency(tiles * u64::from(split_k), sms);
-            if eff > best.0 + 0.02 {
-                best = (eff, split_k);
+            best = split_k;
+            if tiles * u64::from(split_k) >= 48 {
+                break;
             }
         }
-        c.split_k = best.1;
+        c.split_k = best;
         c
     } else {
         // Warpgroup tiles: 128x256 over two consumers feeds the tensor cores best,

@@ -377,6 +377,17 @@ pub fn launch_args(
             }
         }
     }
+    if c.split_k > 1 && c.tiles(p.m, p.key.n) > u64::from(crate::config::SPLIT_COUNTERS) {
+        return Err(Error::invalid(
+            "m",
+            format!(
+                "split_k={} over {} output tiles; split-K takes at most {}",
+                c.split_k,
+                c.tiles(p.m, p.key.n),
+                crate::config::SPLIT_COUNTERS
+            ),
+        ));
+    }
     let need = c.workspace_bytes(p.m, p.key.n);
     if need > p.ws_bytes {
         return Err(Error::invalid(
