@@ -241,6 +241,9 @@ fn check(
     Ok(())
 }
 
+/// (block_m, block_n, block_k, warps_m, warps_n).
+type Tile = (u32, u32, u32, u32, u32);
+
 /// See the module doc.
 fn covering_configs() -> Vec<GemmConfig> {
     let mut tiles = BTreeSet::new();
@@ -266,10 +269,7 @@ fn covering_configs() -> Vec<GemmConfig> {
             }
         }
     }
-    let at = |(block_m, block_n, block_k, warps_m, warps_n): (u32, u32, u32, u32, u32),
-              stages,
-              split_k,
-              group_m| GemmConfig {
+    let at = |(block_m, block_n, block_k, warps_m, warps_n): Tile, stages, split_k, group_m| GemmConfig {
         path: Path::Mma,
         block_m,
         block_n,
@@ -295,7 +295,7 @@ fn covering_configs() -> Vec<GemmConfig> {
 /// The wgmma part of the covering set: every tile, warpgroup split and operand order of
 /// the sm_90 space at the deepest of 4 or 3 stages that fits; every ring depth 2..=8 at
 /// one tile of each order; plain and wide grouped rasters.
-fn wgmma_covering(tiles: &BTreeSet<(bool, (u32, u32, u32, u32, u32))>) -> Vec<GemmConfig> {
+fn wgmma_covering(tiles: &BTreeSet<(bool, Tile)>) -> Vec<GemmConfig> {
     let key = GemmKey {
         dtype: DType::Bf16,
         layout: Layout::Nt,
