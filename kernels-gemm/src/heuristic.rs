@@ -33,8 +33,9 @@ fn wgmma_default(target: Target, key: &GemmKey, m: u64) -> Option<GemmConfig> {
     let c = if m <= 64 {
         // A weight stream: 128 weight rows per block over two consumers, the tokens in
         // wgmma's N (16..64), 8 stages (~150-200 KiB) in flight, and the fewest splits
-        // giving 48+ units of work: from there more blocks stream no faster on the H200
-        // (docs/results/gemm.md), and each split keeps 4+ k steps.
+        // giving 48+ units of work: on the H200, timing splits 1..16 at m = 1 and 16 on
+        // the model shapes (`GEMM_BENCH_ALTS=1`), more blocks streamed no faster from
+        // there; each split keeps 4+ k steps.
         let block_n = 128.min(n_cap);
         let mut c = GemmConfig {
             path: Path::WgmmaSwap,
