@@ -9,6 +9,7 @@ fn main() {
         // The prelude is a build-dependency: cargo reruns this script when it changes.
         .source_text(kernels_prelude::FILE_NAME, kernels_prelude::PRELUDE)
         .source("cuda/gemm_ptx.cuh")
+        .source("cuda/gemm_wgmma.cuh")
         .source("cuda/gemm.cu")
         .run();
 }

@@ -7,8 +7,12 @@
 //! scripts/gemm_peers.py times cuBLAS (torch F.linear) the same way.
 //!
 //! `cargo bench -p benches --bench gemm`; `KERNELS_BENCH_OUT=FILE.jsonl` also writes
-//! one JSON object per point; `GEMM_BENCH_M=1,16,...` picks the m values. Without a GPU
-//! it says so in one line and exits cleanly.
+//! one JSON object per point; `GEMM_BENCH_M=1,16,...` picks the m values;
+//! `GEMM_BENCH_ALTS=1` also times a few alternatives to the served config per point
+//! (other tiles, splits and paths of the search space, marked `alt`), and
+//! `GEMM_BENCH_SHAPES=qkv,o,...` keeps the layers named. Last, it prints the host time
+//! of one launch (plan, tensor-map encoding, enqueue) of the served config at decode
+//! and prefill. Without a GPU it says so in one line and exits cleanly.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -20,7 +24,7 @@ use kernels::core::{
     CudaDevice, CudaRuntime, KernelArgs, KernelSource, LaunchDims, RuntimeOptions, Variant,
 };
 use kernels::gemm::plan::{GemmProblem, Operand};
-use kernels::gemm::{Gemm, GemmKey, Layout};
+use kernels::gemm::{Gemm, GemmConfig, GemmKey, Layout, Path};
 use tuned::{resolve_serve, DType};
 
 type BoxError = Box<dyn std::error::Error>;
@@ -64,6 +68,80 @@ fn filled(
     Ok(buf)
 }
 
+/// The alternatives `GEMM_BENCH_ALTS=1` times beside the served config: the portable
+/// default, and for the wgmma paths other splits, tiles and consumer counts, each where
+/// it lies in the space.
+fn alternatives(key: &GemmKey, m: u64, served: &GemmConfig) -> Vec<GemmConfig> {
+    let target = tuned::Target::Sm90;
+    let mut out = Vec::new();
+    if m <= 64 {
+        for (block_n, warps_n) in [(64, 4), (128, 4), (128, 8), (256, 8)] {
+            for split_k in [1, 2, 4, 8, 16] {
+                for stages in [6, 8] {
+                    out.push(GemmConfig {
+                        path: Path::WgmmaSwap,
+                        block_m: served.block_m.clamp(16, 64),
+                        block_n,
+                        block_k: 64,
+                        warps_m: 1,
+                        warps_n,
+                        stages,
+                        split_k,
+                        group_m: 8,
+                        vec: 8,
+                    });
+                }
+            }
+        }
+    } else {
+        for (block_m, block_n, warps_m) in [
+            (128, 256, 8),
+            (128, 128, 8),
+            (64, 128, 4),
+            (256, 128, 8),
+            (128, 128, 4),
+            (64, 256, 4),
+        ] {
+            for stages in [3, 4, 5, 6] {
+                for group_m in [8, 16] {
+                    out.push(GemmConfig {
+                        path: Path::Wgmma,
+                        block_m,
+                        block_n,
+                        block_k: 64,
+                        warps_m,
+                        warps_n: 1,
+                        stages,
+                        split_k: 1,
+                        group_m,
+                        vec: 8,
+                    });
+                }
+            }
+        }
+    }
+    out.retain(|c| {
+        c != served
+            && kernels::gemm::space::fits(target, key, c)
+            && kernels::gemm::space::split_allowed(target, key, m, c)
+    });
+    // The deepest fitting ring of each tile only, for prefill.
+    if m > 64 {
+        let mut best: Vec<GemmConfig> = Vec::new();
+        for c in out {
+            match best.iter_mut().find(|b| {
+                (b.block_m, b.block_n, b.warps_m, b.group_m) == (c.block_m, c.block_n, c.warps_m, c.group_m)
+            }) {
+                Some(b) if b.stages < c.stages => *b = c,
+                Some(_) => {}
+                None => best.push(c),
+            }
+        }
+        out = best;
+    }
+    out
+}
+
 fn main() -> Result<(), BoxError> {
     let dev = match CudaDevice::open(0) {
         Ok(d) => d,
@@ -99,7 +177,15 @@ fn main() -> Result<(), BoxError> {
         "{:<18} {:<8} {:>6} {:>6} {:>5} {:>10} {:>9} {:>8}  config (source)",
         "model", "layer", "n", "k", "m", "us", "TFLOP/s", "W TB/s"
     );
+    let alts = std::env::var("GEMM_BENCH_ALTS").is_ok_and(|v| v == "1");
+    let only: Option<Vec<String>> = std::env::var("GEMM_BENCH_SHAPES")
+        .ok()
+        .map(|s| s.split(',').map(|x| x.trim().to_string()).collect());
+    let mut overhead_problem = None;
     for &(model, layer, n, k) in SHAPES {
+        if only.as_ref().is_some_and(|o| !o.iter().any(|l| l == layer)) {
+            continue;
+        }
         let key = GemmKey {
             dtype: DType::Bf16,
             layout: Layout::Nt,
@@ -148,27 +234,75 @@ fn main() -> Result<(), BoxError> {
                     }
                 })
                 .collect::<Result<_, _>>()?;
-            let config = resolved.config;
             let bytes = (w_elems + mu * (k as usize + n as usize)) as u64 * 2;
             let launches = graph_launches(bytes, problems.len());
-            let t = time_graph_runs(&stream, &opts, launches, problems.len(), &mut |i| {
-                rt.launch_config::<Gemm>(&stream, &config, &problems[i])
-            })?;
-            let us = t.median_us;
-            let tflops = 2.0 * m as f64 * n as f64 * k as f64 / us / 1e6;
-            let w_tbs = (w_elems * 2) as f64 / us / 1e6;
-            println!(
-                "{model:<18} {layer:<8} {n:>6} {k:>6} {m:>5} {us:>10.1} {tflops:>9.1} {w_tbs:>8.2}  {config} ({})",
-                resolved.source
-            );
-            if let Some(f) = out.as_mut() {
-                writeln!(
-                    f,
-                    "{{\"model\":\"{model}\",\"layer\":\"{layer}\",\"n\":{n},\"k\":{k},\"m\":{m},\"us\":{us:.3},\"tflops\":{tflops:.2},\"weight_tbs\":{w_tbs:.3},\"config\":\"{config}\",\"source\":\"{}\"}}",
-                    resolved.source
-                )?;
+            let mut configs = vec![(resolved.config, resolved.source.to_string())];
+            if alts {
+                let portable = kernels::gemm::heuristic::portable_default(target, &key, m);
+                configs.push((portable, "alt".to_string()));
+                configs.extend(
+                    alternatives(&key, m, &resolved.config)
+                        .into_iter()
+                        .map(|c| (c, "alt".to_string())),
+                );
+            }
+            for (config, source) in configs {
+                let t = match time_graph_runs(&stream, &opts, launches, problems.len(), &mut |i| {
+                    rt.launch_config::<Gemm>(&stream, &config, &problems[i])
+                }) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        println!(
+                            "{model:<18} {layer:<8} {n:>6} {k:>6} {m:>5} failed: {e}  {config} ({source})"
+                        );
+                        continue;
+                    }
+                };
+                let us = t.median_us;
+                let tflops = 2.0 * m as f64 * n as f64 * k as f64 / us / 1e6;
+                let w_tbs = (w_elems * 2) as f64 / us / 1e6;
+                println!(
+                    "{model:<18} {layer:<8} {n:>6} {k:>6} {m:>5} {us:>10.1} {tflops:>9.1} {w_tbs:>8.2}  {config} ({source})"
+                );
+                if let Some(f) = out.as_mut() {
+                    writeln!(
+                        f,
+                        "{{\"model\":\"{model}\",\"layer\":\"{layer}\",\"n\":{n},\"k\":{k},\"m\":{m},\"us\":{us:.3},\"tflops\":{tflops:.2},\"weight_tbs\":{w_tbs:.3},\"config\":\"{config}\",\"source\":\"{source}\"}}"
+                    )?;
+                }
+            }
+            if overhead_problem.is_none() && layer == "qkv" {
+                overhead_problem = Some(());
+                launch_overhead(&rt, &stream, &key, &problems[0], m)?;
             }
         }
+    }
+    Ok(())
+}
+
+/// Host microseconds per launch of the served config for `p` (plan, tensor maps
+/// encoded, enqueue), over 200 launches (fewer than the launch queue holds), beside the portable default's.
+fn launch_overhead(
+    rt: &CudaRuntime,
+    stream: &Arc<CudaStream>,
+    key: &GemmKey,
+    p: &GemmProblem<'_>,
+    m: u64,
+) -> Result<(), BoxError> {
+    let target = rt.device().info().tuning_target();
+    let served = resolve_serve::<Gemm>(target, key, m).config;
+    let portable = kernels::gemm::heuristic::portable_default(target, key, m);
+    for config in [served, portable] {
+        rt.launch_config::<Gemm>(stream, &config, p)?;
+        stream.synchronize()?;
+        let reps = 200;
+        let start = std::time::Instant::now();
+        for _ in 0..reps {
+            rt.launch_config::<Gemm>(stream, &config, p)?;
+        }
+        let host_us = start.elapsed().as_secs_f64() * 1e6 / f64::from(reps);
+        stream.synchronize()?;
+        println!("launch overhead: m={m} {host_us:.2} us host per launch  {config}");
     }
     Ok(())
 }

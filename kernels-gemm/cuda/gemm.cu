@@ -1,10 +1,13 @@
 // GEMM for linear layers: C[m, n] = A[m, k] . op(B) (+ bias[n]), fp32 accumulation.
+// Two kernels, one per compiled variant: gemm_mma_kernel (portable, sm_80+; the
+// variants without WGMMA) and gemm_wgmma_kernel (Hopper, sm_90a; WGMMA = 1 or 2),
+// described where each begins below.
 //
 // Not self-contained on purpose: the host compiles this text after the shared prelude
 // (kernels-prelude/cuda/prelude.cuh) and gemm_ptx.cuh as one program (NVRTC), so
 // there is no #include here.
 //
-// ABI (the Rust host follows exactly this)
+// Portable path: ABI (the Rust host follows exactly this)
 //   extern "C" __global__ void gemm_mma_kernel(const T* a, const T* b, void* c,
 //       const T* bias, float* ws, int m, int n, int k, long long lda, long long ldb,
 //       long long ldc, int split_k, int group_m, int flags)
@@ -15,9 +18,11 @@
 //   and ldc allow stores of two adjacent elements (4 bytes for 16-bit C, 8 for float);
 //   bit 1 (C_F32) set when C is float, else T. Both are run-time arguments: they change
 //   only the epilogue, and one compiled variant serves every output type.
-//   split_k > 1: blockIdx.y is the split; ws holds split_k * tiles * BM * BN fp32
-//   partials then one u32 counter per tile, the counters zero before the launch
-//   (the kernel leaves them zero again). The last block of a tile to finish sums the
+//   split_k > 1: blockIdx.y is the split; ws holds SPLIT_COUNTERS u32 counters (one
+//   per tile, the first `tiles` used; zero before the launch, and the kernel leaves
+//   them zero again) then split_k * tiles * BM * BN fp32 partials. The counters sit
+//   first, at a fixed size, so no config's partials ever land on another's counters
+//   when configs of different shapes share one workspace. The last block of a tile to finish sums the
 //   partials in split order 0, 1, ..., so the result does not depend on timing.
 // Defines (the config; the host guarantees kernels-gemm `space::fits`)
 //   DTYPE 1 = f16, 2 = bf16     LAYOUT 0 = nt, 1 = nn
@@ -30,17 +35,332 @@
 //   STAGES * stage_bytes of dynamic shared memory; tiles are walked in groups of
 //   group_m tile rows so blocks running together share B tiles in L2.
 
-#if !defined(DTYPE) || !defined(LAYOUT) || !defined(BM) || !defined(BN) || !defined(BK) || !defined(WM) || \
-    !defined(WN) || !defined(STAGES) || !defined(ALIGNED)
-#error "gemm.cu needs DTYPE, LAYOUT, BM, BN, BK, WM, WN, STAGES, ALIGNED"
+#ifndef DTYPE
+#error "gemm.cu needs DTYPE"
 #endif
 
 namespace kg {
 
 typedef typename kd::Dtype<DTYPE>::T T;
 
+// Bits of `flags`, shared by both kernels.
 constexpr int C_PAIRS = 1;
 constexpr int C_F32 = 2;
+
+// Split-K tile counters at the head of the workspace (kernels-gemm SPLIT_COUNTERS).
+constexpr int SPLIT_COUNTERS = 16384;
+
+// Two adjacent outputs of row r from column col on, each only within [m, n].
+template <typename OutT>
+__device__ __forceinline__ void store_two(void* c, long long ldc, int m, int n, int r, int col, float v0, float v1,
+                                          bool pairs) {
+    if (r >= m) {
+        return;
+    }
+    OutT* p = reinterpret_cast<OutT*>(c) + (long long)r * ldc + col;
+    if (pairs && col + 1 < n) {
+        if constexpr (sizeof(OutT) == 4) {
+            *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
+        } else {
+            const unsigned lo = kd::from_f32<OutT>(v0).bits, hi = kd::from_f32<OutT>(v1).bits;
+            *reinterpret_cast<unsigned*>(p) = lo | (hi << 16);
+        }
+        return;
+    }
+    if (col < n) {
+        p[0] = kd::from_f32<OutT>(v0);
+    }
+    if (col + 1 < n) {
+        p[1] = kd::from_f32<OutT>(v1);
+    }
+}
+
+}  // namespace kg
+
+#if WGMMA
+// Hopper path (sm_90a): TMA loads into 128-byte-swizzled shared memory through an
+// mbarrier ring, one producer warpgroup and 1-2 consumer warpgroups issuing wgmma,
+// persistent blocks.
+//
+// ABI (the Rust host follows exactly this)
+//   extern "C" __global__ void gemm_wgmma_kernel(const __grid_constant__ TmaMap x,
+//       const __grid_constant__ TmaMap y, void* c, const T* bias, float* ws, int m,
+//       int n, int k, long long ldc, int split_k, int group_m, int flags)
+//   The kernel computes X . Y^T with both operands K-major (layout nt only). WGMMA 1:
+//   X = A [m, k], Y = B [n, k]. WGMMA 2 (swapped operands, for few tokens): X = B,
+//   Y = A, so the weight fills wgmma's 64-row side and the tokens its N side, and C is
+//   written transposed from the accumulators. x and y are tensor maps of X and Y
+//   (columns k, 128-byte swizzle) with boxes of 64 x BX and 64 x BY elements; their
+//   zero fill past m, n and k makes ragged edges add nothing. c, bias, ws, split_k,
+//   group_m and flags mean what they mean for gemm_mma_kernel, except that WGMMA 1
+//   takes split_k = 1 only.
+// Defines: DTYPE; WGMMA 1 or 2; BX, BY the tile's rows of X and of Y (BY is wgmma's N);
+//   CONSUMERS 1 or 2 warpgroups, each owning BX / CONSUMERS rows of X (64 or 128);
+//   STAGES the ring depth.
+// Grid: persistent, at most one block per SM; block b takes work units (tile, split)
+//   b, b + gridDim.x, ...; (CONSUMERS + 1) * 128 threads, warpgroup 0 the producer;
+//   STAGES * (BX + BY) * 128 + 1024 bytes of dynamic shared memory (the 1024 realigns
+//   the ring to the 1024-byte swizzle atom).
+
+#if !defined(BX) || !defined(BY) || !defined(CONSUMERS) || !defined(STAGES)
+#error "the wgmma GEMM needs DTYPE, WGMMA, BX, BY, CONSUMERS, STAGES"
+#endif
+
+namespace kg {
+
+constexpr bool SWAP = WGMMA == 2;
+constexpr int BK = 64;                // 16-bit elements in one 128-byte swizzle row
+constexpr int WG_X = BX / CONSUMERS;  // rows of X per consumer warpgroup
+constexpr int MW = WG_X / 64;         // m64 products per consumer and k16 step
+constexpr int ACC = BY / 2;           // accumulators per thread and m64 product
+constexpr int CT = CONSUMERS * 128;   // consumer threads
+constexpr int THREADS = CT + 128;
+constexpr int X_BYTES = BX * BK * 2;
+constexpr int Y_BYTES = BY * BK * 2;
+constexpr int STAGE_BYTES = X_BYTES + Y_BYTES;
+static_assert(WG_X == 64 || WG_X == 128, "a consumer warpgroup owns 64 or 128 rows of X");
+static_assert(BY % 16 == 0 && BY <= 256, "BY is a wgmma N");
+static_assert(X_BYTES % 1024 == 0 && Y_BYTES % 1024 == 0, "each tile starts on a swizzle atom");
+
+// One unit of work: the tile's first rows of X and Y, its split and its index.
+struct Unit {
+    int x0, y0, z, tile;
+};
+
+// Grouped raster: `group` tile rows of X walk the tile columns of Y together, so
+// blocks running at once share Y tiles in L2; the splits of a tile are adjacent.
+__device__ __forceinline__ Unit unit_at(int u, int tiles_x, int tiles_y, int split_k, int group) {
+    const int tile = u / split_k;
+    const int per_group = group * tiles_y;
+    const int first = (tile / per_group) * group;
+    const int rows = min(tiles_x - first, group);
+    const int px = first + (tile % per_group) % rows;
+    const int py = (tile % per_group) / rows;
+    return Unit{px * BX, py * BY, u % split_k, tile};
+}
+
+// Orders the consumer warpgroups among themselves (barrier 1; the producer never joins).
+__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(CT) : "memory"); }
+
+template <typename OutT>
+__device__ __forceinline__ void store_one(void* c, long long ldc, int r, int col, float v) {
+    reinterpret_cast<OutT*>(c)[(long long)r * ldc + col] = kd::from_f32<OutT>(v);
+}
+
+// The accumulators of consumer thread t (warpgroup-relative) plus bias into C. The
+// m64nN fragment: thread t holds rows 16 * (t / 32) + (t % 32) / 4 (+ 8) and columns
+// 8 j + 2 (t % 4) (+ 1) of its m64 block, as acc[4 j + 2 half + e].
+template <typename OutT>
+__device__ __forceinline__ void store_acc(void* c, long long ldc, int m, int n, int x_base, int y_base,
+                                          const float (&acc)[MW][ACC], const T* bias, bool pairs, int t) {
+    const int warp = t / 32, lane = t % 32;
+#pragma unroll
+    for (int mw = 0; mw < MW; ++mw)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int x = x_base + mw * 64 + warp * 16 + lane / 4 + h * 8;
+            if constexpr (SWAP) {
+                if (x >= n) {
+                    continue;
+                }
+                const float b = bias != nullptr ? kd::to_f32(bias[x]) : 0.0f;
+#pragma unroll
+                for (int j = 0; j < BY / 8; ++j) {
+                    const int y = y_base + j * 8 + (lane % 4) * 2;
+                    if (y < m) store_one<OutT>(c, ldc, y, x, acc[mw][4 * j + 2 * h] + b);
+                    if (y + 1 < m) store_one<OutT>(c, ldc, y + 1, x, acc[mw][4 * j + 2 * h + 1] + b);
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < BY / 8; ++j) {
+                    const int y = y_base + j * 8 + (lane % 4) * 2;
+                    float b0 = 0.0f, b1 = 0.0f;
+                    if (bias != nullptr) {
+                        if (y < n) b0 = kd::to_f32(bias[y]);
+                        if (y + 1 < n) b1 = kd::to_f32(bias[y + 1]);
+                    }
+                    store_two<OutT>(c, ldc, m, n, x, y, acc[mw][4 * j + 2 * h] + b0, acc[mw][4 * j + 2 * h + 1] + b1,
+                                    pairs);
+                }
+            }
+        }
+}
+
+}  // namespace kg
+
+extern "C" __global__ void __launch_bounds__(kg::THREADS, 1)
+    gemm_wgmma_kernel(const __grid_constant__ kg::TmaMap tx, const __grid_constant__ kg::TmaMap ty,
+                      void* __restrict__ c, const kg::T* __restrict__ bias, float* __restrict__ ws, int m, int n,
+                      int k, long long ldc, int split_k, int group_m, int flags) {
+    using namespace kg;
+    extern __shared__ __align__(1024) unsigned char smem[];
+    __shared__ __align__(8) unsigned long long full[STAGES], empty[STAGES];
+    __shared__ int is_last;
+
+    const int wg = threadIdx.x / 128;
+    const u32 ring = (kd::smem_addr(smem) + 1023u) & ~1023u;
+    const u32 full0 = kd::smem_addr(full), empty0 = kd::smem_addr(empty);
+    const int x_rows = SWAP ? n : m, y_rows = SWAP ? m : n;
+    const int tiles_x = (x_rows + BX - 1) / BX, tiles_y = (y_rows + BY - 1) / BY;
+    const int tiles = tiles_x * tiles_y;
+    const int units = tiles * split_k;
+    const int ktiles = (k + BK - 1) / BK;
+    const int per_split = (ktiles + split_k - 1) / split_k;
+
+    // full[s]: stage s has landed (one arrival with its bytes, by the producer);
+    // empty[s]: every consumer warpgroup is done reading it.
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(full0 + 8 * s, 1);
+            mbar_init(empty0 + 8 * s, CONSUMERS);
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        // Producer: one thread keeps the ring full, running ahead across tiles.
+        if constexpr (CONSUMERS == 2) {
+            regs_dec<40>();
+        }
+        if (threadIdx.x == 0) {
+            int it = 0;
+            for (int u = blockIdx.x; u < units; u += gridDim.x) {
+                const Unit w = unit_at(u, tiles_x, tiles_y, split_k, group_m);
+                const int kt0 = w.z * per_split;
+                const int nk = max(min(ktiles, kt0 + per_split) - kt0, 0);
+                for (int i = 0; i < nk; ++i, ++it) {
+                    const int s = it % STAGES;
+                    // A fresh barrier counts as having completed the phase before its
+                    // first, so the first pass over the ring does not wait.
+                    mbar_wait(empty0 + 8 * s, ((it / STAGES) & 1) ^ 1);
+                    const u32 bar = full0 + 8 * s;
+                    mbar_expect_tx(bar, STAGE_BYTES);
+                    const u32 xs = ring + s * STAGE_BYTES;
+                    tma_load_2d(xs, &tx, bar, (kt0 + i) * BK, w.x0);
+                    tma_load_2d(xs + X_BYTES, &ty, bar, (kt0 + i) * BK, w.y0);
+                }
+            }
+        }
+        return;
+    }
+
+    // Consumers.
+    if constexpr (CONSUMERS == 2) {
+        regs_inc<232>();
+    }
+    const int cw = wg - 1;
+    const int ct = threadIdx.x - 128;
+    const int t = threadIdx.x % 128;
+    const bool pairs = (flags & C_PAIRS) != 0;
+    int it = 0;
+    for (int u = blockIdx.x; u < units; u += gridDim.x) {
+        const Unit w = unit_at(u, tiles_x, tiles_y, split_k, group_m);
+        const int kt0 = w.z * per_split;
+        const int nk = max(min(ktiles, kt0 + per_split) - kt0, 0);
+        float acc[MW][ACC];
+#pragma unroll
+        for (int mw = 0; mw < MW; ++mw)
+#pragma unroll
+            for (int e = 0; e < ACC; ++e) acc[mw][e] = 0.0f;
+
+        // One wgmma group in flight: a stage is released once the group after the one
+        // that read it has been issued and the older group has completed.
+        int prev = -1;
+        for (int i = 0; i < nk; ++i, ++it) {
+            const int s = it % STAGES;
+            mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
+            const u32 xs = ring + s * STAGE_BYTES + cw * WG_X * 128;
+            const u32 ys = ring + s * STAGE_BYTES + X_BYTES;
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; ++kk)
+#pragma unroll
+                for (int mw = 0; mw < MW; ++mw)
+                    Wgmma<BY>::run(acc[mw], smem_desc_sw128(xs + mw * 64 * 128 + kk * 32),
+                                   smem_desc_sw128(ys + kk * 32));
+            wgmma_commit();
+            wgmma_wait<1>();
+            if (prev >= 0 && t == 0) {
+                mbar_arrive(empty0 + 8 * prev);
+            }
+            prev = s;
+        }
+        wgmma_wait<0>();
+        if (prev >= 0 && t == 0) {
+            mbar_arrive(empty0 + 8 * prev);
+        }
+
+        // Split-K only in the swapped variant (few accumulators): holding a prefill
+        // tile's 128 accumulators through the reduction spills registers.
+        if (SWAP && split_k > 1) {
+            // Each split stores its partial tile (fragment order, one float4 per thread
+            // and 4 accumulators: coalesced); the last to finish sums all of them in
+            // split order 0, 1, ..., so the result does not depend on timing.
+            float4* part = reinterpret_cast<float4*>(ws + SPLIT_COUNTERS) + (long long)w.tile * (BX * BY / 4);
+            const long long split_stride = (long long)tiles * (BX * BY / 4);
+#pragma unroll
+            for (int mw = 0; mw < MW; ++mw)
+#pragma unroll
+                for (int j = 0; j < ACC / 4; ++j)
+                    part[w.z * split_stride + (mw * (ACC / 4) + j) * CT + ct] =
+                        make_float4(acc[mw][4 * j], acc[mw][4 * j + 1], acc[mw][4 * j + 2], acc[mw][4 * j + 3]);
+            __threadfence();
+            consumers_sync();
+            unsigned* counters = reinterpret_cast<unsigned*>(ws);
+            if (ct == 0) {
+                is_last = atomicAdd(&counters[w.tile], 1u) == unsigned(split_k - 1);
+            }
+            consumers_sync();
+            if (!is_last) {
+                continue;
+            }
+            __threadfence();
+#pragma unroll
+            for (int mw = 0; mw < MW; ++mw)
+#pragma unroll
+                for (int j = 0; j < ACC / 4; ++j) {
+                    const long long at = (mw * (ACC / 4) + j) * CT + ct;
+                    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+                    for (int zz = 0; zz < split_k; ++zz) {
+                        const float4 v = zz == w.z ? make_float4(acc[mw][4 * j], acc[mw][4 * j + 1],
+                                                                 acc[mw][4 * j + 2], acc[mw][4 * j + 3])
+                                                   : __ldcg(&part[zz * split_stride + at]);
+                        if (zz == 0) {
+                            sum = v;
+                        } else {
+                            sum.x += v.x;
+                            sum.y += v.y;
+                            sum.z += v.z;
+                            sum.w += v.w;
+                        }
+                    }
+                    acc[mw][4 * j] = sum.x;
+                    acc[mw][4 * j + 1] = sum.y;
+                    acc[mw][4 * j + 2] = sum.z;
+                    acc[mw][4 * j + 3] = sum.w;
+                }
+            if (ct == 0) {
+                counters[w.tile] = 0;  // ready for the next launch on this workspace
+            }
+        }
+
+        const int x_base = w.x0 + cw * WG_X;
+        if (flags & C_F32) {
+            store_acc<float>(c, ldc, m, n, x_base, w.y0, acc, bias, pairs, t);
+        } else {
+            store_acc<T>(c, ldc, m, n, x_base, w.y0, acc, bias, pairs, t);
+        }
+    }
+}
+#else  // portable path
+
+#if !defined(DTYPE) || !defined(LAYOUT) || !defined(BM) || !defined(BN) || !defined(BK) || !defined(WM) || \
+    !defined(WN) || !defined(STAGES) || !defined(ALIGNED)
+#error "gemm.cu needs DTYPE, LAYOUT, BM, BN, BK, WM, WN, STAGES, ALIGNED"
+#endif
+
+namespace kg {
 
 constexpr int THREADS = WM * WN * 32;
 constexpr int TM = BM / WM;  // warp tile
@@ -95,31 +415,6 @@ __device__ __forceinline__ void load_tile(unsigned dst, kd::u16* dst_ptr, const 
         dst_ptr[r * (COLS + PAD) + q] = (gr < rows && gc < cols) ? gp[(long long)gr * ld + gc] : kd::u16(0);
     }
 #endif
-}
-
-// Two adjacent outputs of row r from column col on, each only within [m, n].
-template <typename OutT>
-__device__ __forceinline__ void store_two(void* c, long long ldc, int m, int n, int r, int col, float v0, float v1,
-                                          bool pairs) {
-    if (r >= m) {
-        return;
-    }
-    OutT* p = reinterpret_cast<OutT*>(c) + (long long)r * ldc + col;
-    if (pairs && col + 1 < n) {
-        if constexpr (sizeof(OutT) == 4) {
-            *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
-        } else {
-            const unsigned lo = kd::from_f32<OutT>(v0).bits, hi = kd::from_f32<OutT>(v1).bits;
-            *reinterpret_cast<unsigned*>(p) = lo | (hi << 16);
-        }
-        return;
-    }
-    if (col < n) {
-        p[0] = kd::from_f32<OutT>(v0);
-    }
-    if (col + 1 < n) {
-        p[1] = kd::from_f32<OutT>(v1);
-    }
 }
 
 // The block's accumulators (plus bias) into C, rows and columns past m and n skipped.
@@ -255,7 +550,7 @@ extern "C" __global__ void __launch_bounds__(kg::THREADS)
         // Every split stores its partial tile (fragment order, one float4 per thread and
         // fragment: coalesced); the last one to finish sums all of them in split order.
         const int tiles = tiles_m * tiles_n;
-        float4* part = reinterpret_cast<float4*>(ws) + (long long)pid * (BM * BN / 4);
+        float4* part = reinterpret_cast<float4*>(ws + SPLIT_COUNTERS) + (long long)pid * (BM * BN / 4);
         const long long split_stride = (long long)tiles * (BM * BN / 4);
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi)
@@ -265,7 +560,7 @@ extern "C" __global__ void __launch_bounds__(kg::THREADS)
                     make_float4(acc[mi][j][0], acc[mi][j][1], acc[mi][j][2], acc[mi][j][3]);
         __threadfence();
         __syncthreads();
-        unsigned* counters = reinterpret_cast<unsigned*>(ws + (long long)split_k * tiles * BM * BN);
+        unsigned* counters = reinterpret_cast<unsigned*>(ws);
         if (tid == 0) {
             is_last = atomicAdd(&counters[pid], 1u) == unsigned(split_k - 1);
         }
@@ -311,3 +606,5 @@ extern "C" __global__ void __launch_bounds__(kg::THREADS)
         store_tile<T>(c, ldc, m, n, row0, col0, acc, bias, pairs);
     }
 }
+
+#endif  // WGMMA

@@ -5,7 +5,9 @@
 //   cp_async16 ........ 16-byte global -> shared copy, zero-filling past `bytes` (sm_80)
 //   cp_async_commit / cp_async_wait<N>   group the copies; wait until N groups remain
 //   ldmatrix_x4 / ldmatrix_x4_trans      four 8x8 16-bit tiles from shared memory
-//   mma_16816<T> ...... one m16n8k16 tensor-core product, fp32 accumulate (sm_80)
+//   Mma<T>::run ....... one m16n8k16 tensor-core product, fp32 accumulate (sm_80)
+//   (sm_90a, WGMMA variants only: mbarriers, TMA loads, wgmma ordering and
+//   descriptors, setmaxnreg; see the second namespace block)
 
 namespace kg {
 
@@ -65,3 +67,90 @@ struct Mma<kd::f16> {
 };
 
 }  // namespace kg
+
+// Hopper (sm_90a) wrappers, compiled only into the WGMMA variants.
+//   mbar_init / mbar_expect_tx / mbar_arrive / mbar_wait   shared-memory mbarriers
+//   tma_load_2d ........ one TMA box global -> shared, completing on an mbarrier
+//   wgmma_fence / wgmma_commit / wgmma_wait<N>            warpgroup MMA ordering
+//   smem_desc_sw128 .... wgmma descriptor of a K-major tile in 128-byte swizzle
+//   regs_dec<N> / regs_inc<N>                            setmaxnreg
+#if WGMMA
+#if DTYPE == 2
+#define KG_WGMMA_TYPE "bf16"
+#else
+#define KG_WGMMA_TYPE "f16"
+#endif
+
+namespace kg {
+
+// The 128-byte CUtensorMap the host encodes; a __grid_constant__ parameter so TMA
+// reads it in place from the parameter space.
+struct alignas(64) TmaMap {
+    unsigned long long opaque[16];
+};
+
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+// Arrives once and raises the phase's expected transaction bytes by `bytes`.
+__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Spins until the phase of parity `parity` has completed.
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+    u32 done = 0;
+    while (!done) {
+        asm volatile(
+            "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    }
+}
+
+// Makes the barriers' initialisation visible to the TMA unit before first use.
+__device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+
+// Box (col, row) of `map` into shared memory at `dst`; out-of-bounds elements land as
+// zeros and still count towards the barrier's transaction bytes.
+__device__ __forceinline__ void tma_load_2d(u32 dst, const TmaMap* map, u32 bar, int col, int row) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+            dst),
+        "l"(reinterpret_cast<unsigned long long>(map)), "r"(col), "r"(row), "r"(bar)
+        : "memory");
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+// Descriptor of a K-major tile whose rows are 128 bytes (64 16-bit elements) in
+// 128-byte swizzle, as TMA writes it: 8-row groups 1024 bytes apart (stride byte
+// offset); the leading byte offset is unused in this mode. `addr` moves along k by
+// 32 bytes per 16 elements; the tile base must be 1024-byte aligned.
+__device__ __forceinline__ unsigned long long smem_desc_sw128(u32 addr) {
+    return (unsigned long long)((addr & 0x3FFFF) >> 4) | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32) |
+           (1ull << 62);
+}
+
+template <int N>
+__device__ __forceinline__ void regs_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void regs_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+}  // namespace kg
+#endif

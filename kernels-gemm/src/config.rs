@@ -55,13 +55,22 @@ impl GemmKey {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Path {
     Mma,
+    Wgmma,
+    WgmmaSwap,
 }
 
 impl Path {
     pub const fn name(self) -> &'static str {
         match self {
             Path::Mma => "mma",
+            Path::Wgmma => "wgmma",
+            Path::WgmmaSwap => "wgmma_swap",
         }
+    }
+
+    /// Whether this is a Hopper (wgmma + TMA) path.
+    pub const fn is_wgmma(self) -> bool {
+        matches!(self, Path::Wgmma | Path::WgmmaSwap)
     }
 }
 
@@ -84,6 +93,11 @@ pub struct GemmConfig {
     pub vec: u32,
 }
 
+/// Split-K tile counters at the head of a workspace (`cuda/gemm.cu`): a fixed region,
+/// so partials of one config never land on the counters of another sharing the
+/// workspace. A split-K launch takes at most this many output tiles.
+pub const SPLIT_COUNTERS: u32 = 16384;
+
 /// Padding of each shared-memory row, elements (16 bytes; see `cuda/gemm.cu`).
 pub const SMEM_PAD: u32 = 8;
 
@@ -94,6 +108,8 @@ impl GemmConfig {
         let v = |i: usize| values[i].as_int().unwrap_or(0) as u32;
         let path = match values[PATH_AT].as_str() {
             Some("mma") => Path::Mma,
+            Some("wgmma") => Path::Wgmma,
+            Some("wgmma_swap") => Path::WgmmaSwap,
             other => return Err(format!("unknown path {other:?}")),
         };
         Ok(GemmConfig {
@@ -130,9 +146,24 @@ impl GemmConfig {
         v
     }
 
-    /// Threads per block.
+    /// Threads per block (the wgmma paths add a producer warpgroup).
     pub fn threads(&self) -> u32 {
-        self.warps_m * self.warps_n * 32
+        let extra = if self.path.is_wgmma() { 128 } else { 0 };
+        self.warps_m * self.warps_n * 32 + extra
+    }
+
+    /// Consumer warpgroups of a wgmma path (4 warps each).
+    pub fn consumers(&self) -> u32 {
+        self.warps_m * self.warps_n / 4
+    }
+
+    /// The wgmma kernel's tile as (rows of X, rows of Y): X is the operand on wgmma's
+    /// 64-row side (A for `wgmma`, B for `wgmma_swap`), Y the one on its N side.
+    pub fn wgmma_tile(&self) -> (u32, u32) {
+        match self.path {
+            Path::WgmmaSwap => (self.block_n, self.block_m),
+            _ => (self.block_m, self.block_n),
+        }
     }
 
     /// fp32 accumulators each thread holds (one per output of its warp tile / 32).
@@ -140,9 +171,14 @@ impl GemmConfig {
         (self.block_m / self.warps_m) * (self.block_n / self.warps_n) / 32
     }
 
-    /// Dynamic shared memory of the pipeline, bytes: `stages` copies of the padded A
-    /// and B tiles (16-bit elements).
+    /// Dynamic shared memory of the pipeline, bytes: `stages` copies of the A and B
+    /// tiles (16-bit elements), padded rows on the mma path; unpadded 128-byte-swizzled
+    /// rows plus 1 KiB to realign them on the wgmma paths.
     pub fn smem_bytes(&self, layout: Layout) -> usize {
+        if self.path.is_wgmma() {
+            let rows = (self.block_m + self.block_n) as usize;
+            return rows * self.block_k as usize * 2 * self.stages as usize + 1024;
+        }
         let (bm, bn, bk, pad) = (self.block_m, self.block_n, self.block_k, SMEM_PAD);
         let b = match layout {
             Layout::Nt => bn * (bk + pad),
@@ -156,15 +192,15 @@ impl GemmConfig {
         m.div_ceil(u64::from(self.block_m)) * u64::from(n).div_ceil(u64::from(self.block_n))
     }
 
-    /// Workspace a launch of `m` rows needs, bytes: with split-K, the fp32 partial
-    /// tiles of every split and one counter per tile; else none.
+    /// Workspace a launch of `m` rows needs, bytes: with split-K, [`SPLIT_COUNTERS`]
+    /// tile counters then the fp32 partial tiles of every split; else none.
     pub fn workspace_bytes(&self, m: u64, n: u32) -> usize {
         if self.split_k <= 1 {
             return 0;
         }
         let tiles = self.tiles(m, n) as usize;
         let partials = self.split_k as usize * tiles * (self.block_m * self.block_n) as usize * 4;
-        partials + tiles * 4
+        SPLIT_COUNTERS as usize * 4 + partials
     }
 }
 

@@ -2,15 +2,107 @@
 //!
 //! A ladder from tile arithmetic: few rows stream the weight through short, wide
 //! k steps with split-K to fill the SMs; more rows take larger square tiles so each
-//! loaded byte feeds more products. Tuned tables replace it wherever a shape was tuned.
+//! loaded byte feeds more products. On sm_90 with layout nt the wgmma paths serve:
+//! swapped operands up to 64 rows (a weight stream), warpgroup tiles above. Tuned
+//! tables replace it wherever a shape was tuned.
 
 use tuned::Target;
 
-use crate::config::{GemmConfig, GemmKey, Path};
+use crate::config::{GemmConfig, GemmKey, Layout, Path};
 use crate::space::{fits, split_allowed, warp_grid, MIN_BLOCK_CAP};
 
 /// The default config for `m` rows of `key` on `target`.
 pub fn analytic_default(target: Target, key: &GemmKey, m: u64) -> GemmConfig {
+    if target == Target::Sm90 && key.layout == Layout::Nt {
+        if let Some(c) = wgmma_default(target, key, m) {
+            return c;
+        }
+    }
+    portable_default(target, key, m)
+}
+
+/// Fraction of the SMs' time busy when `units` equal units of work run `sms` at a time.
+fn wave_efficiency(units: u64, sms: u64) -> f64 {
+    units as f64 / (units.div_ceil(sms) * sms) as f64
+}
+
+/// The sm_90 nt default, when one fits.
+fn wgmma_default(target: Target, key: &GemmKey, m: u64) -> Option<GemmConfig> {
+    let sms = u64::from(target.reference_sm_count());
+    let n_cap = key.n.next_power_of_two().max(MIN_BLOCK_CAP);
+    let c = if m <= 64 {
+        // A weight stream: 128 weight rows per block over two consumers, the tokens in
+        // wgmma's N (16..64), 8 stages (~150-200 KiB) in flight, and the fewest splits
+        // giving 48+ units of work: on the H200, timing splits 1..16 at m = 1 and 16 on
+        // the model shapes (`GEMM_BENCH_ALTS=1`), more blocks streamed no faster from
+        // there; each split keeps 4+ k steps.
+        let block_n = 128.min(n_cap);
+        let mut c = GemmConfig {
+            path: Path::WgmmaSwap,
+            block_m: (m.next_power_of_two() as u32).clamp(16, 64),
+            block_n,
+            block_k: 64,
+            warps_m: 1,
+            warps_n: if block_n == 128 { 8 } else { 4 },
+            stages: 8,
+            split_k: 1,
+            group_m: 8,
+            vec: 8,
+        };
+        let tiles = c.tiles(m, key.n);
+        let k_steps = key.k.div_ceil(64);
+        let mut best = 1;
+        for split_k in [1, 2, 4, 8, 16] {
+            let s = GemmConfig { split_k, ..c };
+            if split_k > 1 && (k_steps < 4 * split_k || !split_allowed(target, key, m, &s)) {
+                break;
+            }
+            best = split_k;
+            if tiles * u64::from(split_k) >= 48 {
+                break;
+            }
+        }
+        c.split_k = best;
+        c
+    } else {
+        // Warpgroup tiles: 128x256 over two consumers feeds the tensor cores best,
+        // smaller tiles fill the SMs when there are few output tiles; the score is the
+        // wave efficiency times a per-tile rate (0.85 for 128x128, 0.7 for 64x128).
+        let mut best: Option<(f64, GemmConfig)> = None;
+        for (block_m, block_n, consumers, rate) in
+            [(128, 256, 2, 1.0), (128, 128, 2, 0.85), (64, 128, 1, 0.7)]
+        {
+            let mut c = GemmConfig {
+                path: Path::Wgmma,
+                block_m,
+                block_n: block_n.min(n_cap),
+                block_k: 64,
+                warps_m: 4 * consumers,
+                warps_n: 1,
+                stages: 6,
+                split_k: 1,
+                group_m: 8,
+                vec: 8,
+            };
+            while !fits(target, key, &c) && c.stages > 3 {
+                c.stages -= 1;
+            }
+            if !fits(target, key, &c) {
+                continue;
+            }
+            let score = wave_efficiency(c.tiles(m, key.n), sms) * rate;
+            if best.is_none_or(|(b, _)| score > b) {
+                best = Some((score, c));
+            }
+        }
+        best?.1
+    };
+    (fits(target, key, &c) && split_allowed(target, key, m, &c)).then_some(c)
+}
+
+/// The portable (mma.sync) default: what every NVIDIA target from sm_80 runs, and
+/// sm_90 for layout nn.
+pub fn portable_default(target: Target, key: &GemmKey, m: u64) -> GemmConfig {
     let sms = u64::from(target.reference_sm_count());
     // (block_m, block_n, block_k, warps): decode (m <= 16) reads the weight once, so a
     // 16-row tile wastes the least and 128-wide k steps keep 16 KiB per stage in flight;

@@ -247,13 +247,19 @@ mod space_tests {
             .map(|v| {
                 let mut parts = v.split(' ');
                 let entry = parts.next().unwrap_or_default();
+                // wgmma variants are sm_90a-only; the script's --arch list applies to the rest.
+                let archs = if entry == "gemm_wgmma_kernel" {
+                    ", \"archs\": [\"sm_90a\"]"
+                } else {
+                    ""
+                };
                 let defines: Vec<String> = parts
                     .filter_map(|d| d.strip_prefix("-D"))
                     .filter_map(|d| d.split_once('='))
                     .map(|(n, v)| format!("\"{n}\": {v}"))
                     .collect();
                 format!(
-                    "{{\"sources\": [\"kernels-prelude/cuda/prelude.cuh\", \"kernels-gemm/cuda/gemm_ptx.cuh\", \"kernels-gemm/cuda/gemm.cu\"], \"defines\": {{{}}}, \"kernels\": [\"{entry}\"]}}",
+                    "{{\"sources\": [\"kernels-prelude/cuda/prelude.cuh\", \"kernels-gemm/cuda/gemm_ptx.cuh\", \"kernels-gemm/cuda/gemm_wgmma.cuh\", \"kernels-gemm/cuda/gemm.cu\"], \"defines\": {{{}}}, \"kernels\": [\"{entry}\"]{archs}}}",
                     defines.join(", ")
                 )
             })

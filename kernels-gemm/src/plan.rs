@@ -5,6 +5,7 @@
 use std::marker::PhantomData;
 
 use kernels_core::kernel_crate::check_device_ptrs;
+use kernels_core::launch::{TensorMap2d, TmaElement, TmaSwizzle};
 use kernels_core::{
     cache::AlignClass, check_disjoint, dtype_define, BufferRole, DeviceInfo, Error, KernelArgs, KernelSource,
     LaunchDims, PlannedKernel, Result, TuneBuffer, Variant,
@@ -18,10 +19,17 @@ use crate::{space, Gemm};
 /// shared prelude and before `cuda/gemm.cu`.
 pub const PTX: &str = include_str!("../cuda/gemm_ptx.cuh");
 
-/// The device source: `cuda/gemm.cu`, compiled after the shared prelude and [`PTX`].
+/// The wgmma wrappers (`cuda/gemm_wgmma.cuh`, generated), compiled after [`PTX`].
+pub const WGMMA: &str = include_str!("../cuda/gemm_wgmma.cuh");
+
+/// The device source: `cuda/gemm.cu`, compiled after the shared prelude, [`PTX`] and
+/// [`WGMMA`].
 pub static SOURCE: KernelSource =
-    KernelSource::new("gemm", include_str!("../cuda/gemm.cu"), crate::SOURCE_FINGERPRINT)
-        .with_preamble(&[kernels_core::PRELUDE, PTX]);
+    KernelSource::new("gemm", include_str!("../cuda/gemm.cu"), crate::SOURCE_FINGERPRINT).with_preamble(&[
+        kernels_core::PRELUDE,
+        PTX,
+        WGMMA,
+    ]);
 
 /// One dense operand of a problem: device address, length in elements (what the
 /// allocation holds from `ptr` on) and leading dimension (elements between rows).
@@ -255,10 +263,17 @@ pub(crate) fn tuning_workspace_bytes(key: &GemmKey, m: u64) -> usize {
 /// The compiled variant of `c` for `key`: entry point and defines (split-K, grouping,
 /// bias and the output type are run-time arguments and share it).
 pub fn variant(key: &GemmKey, c: &GemmConfig) -> Variant {
-    let entry = match c.path {
-        Path::Mma => "gemm_mma_kernel",
-    };
-    Variant::new(entry)
+    if c.path.is_wgmma() {
+        let (x_rows, y_rows) = c.wgmma_tile();
+        return Variant::new("gemm_wgmma_kernel")
+            .define("DTYPE", dtype_define(key.dtype))
+            .define("WGMMA", if c.path == Path::WgmmaSwap { 2 } else { 1 })
+            .define("BX", x_rows)
+            .define("BY", y_rows)
+            .define("CONSUMERS", c.consumers())
+            .define("STAGES", c.stages);
+    }
+    Variant::new("gemm_mma_kernel")
         .define("DTYPE", dtype_define(key.dtype))
         .define(
             "LAYOUT",
@@ -276,13 +291,38 @@ pub fn variant(key: &GemmKey, c: &GemmConfig) -> Variant {
         .define("ALIGNED", u32::from(c.vec == 8))
 }
 
-/// `c` as the problem's alignment allows: element loads unless A and B allow 16-byte
-/// loads.
+/// `c` as the problem's alignment allows: unless A and B allow 16-byte loads (bases
+/// and row strides multiples of 16 bytes), element loads, and a wgmma config (TMA
+/// needs that alignment) becomes [`portable`]'s.
 pub fn fit(c: GemmConfig, align: AlignClass) -> GemmConfig {
-    if align < AlignClass::A16 {
-        GemmConfig { vec: 1, ..c }
-    } else {
+    if align >= AlignClass::A16 {
         c
+    } else if c.path.is_wgmma() {
+        portable(&c)
+    } else {
+        GemmConfig { vec: 1, ..c }
+    }
+}
+
+/// The mma-path config that stands in for a wgmma config where TMA cannot run: the
+/// same output tile up to 128x128 (so the same or a smaller workspace), 8 warps from
+/// 64x128 up, k steps of 64, 3 stages, the same split-K and raster, element loads. It
+/// lies in the space of every key the wgmma config does.
+pub fn portable(c: &GemmConfig) -> GemmConfig {
+    let (block_m, block_n) = (c.block_m.min(128), c.block_n.min(128));
+    let warps = if block_m * block_n >= 64 * 128 { 8 } else { 4 };
+    let (warps_m, warps_n) = space::warp_grid(block_m, block_n, warps).unwrap_or((1, warps));
+    GemmConfig {
+        path: Path::Mma,
+        block_m,
+        block_n,
+        block_k: 64,
+        warps_m,
+        warps_n,
+        stages: 3,
+        split_k: c.split_k,
+        group_m: c.group_m,
+        vec: 1,
     }
 }
 
@@ -306,6 +346,20 @@ pub fn launch_args(
             ),
         ));
     }
+    if c.path.is_wgmma() && (device.compute_capability != (9, 0) || p.key.layout != Layout::Nt) {
+        let (name, why) = if p.key.layout != Layout::Nt {
+            ("layout", "nn: the wgmma paths take layout nt only".to_string())
+        } else {
+            (
+                "device",
+                format!(
+                    "{}: the wgmma paths run on compute capability 9.0 (sm_90a) only",
+                    device.name
+                ),
+            )
+        };
+        return Err(Error::invalid(name, why));
+    }
     if c.vec == 8 {
         let e = p.key.dtype.size() as u64;
         for (name, ptr, ld_name, ld) in [("a", p.a.ptr, "lda", p.a.ld), ("b", p.b.ptr, "ldb", p.b.ld)] {
@@ -323,6 +377,17 @@ pub fn launch_args(
             }
         }
     }
+    if c.split_k > 1 && c.tiles(p.m, p.key.n) > u64::from(crate::config::SPLIT_COUNTERS) {
+        return Err(Error::invalid(
+            "m",
+            format!(
+                "split_k={} over {} output tiles; split-K takes at most {}",
+                c.split_k,
+                c.tiles(p.m, p.key.n),
+                crate::config::SPLIT_COUNTERS
+            ),
+        ));
+    }
     let need = c.workspace_bytes(p.m, p.key.n);
     if need > p.ws_bytes {
         return Err(Error::invalid(
@@ -333,6 +398,9 @@ pub fn launch_args(
             ),
         ));
     }
+    if c.path.is_wgmma() {
+        return wgmma_launch_args(device, c, p);
+    }
     let tiles = c.tiles(p.m, p.key.n);
     let grid = u32::try_from(tiles)
         .ok()
@@ -340,9 +408,7 @@ pub fn launch_args(
         .ok_or_else(|| Error::invalid("m", format!("{tiles} output tiles exceed one launch")))?;
     let smem = u32::try_from(c.smem_bytes(p.key.layout))
         .map_err(|_| Error::invalid("config", "the pipeline exceeds shared memory"))?;
-    let c_size = p.c_dtype.size() as u64;
-    let pairs = p.c.ptr.is_multiple_of(2 * c_size) && p.c.ld.is_multiple_of(2);
-    let flags = if pairs { C_PAIRS } else { 0 } | if p.c_dtype == DType::F32 { C_F32 } else { 0 };
+    let flags = c_flags(p);
     let mut args = KernelArgs::new();
     args.ptr(p.a.ptr)
         .ptr(p.b.ptr)
@@ -361,6 +427,72 @@ pub fn launch_args(
     let mut dims = LaunchDims::linear(grid, c.threads()).with_smem(smem);
     dims.grid.1 = c.split_k;
     Ok((dims, args))
+}
+
+/// The `c`-side flags of a launch: two-element stores allowed, f32 output.
+fn c_flags(p: &GemmProblem<'_>) -> i32 {
+    let c_size = p.c_dtype.size() as u64;
+    let pairs = p.c.ptr.is_multiple_of(2 * c_size) && p.c.ld.is_multiple_of(2);
+    (if pairs { C_PAIRS } else { 0 }) | if p.c_dtype == DType::F32 { C_F32 } else { 0 }
+}
+
+/// The launch of a wgmma config (alignment, layout, device and workspace already
+/// checked): tensor maps of A and B with the boxes of the tile, and a persistent grid
+/// of at most one block per SM over the (tile, split) units.
+fn wgmma_launch_args(
+    device: &DeviceInfo,
+    c: &GemmConfig,
+    p: &GemmProblem<'_>,
+) -> Result<(LaunchDims, KernelArgs)> {
+    let element = match p.key.dtype {
+        DType::F16 => TmaElement::F16,
+        _ => TmaElement::Bf16,
+    };
+    let e = p.key.dtype.size() as u64;
+    // block_m rows of A and block_n rows of B per tile, whichever side each is on.
+    let (a_box, b_box) = (c.block_m, c.block_n);
+    let map = |ptr: u64, rows: u64, ld: usize, box_rows: u32| TensorMap2d {
+        ptr,
+        element,
+        cols: u64::from(p.key.k),
+        rows,
+        row_bytes: ld as u64 * e,
+        box_cols: c.block_k,
+        box_rows,
+        swizzle: TmaSwizzle::B128,
+    };
+    let a_map = map(p.a.ptr, p.m, p.a.ld, a_box);
+    let b_map = map(p.b.ptr, u64::from(p.key.n), p.b.ld, b_box);
+    a_map.check("a")?;
+    b_map.check("b")?;
+    let (x, y) = match c.path {
+        Path::WgmmaSwap => (b_map, a_map),
+        _ => (a_map, b_map),
+    };
+    let units = c.tiles(p.m, p.key.n) * u64::from(c.split_k);
+    if units > i32::MAX as u64 {
+        return Err(Error::invalid(
+            "m",
+            format!("{units} work units exceed one launch"),
+        ));
+    }
+    let grid = units.min(u64::from(device.sm_count.max(1))) as u32;
+    let smem = u32::try_from(c.smem_bytes(Layout::Nt))
+        .map_err(|_| Error::invalid("config", "the pipeline exceeds shared memory"))?;
+    let mut args = KernelArgs::new();
+    args.tensor_map(x)
+        .tensor_map(y)
+        .ptr(p.c.ptr)
+        .ptr(p.bias)
+        .ptr(p.ws)
+        .i32(p.m as i32)
+        .i32(p.key.n as i32)
+        .i32(p.key.k as i32)
+        .i64(p.c.ld as i64)
+        .i32(c.split_k as i32)
+        .i32(c.group_m as i32)
+        .i32(c_flags(p));
+    Ok((LaunchDims::linear(grid, c.threads()).with_smem(smem), args))
 }
 
 // Safety: `buffers` lists A, B, C, bias and the workspace with their full spans, and

@@ -31,14 +31,25 @@ pub static GEMM: KernelSchema = KernelSchema {
 
 pub const LAYOUTS: &[&str] = &["nt", "nn"];
 /// `mma`: warp-level tensor-core products (mma.sync m16n8k16) fed by a cp.async
-/// multi-stage shared-memory pipeline; sm_80 and newer.
-pub const PATHS: &[&str] = &["mma"];
+/// multi-stage shared-memory pipeline; sm_80 and newer, both layouts, any alignment.
+/// `wgmma`: Hopper warpgroup products (wgmma m64nNk16) fed by TMA through an mbarrier
+/// ring, a producer warpgroup and 1-2 consumer warpgroups, persistent blocks; sm_90a,
+/// layout nt, 16-byte aligned operands, block_k 64, no split-K; A's rows on wgmma's
+/// 64-row side. `wgmma_swap`: the same kernel with the operands swapped (C^T = B . A^T)
+/// so the weight's rows fill wgmma's 64-row side and the tokens its N side: for few
+/// tokens, with split-K.
+///
+/// For both wgmma paths, `warps_m` x `warps_n` are the consumer warps (4 per
+/// warpgroup), stacked along the side wgmma's 64 rows cover: `warps_m` for `wgmma`,
+/// `warps_n` for `wgmma_swap`; the other is 1. A block has one more warpgroup, the
+/// producer.
+pub const PATHS: &[&str] = &["mma", "wgmma", "wgmma_swap"];
 pub const BLOCK_M: &[i64] = &[16, 32, 64, 128, 256];
 pub const BLOCK_N: &[i64] = &[16, 32, 64, 128, 256];
 pub const BLOCK_K: &[i64] = &[32, 64, 128];
 pub const WARPS_M: &[i64] = &[1, 2, 4, 8];
 pub const WARPS_N: &[i64] = &[1, 2, 4, 8];
-pub const STAGES: &[i64] = &[2, 3, 4, 5, 6];
+pub const STAGES: &[i64] = &[2, 3, 4, 5, 6, 7, 8];
 pub const SPLIT_K: &[i64] = &[1, 2, 4, 8, 16];
 pub const GROUP_M: &[i64] = &[1, 4, 8, 16];
 /// Elements per global load: 8 (16-byte cp.async; A and B 16-byte aligned with

@@ -2,7 +2,7 @@
 
 use tuned::{Target, Vendor};
 
-use crate::config::{GemmConfig, GemmKey, Path};
+use crate::config::{GemmConfig, GemmKey, Layout, Path};
 use crate::schema::{check_config, BLOCK_K, BLOCK_M, BLOCK_N, GROUP_M, SPLIT_K, WARPS};
 
 /// Shared memory one block may use on `target`, in bytes (opt-in maximum), less 1 KiB
@@ -21,13 +21,40 @@ pub fn smem_limit(target: Target) -> usize {
 /// under NVRTC 13 at 255 registers, 64 spills nothing.
 pub const MAX_ACCUMULATORS: u32 = 64;
 
+/// Most fp32 accumulators per consumer thread on the wgmma paths: a 64x256 product
+/// per warpgroup (128) compiles without spills under the 168-register cap of a
+/// 384-thread block.
+pub const MAX_WGMMA_ACCUMULATORS: u32 = 128;
+
 /// Tile widths up to this are allowed whatever n and k are.
 pub const MIN_BLOCK_CAP: u32 = 64;
 
+/// Whether a wgmma-path config's shape is one the kernel takes: sm_90 and layout nt
+/// (both operands K-major, as wgmma reads them from shared memory without transposes;
+/// nn stays on the mma path), k steps of 64 (one 128-byte swizzle row), 16-byte loads
+/// (TMA), consumer warps stacked along wgmma's 64-row side only, 64 or 128 rows per
+/// consumer warpgroup, and split-K only with swapped operands (see `cuda/gemm.cu`).
+fn wgmma_shape_fits(target: Target, key: &GemmKey, c: &GemmConfig) -> bool {
+    let (x_rows, _) = c.wgmma_tile();
+    let (along, across) = match c.path {
+        Path::WgmmaSwap => (c.warps_n, c.warps_m),
+        _ => (c.warps_m, c.warps_n),
+    };
+    target == Target::Sm90
+        && key.layout == Layout::Nt
+        && c.block_k == 64
+        && c.vec == 8
+        && across == 1
+        && matches!(x_rows * 4 / along, 64 | 128)
+        && (c.path == Path::WgmmaSwap || c.split_k == 1)
+        && c.accumulators() <= MAX_WGMMA_ACCUMULATORS
+}
+
 /// Whether `c` can run any problem of `key` on `target`: the config passes the schema;
 /// the target is NVIDIA sm_80 or newer (mma.sync on bf16; AMD has no GEMM kernel yet);
-/// the warp tile keeps at most [`MAX_ACCUMULATORS`] per thread; the pipeline fits
-/// shared memory; with split-K every split gets at least two k steps; and block_n and
+/// on the mma path the warp tile keeps at most [`MAX_ACCUMULATORS`] per thread, on the
+/// wgmma paths the rules of their kernel hold (sm_90, layout nt, ...); the pipeline
+/// fits shared memory; with split-K every split gets at least two k steps; and block_n and
 /// block_k stay within the problem's n and k rounded up to a power of two (or
 /// [`MIN_BLOCK_CAP`], so tiny problems still have a 4-warp tile).
 pub fn fits(target: Target, key: &GemmKey, c: &GemmConfig) -> bool {
@@ -35,7 +62,11 @@ pub fn fits(target: Target, key: &GemmKey, c: &GemmConfig) -> bool {
         return false;
     }
     let k_steps = key.k.div_ceil(c.block_k);
-    c.accumulators() <= MAX_ACCUMULATORS
+    let path_fits = match c.path {
+        Path::Mma => c.accumulators() <= MAX_ACCUMULATORS,
+        Path::Wgmma | Path::WgmmaSwap => wgmma_shape_fits(target, key, c),
+    };
+    path_fits
         && c.smem_bytes(key.layout) <= smem_limit(target)
         && (c.split_k == 1 || k_steps >= 2 * c.split_k)
         && c.block_n <= key.n.next_power_of_two().max(MIN_BLOCK_CAP)
@@ -68,8 +99,82 @@ pub fn split_allowed(target: Target, key: &GemmKey, m: u64, c: &GemmConfig) -> b
     c.split_k == 1 || (tiles < sms && tiles * u64::from(c.split_k) <= 2 * sms)
 }
 
-/// Pipeline depths a search tries (the schema allows 2..=6).
+/// Pipeline depths a search tries on the mma path (the schema allows 2..=8).
 pub const SEARCH_STAGES: &[i64] = &[3, 4, 6];
+
+/// Ring depths a search tries on the wgmma paths: the weight stream (swapped operands)
+/// wants 64-128 KiB in flight per SM; prefill tiles fill shared memory at 4-6.
+pub const SEARCH_STAGES_SWAP: &[u32] = &[4, 6, 8];
+pub const SEARCH_STAGES_WGMMA: &[u32] = &[3, 4, 5, 6];
+
+/// The wgmma configs a search for `m` rows of `key` on `target` times (none off
+/// sm_90 or for layout nn): swapped operands up to 64 rows, with 16..=64 token columns
+/// up to `m` rounded up, 64..=256 weight rows, 1 or 2 consumers, every split-K
+/// [`split_allowed`]; unswapped from 17 rows, tiles of 64..=256 (up to `m` rounded up)
+/// by 64..=256, 1 or 2 consumers, grouped rasters where there are tile rows to group.
+fn wgmma_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>) {
+    if target != Target::Sm90 || key.layout != Layout::Nt {
+        return;
+    }
+    let m_cap = m.next_power_of_two().max(16);
+    let mut push = |c: GemmConfig| {
+        if fits(target, key, &c) && split_allowed(target, key, m, &c) {
+            out.push(c);
+        }
+    };
+    for consumers in [1u32, 2] {
+        if m <= 64 {
+            for bm in [16u32, 32, 64].into_iter().filter(|&b| u64::from(b) <= m_cap) {
+                for bn in [64u32, 128, 256] {
+                    for &stages in SEARCH_STAGES_SWAP {
+                        for &split_k in SPLIT_K {
+                            push(GemmConfig {
+                                path: Path::WgmmaSwap,
+                                block_m: bm,
+                                block_n: bn,
+                                block_k: 64,
+                                warps_m: 1,
+                                warps_n: 4 * consumers,
+                                stages,
+                                split_k: split_k as u32,
+                                group_m: 8,
+                                vec: 8,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        if m > 16 {
+            for bm in [64u32, 128, 256]
+                .into_iter()
+                .filter(|&b| u64::from(b) <= m_cap.max(64))
+            {
+                for bn in [64u32, 128, 256] {
+                    for &stages in SEARCH_STAGES_WGMMA {
+                        for &group_m in GROUP_M {
+                            let grouping = m.div_ceil(u64::from(bm)) > 1 || group_m == 8;
+                            if grouping && group_m != 4 {
+                                push(GemmConfig {
+                                    path: Path::Wgmma,
+                                    block_m: bm,
+                                    block_n: bn,
+                                    block_k: 64,
+                                    warps_m: 4 * consumers,
+                                    warps_n: 1,
+                                    stages,
+                                    split_k: 1,
+                                    group_m: group_m as u32,
+                                    vec: 8,
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
 
 /// The configs a search for `m` rows of `key` on `target` times: every tile of
 /// 32..=128 rows (16 too for m <= 16) and 32..=256 columns with its squarest warp
@@ -77,6 +182,7 @@ pub const SEARCH_STAGES: &[i64] = &[3, 4, 6];
 /// rows (a weight stream wants long steps) and of 32 or 64 above, split-K where
 /// [`split_allowed`], grouping only where there are tile rows to group. Tiles taller
 /// than `m` (rounded up to a power of two) are left out: they only add rows of zeros.
+/// On sm_90 with layout nt, the wgmma configs of `wgmma_space` too.
 pub fn search_space(target: Target, key: &GemmKey, m: u64) -> Vec<GemmConfig> {
     let mut out = Vec::new();
     let m_cap = m.next_power_of_two().max(16);
@@ -118,5 +224,6 @@ pub fn search_space(target: Target, key: &GemmKey, m: u64) -> Vec<GemmConfig> {
             }
         }
     }
+    wgmma_space(target, key, m, &mut out);
     out
 }

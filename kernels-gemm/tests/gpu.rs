@@ -241,9 +241,13 @@ fn check(
     Ok(())
 }
 
+/// (block_m, block_n, block_k, warps_m, warps_n).
+type Tile = (u32, u32, u32, u32, u32);
+
 /// See the module doc.
 fn covering_configs() -> Vec<GemmConfig> {
     let mut tiles = BTreeSet::new();
+    let mut wgmma_tiles = BTreeSet::new();
     for (n, k) in [(6144u32, 4096u32), (4096, 14336), (1280, 8192), (28672, 4096)] {
         for m in [1u64, 16, 32, 64, 256, 4096] {
             let key = GemmKey {
@@ -256,14 +260,16 @@ fn covering_configs() -> Vec<GemmConfig> {
                 .into_iter()
                 .chain([kernels_gemm::analytic_default(Target::Sm90, &key, m)])
             {
-                tiles.insert((c.block_m, c.block_n, c.block_k, c.warps_m, c.warps_n));
+                let tile = (c.block_m, c.block_n, c.block_k, c.warps_m, c.warps_n);
+                match c.path {
+                    Path::Mma => tiles.insert(tile),
+                    Path::Wgmma => wgmma_tiles.insert((false, tile)),
+                    Path::WgmmaSwap => wgmma_tiles.insert((true, tile)),
+                };
             }
         }
     }
-    let at = |(block_m, block_n, block_k, warps_m, warps_n): (u32, u32, u32, u32, u32),
-              stages,
-              split_k,
-              group_m| GemmConfig {
+    let at = |(block_m, block_n, block_k, warps_m, warps_n): Tile, stages, split_k, group_m| GemmConfig {
         path: Path::Mma,
         block_m,
         block_n,
@@ -282,6 +288,49 @@ fn covering_configs() -> Vec<GemmConfig> {
     }
     out.push(at((64, 64, 64, 2, 2), 4, 1, 1));
     out.push(at((32, 64, 64, 1, 4), 4, 1, 16));
+    out.extend(wgmma_covering(&wgmma_tiles));
+    out
+}
+
+/// The wgmma part of the covering set: every tile, warpgroup split and operand order of
+/// the sm_90 space at the deepest of 4 or 3 stages that fits; every ring depth 2..=8 at
+/// one tile of each order; plain and wide grouped rasters.
+fn wgmma_covering(tiles: &BTreeSet<(bool, Tile)>) -> Vec<GemmConfig> {
+    let key = GemmKey {
+        dtype: DType::Bf16,
+        layout: Layout::Nt,
+        n: 300,
+        k: 200,
+    };
+    let wg =
+        |swap: bool, (block_m, block_n, _, warps_m, warps_n): (u32, u32, u32, u32, u32), stages, group_m| {
+            GemmConfig {
+                path: if swap { Path::WgmmaSwap } else { Path::Wgmma },
+                block_m,
+                block_n,
+                block_k: 64,
+                warps_m,
+                warps_n,
+                stages,
+                split_k: 1,
+                group_m,
+                vec: 8,
+            }
+        };
+    let mut out = Vec::new();
+    for &(swap, tile) in tiles {
+        let deepest = [4, 3]
+            .into_iter()
+            .map(|stages| wg(swap, tile, stages, 8))
+            .find(|c| space::fits(Target::Sm90, &key, c));
+        out.extend(deepest);
+    }
+    for stages in 2..=8 {
+        out.push(wg(true, (16, 128, 64, 1, 4), stages, 8));
+        out.push(wg(false, (64, 128, 64, 4, 1), stages, 8));
+    }
+    out.push(wg(false, (128, 128, 64, 8, 1), 4, 1));
+    out.push(wg(false, (64, 64, 64, 4, 1), 4, 16));
     out
 }
 
@@ -316,7 +365,37 @@ fn tile_cases() -> Vec<Case> {
             bias: false,
             c_dtype: DType::F32,
         },
-        // Odd k and lda, operands one element off alignment: element loads.
+        // f16 nt (the wgmma paths too), f32 out with an odd ldc, m = 3.
+        Case {
+            dtype: DType::F16,
+            layout: Layout::Nt,
+            m: 3,
+            n: 300,
+            k: 200,
+            lda: 200,
+            ldb: 200,
+            ldc: 301,
+            offset: 0,
+            bias: true,
+            c_dtype: DType::F32,
+        },
+        // More output tiles than SMs for every tile (persistent blocks take several),
+        // k over several ring passes.
+        Case {
+            dtype: DType::Bf16,
+            layout: Layout::Nt,
+            m: 1030,
+            n: 2056,
+            k: 1000,
+            lda: 1000,
+            ldb: 1000,
+            ldc: 2056,
+            offset: 0,
+            bias: true,
+            c_dtype: DType::Bf16,
+        },
+        // Odd k and lda, operands one element off alignment: element loads (the
+        // wgmma configs fall back to the mma path).
         Case {
             dtype: DType::Bf16,
             layout: Layout::Nt,
@@ -356,7 +435,7 @@ fn covering_configs_match_the_reference_on_awkward_shapes() {
         } else {
             AlignClass::A2
         };
-        for c in &configs {
+        for c in configs.iter().filter(|c| space::fits(target, &key, c)) {
             let c = kernels_gemm::plan::fit(*c, align);
             jobs.push((kernels_gemm::plan::SOURCE, kernels_gemm::plan::variant(&key, &c)));
         }
@@ -375,7 +454,14 @@ fn covering_configs_match_the_reference_on_awkward_shapes() {
                 n: case.n as u32,
                 k: case.k as u32,
             };
-            assert!(space::fits(target, &key, c), "{c} must fit {key:?}");
+            if !space::fits(target, &key, c) {
+                // Only the wgmma configs are left out: on other targets and for nn.
+                assert!(
+                    c.path != Path::Mma && (target != Target::Sm90 || key.layout == Layout::Nn),
+                    "{c} must fit {key:?}"
+                );
+                continue;
+            }
             checked += 1;
             if let Err(err) = check(&rt, &stream, case, &mut dev, &e, c, 1) {
                 failures.push(err);
@@ -383,7 +469,9 @@ fn covering_configs_match_the_reference_on_awkward_shapes() {
         }
     }
     println!(
-        "gemm: {checked} (config, case) runs checked, {} failed",
+        "gemm: {checked} (config, case) runs checked ({} configs, {} of them wgmma), {} failed",
+        configs.len(),
+        configs.iter().filter(|c| c.path != Path::Mma).count(),
         failures.len()
     );
     assert!(
@@ -429,7 +517,7 @@ fn split_k_is_deterministic_and_reuses_its_workspace() {
         } else {
             (32, 64, 64, 1, 4)
         };
-        let configs: Vec<GemmConfig> = [2, 4, 8, 16]
+        let mut configs: Vec<GemmConfig> = [2, 4, 8, 16]
             .into_iter()
             .map(|split_k| GemmConfig {
                 path: Path::Mma,
@@ -444,6 +532,31 @@ fn split_k_is_deterministic_and_reuses_its_workspace() {
                 vec: 8,
             })
             .collect();
+        // Swapped-operand wgmma with split-K (one and two consumers), where it runs.
+        let target = rt.device().info().tuning_target();
+        for (split_k, block_m, warps_n) in [(2, 16, 4), (4, 16, 8), (8, 64, 4), (16, 32, 4)] {
+            let c = GemmConfig {
+                path: Path::WgmmaSwap,
+                block_m,
+                block_n: 128,
+                block_k: 64,
+                warps_m: 1,
+                warps_n,
+                stages: 6,
+                split_k,
+                group_m: 8,
+                vec: 8,
+            };
+            let key = GemmKey {
+                dtype,
+                layout,
+                n: n as u32,
+                k: k as u32,
+            };
+            if space::fits(target, &key, &c) {
+                configs.push(c);
+            }
+        }
         let ws = configs
             .iter()
             .map(|c| c.workspace_bytes(m as u64, n as u32))

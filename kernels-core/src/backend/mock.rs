@@ -171,6 +171,10 @@ impl Backend for Mock {
         if args.overflow {
             return Err(Error::invalid("args", "too many kernel arguments"));
         }
+        // Tensor maps are checked as the CUDA launch checks them before encoding.
+        for (_, map) in args.tensor_maps() {
+            map.check("args")?;
+        }
         dims.validate(&kernel.info)?;
         stream.clock_us.set(stream.clock_us.get() + kernel.us);
         stream.log.borrow_mut().push(format!("launch {}", kernel.variant));

@@ -143,8 +143,108 @@ impl LaunchDims {
 /// Most arguments [`KernelArgs`] holds.
 pub const MAX_KERNEL_ARGS: usize = 24;
 
+/// Most [`TensorMap2d`] arguments one [`KernelArgs`] holds.
+pub const MAX_TENSOR_MAPS: usize = 4;
+
+/// Element type of a [`TensorMap2d`] (16-bit floats or 32-bit floats).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TmaElement {
+    Bf16,
+    F16,
+    F32,
+}
+
+impl TmaElement {
+    /// Bytes per element.
+    pub const fn size(self) -> u64 {
+        match self {
+            TmaElement::Bf16 | TmaElement::F16 => 2,
+            TmaElement::F32 => 4,
+        }
+    }
+}
+
+/// Shared-memory swizzle of a [`TensorMap2d`] box: the span, in bytes, whose 16-byte
+/// chunks are permuted (the box's inner dimension must fit in it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TmaSwizzle {
+    None,
+    B32,
+    B64,
+    B128,
+}
+
+/// A tiled 2-D view of a row-major matrix for NVIDIA's tensor memory accelerator (TMA):
+/// the description the CUDA launch encodes (`cuTensorMapEncodeTiled`) into the 128-byte
+/// `CUtensorMap` a kernel takes as a `const __grid_constant__` parameter. Boxes that
+/// reach past the matrix are zero-filled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TensorMap2d {
+    /// Device address of element (0, 0); 16-byte aligned.
+    pub ptr: u64,
+    pub element: TmaElement,
+    /// Columns (the contiguous dimension) and rows.
+    pub cols: u64,
+    pub rows: u64,
+    /// Bytes between rows; a multiple of 16.
+    pub row_bytes: u64,
+    /// The box one copy moves: columns and rows, each 1..=256.
+    pub box_cols: u32,
+    pub box_rows: u32,
+    pub swizzle: TmaSwizzle,
+}
+
+impl TensorMap2d {
+    /// Checks the rules the encoder enforces, so a bad map is refused before launch;
+    /// the error names `name`.
+    pub fn check(&self, name: &str) -> Result<()> {
+        let why = if self.ptr == 0 || !self.ptr.is_multiple_of(16) {
+            format!("address {:#x} is not a 16-byte aligned device pointer", self.ptr)
+        } else if !self.row_bytes.is_multiple_of(16) || self.row_bytes >= 1 << 40 {
+            format!(
+                "a row stride of {} bytes is not a multiple of 16 below 2^40",
+                self.row_bytes
+            )
+        } else if self.rows > 1 && self.row_bytes < self.cols * self.element.size() {
+            format!("a row stride of {} bytes is shorter than a row", self.row_bytes)
+        } else if self.cols == 0 || self.rows == 0 || self.cols > 1 << 32 || self.rows > 1 << 32 {
+            format!(
+                "{}x{} elements is outside 1..=2^32 per dimension",
+                self.rows, self.cols
+            )
+        } else if !(1..=256).contains(&self.box_cols) || !(1..=256).contains(&self.box_rows) {
+            format!(
+                "a box of {}x{} is outside 1..=256 per dimension",
+                self.box_rows, self.box_cols
+            )
+        } else if !(u64::from(self.box_cols) * self.element.size()).is_multiple_of(16) {
+            format!(
+                "a box row of {} elements is not a multiple of 16 bytes",
+                self.box_cols
+            )
+        } else if u64::from(self.box_cols) * self.element.size()
+            > match self.swizzle {
+                TmaSwizzle::None => u64::MAX,
+                TmaSwizzle::B32 => 32,
+                TmaSwizzle::B64 => 64,
+                TmaSwizzle::B128 => 128,
+            }
+        {
+            format!(
+                "a box row of {} elements exceeds the {:?} swizzle span",
+                self.box_cols, self.swizzle
+            )
+        } else {
+            return Ok(());
+        };
+        Err(Error::invalid(name, format!("tensor map: {why}")))
+    }
+}
+
 /// Kernel arguments for `Kernel::launch_raw` (CUDA) and `HipKernel::launch` (AMD), held
-/// inline (no allocation): raw device pointers and scalars, in the kernel's parameter order.
+/// inline (no allocation): raw device pointers and scalars, in the kernel's parameter
+/// order, and up to [`MAX_TENSOR_MAPS`] TMA descriptions ([`TensorMap2d`], CUDA only:
+/// the launch encodes each into the `CUtensorMap` parameter at its place).
 ///
 /// ```
 /// use kernels_core::KernelArgs;
@@ -159,6 +259,9 @@ pub struct KernelArgs {
     pub(crate) slots: [u64; MAX_KERNEL_ARGS],
     pub(crate) len: usize,
     pub(crate) overflow: bool,
+    /// Bit i set: argument i is `maps[slots[i]]`, a tensor map, not a scalar.
+    pub(crate) map_args: u32,
+    pub(crate) maps: [Option<TensorMap2d>; MAX_TENSOR_MAPS],
 }
 
 impl Default for KernelArgs {
@@ -174,6 +277,8 @@ impl KernelArgs {
             slots: [0; MAX_KERNEL_ARGS],
             len: 0,
             overflow: false,
+            map_args: 0,
+            maps: [None; MAX_TENSOR_MAPS],
         }
     }
 
@@ -216,6 +321,32 @@ impl KernelArgs {
         self.push(v.to_bits())
     }
 
+    /// A `const __grid_constant__ CUtensorMap` parameter, encoded from `map` at launch
+    /// (CUDA only; other backends refuse the arguments). Check the map first with
+    /// [`TensorMap2d::check`].
+    pub fn tensor_map(&mut self, map: TensorMap2d) -> &mut Self {
+        let used = self.map_args.count_ones() as usize;
+        if used == MAX_TENSOR_MAPS || self.len == MAX_KERNEL_ARGS {
+            self.overflow = true;
+            return self;
+        }
+        self.maps[used] = Some(map);
+        self.map_args |= 1 << self.len;
+        self.push(used as u64)
+    }
+
+    /// The tensor maps pushed, with their parameter positions.
+    pub fn tensor_maps(&self) -> impl Iterator<Item = (usize, &TensorMap2d)> {
+        (0..self.len)
+            .filter(|i| self.map_args & (1 << i) != 0)
+            .filter_map(|i| self.maps[self.slots[i] as usize].as_ref().map(|m| (i, m)))
+    }
+
+    /// Whether any argument is a tensor map.
+    pub fn has_tensor_maps(&self) -> bool {
+        self.map_args != 0
+    }
+
     /// Number of arguments pushed.
     pub fn len(&self) -> usize {
         self.len
@@ -227,7 +358,8 @@ impl KernelArgs {
     }
 
     /// The pushed arguments, one 8-byte slot each (a pointer, or a scalar's bits in
-    /// the low bytes), in parameter order.
+    /// the low bytes; a tensor map's index among [`KernelArgs::tensor_maps`]), in
+    /// parameter order.
     pub fn slots(&self) -> &[u64] {
         &self.slots[..self.len]
     }
@@ -241,7 +373,10 @@ impl KernelArgs {
 /// Two argument lists are equal when they pass the same bytes to the kernel.
 impl PartialEq for KernelArgs {
     fn eq(&self, other: &KernelArgs) -> bool {
-        self.slots() == other.slots() && self.overflow == other.overflow
+        self.slots() == other.slots()
+            && self.overflow == other.overflow
+            && self.map_args == other.map_args
+            && self.maps == other.maps
     }
 }
 
@@ -287,6 +422,68 @@ mod tests {
                 .unwrap_err(),
         );
         assert!(e.contains("cluster") && e.contains("A100"), "{e}");
+    }
+
+    fn map() -> TensorMap2d {
+        TensorMap2d {
+            ptr: 0x7f00_0000_0000,
+            element: TmaElement::Bf16,
+            cols: 4096,
+            rows: 100,
+            row_bytes: 8192,
+            box_cols: 64,
+            box_rows: 128,
+            swizzle: TmaSwizzle::B128,
+        }
+    }
+
+    #[test]
+    fn tensor_maps_sit_among_the_scalars_and_are_checked() {
+        let mut a = KernelArgs::new();
+        a.ptr(1)
+            .tensor_map(map())
+            .i32(3)
+            .tensor_map(TensorMap2d { rows: 7, ..map() });
+        assert_eq!(a.len(), 4);
+        assert!(a.has_tensor_maps() && !a.overflowed());
+        let got: Vec<_> = a.tensor_maps().map(|(i, m)| (i, m.rows)).collect();
+        assert_eq!(got, [(1, 100), (3, 7)]);
+        let mut b = KernelArgs::new();
+        b.ptr(1).tensor_map(map()).i32(3).tensor_map(map());
+        assert_ne!(a, b, "equal slots, different maps");
+        let mut full = KernelArgs::new();
+        for _ in 0..=MAX_TENSOR_MAPS {
+            full.tensor_map(map());
+        }
+        assert!(full.overflowed());
+
+        assert!(map().check("a").is_ok());
+        for bad in [
+            TensorMap2d {
+                ptr: 0x7f00_0000_0008,
+                ..map()
+            },
+            TensorMap2d {
+                row_bytes: 8194,
+                ..map()
+            },
+            TensorMap2d {
+                row_bytes: 4096,
+                ..map()
+            },
+            TensorMap2d {
+                box_cols: 128,
+                ..map()
+            },
+            TensorMap2d {
+                box_rows: 512,
+                ..map()
+            },
+            TensorMap2d { box_cols: 4, ..map() },
+        ] {
+            let e = bad.check("b").unwrap_err().to_string();
+            assert!(e.contains('b') && e.contains("tensor map"), "{e}");
+        }
     }
 
     #[test]

@@ -10,7 +10,10 @@ mod plan;
 mod shape;
 mod variant;
 
-pub use args::{KernelArgs, LaunchDims, MAX_CLUSTER, MAX_KERNEL_ARGS, MAX_PORTABLE_CLUSTER};
+pub use args::{
+    KernelArgs, LaunchDims, TensorMap2d, TmaElement, TmaSwizzle, MAX_CLUSTER, MAX_KERNEL_ARGS,
+    MAX_PORTABLE_CLUSTER, MAX_TENSOR_MAPS,
+};
 #[cfg(feature = "cuda")]
 pub use element::{alloc_random, Element};
 pub use element::{decode, encode, pseudo_random};

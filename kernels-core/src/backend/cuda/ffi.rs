@@ -283,6 +283,53 @@ pub(crate) unsafe fn launch(
         .map_err(|e| driver_error("cuLaunchKernelEx", e))
 }
 
+/// `cuTensorMapEncodeTiled` of a 2-D map (no interleave, 256-byte L2 promotion,
+/// zero fill out of bounds); the map is checked first, so an error names `name`.
+pub(crate) fn encode_tensor_map(map: &crate::launch::TensorMap2d, name: &str) -> Result<dsys::CUtensorMap> {
+    use crate::launch::{TmaElement, TmaSwizzle};
+    use dsys::CUtensorMapDataType_enum as D;
+    use dsys::CUtensorMapSwizzle_enum as S;
+    map.check(name)?;
+    let dtype = match map.element {
+        TmaElement::Bf16 => D::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        TmaElement::F16 => D::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        TmaElement::F32 => D::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+    };
+    let swizzle = match map.swizzle {
+        TmaSwizzle::None => S::CU_TENSOR_MAP_SWIZZLE_NONE,
+        TmaSwizzle::B32 => S::CU_TENSOR_MAP_SWIZZLE_32B,
+        TmaSwizzle::B64 => S::CU_TENSOR_MAP_SWIZZLE_64B,
+        TmaSwizzle::B128 => S::CU_TENSOR_MAP_SWIZZLE_128B,
+    };
+    let dims = [map.cols, map.rows];
+    let strides = [map.row_bytes];
+    let boxes = [map.box_cols, map.box_rows];
+    let element_strides = [1u32, 1];
+    // SAFETY: all-zero is a valid (unencoded) CUtensorMap, which the call overwrites.
+    let mut out: dsys::CUtensorMap = unsafe { std::mem::zeroed() };
+    // SAFETY: every pointer is to a live local of the rank the call reads (2 dims, 1
+    // stride); the global address is only recorded, not dereferenced, here.
+    let r = unsafe {
+        dsys::cuTensorMapEncodeTiled(
+            &mut out,
+            dtype,
+            2,
+            map.ptr as *mut c_void,
+            dims.as_ptr(),
+            strides.as_ptr(),
+            boxes.as_ptr(),
+            element_strides.as_ptr(),
+            dsys::CUtensorMapInterleave_enum::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            swizzle,
+            dsys::CUtensorMapL2promotion_enum::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            dsys::CUtensorMapFloatOOBfill_enum::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    };
+    r.result()
+        .map_err(|e| driver_error("cuTensorMapEncodeTiled", e))?;
+    Ok(out)
+}
+
 /// `cuMemcpyDtoDAsync`.
 ///
 /// # Safety

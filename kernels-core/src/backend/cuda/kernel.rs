@@ -212,6 +212,15 @@ impl CudaKernel {
         for (p, s) in params.iter_mut().zip(slots.iter_mut()) {
             *p = s as *mut u64 as *mut c_void;
         }
+        // Tensor maps are encoded here, on the stack (the driver copies parameters at
+        // launch), so the arguments stay plain data and a launch allocates nothing.
+        // SAFETY: all-zero is a valid (unencoded) CUtensorMap.
+        let mut maps: [cudarc::driver::sys::CUtensorMap; crate::launch::MAX_TENSOR_MAPS] =
+            unsafe { std::mem::zeroed() };
+        for (slot, (at, map)) in maps.iter_mut().zip(args.tensor_maps()) {
+            *slot = ffi::encode_tensor_map(map, "args")?;
+            params[at] = slot as *mut _ as *mut c_void;
+        }
         self.ctx
             .bind_to_thread()
             .map_err(|e| driver_error("cuCtxSetCurrent", e))?;

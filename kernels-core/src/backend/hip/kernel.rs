@@ -88,6 +88,12 @@ impl HipKernel {
                 format!("more than {MAX_KERNEL_ARGS} kernel arguments"),
             ));
         }
+        if args.has_tensor_maps() {
+            return Err(Error::invalid(
+                "args",
+                "tensor maps (TMA) are NVIDIA-only; AMD kernels take none",
+            ));
+        }
         dims.validate(&self.limits)
     }
 

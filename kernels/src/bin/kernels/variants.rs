@@ -164,7 +164,11 @@ pub fn reachable(target: Target, shapes_dir: &Path) -> Result<Vec<VariantJob>, S
     )?;
     // GEMM's device code is NVIDIA-only (mma.sync PTX); AMD targets serve none of it.
     if target.vendor() == tuned::Vendor::Nvidia {
-        let gemm = ["kernels-gemm/cuda/gemm_ptx.cuh", "kernels-gemm/cuda/gemm.cu"];
+        let gemm = [
+            "kernels-gemm/cuda/gemm_ptx.cuh",
+            "kernels-gemm/cuda/gemm_wgmma.cuh",
+            "kernels-gemm/cuda/gemm.cu",
+        ];
         jobs_of::<kernels_gemm::Gemm>(target, &info, &gemm, shapes_dir, "gemm.json", &mut jobs)?;
     }
     // One job per distinct compile (the name of the first origin is kept).
