@@ -173,3 +173,136 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod space_tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::plan::{step_variant, Step};
+    use tuned::DType;
+
+    /// (experts, n, k, topk) of ../shared/models.json's MoE models, and small shapes.
+    const MODEL_KEYS: &[(u32, u32, u32, u32)] = &[
+        (8, 14336, 4096, 2),
+        (8, 7168, 4096, 2),
+        (128, 768, 2048, 8),
+        (256, 2048, 7168, 8),
+        (256, 256, 7168, 8),
+        (128, 96, 128, 8),
+        (8, 128, 256, 2),
+    ];
+
+    const TOKENS: &[u64] = &[1, 2, 4, 16, 64, 256, 1024, 4096, 8192];
+
+    #[test]
+    fn the_space_is_valid_bounded_and_holds_every_default() {
+        for t in [Target::Sm80, Target::Sm90] {
+            for &(experts, n, k, topk) in MODEL_KEYS {
+                for dtype in [DType::Bf16, DType::F16] {
+                    let key = MoeKey {
+                        dtype,
+                        experts,
+                        n,
+                        k,
+                        topk,
+                    };
+                    for &tokens in TOKENS {
+                        let space = space::search_space(t, &key, tokens);
+                        assert!(
+                            !space.is_empty() && space.len() <= 400,
+                            "{t} {key:?} {tokens}: {}",
+                            space.len()
+                        );
+                        for c in &space {
+                            assert!(schema::check_config(&c.values()).is_ok(), "{c:?}");
+                            assert_eq!(MoeConfig::from_values(&c.values()).unwrap(), *c);
+                            assert!(Moe::accepts(t, &key, tokens, c));
+                        }
+                        let d = analytic_default(t, &key, tokens);
+                        assert!(
+                            space.contains(&d),
+                            "{t} {key:?} tokens={tokens}: default {d} not in the space"
+                        );
+                    }
+                }
+            }
+        }
+        let key = MoeKey {
+            dtype: DType::Bf16,
+            experts: 8,
+            n: 14336,
+            k: 4096,
+            topk: 2,
+        };
+        assert!(space::search_space(Target::Gfx942, &key, 16).is_empty());
+        assert!(!plan::has_kernel(Target::Gfx942));
+    }
+
+    /// Every compiled variant a search over the model keys can time on sm_80 and sm_90,
+    /// every step, both dtypes.
+    fn reachable_variants() -> BTreeSet<String> {
+        let mut out = BTreeSet::new();
+        for t in [Target::Sm80, Target::Sm90] {
+            for &(experts, n, k, topk) in MODEL_KEYS {
+                for dtype in [DType::Bf16, DType::F16] {
+                    let key = MoeKey {
+                        dtype,
+                        experts,
+                        n,
+                        k,
+                        topk,
+                    };
+                    for c in space::search_space(t, &key, 1 << 20) {
+                        for step in Step::ALL {
+                            out.insert(step_variant(&key, &c, step).to_string());
+                        }
+                    }
+                }
+            }
+        }
+        for dtype in [DType::F32, DType::Bf16, DType::F16] {
+            for s in [
+                plan::Scoring::Softmax { renormalize: true },
+                plan::Scoring::Grouped {
+                    n_group: 8,
+                    topk_group: 4,
+                    renormalize: true,
+                    scale: 1.0,
+                    bias: None,
+                },
+            ] {
+                out.insert(plan::routing_variant(dtype, &s).to_string());
+            }
+        }
+        out
+    }
+
+    /// Writes the reachable variants as an `scripts/nvrtc_check.py` input list to the
+    /// file named by MOE_VARIANTS_JSON (for compiling them all without a GPU).
+    #[test]
+    fn reachable_variants_are_listed_for_nvrtc() {
+        let all = reachable_variants();
+        assert!(all.len() > 50, "{}", all.len());
+        let Ok(path) = std::env::var("MOE_VARIANTS_JSON") else {
+            return;
+        };
+        let items: Vec<String> = all
+            .iter()
+            .map(|v| {
+                let mut parts = v.split(' ');
+                let entry = parts.next().unwrap_or_default();
+                let defines: Vec<String> = parts
+                    .filter_map(|d| d.strip_prefix("-D"))
+                    .filter_map(|d| d.split_once('='))
+                    .map(|(n, v)| format!("\"{n}\": {v}"))
+                    .collect();
+                format!(
+                    "{{\"sources\": [\"kernels-prelude/cuda/prelude.cuh\", \"kernels-gemm/cuda/gemm_ptx.cuh\", \"kernels-moe/cuda/moe.cu\"], \"defines\": {{{}}}, \"kernels\": [\"{entry}\"]}}",
+                    defines.join(", ")
+                )
+            })
+            .collect();
+        std::fs::write(&path, format!("[\n{}\n]\n", items.join(",\n"))).unwrap();
+    }
+}

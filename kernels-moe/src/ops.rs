@@ -54,6 +54,37 @@ pub fn prepare<B: Backend>(
     })
 }
 
+/// [`prepare`] with an explicit `config` instead of the policy's (tests, benchmarks,
+/// A/B runs); its source reads `Default`. A config the space does not accept on this
+/// device is an error naming `config`.
+pub fn prepare_config<B: Backend>(
+    rt: &Runtime<B>,
+    stream: &B::Stream,
+    key: &MoeKey,
+    config: MoeConfig,
+) -> Result<MoePrepared<B>> {
+    if !crate::space::fits(rt.info().tuning_target(), key, &config) {
+        return Err(Error::invalid(
+            "config",
+            format!("{config} does not fit {key:?} on {}", rt.info().name),
+        ));
+    }
+    let load = |step: Step| rt.kernel(stream, &SOURCE, &step_variant(key, &config, step));
+    Ok(MoePrepared {
+        kernels: [
+            load(Step::Align)?,
+            load(Step::GateUp)?,
+            load(Step::Down)?,
+            load(Step::Combine)?,
+        ],
+        resolved: Resolved {
+            config,
+            source: tuned::Source::Default,
+        },
+        key: *key,
+    })
+}
+
 impl<B: Backend> MoePrepared<B> {
     /// Enqueues align, gate-up GEMM, down GEMM and combine for `problem` on `stream`.
     /// Every step's arguments are checked before the first launch, so an error (naming

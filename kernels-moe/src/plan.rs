@@ -709,3 +709,179 @@ unsafe impl PlannedKernel for Moe {
 pub fn has_kernel(target: Target) -> bool {
     target.vendor() == Vendor::Nvidia
 }
+
+#[cfg(test)]
+mod tests {
+    //! Argument checks run before anything touches a device, so they are tested here
+    //! with made-up (never dereferenced) device addresses.
+    use super::*;
+
+    const GB: u64 = 1 << 30;
+    const T: usize = 5;
+    const E: usize = 8;
+    const N: usize = 64;
+    const K: usize = 128;
+    const TOPK: usize = 2;
+
+    struct Args {
+        dtype: DType,
+        dims: (usize, usize, usize, usize, usize),
+        bufs: [Buffer; 6],
+        ws: (u64, usize),
+    }
+
+    fn ok() -> Args {
+        let dims = (T, E, N, K, TOPK);
+        let key = MoeKey {
+            dtype: DType::Bf16,
+            experts: E as u32,
+            n: N as u32,
+            k: K as u32,
+            topk: TOPK as u32,
+        };
+        Args {
+            dtype: DType::Bf16,
+            dims,
+            bufs: [
+                Buffer::new(GB, T * K),
+                Buffer::new(2 * GB, E * 2 * N * K),
+                Buffer::new(3 * GB, E * K * N),
+                Buffer::new(4 * GB, T * TOPK),
+                Buffer::new(5 * GB, T * TOPK),
+                Buffer::new(6 * GB, T * K),
+            ],
+            ws: (7 * GB, crate::workspace_bytes(&key, T as u64)),
+        }
+    }
+
+    fn build(a: &Args) -> Result<MoeProblem<'static>> {
+        let [h, w13, w2, ids, w, out] = a.bufs;
+        unsafe { MoeProblem::raw(a.dtype, a.dims, h, w13, w2, ids, w, out, a.ws) }
+    }
+
+    fn bad_arg(a: &Args) -> String {
+        match build(a) {
+            Err(Error::InvalidArgument { name, .. }) => name,
+            Err(e) => panic!("not an argument error: {e}"),
+            Ok(_) => panic!("bad input was accepted"),
+        }
+    }
+
+    #[test]
+    fn each_bad_argument_is_named() {
+        assert!(build(&ok()).is_ok());
+        let with = |f: &dyn Fn(&mut Args)| {
+            let mut a = ok();
+            f(&mut a);
+            bad_arg(&a)
+        };
+        assert_eq!(with(&|a| a.dtype = DType::F32), "dtype");
+        assert_eq!(with(&|a| a.dims.0 = 0), "tokens");
+        assert_eq!(with(&|a| a.dims.1 = 0), "experts");
+        assert_eq!(with(&|a| a.dims.1 = 5000), "experts");
+        assert_eq!(with(&|a| a.dims.2 = 60), "n");
+        assert_eq!(with(&|a| a.dims.3 = 0), "k");
+        assert_eq!(with(&|a| a.dims.4 = 9), "topk");
+        let names = ["hidden", "w13", "w2", "topk_ids", "topk_weights", "out"];
+        for (i, name) in names.iter().enumerate() {
+            assert_eq!(with(&|a| a.bufs[i].len -= 1), *name);
+            assert_eq!(with(&|a| a.bufs[i].ptr += 2), *name, "misaligned {name}");
+            assert_eq!(with(&|a| a.bufs[i].ptr = 0), *name, "null {name}");
+        }
+        assert_eq!(with(&|a| a.ws.1 -= 1), "workspace");
+        assert_eq!(with(&|a| a.ws.0 += 16), "workspace");
+        // out over an input, the workspace over out.
+        assert_eq!(with(&|a| a.bufs[5].ptr = GB + 16), "out");
+        assert_eq!(with(&|a| a.ws.0 = 6 * GB), "workspace");
+    }
+
+    #[test]
+    fn routing_arguments_are_checked() {
+        let r = |topk: usize, scoring: Scoring| unsafe {
+            RoutingProblem::raw(
+                DType::F32,
+                T,
+                64,
+                topk,
+                Buffer::new(GB, T * 64),
+                Buffer::new(2 * GB, T * topk),
+                Buffer::new(3 * GB, T * topk),
+                scoring,
+            )
+        };
+        let grouped = |n_group, topk_group| Scoring::Grouped {
+            n_group,
+            topk_group,
+            renormalize: true,
+            scale: 2.5,
+            bias: Some(Buffer::new(4 * GB, 64)),
+        };
+        assert!(r(8, Scoring::Softmax { renormalize: true }).is_ok());
+        assert!(r(8, grouped(8, 4)).is_ok());
+        let name = |x: Result<RoutingProblem<'static>>| match x {
+            Err(Error::InvalidArgument { name, .. }) => name,
+            _ => panic!("accepted"),
+        };
+        assert_eq!(name(r(0, Scoring::Softmax { renormalize: true })), "topk");
+        assert_eq!(name(r(8, grouped(7, 4))), "n_group");
+        assert_eq!(name(r(8, grouped(8, 0))), "topk_group");
+        // Two groups of 8 experts cannot hold 20 choices.
+        assert_eq!(name(r(20, grouped(8, 2))), "topk_group");
+    }
+
+    #[test]
+    fn the_steps_carry_the_kernel_abi_and_spare_slots_cover_any_routing() {
+        let p = build(&ok()).unwrap();
+        let info = DeviceInfo::nominal(Target::Sm90).unwrap();
+        let c = crate::analytic_default(Target::Sm90, &p.key, T as u64);
+        let up = step_plan(&info, &c, &p, Step::GateUp).unwrap();
+        assert!(up
+            .variant
+            .to_string()
+            .starts_with("moe_gemm -DSTEP=4 -DDTYPE=2 -DBM=16"));
+        let ws = 7 * GB;
+        let l = p.layout;
+        assert_eq!(
+            up.args.slots(),
+            &[
+                GB,
+                2 * GB,
+                ws + l.intermediate as u64,
+                ws,
+                ws + l.sorted as u64,
+                0,
+                8,
+                2,
+                64,
+                128
+            ]
+        );
+        // 10 pairs over 8 experts in tiles of 16: at most 8 tiles; 64 / 64 column tiles.
+        assert_eq!(up.dims.grid, (8, 1, 1));
+        let down = step_plan(&info, &c, &p, Step::Down).unwrap();
+        assert_eq!(down.dims.grid, (8, 2, 1));
+        assert_eq!(down.args.slots()[5], 5 * GB);
+        let combine = step_plan(&info, &c, &p, Step::Combine).unwrap();
+        assert_eq!(combine.dims.grid, (T as u32, 1, 1));
+        // The slots bound every routing: tiles summed over experts never exceed it.
+        for (pairs, experts, bm) in [
+            (1u64, 8u32, 16u32),
+            (10, 8, 16),
+            (64, 128, 16),
+            (4096, 8, 128),
+            (300, 256, 64),
+        ] {
+            let slots = row_tile_slots(pairs, experts, bm);
+            // Worst case: as many experts as possible hold one pair, the rest on one.
+            let nonempty = pairs.min(experts as u64);
+            let worst = (nonempty - 1) + (pairs - (nonempty - 1)).div_ceil(bm as u64);
+            assert!(slots >= worst, "{pairs} {experts} {bm}: {slots} < {worst}");
+        }
+        // AMD devices are refused.
+        let mi300 = DeviceInfo {
+            amd_arch: Some("gfx942".into()),
+            ..info
+        };
+        assert!(step_plan(&mi300, &c, &p, Step::Align).is_err());
+    }
+}
