@@ -122,7 +122,7 @@ fn aligned(name: &str, ptr: u64, bytes: u64, why: &str) -> Result<()> {
     if ptr == 0 {
         return Err(Error::invalid(name, "is a null device pointer"));
     }
-    if ptr % bytes != 0 {
+    if !ptr.is_multiple_of(bytes) {
         return Err(Error::invalid(
             name,
             format!("address {ptr:#x} is not {bytes}-byte aligned, which {why} needs"),
@@ -361,7 +361,7 @@ impl<'a> RoutingProblem<'a> {
         } = scoring
         {
             let g = n_group as usize;
-            if g == 0 || g > 32 || experts % g != 0 {
+            if g == 0 || g > 32 || !experts.is_multiple_of(g) {
                 return Err(Error::invalid(
                     "n_group",
                     format!("{n_group}: 1..=32 groups that divide {experts} experts"),

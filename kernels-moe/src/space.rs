@@ -24,8 +24,8 @@ pub fn fits(target: Target, key: &MoeKey, c: &MoeConfig) -> bool {
     let (wm, wn) = (c.warps_m(), c.warps_n());
     target.vendor() == Vendor::Nvidia
         && wm * wn == c.warps
-        && c.block_m % (16 * wm) == 0
-        && c.block_n % (16 * wn) == 0
+        && c.block_m.is_multiple_of(16 * wm)
+        && c.block_n.is_multiple_of(16 * wn)
         && c.accumulators() <= 128
         && c.smem_bytes(key.dtype) <= smem_limit(target)
         && c.block_k <= key.k.next_multiple_of(32).max(32)
