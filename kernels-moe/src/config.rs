@@ -33,13 +33,14 @@ impl MoeKey {
     }
 }
 
-/// A fused-MoE launch configuration (the parameters SGLang's tuned files carry).
+/// A fused-MoE launch configuration, shared by both grouped GEMMs: `block_m` rows of
+/// one expert's pairs by `block_n` output columns per block, `block_k` per pipeline
+/// step, `warps` warps, `stages` shared-memory stages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct MoeConfig {
     pub block_m: u32,
     pub block_n: u32,
     pub block_k: u32,
-    pub group_m: u32,
     pub warps: u32,
     pub stages: u32,
 }
@@ -52,34 +53,61 @@ impl MoeConfig {
             block_m: v(0),
             block_n: v(1),
             block_k: v(2),
-            group_m: v(3),
-            warps: v(4),
-            stages: v(5),
+            warps: v(3),
+            stages: v(4),
         })
     }
 
     pub fn values(&self) -> Vec<Value> {
-        [
-            self.block_m,
-            self.block_n,
-            self.block_k,
-            self.group_m,
-            self.warps,
-            self.stages,
-        ]
-        .into_iter()
-        .map(|x| Value::Int(x as i64))
-        .collect()
+        [self.block_m, self.block_n, self.block_k, self.warps, self.stages]
+            .into_iter()
+            .map(|x| Value::Int(x as i64))
+            .collect()
     }
 
+    /// Warps along m: two once a tile has 64 rows or more, so each warp's rows stay
+    /// at 16-32 and its accumulators in registers.
+    pub fn warps_m(&self) -> u32 {
+        if self.block_m >= 64 {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Warps along n.
+    pub fn warps_n(&self) -> u32 {
+        self.warps / self.warps_m()
+    }
+
+    /// Threads per block.
+    pub fn threads(&self) -> u32 {
+        self.warps * 32
+    }
+
+    /// Dynamic shared memory of the gate-up GEMM (two weight tiles per stage; the down
+    /// GEMM takes less): rows padded by 8 elements.
     pub fn smem_bytes(&self, dtype: DType) -> usize {
-        (self.block_m + self.block_n) as usize * self.block_k as usize * dtype.size() * self.stages as usize
+        self.stage_bytes(dtype, 2) * self.stages as usize
+    }
+
+    /// One pipeline stage with `weight_tiles` weight tiles.
+    pub fn stage_bytes(&self, dtype: DType, weight_tiles: u32) -> usize {
+        let rows = (self.block_m + weight_tiles * self.block_n) as usize;
+        rows * (self.block_k as usize + 8) * dtype.size()
+    }
+
+    /// fp32 accumulators per thread in the gate-up GEMM (gate and up).
+    pub fn accumulators(&self) -> u32 {
+        let mi = self.block_m / self.warps_m() / 16;
+        let nj = self.block_n / self.warps_n().max(1) / 8;
+        2 * mi * nj * 4
     }
 }
 
 impl std::fmt::Display for MoeConfig {
     /// The parameters by name, as `kernels plan` prints them:
-    /// `block_m=64 block_n=128 block_k=64 group_m=8 warps=4 stages=3`.
+    /// `block_m=64 block_n=128 block_k=64 warps=4 stages=3`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         tuned::write_config(f, MOE.param_names().zip(&self.values()))
     }
@@ -98,13 +126,12 @@ mod display_tests {
             block_m: 64,
             block_n: 128,
             block_k: 64,
-            group_m: 8,
             warps: 4,
             stages: 3,
         };
         assert_eq!(
             c.to_string(),
-            "block_m=64 block_n=128 block_k=64 group_m=8 warps=4 stages=3"
+            "block_m=64 block_n=128 block_k=64 warps=4 stages=3"
         );
         // What `kernels plan` prints for a call (the resolution by name) is the resolved
         // config's Display.

@@ -4,8 +4,10 @@
 
 use tuned::{int_param, param_index, Field, KernelSchema, Value};
 
-/// Fused MoE expert GEMM: key (dtype, experts, n = intermediate, k = hidden, topk),
-/// batch = tokens.
+/// Fused MoE expert GEMMs: key (dtype, experts, n = intermediate, k = hidden, topk),
+/// batch = tokens. The parameters are the tile of both grouped GEMMs (rows of
+/// expert-grouped pairs, output columns, k step), the warps of a block and the depth of
+/// the shared-memory pipeline.
 pub static MOE: KernelSchema = KernelSchema {
     kernel: "moe",
     key: &[
@@ -19,7 +21,6 @@ pub static MOE: KernelSchema = KernelSchema {
         Field::int("block_m"),
         Field::int("block_n"),
         Field::int("block_k"),
-        Field::int("group_m"),
         Field::int("warps"),
         Field::int("stages"),
     ],
@@ -27,15 +28,13 @@ pub static MOE: KernelSchema = KernelSchema {
 
 pub const BLOCK_M: &[i64] = &[16, 32, 64, 128];
 pub const BLOCK_N: &[i64] = &[32, 64, 128, 256];
-pub const BLOCK_K: &[i64] = &[32, 64, 128, 256];
-pub const GROUP_M: &[i64] = &[1, 4, 8, 16, 32];
+pub const BLOCK_K: &[i64] = &[32, 64, 128];
 pub const WARPS: &[i64] = &[4, 8];
 pub const STAGES: &[i64] = &[2, 3, 4, 5];
 
 pub const BLOCK_M_AT: usize = param_index(&MOE, "block_m");
 pub const BLOCK_N_AT: usize = param_index(&MOE, "block_n");
 pub const BLOCK_K_AT: usize = param_index(&MOE, "block_k");
-pub const GROUP_M_AT: usize = param_index(&MOE, "group_m");
 pub const WARPS_AT: usize = param_index(&MOE, "warps");
 pub const STAGES_AT: usize = param_index(&MOE, "stages");
 
@@ -45,7 +44,6 @@ pub fn check_config(values: &[Value]) -> Result<(), String> {
     int_param(s, values, BLOCK_M_AT, BLOCK_M)?;
     int_param(s, values, BLOCK_N_AT, BLOCK_N)?;
     int_param(s, values, BLOCK_K_AT, BLOCK_K)?;
-    int_param(s, values, GROUP_M_AT, GROUP_M)?;
     int_param(s, values, WARPS_AT, WARPS)?;
     int_param(s, values, STAGES_AT, STAGES)?;
     Ok(())

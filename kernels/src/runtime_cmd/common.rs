@@ -110,6 +110,7 @@ pub mod cuda {
             &kernels_rmsnorm::ops::RMSNORM_TUNABLE,
             &kernels_rmsnorm::ops::FUSED_ADD_RMSNORM_TUNABLE,
             &kernels_gemm::ops::GEMM_TUNABLE,
+            &kernels_moe::ops::MOE_TUNABLE,
         ]
     }
 

@@ -1,0 +1,215 @@
+//! Fused MoE on the GPU, graph-timed per call (align, gate-up GEMM, down GEMM,
+//! combine), at the Mixtral-8x7B and Qwen3-30B-A3B shapes of ../shared/models.json.
+//! Four routings (uniform, distinct experts per token) rotate through the graph, as
+//! SGLang's bench does, so a small T's active experts do not sit in L2. Times the
+//! analytic default and a sample of the search space; prints one JSON line per shape.
+//!
+//! `cargo run --release -p kernels-moe --example moe_bench -- [tokens,...]`
+
+use std::sync::Arc;
+
+use kernels_core::backend::cuda::GraphTimer;
+use kernels_core::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use kernels_core::launch::{encode, pseudo_random};
+use kernels_core::{CudaDevice, CudaRuntime, Result};
+use kernels_moe::ops::{prepare_config, MoePrepared};
+use kernels_moe::plan::{step_variant, Buffer, MoeProblem, Step, SOURCE};
+use kernels_moe::{analytic_default, space, workspace_bytes, MoeConfig, MoeKey};
+use tuned::{DType, Target};
+
+const MODELS: &[(&str, u32, u32, u32, u32)] = &[
+    // name, experts, topk, hidden (k), intermediate (n)
+    ("Mixtral-8x7B", 8, 2, 4096, 14336),
+    ("Qwen3-30B-A3B", 128, 8, 2048, 768),
+];
+const ROUTINGS: usize = 4;
+const SAMPLE: usize = 6;
+
+fn ptr(s: &CudaSlice<u8>, stream: &CudaStream) -> u64 {
+    s.device_ptr(stream).0
+}
+
+/// A device buffer of `bytes` filled by tiling a random block.
+fn random_device(stream: &Arc<CudaStream>, bytes: usize, seed: u64, scale: f32) -> CudaSlice<u8> {
+    let block = stream
+        .clone_htod(&encode(DType::Bf16, &pseudo_random(1 << 22, seed, scale, 0.0)))
+        .expect("htod");
+    let mut out = stream.alloc_zeros::<u8>(bytes).expect("alloc");
+    let mut at = 0;
+    while at < bytes {
+        let len = (bytes - at).min(block.len());
+        let mut dst = out.slice_mut(at..at + len);
+        stream.memcpy_dtod(&block.slice(0..len), &mut dst).expect("dtod");
+        at += len;
+    }
+    out
+}
+
+/// `tokens` rows of `topk` distinct experts each, uniform.
+fn routing(tokens: usize, experts: u32, topk: u32, seed: u64) -> Vec<i32> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let mut out = Vec::with_capacity(tokens * topk as usize);
+    for _ in 0..tokens {
+        let mut row: Vec<i32> = Vec::new();
+        while row.len() < topk as usize {
+            let e = (next() % experts as u64) as i32;
+            if !row.contains(&e) {
+                row.push(e);
+            }
+        }
+        out.extend(row);
+    }
+    out
+}
+
+/// The default and up to SAMPLE configs spread over the space, for `tokens`.
+fn candidates(key: &MoeKey, tokens: u64) -> Vec<MoeConfig> {
+    let default = analytic_default(Target::Sm90, key, tokens);
+    let space = space::search_space(Target::Sm90, key, tokens);
+    let step = (space.len() / SAMPLE).max(1);
+    let mut out = vec![default];
+    out.extend(space.iter().step_by(step).copied().filter(|c| *c != default));
+    out
+}
+
+fn main() -> Result<()> {
+    let tokens: Vec<usize> = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "1,16,64,256,1024,4096".into())
+        .split(',')
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    let rt = CudaRuntime::new(CudaDevice::open(0)?)?;
+    let stream = rt.device().new_stream()?;
+    println!(
+        "{{\"device\": \"{}\", \"sms\": {}}}",
+        rt.info().name,
+        rt.info().sm_count
+    );
+    for &(name, experts, topk, h, i) in MODELS {
+        let key = MoeKey {
+            dtype: DType::Bf16,
+            experts,
+            n: i,
+            k: h,
+            topk,
+        };
+        let (e, n, k) = (experts as usize, i as usize, h as usize);
+        let w13 = random_device(&stream, e * 2 * n * k * 2, 1, 1.0 / (k as f32).sqrt());
+        let w2 = random_device(&stream, e * k * n * 2, 2, 1.0 / (n as f32).sqrt());
+        // Compile every candidate's steps in parallel before timing.
+        let mut jobs = Vec::new();
+        for &t in &tokens {
+            for c in candidates(&key, t as u64) {
+                for s in Step::ALL {
+                    let v = step_variant(&key, &c, s);
+                    if !jobs.iter().any(|(_, j)| *j == v) {
+                        jobs.push((SOURCE, v));
+                    }
+                }
+            }
+        }
+        for (r, (_, v)) in rt.precompile(&jobs).iter().zip(&jobs) {
+            if let Err(err) = r {
+                eprintln!("{v}: {err}");
+            }
+        }
+        for &t in &tokens {
+            let pairs = t * topk as usize;
+            let hidden = random_device(&stream, t * k * 2, 3, 1.0);
+            let out = stream.alloc_zeros::<u8>(t * k * 2).expect("alloc");
+            let ws_bytes = workspace_bytes(&key, t as u64);
+            let ws = stream.alloc_zeros::<u8>(ws_bytes).expect("alloc");
+            let sets: Vec<Vec<i32>> = (0..ROUTINGS)
+                .map(|r| routing(t, experts, topk, 10 + r as u64))
+                .collect();
+            let ids: Vec<CudaSlice<u8>> = sets
+                .iter()
+                .map(|s| {
+                    stream
+                        .clone_htod(&s.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>())
+                        .expect("htod")
+                })
+                .collect();
+            let weights = stream
+                .clone_htod(&encode(DType::F32, &vec![1.0 / topk as f32; pairs]))
+                .expect("htod");
+            // SAFETY: live allocations of the lengths given.
+            let problems: Vec<MoeProblem<'_>> = ids
+                .iter()
+                .map(|d| unsafe {
+                    MoeProblem::raw(
+                        DType::Bf16,
+                        (t, e, n, k, topk as usize),
+                        Buffer::new(ptr(&hidden, &stream), t * k),
+                        Buffer::new(ptr(&w13, &stream), e * 2 * n * k),
+                        Buffer::new(ptr(&w2, &stream), e * k * n),
+                        Buffer::new(ptr(d, &stream), pairs),
+                        Buffer::new(ptr(&weights, &stream), pairs),
+                        Buffer::new(ptr(&out, &stream), t * k),
+                        (ptr(&ws, &stream), ws_bytes),
+                    )
+                })
+                .collect::<Result<_>>()?;
+            let candidates = candidates(&key, t as u64);
+            let default = candidates[0];
+            let time = |c: MoeConfig| -> Result<f64> {
+                let prep: MoePrepared<kernels_core::Cuda> = prepare_config(&rt, &stream, &key, c)?;
+                for p in &problems {
+                    prep.launch(&stream, p)?;
+                }
+                stream
+                    .synchronize()
+                    .map_err(|e| kernels_core::Error::invalid("stream", e.to_string()))?;
+                let timer = GraphTimer::capture(&stream, 2 * ROUTINGS, ROUTINGS, &mut |r| {
+                    prep.launch(&stream, &problems[r])
+                })?;
+                let once = timer.time_us(2)?;
+                let launches =
+                    ROUTINGS * ((2000.0 / ROUTINGS as f64 / once.max(1.0)).round() as usize).clamp(1, 10);
+                let timer = GraphTimer::capture(&stream, launches, ROUTINGS, &mut |r| {
+                    prep.launch(&stream, &problems[r])
+                })?;
+                let mut us: Vec<f64> = (0..7).map(|_| timer.time_us(1)).collect::<Result<_>>()?;
+                us.sort_by(|a, b| a.total_cmp(b));
+                Ok(us[us.len() / 2])
+            };
+            let us_default = time(default)?;
+            let mut best = (us_default, default);
+            for &c in &candidates[1..] {
+                match time(c) {
+                    Ok(us) if us < best.0 => best = (us, c),
+                    Ok(_) => {}
+                    Err(err) => eprintln!("{name} T={t} {c}: {err}"),
+                }
+            }
+            let active: f64 = sets
+                .iter()
+                .map(|s| {
+                    let mut v = s.clone();
+                    v.sort();
+                    v.dedup();
+                    v.len() as f64
+                })
+                .sum::<f64>()
+                / ROUTINGS as f64;
+            let wbytes = active * 3.0 * (n * k * 2) as f64;
+            let flops = 2.0 * pairs as f64 * 3.0 * (n * k) as f64;
+            println!(
+                "{{\"model\": \"{name}\", \"T\": {t}, \"us_default\": {us_default:.2}, \"default\": \"{default}\", \"us_best\": {:.2}, \"best\": \"{}\", \"sampled\": {}, \"active_experts\": {active}, \"weight_GBps_best\": {:.0}, \"tflops_best\": {:.1}}}",
+                best.0,
+                best.1,
+                candidates.len(),
+                wbytes / best.0 / 1e3,
+                flops / best.0 / 1e6
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,202 @@
+//! The fused-MoE ops on every backend: routing ([`route`]) and the fused MoE
+//! ([`fused_moe`], or [`prepare`] once and [`MoePrepared::launch`] per call, which
+//! compiles, resolves and allocates nothing: CUDA-graph capturable). Also the
+//! [`Tunable`] implementation `kernels tune moe` searches with. The safe ops on cudarc
+//! buffers are in `crate::cuda` (feature `cuda`).
+
+use std::sync::Arc;
+
+use kernels_core::{
+    launch::{encode, pseudo_random},
+    Backend, Error, LoadedKernel, Result, Runtime, Tunable, TunableDyn,
+};
+use tuned::{DType, Resolved};
+
+use crate::plan::{
+    routing_args, routing_variant, step_args, step_variant, MoeProblem, RoutingProblem, Step, SOURCE,
+};
+use crate::{reference, Moe, MoeConfig, MoeKey};
+
+/// A resolved config with the loaded kernel of each step: what a fused-MoE launch
+/// needs, made once per (key, tokens) at start-up.
+pub struct MoePrepared<B: Backend> {
+    /// The config and where it came from.
+    pub resolved: Resolved<MoeConfig>,
+    key: MoeKey,
+    kernels: [Arc<B::Kernel>; 4],
+}
+
+/// Resolves the config for `tokens` of `key` under the runtime's policy and loads the
+/// kernels of every step (compiling on a first call; refused while `stream` captures).
+pub fn prepare<B: Backend>(
+    rt: &Runtime<B>,
+    stream: &B::Stream,
+    key: &MoeKey,
+    tokens: u64,
+) -> Result<MoePrepared<B>> {
+    let p = rt.resolve::<Moe>(stream, key, tokens)?;
+    let config = p.resolved.config;
+    let load = |step: Step| -> Result<Arc<B::Kernel>> {
+        if step == Step::GateUp {
+            return Ok(p.kernel.clone());
+        }
+        rt.kernel(stream, &SOURCE, &step_variant(key, &config, step))
+    };
+    Ok(MoePrepared {
+        kernels: [
+            load(Step::Align)?,
+            load(Step::GateUp)?,
+            load(Step::Down)?,
+            load(Step::Combine)?,
+        ],
+        resolved: p.resolved,
+        key: *key,
+    })
+}
+
+/// [`prepare`] with an explicit `config` instead of the policy's (tests, benchmarks,
+/// A/B runs); its source reads `Default`. A config the space does not accept on this
+/// device is an error naming `config`.
+pub fn prepare_config<B: Backend>(
+    rt: &Runtime<B>,
+    stream: &B::Stream,
+    key: &MoeKey,
+    config: MoeConfig,
+) -> Result<MoePrepared<B>> {
+    if !crate::space::fits(rt.info().tuning_target(), key, &config) {
+        return Err(Error::invalid(
+            "config",
+            format!("{config} does not fit {key:?} on {}", rt.info().name),
+        ));
+    }
+    let load = |step: Step| rt.kernel(stream, &SOURCE, &step_variant(key, &config, step));
+    Ok(MoePrepared {
+        kernels: [
+            load(Step::Align)?,
+            load(Step::GateUp)?,
+            load(Step::Down)?,
+            load(Step::Combine)?,
+        ],
+        resolved: Resolved {
+            config,
+            source: tuned::Source::Default,
+        },
+        key: *key,
+    })
+}
+
+impl<B: Backend> MoePrepared<B> {
+    /// Enqueues align, gate-up GEMM, down GEMM and combine for `problem` on `stream`.
+    /// Every step's arguments are checked before the first launch, so an error (naming
+    /// the argument) launches nothing. The problem's key must be the prepared one
+    /// (its tokens may differ).
+    pub fn launch(&self, stream: &B::Stream, problem: &MoeProblem<'_>) -> Result<()> {
+        if problem.key() != self.key {
+            return Err(Error::invalid(
+                "problem",
+                format!("key {:?} differs from the prepared {:?}", problem.key(), self.key),
+            ));
+        }
+        let c = &self.resolved.config;
+        let info = self.kernels[0].info();
+        let planned = [
+            step_args(info, c, problem, Step::ALL[0])?,
+            step_args(info, c, problem, Step::ALL[1])?,
+            step_args(info, c, problem, Step::ALL[2])?,
+            step_args(info, c, problem, Step::ALL[3])?,
+        ];
+        for (kernel, (dims, args)) in self.kernels.iter().zip(&planned) {
+            // SAFETY: each plan matches its step's entry point and stays within the
+            // problem's buffers (validated when the problem was built).
+            unsafe { B::launch(kernel, stream, *dims, args) }?;
+        }
+        Ok(())
+    }
+}
+
+/// Fused MoE on `stream` with the config the runtime's policy resolves: resolves and
+/// loads (memoized after the first call), then [`MoePrepared::launch`].
+pub fn fused_moe<B: Backend>(
+    rt: &Runtime<B>,
+    stream: &B::Stream,
+    problem: &MoeProblem<'_>,
+) -> Result<Resolved<MoeConfig>> {
+    let p = prepare(rt, stream, &problem.key(), problem.tokens())?;
+    p.launch(stream, problem)?;
+    Ok(p.resolved)
+}
+
+/// Routing on `stream`: `topk_ids` and `topk_weights` from router logits.
+pub fn route<B: Backend>(rt: &Runtime<B>, stream: &B::Stream, problem: &RoutingProblem<'_>) -> Result<()> {
+    let kernel = rt.kernel(
+        stream,
+        &SOURCE,
+        &routing_variant(problem.logits_dtype, &problem.scoring),
+    )?;
+    let (dims, args) = routing_args(kernel.info(), problem)?;
+    // SAFETY: the plan matches the routing entry point and stays within the problem's
+    // buffers.
+    unsafe { B::launch(&kernel, stream, dims, &args) }
+}
+
+/// The routing the tuner times: each token's topk experts consecutive from a
+/// pseudo-random start (distinct, about uniform over experts), equal weights.
+pub(crate) fn tuning_routing(key: &MoeKey, tokens: u64) -> Vec<i32> {
+    let (e, topk) = (key.experts as u64, key.topk as u64);
+    (0..tokens)
+        .flat_map(|t| {
+            let start = (t.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) % e;
+            (0..topk).map(move |j| ((start + j) % e) as i32)
+        })
+        .collect()
+}
+
+fn i32_bytes(v: &[i32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+// Safety: the inputs are hidden, w13, w2, ids, weights, out and the workspace, in the
+// order `plan::tuning_problem` reads their addresses, with the lengths it assumes; the
+// workspace holds the alignment of the ids, as the align step would write it.
+unsafe impl Tunable for Moe {
+    fn tuning_inputs(key: &MoeKey, tokens: u64) -> Vec<Vec<u8>> {
+        let (t, e, n, k, topk) = (
+            tokens as usize,
+            key.experts as usize,
+            key.n as usize,
+            key.k as usize,
+            key.topk as usize,
+        );
+        let ids = tuning_routing(key, tokens);
+        let (offsets, sorted) = reference::align(&ids, e);
+        let layout = crate::plan::WorkspaceLayout::of(key, tokens);
+        let mut ws = vec![0u8; layout.map_or(16, |l| l.bytes.max(16))];
+        if let Some(l) = layout {
+            let o = i32_bytes(&offsets);
+            ws[l.offsets..l.offsets + o.len()].copy_from_slice(&o);
+            let s = i32_bytes(&sorted);
+            ws[l.sorted..l.sorted + s.len()].copy_from_slice(&s);
+        }
+        let dt = key.dtype;
+        vec![
+            encode(dt, &pseudo_random(t * k, 41, 1.0, 0.0)),
+            encode(
+                dt,
+                &pseudo_random(e * 2 * n * k, 42, 1.0 / (k as f32).sqrt(), 0.0),
+            ),
+            encode(dt, &pseudo_random(e * k * n, 43, 1.0 / (n as f32).sqrt(), 0.0)),
+            i32_bytes(&ids),
+            encode(DType::F32, &vec![1.0 / topk as f32; t * topk]),
+            encode(dt, &vec![0.0; t * k]),
+            ws,
+        ]
+    }
+
+    fn tuning_problem<'a>(key: &MoeKey, tokens: u64, at: &'a [u64]) -> MoeProblem<'a> {
+        crate::plan::tuning_problem(*key, tokens, at)
+    }
+}
+
+/// The `kernels tune` view of [`Moe`], on every backend. It times the gate-up GEMM
+/// (two thirds of the weight bytes and FLOPs); the down GEMM runs the same tile.
+pub static MOE_TUNABLE: TunableDyn<Moe> = TunableDyn::new();
