@@ -4,7 +4,7 @@
 Usage: python3 scripts/tune_records_top.py [CACHE_DIR] [--top N]
 
 Reads <CACHE_DIR>/v1/tuning/*.kc (the header layout is documented in
-kernels-core/src/cache.rs: magic, key length, kind length, payload length, checksum,
+kernels-core/src/cache/mod.rs: magic, key length, kind length, payload length, checksum,
 then key text, kind and a JSON payload; files failing the checksum are skipped), and prints, per record, its key text, the
 N fastest candidates and the fastest candidate of each strategy (first config value).
 """

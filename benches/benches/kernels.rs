@@ -24,8 +24,10 @@ use std::time::Duration;
 use criterion::{BenchmarkId, Criterion, Throughput};
 use kernels::core::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use kernels::core::{
-    alloc_random, time_runs, CudaDevice, CudaRuntime, GraphTimer, KernelArgs, KernelSource, LaunchDims,
-    RawStream, Rows, RuntimeOptions, TimingOptions, Tunable, Variant,
+    backend::cuda::{GraphTimer, RawStream},
+    launch::alloc_random,
+    tune::{time_runs, TimingOptions},
+    CudaDevice, CudaRuntime, KernelArgs, KernelSource, LaunchDims, Rows, RuntimeOptions, Tunable, Variant,
 };
 use kernels::rmsnorm::ops::NormProblem;
 use kernels::rmsnorm::{FusedAddRmsNorm, RmsNorm, RmsNormKey};
@@ -256,7 +258,7 @@ fn run(c: &mut Criterion, dev: CudaDevice, out_path: Option<String>) -> Result<(
     let rt_pdl = CudaRuntime::with_options(dev, options)?;
     let stream = rt.device().new_stream()?;
     let info = rt.device().info().clone();
-    let flush = kernels::core::L2Flush::<kernels::core::Cuda>::new(&stream, &info)?;
+    let flush = kernels::core::tune::L2Flush::<kernels::core::Cuda>::new(&stream, &info)?;
     let opts = TimingOptions {
         warmup: 5,
         reps: 30,
@@ -290,7 +292,7 @@ fn run(c: &mut Criterion, dev: CudaDevice, out_path: Option<String>) -> Result<(
     let empty_pdl = rt_pdl.kernel(&stream, &EMPTY_PDL, &Variant::new("empty_kernel"))?;
     let copy = rt.kernel(&stream, &COPY, &Variant::new("copy_kernel"))?;
     // One block of 32 threads of an empty kernel, launched as `k` launches.
-    let launch_one = |k: &kernels::core::CudaKernel| unsafe {
+    let launch_one = |k: &kernels::core::backend::cuda::CudaKernel| unsafe {
         k.launch_raw(
             RawStream::of(&stream),
             LaunchDims::linear(1, 32),
@@ -298,14 +300,16 @@ fn run(c: &mut Criterion, dev: CudaDevice, out_path: Option<String>) -> Result<(
         )
     };
     // Its time per launch in a graph, as criterion group `group`.
-    let empty_graph_us =
-        |c: &mut Criterion, k: &kernels::core::CudaKernel, group: &str| -> Result<f64, BoxError> {
-            let g = capture(&stream, 1, &mut |_| launch_one(k))?;
-            let mut group = c.benchmark_group(group);
-            let us = bench(&mut group, BenchmarkId::new("kernel", "1 block"), &g)?;
-            group.finish();
-            Ok(us)
-        };
+    let empty_graph_us = |c: &mut Criterion,
+                          k: &kernels::core::backend::cuda::CudaKernel,
+                          group: &str|
+     -> Result<f64, BoxError> {
+        let g = capture(&stream, 1, &mut |_| launch_one(k))?;
+        let mut group = c.benchmark_group(group);
+        let us = bench(&mut group, BenchmarkId::new("kernel", "1 block"), &g)?;
+        group.finish();
+        Ok(us)
+    };
     let empty_single =
         time_runs::<kernels::core::Cuda>(&stream, &opts, Some(&flush), &mut || Ok(()), &mut || {
             launch_one(&empty)
@@ -348,7 +352,7 @@ fn run(c: &mut Criterion, dev: CudaDevice, out_path: Option<String>) -> Result<(
     // Buffer sets of `n` elements in and out, as many as rotating `bytes` a launch
     // over at least twice the L2 takes.
     let rotating = |n: usize, bytes: f64| -> Result<Vec<_>, kernels::core::Error> {
-        (0..kernels::core::rotation(bytes as u64, l2 as u64))
+        (0..kernels::core::tune::rotation(bytes as u64, l2 as u64))
             .map(|_| buffers(&stream, dtype, n))
             .collect()
     };

@@ -3,7 +3,10 @@
 
 use std::path::PathBuf;
 
-use kernels_core::{codegen_env, default_cache_dir, Policy, RuntimeOptions};
+use kernels_core::{
+    cache::{codegen_env, default_cache_dir},
+    Policy, RuntimeOptions,
+};
 
 #[test]
 fn environment_picks_policy_cache_folder_and_codegen_flags() {

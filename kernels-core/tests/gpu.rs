@@ -13,9 +13,12 @@ use std::time::Instant;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, PushKernelArg};
 use kernels_core::{
-    parse_shapes, tune_table, BufferRole, CudaDevice, CudaRuntime, DeviceInfo, DiskCache, DynTunable, Error,
-    KernelArgs, KernelSource, LaunchDims, ModuleOrigin, PlannedKernel, Policy, RawStream, RuntimeOptions,
-    TableJob, Timing, TimingMethod, TimingOptions, Tunable, TunableDyn, TuneBuffer, TuneOptions, TuneReport,
+    backend::cuda::RawStream,
+    tune::{
+        parse_shapes, tune_table, TableJob, Timing, TimingMethod, TimingOptions, TuneOptions, TuneReport,
+    },
+    BufferRole, CudaDevice, CudaRuntime, DeviceInfo, DiskCache, DynTunable, Error, KernelArgs, KernelSource,
+    LaunchDims, ModuleOrigin, PlannedKernel, Policy, RuntimeOptions, Tunable, TunableDyn, TuneBuffer,
     Variant,
 };
 use tuned::{
@@ -1014,7 +1017,7 @@ fn tune_command_path_writes_a_table_and_resumes() {
         compiler: &rt.compiler().id(),
         tables_dir: &tables,
         retune: false,
-        timing: kernels_core::TimingMethod::Single,
+        timing: kernels_core::tune::TimingMethod::Single,
     };
     let key_for = |key: &tuned::StaticKey, batch: u64| {
         rt.tuning_key(
@@ -1022,7 +1025,7 @@ fn tune_command_path_writes_a_table_and_resumes() {
             k.source_fingerprint(),
             key.as_str(),
             batch,
-            kernels_core::AlignClass::A16,
+            kernels_core::cache::AlignClass::A16,
             &k.candidates(dev.info(), key, batch),
         )
     };

@@ -5,8 +5,11 @@
 //! when they cannot run, unless `KERNELS_REQUIRE_GPU=1`, where they fail instead.
 
 use kernels_core::{
-    time_runs, DiskCache, Error, Hip, HipCompiler, HipDevice, HipRuntime, ImageKind, KernelArgs,
-    KernelSource, LaunchDims, ModuleOrigin, Policy, RuntimeOptions, Section, TimingOptions, Variant, PRELUDE,
+    backend::hip::HipCompiler,
+    cache::Section,
+    tune::{time_runs, TimingOptions},
+    DiskCache, Error, Hip, HipDevice, HipRuntime, ImageKind, KernelArgs, KernelSource, LaunchDims,
+    ModuleOrigin, Policy, RuntimeOptions, Variant, PRELUDE,
 };
 
 // ---- harness ------------------------------------------------------------------------

@@ -3,7 +3,10 @@
 
 use std::process::Command;
 
-use kernels_core::{cache_key, CacheKeyParts, Compiler, CudaDevice, DiskCache, Error, Lookup, Section};
+use kernels_core::{
+    cache::{cache_key, CacheKeyParts, Lookup, Section},
+    Compiler, CudaDevice, DiskCache, Error,
+};
 
 #[test]
 fn no_driver_or_gpu_is_an_error_never_a_panic() {
@@ -43,7 +46,7 @@ fn no_driver_or_gpu_is_an_error_never_a_panic() {
     }
 }
 
-fn writer_key(n: u64) -> kernels_core::CacheKey {
+fn writer_key(n: u64) -> kernels_core::cache::CacheKey {
     cache_key(&CacheKeyParts {
         device_name: "test",
         sm_count: 1,

@@ -7,7 +7,10 @@
 //! Every problem constructor validates shapes, lengths, strides, `eps`, aliasing and
 //! alignment before anything is launched and returns an error naming the bad argument.
 
-use kernels_core::{encode, pseudo_random, Backend, Result, Runtime, Tunable, TunableDyn};
+use kernels_core::{
+    launch::{encode, pseudo_random},
+    Backend, Result, Runtime, Tunable, TunableDyn,
+};
 use tuned::Resolved;
 
 use crate::{FusedAddRmsNorm, RmsNorm, RmsNormConfig, RmsNormKey};

@@ -8,7 +8,7 @@ use std::marker::PhantomData;
 
 use kernels_core::kernel_crate::{check_device_ptrs, check_row_operands};
 use kernels_core::{
-    check_disjoint, check_eps, AlignClass, BufferRole, DeviceInfo, Error, KernelArgs, KernelSource,
+    cache::AlignClass, check_disjoint, check_eps, BufferRole, DeviceInfo, Error, KernelArgs, KernelSource,
     LaunchDims, PlannedKernel, Result, Rows, TuneBuffer, Variant,
 };
 use tuned::DType;
@@ -25,8 +25,9 @@ pub static SOURCE: KernelSource = KernelSource::new(
 .programmatic_launch();
 
 /// One RMSNorm call, as device addresses: `out` is `y` for [`RmsNorm`] and
-/// `residual` for [`FusedAddRmsNorm`]. Build it with [`NormProblem::rmsnorm`],
-/// [`NormProblem::fused_add_rmsnorm`] or their raw forms, which validate everything.
+/// `residual` for [`FusedAddRmsNorm`]. Build it with [`NormProblem::rmsnorm_raw`] or
+/// [`NormProblem::fused_add_rmsnorm_raw`], which validate everything; the safe ops on
+/// cudarc buffers (module `cuda`) build it for the caller.
 #[derive(Clone, Copy, Debug)]
 pub struct NormProblem<'a> {
     pub(crate) key: RmsNormKey,

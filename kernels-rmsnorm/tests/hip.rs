@@ -10,8 +10,11 @@
 use kernels_core::testing::hip::{runtime, Buf};
 use kernels_core::testing::{assert_rows as compare, skip_or_fail, stored};
 use kernels_core::{
-    pseudo_random, tune_table, AlignClass, DeviceInfo, DiskCache, DynTunable, Error, Hip, HipCompiler,
-    HipRuntime, ImageKind, PlannedKernel, Rows, TableJob, TuneOptions, Variant,
+    backend::hip::HipCompiler,
+    cache::AlignClass,
+    launch::pseudo_random,
+    tune::{tune_table, TableJob, TuneOptions},
+    DeviceInfo, DiskCache, DynTunable, Error, Hip, HipRuntime, ImageKind, PlannedKernel, Rows, Variant,
 };
 use kernels_rmsnorm::ops::{self as norm_hip, FUSED_ADD_RMSNORM_TUNABLE as FUSED_ADD_RMSNORM_HIP_TUNABLE};
 use kernels_rmsnorm::plan::{NormProblem, SOURCE};
@@ -331,7 +334,7 @@ fn tuning_restores_in_place_buffers_and_writes_a_gfx_table() {
 
     // Graph timing is CUDA's: a graph-timed search is refused, the buffers untouched.
     let mut graph = opts.clone();
-    graph.timing.method = kernels_core::TimingMethod::Graph;
+    graph.timing.method = kernels_core::tune::TimingMethod::Graph;
     let refused = rt.tune::<FusedAddRmsNorm>(&stream, &p, &graph);
     assert!(
         refused.failure.as_deref().is_some_and(|f| f.contains("graph")) && refused.candidates.is_empty(),
@@ -366,7 +369,7 @@ fn tuning_restores_in_place_buffers_and_writes_a_gfx_table() {
         compiler: &compiler,
         tables_dir: &tables,
         retune: false,
-        timing: kernels_core::TimingMethod::Single,
+        timing: kernels_core::tune::TimingMethod::Single,
     };
     let key_for = |key: &StaticKey, batch: u64| {
         rt.tuning_key(

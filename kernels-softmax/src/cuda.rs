@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use kernels_core::cudarc::driver::{CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut};
-use kernels_core::{CudaRuntime, Element, Result, Rows};
+use kernels_core::{launch::Element, CudaRuntime, Result, Rows};
 use tuned::Resolved;
 
 use crate::plan::SoftmaxProblem;

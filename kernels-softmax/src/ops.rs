@@ -26,7 +26,10 @@
 //! # Ok::<(), kernels_core::Error>(())
 //! ```
 
-use kernels_core::{encode, pseudo_random, Backend, Result, Runtime, Tunable, TunableDyn};
+use kernels_core::{
+    launch::{encode, pseudo_random},
+    Backend, Result, Runtime, Tunable, TunableDyn,
+};
 use tuned::Resolved;
 
 use crate::{LogSoftmax, Softmax, SoftmaxConfig, SoftmaxKey};

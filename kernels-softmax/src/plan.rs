@@ -8,7 +8,7 @@ use std::marker::PhantomData;
 
 use kernels_core::kernel_crate::{check_device_ptrs, check_row_operands};
 use kernels_core::{
-    check_disjoint, AlignClass, BufferRole, DeviceInfo, Error, KernelArgs, KernelSource, LaunchDims,
+    cache::AlignClass, check_disjoint, BufferRole, DeviceInfo, Error, KernelArgs, KernelSource, LaunchDims,
     PlannedKernel, Result, Rows, TuneBuffer, Variant,
 };
 use tuned::{DType, Target};
@@ -25,7 +25,7 @@ pub static SOURCE: KernelSource = KernelSource::new(
 .programmatic_launch();
 
 /// One softmax call, as device addresses. `y` may be `x` itself (in place, with equal
-/// strides). Build it with [`SoftmaxProblem::new`] or [`SoftmaxProblem::raw`].
+/// strides). Build it with [`SoftmaxProblem::raw`] (validated); the safe ops in `cuda` build it from cudarc views.
 #[derive(Clone, Copy, Debug)]
 pub struct SoftmaxProblem<'a> {
     pub(crate) key: SoftmaxKey,
@@ -480,7 +480,7 @@ mod tests {
     /// searches (log-softmax, another key) never share a stored result.
     #[test]
     fn the_candidates_digest_follows_the_variants_a_search_compiles() {
-        use kernels_core::candidates_digest;
+        use kernels_core::launch::candidates_digest;
         let h200 = DeviceInfo::nominal(Target::Sm90).unwrap();
         let key = SoftmaxKey {
             dtype: DType::Bf16,

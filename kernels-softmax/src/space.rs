@@ -12,7 +12,7 @@ use crate::schema::{MAX_ITERS, ROWS, SPLITS, THREADS, VECS};
 /// smallest thread group. `staged` runs on NVIDIA targets
 /// (cp.async; clusters of 2..8 blocks on Hopper only) with vectors of 4 bytes or more
 /// (what cp.async copies) and at least 128 threads, every slice non-empty and at least
-/// one step staged in shared memory. `keep` only where [`keep_fits`].
+/// one step staged in shared memory. `keep` only where `keep_fits`.
 pub fn fits(target: Target, key: &SoftmaxKey, config: &SoftmaxConfig) -> bool {
     let vec_bytes = config.vec as usize * key.dtype.size();
     if vec_bytes > 16 || !key.cols.is_multiple_of(config.vec) {

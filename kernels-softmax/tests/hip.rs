@@ -8,7 +8,7 @@
 
 use kernels_core::testing::hip::{runtime, Buf};
 use kernels_core::testing::stored;
-use kernels_core::{pseudo_random, DiskCache, Error, PlannedKernel, Rows};
+use kernels_core::{launch::pseudo_random, DiskCache, Error, PlannedKernel, Rows};
 use kernels_softmax::plan::SoftmaxProblem;
 use kernels_softmax::{
     ops as hip, reference, space, LogSoftmax, Softmax, SoftmaxConfig, SoftmaxKey, Strategy,

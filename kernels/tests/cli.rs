@@ -48,7 +48,7 @@ fn digest<K: kernels::core::PlannedKernel>(static_key: &str, batch: u64) -> Stri
     let key = tuned::StaticKey::parse(K::SCHEMA, static_key).unwrap();
     let key = K::key_from_values(key.values()).unwrap();
     let h200 = kernels::core::DeviceInfo::nominal(tuned::Target::Sm90).unwrap();
-    kernels::core::candidates_digest::<K>(&h200, &key, batch)
+    kernels::core::launch::candidates_digest::<K>(&h200, &key, batch)
 }
 
 /// `kernels tables promote --cache CACHE --tables TABLES [--reselect]`.
@@ -402,7 +402,11 @@ fn prune_marks_entries_that_do_not_beat_the_default() {
 
 #[test]
 fn promote_moves_online_results_into_tables() {
-    use kernels::core::{cache_key, AlignClass, CacheKeyParts, Component, DiskCache, Section, TuneRecord};
+    use kernels::core::{
+        cache::{cache_key, AlignClass, CacheKeyParts, Component, Section},
+        tune::TuneRecord,
+        DiskCache,
+    };
     use tuned::Value;
     let dir = std::env::temp_dir().join(format!("kernels-promote-{}", std::process::id()));
     let cache = DiskCache::at(dir.join("cache"));
@@ -478,7 +482,9 @@ fn promote_moves_online_results_into_tables() {
 #[test]
 fn promote_reselects_from_recorded_candidates_and_keeps_the_timing_method() {
     use kernels::core::{
-        cache_key, CacheKeyParts, CandidateRecord, Component, DiskCache, Section, TuneRecord,
+        cache::{cache_key, CacheKeyParts, Component, Section},
+        tune::{CandidateRecord, TuneRecord},
+        DiskCache,
     };
     use tuned::Value;
     let dir = std::env::temp_dir().join(format!("kernels-reselect-{}", std::process::id()));
@@ -573,8 +579,9 @@ fn promote_reselects_from_recorded_candidates_and_keeps_the_timing_method() {
 #[test]
 fn promote_skips_records_searched_over_another_candidate_list() {
     use kernels::core::{
-        cache_key, CacheKeyParts, CandidateRecord, Component, DiskCache, Section, TuneRecord,
-        PDL_TUNING_VARIANT,
+        cache::{cache_key, CacheKeyParts, Component, Section, PDL_TUNING_VARIANT},
+        tune::{CandidateRecord, TuneRecord},
+        DiskCache,
     };
     use kernels::rmsnorm::RmsNorm;
     use kernels::softmax::LogSoftmax;

@@ -16,7 +16,7 @@ pub fn fnv1a64(bytes: &[u8]) -> u64 {
 }
 
 /// The fingerprint of a kernel's source: its files as (name, text) in the order given,
-/// each text reduced to its [`code_text`], each name and text followed by a zero byte.
+/// each text reduced to its code text (comments removed), each name and text followed by a zero byte.
 ///
 /// ```
 /// let f = |text: &str| tuned::fingerprint(&[("k.cu", text)]);

@@ -1,6 +1,6 @@
 //! The one backend abstraction: what the runtime, the resolution policies, the tuner
 //! and the ops need of a GPU API, and nothing more. [`crate::Cuda`] (feature `cuda`: cudarc's
-//! driver API and NVRTC) and [`crate::Hip`] (feature `rocm`: the HIP runtime and hipRTC)
+//! driver API and NVRTC) and `Hip` (feature `rocm`: the HIP runtime and hipRTC)
 //! implement it, and [`mock::Mock`] (host memory, simulated clock) lets the shared code
 //! be tested without a GPU; everything above is written once, generic over [`Backend`].
 //!
@@ -12,10 +12,15 @@
 
 use std::fmt;
 
-use crate::{
-    DeviceInfo, Image, ImageKind, KernelArgs, KernelSource, LaunchDims, Result, Timing, TimingOptions,
-    Variant,
-};
+use crate::{KernelArgs, KernelSource, LaunchDims, Result, Timing, TimingOptions, Variant};
+
+mod info;
+mod nvrtc;
+
+pub use info::DeviceInfo;
+#[cfg_attr(not(feature = "rocm"), allow(unused_imports))]
+pub(crate) use info::{AmdNominal, AMD_MAX_GRID, AMD_REGS_PER_BLOCK};
+pub use nvrtc::{Compiler, Image, ImageKind};
 
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -35,7 +40,7 @@ pub trait LoadedKernel: Send + Sync + fmt::Debug {
 }
 
 /// A GPU API the runtime runs on. Implemented by zero-sized marker types ([`crate::Cuda`],
-/// [`crate::Hip`], [`mock::Mock`]); every method is an associated function over the backend's handle types,
+/// `Hip`, [`mock::Mock`]); every method is an associated function over the backend's handle types,
 /// so generic code names the backend once (`Runtime<Cuda>`).
 ///
 /// Methods taking raw device addresses are `unsafe`: the caller guarantees the memory

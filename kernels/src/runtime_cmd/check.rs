@@ -29,7 +29,7 @@ fn check_entries<K>(
         u64,
         &[tuned::Value],
         &str,
-    ) -> kernels_core::Result<kernels_core::Recheck>,
+    ) -> kernels_core::Result<kernels_core::tune::Recheck>,
 ) -> CmdResult {
     let (mut checked, mut failed, mut markers) = (0usize, 0usize, 0usize);
     println!(
@@ -94,13 +94,13 @@ fn check_entries<K>(
     })
 }
 
-/// `kernels tables check` on a GPU of `backend` ([`check_entries`]), timing with
+/// `kernels tables check` on a GPU of `backend` (`check_entries`), timing with
 /// `timing`, or with each table's own method where `None` (HIP has single-launch timing
 /// only).
 pub fn check_tables(
     threshold: f64,
     sample: usize,
-    timing: Option<kernels_core::TimingMethod>,
+    timing: Option<kernels_core::tune::TimingMethod>,
     only: Option<String>,
     backend: Backend,
 ) -> CmdResult {
@@ -138,7 +138,7 @@ mod cuda {
     pub fn check_tables(
         threshold: f64,
         sample: usize,
-        method: Option<kernels_core::TimingMethod>,
+        method: Option<kernels_core::tune::TimingMethod>,
         only: Option<String>,
     ) -> CmdResult {
         let rt = or_fail!("tables check", open(0));
@@ -160,9 +160,9 @@ mod cuda {
             |k, key, batch, config, table_timing| {
                 // A table's method is `graph` or `single` (the build validated it).
                 let method = method.unwrap_or_else(|| table_timing.parse().unwrap_or_default());
-                let timing = kernels_core::TimingOptions {
+                let timing = kernels_core::tune::TimingOptions {
                     method,
-                    ..kernels_core::TimingOptions::default()
+                    ..kernels_core::tune::TimingOptions::default()
                 };
                 k.recheck(&rt, &stream, key, batch, config, sample, &timing)
             },
@@ -193,7 +193,7 @@ mod hip {
             );
             return Ok(ExitCode::FAILURE);
         };
-        let timing = kernels_core::TimingOptions::default();
+        let timing = kernels_core::tune::TimingOptions::default();
         check_entries(
             target,
             &hip_tunables(),

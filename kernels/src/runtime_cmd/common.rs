@@ -64,7 +64,7 @@ pub(crate) fn read_shapes(
 ) -> Result<Vec<(StaticKey, u64)>, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("--shapes: cannot read {}: {e}", path.display()))?;
-    kernels_core::parse_shapes(schema, &text, &path.display().to_string())
+    kernels_core::tune::parse_shapes(schema, &text, &path.display().to_string())
         .map_err(|e| format!("--shapes: {e}"))
 }
 

@@ -15,7 +15,7 @@ pub fn info(_: usize) -> CmdResult {
 mod cuda {
     use std::process::ExitCode;
 
-    use kernels_core::{CudaDevice, DiskCache, Policy, CODEGEN_ENV_VARS, PDL_ENV, TUNING_ENV};
+    use kernels_core::{cache::CODEGEN_ENV_VARS, CudaDevice, DiskCache, Policy, PDL_ENV, TUNING_ENV};
 
     use crate::runtime_cmd::common::cuda::tunables;
     use crate::runtime_cmd::common::CmdResult;
@@ -93,7 +93,7 @@ mod cuda {
                 Err(e) => println!("cache: {}: {e}", root.display()),
             },
         }
-        let env = kernels_core::codegen_env();
+        let env = kernels_core::cache::codegen_env();
         if env.is_empty() {
             println!("codegen env: none set ({})", CODEGEN_ENV_VARS.join(", "));
         } else {

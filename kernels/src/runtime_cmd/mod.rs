@@ -1,6 +1,6 @@
 //! `kernels tune`, `kernels precompile`, `kernels info` and `kernels tables check` on a
 //! GPU, the commands that need the GPU runtime (`kernels-core`); the retune bench calls
-//! [`tune()`] too. Shape files are described in `kernels_core::tune_table` (a JSON array
+//! [`tune()`] too. Shape files are described in `kernels_core::tune::tune_table` (a JSON array
 //! of `{key fields..., "batch": N or [N, ...]}`).
 //!
 //! A library only with the `tools` feature (on with `cli`), for the CLI and the retune

@@ -30,7 +30,7 @@ pub struct TuneArgs {
     pub reps: Option<u32>,
     /// How candidates are timed; `None`: the backend's best (graph replays on CUDA,
     /// single launches on HIP, which has nothing else and says so when graph is asked).
-    pub timing: Option<kernels_core::TimingMethod>,
+    pub timing: Option<kernels_core::tune::TimingMethod>,
     pub device: usize,
     /// The GPU runtime that measures: CUDA (NVIDIA, the default) or HIP (AMD).
     pub backend: Backend,
@@ -175,7 +175,7 @@ fn choose_target(
 /// Prints what `tune_table` did and returns the exit status (failure when a shape
 /// failed).
 #[cfg(any(feature = "cuda", feature = "rocm"))]
-fn report_table(out: &kernels_core::TableOutcome) -> ExitCode {
+fn report_table(out: &kernels_core::tune::TableOutcome) -> ExitCode {
     for (key, batch, reason) in &out.failed {
         println!("failed: [{key}] batch {batch}: {reason}");
     }
@@ -228,8 +228,8 @@ fn report_table(out: &kernels_core::TableOutcome) -> ExitCode {
 
 /// `[done/total]` per shape, and an ETA from the pace of the shapes done so far.
 #[cfg(any(feature = "cuda", feature = "rocm"))]
-fn print_progress(p: &kernels_core::Progress<'_>, started: std::time::Instant) {
-    use kernels_core::Progress;
+fn print_progress(p: &kernels_core::tune::Progress<'_>, started: std::time::Instant) {
+    use kernels_core::tune::Progress;
     let eta = |index: usize, total: usize| {
         let done = index + 1;
         let per = started.elapsed().as_secs_f64() / done as f64;
@@ -296,28 +296,28 @@ struct TuneDevice<'a> {
     compiler: &'a str,
     arch: &'a str,
     /// How candidates are timed (HIP: single launches, whatever was asked).
-    timing: kernels_core::TimingMethod,
+    timing: kernels_core::tune::TimingMethod,
     /// The backend and timing, for the banner (`graph timing`, `HIP, single-launch timing`).
     timing_label: &'a str,
     cache: &'a kernels_core::DiskCache,
 }
 
 /// The backend-neutral rest of `kernels tune` once a device is open: the options, the
-/// table job, the banner, [`kernels_core::tune_table`] over `shapes` (each shape
+/// table job, the banner, [`kernels_core::tune::tune_table`] over `shapes` (each shape
 /// searched by `search`, results cached under `key_for`) and the report.
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 fn tune_on(
     args: &TuneArgs,
     dev: &TuneDevice<'_>,
     shapes: &[(StaticKey, u64)],
-    key_for: &dyn Fn(&StaticKey, u64) -> kernels_core::CacheKey,
+    key_for: &dyn Fn(&StaticKey, u64) -> kernels_core::cache::CacheKey,
     search: &mut dyn FnMut(
         &StaticKey,
         u64,
-        &kernels_core::TuneOptions,
-    ) -> kernels_core::Result<kernels_core::TuneRecord>,
+        &kernels_core::tune::TuneOptions,
+    ) -> kernels_core::Result<kernels_core::tune::TuneRecord>,
 ) -> CmdResult {
-    let mut opts = kernels_core::TuneOptions::default();
+    let mut opts = kernels_core::tune::TuneOptions::default();
     if let Some(r) = args.reps {
         opts.timing.reps = r;
     }
@@ -326,7 +326,7 @@ fn tune_on(
         .tables
         .clone()
         .unwrap_or_else(super::common::default_tables_dir);
-    let job = kernels_core::TableJob {
+    let job = kernels_core::tune::TableJob {
         schema: dev.schema,
         target: dev.target,
         source_fingerprint: dev.fingerprint,
@@ -353,7 +353,7 @@ fn tune_on(
             .unwrap_or_else(|| "(cache disabled: not resumable)".into())
     );
     let started = std::time::Instant::now();
-    let result = kernels_core::tune_table(
+    let result = kernels_core::tune::tune_table(
         &job,
         shapes,
         dev.cache,
@@ -376,9 +376,9 @@ fn tune_on(
 
 /// The tuned configs of the table file at `path`, by (key, batch), stale or not: each
 /// search tries its shape's entry right after the analytic default
-/// ([`kernels_core::TuneOptions::prefer`]), and stays unless a candidate beats it by
+/// ([`kernels_core::tune::TuneOptions::prefer`]), and stays unless a candidate beats it by
 /// the noise margin. Empty where there is no file; a file that does not read is
-/// left to [`kernels_core::tune_table`], which refuses to overwrite it.
+/// left to [`kernels_core::tune::tune_table`], which refuses to overwrite it.
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 fn previous_configs(
     path: &Path,
@@ -434,7 +434,7 @@ mod cuda {
         let target = or_fail!("tune", choose_target(&args.target, info.target(), &described)?);
         let stream = or_fail!("tune", rt.device().new_stream());
         let compiler = rt.compiler_id().to_string();
-        let method = args.timing.unwrap_or(kernels_core::TimingMethod::Graph);
+        let method = args.timing.unwrap_or(kernels_core::tune::TimingMethod::Graph);
         let timing = format!("{method} timing");
         let dev = TuneDevice {
             schema: k.schema(),
@@ -468,7 +468,7 @@ mod cuda {
 mod hip {
     use std::process::ExitCode;
 
-    use kernels_core::{AlignClass, HipDevice, HipRuntime};
+    use kernels_core::{cache::AlignClass, HipDevice, HipRuntime};
     use tuned::StaticKey;
 
     use super::{choose_target, tune_on, tune_shapes, TuneArgs, TuneDevice};
@@ -482,7 +482,7 @@ mod hip {
         let shapes = tune_shapes(k.schema(), &args.shapes, &args.filter)?;
         let opened = HipDevice::open(args.device).and_then(HipRuntime::new);
         let rt = or_fail!("tune", opened);
-        if args.timing == Some(kernels_core::TimingMethod::Graph) {
+        if args.timing == Some(kernels_core::tune::TimingMethod::Graph) {
             println!("timing: HIP has single-launch timing only (L2 flushed where it fits); graph timing is CUDA's");
         }
         let info = rt.device().info();
@@ -497,7 +497,7 @@ mod hip {
             device: &info.name,
             compiler: &compiler,
             arch: rt.arch(),
-            timing: kernels_core::TimingMethod::Single,
+            timing: kernels_core::tune::TimingMethod::Single,
             timing_label: "HIP, single-launch timing",
             cache: rt.cache(),
         };

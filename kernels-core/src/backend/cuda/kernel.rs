@@ -173,7 +173,7 @@ impl CudaKernel {
     /// streams. Always a plain launch, whatever [`CudaKernel::programmatic_launch`] says.
     ///
     /// ```no_run
-    /// # fn f(k: &kernels_core::CudaKernel, stream: &std::sync::Arc<cudarc::driver::CudaStream>,
+    /// # fn f(k: &kernels_core::backend::cuda::CudaKernel, stream: &std::sync::Arc<cudarc::driver::CudaStream>,
     /// #      x: &mut cudarc::driver::CudaSlice<f32>) -> kernels_core::Result<()> {
     /// use cudarc::driver::PushKernelArg;
     /// let n = x.len() as i32;

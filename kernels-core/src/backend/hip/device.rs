@@ -44,7 +44,7 @@ impl HipDeviceInfo {
     /// The arch: `gcnArchName` up to the first `:` (`gfx942`), what hipRTC compiles for.
     ///
     /// ```
-    /// # let info = kernels_core::HipDeviceInfo::nominal(tuned::Target::Gfx942).unwrap();
+    /// # let info = kernels_core::backend::hip::HipDeviceInfo::nominal(tuned::Target::Gfx942).unwrap();
     /// assert_eq!(info.gcn_arch_name, "gfx942:sramecc+:xnack-");
     /// assert_eq!(info.arch(), "gfx942");
     /// ```
@@ -91,7 +91,7 @@ impl HipDeviceInfo {
     /// tests, launch checks). `None` for NVIDIA targets. Figures are the vendor's
     /// published specifications.
     pub fn nominal(target: Target) -> Option<HipDeviceInfo> {
-        let amd = crate::device::AmdNominal::of(target)?;
+        let amd = crate::backend::AmdNominal::of(target)?;
         Some(HipDeviceInfo {
             ordinal: 0,
             name: amd.name.into(),
@@ -100,12 +100,12 @@ impl HipDeviceInfo {
             max_threads_per_block: 1024,
             max_lds_per_block: amd.lds,
             lds_per_cu: amd.lds,
-            regs_per_block: crate::device::AMD_REGS_PER_BLOCK,
+            regs_per_block: crate::backend::AMD_REGS_PER_BLOCK,
             regs_per_cu: 0,
             l2_bytes: amd.l2,
             warp_size: 64,
             total_memory: amd.mem,
-            max_grid: crate::device::AMD_MAX_GRID,
+            max_grid: crate::backend::AMD_MAX_GRID,
             hip_version: (0, 0, 0),
         })
     }

@@ -146,8 +146,8 @@ pub struct Pruned {
 
 /// Turns every tuned entry whose time does not beat its analytic default's by more
 /// than `margin` (a fraction: 0.02 is 2%; half of it where the default takes
-/// [`kernels_core::LONG_KERNEL_US`] or more, the tuner's rule,
-/// [`kernels_core::noise_margin`]) into a default marker, and rewrites the file
+/// [`kernels_core::tune::LONG_KERNEL_US`] or more, the tuner's rule,
+/// [`kernels_core::tune::noise_margin`]) into a default marker, and rewrites the file
 /// atomically. Such a config buys nothing over the default, and a kept entry is a
 /// promise that the table is faster. The marker keeps the batch in the table: deleting
 /// the entry would let the nearest-batch lookup hand that batch a neighbour's config,
@@ -172,7 +172,7 @@ pub fn prune(path: &Path, margin: f64) -> Result<Pruned, Finding> {
         match e.config {
             EntryConfig::Default => pruned.markers_before += 1,
             EntryConfig::Tuned(_)
-                if e.us < e.default_us * (1.0 - kernels_core::noise_margin(margin, e.default_us)) =>
+                if e.us < e.default_us * (1.0 - kernels_core::tune::noise_margin(margin, e.default_us)) =>
             {
                 pruned.kept += 1
             }
@@ -191,10 +191,10 @@ pub fn prune(path: &Path, margin: f64) -> Result<Pruned, Finding> {
 }
 
 /// Chooses `record`'s winner again from its candidates (the analytic default first, as
-/// every search records them) by [`kernels_core::select`]; an error when no candidate
+/// every search records them) by [`kernels_core::tune::select`]; an error when no candidate
 /// ran or the record holds none.
-fn reselect_record(record: &mut kernels_core::TuneRecord) -> Result<(), String> {
-    use kernels_core::{select, Measured, NOISE_THRESHOLD};
+fn reselect_record(record: &mut kernels_core::tune::TuneRecord) -> Result<(), String> {
+    use kernels_core::tune::{select, Measured, NOISE_THRESHOLD};
     let measured: Vec<Measured> = record
         .candidates
         .iter()
@@ -238,7 +238,7 @@ fn key_field<'a>(text: &'a str, name: &str) -> Option<std::borrow::Cow<'a, str>>
 }
 
 /// The candidates digest a search of one kernel type computes
-/// ([`kernels_core::candidates_digest`]), for a key in its table's form; an error when
+/// ([`kernels_core::launch::candidates_digest`]), for a key in its table's form; an error when
 /// the kernel does not take the key.
 type DigestFn = fn(&kernels_core::DeviceInfo, &tuned::StaticKey, u64) -> Result<String, String>;
 
@@ -249,7 +249,7 @@ fn digest_of<K: kernels_core::PlannedKernel>(
     batch: u64,
 ) -> Result<String, String> {
     let k = K::key_from_values(key.values())?;
-    Ok(kernels_core::candidates_digest::<K>(device, &k, batch))
+    Ok(kernels_core::launch::candidates_digest::<K>(device, &k, batch))
 }
 
 /// The searches whose results the table of kernel `kernel` holds, as their digest
@@ -336,12 +336,12 @@ fn check_candidates(
 /// which). Only results that can serve from a table are promoted: measured on 16-byte
 /// aligned buffers, against the kernel source this binary was built from, and faster
 /// than the analytic default, and searched over the candidates this build searches
-/// (the key's candidates digest, see [`kernels_core::CacheKeyParts::candidates`]); the
+/// (the key's candidates digest, see [`kernels_core::cache::CacheKeyParts::candidates`]); the
 /// rest are listed with the reason.
 ///
 /// With `reselect`, each record's winner is chosen again from its candidates' recorded
-/// medians by this build's rule ([`kernels_core::select`] at
-/// [`kernels_core::NOISE_THRESHOLD`]), as a search would now choose from the same
+/// medians by this build's rule ([`kernels_core::tune::select`] at
+/// [`kernels_core::tune::NOISE_THRESHOLD`]), as a search would now choose from the same
 /// measurements; nothing is timed.
 pub fn promote(cache: &kernels_core::DiskCache, tables: &Path, reselect: bool) -> Result<Promoted, Finding> {
     use std::collections::BTreeMap;
@@ -349,7 +349,7 @@ pub fn promote(cache: &kernels_core::DiskCache, tables: &Path, reselect: bool) -
 
     let mut out = Promoted::default();
     let (entries, corrupt) = cache
-        .entries(kernels_core::Section::Tuning)
+        .entries(kernels_core::cache::Section::Tuning)
         .map_err(|e| Finding {
             file: "cache".into(),
             entry: None,
@@ -375,7 +375,7 @@ pub fn promote(cache: &kernels_core::DiskCache, tables: &Path, reselect: bool) -
             ));
             continue;
         }
-        if field("variant") == kernels_core::PDL_TUNING_VARIANT {
+        if field("variant") == kernels_core::cache::PDL_TUNING_VARIANT {
             skip("timed with programmatic dependent launch; tables are tuned with plain launches".into());
             continue;
         }
@@ -405,7 +405,7 @@ pub fn promote(cache: &kernels_core::DiskCache, tables: &Path, reselect: bool) -
         }
         let mut record = match std::str::from_utf8(&entry.payload)
             .map_err(|e| e.to_string())
-            .and_then(kernels_core::TuneRecord::from_json)
+            .and_then(kernels_core::tune::TuneRecord::from_json)
         {
             Ok(r) => r,
             Err(e) => {
@@ -498,7 +498,10 @@ pub fn promote(cache: &kernels_core::DiskCache, tables: &Path, reselect: bool) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kernels_core::{cache_key, CacheKeyParts, Component, DeviceInfo};
+    use kernels_core::{
+        cache::{cache_key, CacheKeyParts, Component},
+        DeviceInfo,
+    };
     use kernels_softmax::Softmax;
     use tuned::StaticKey;
 
@@ -566,7 +569,7 @@ mod tests {
     #[test]
     fn an_amd_result_passes_on_its_launch_limits() {
         for target in [Target::Gfx90a, Target::Gfx942, Target::Gfx950] {
-            let hip = kernels_core::HipDeviceInfo::nominal(target).unwrap();
+            let hip = kernels_core::backend::hip::HipDeviceInfo::nominal(target).unwrap();
             let limits = hip.launch_limits();
             for (kernel, key, digest) in [
                 (

@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use kernels_core::{parse_shapes, DeviceInfo, Tunable, Variant};
+use kernels_core::{tune::parse_shapes, DeviceInfo, Tunable, Variant};
 use serde_json::{json, Value as Json};
 use tuned::Target;
 

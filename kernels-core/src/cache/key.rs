@@ -8,7 +8,7 @@
 //! into the key, so a module key can never equal a tuning key.
 //!
 //! ```
-//! use kernels_core::{cache_key, AlignClass, CacheKeyParts, Component};
+//! use kernels_core::{cache::{cache_key, AlignClass, CacheKeyParts, Component}};
 //! let parts = CacheKeyParts {
 //!     crate_version: "0.1.0",
 //!     kernel: "rmsnorm",
@@ -83,7 +83,7 @@ impl AlignClass {
     /// The class of a set of byte addresses and byte strides (an empty set is `A16`).
     ///
     /// ```
-    /// use kernels_core::AlignClass;
+    /// use kernels_core::cache::AlignClass;
     /// assert_eq!(AlignClass::of([0x1000, 8192]), AlignClass::A16);
     /// assert_eq!(AlignClass::of([0x1000, 0x1004]), AlignClass::A4);
     /// assert_eq!(AlignClass::of([0x1001]), AlignClass::A1);

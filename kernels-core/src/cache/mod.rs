@@ -20,9 +20,16 @@
 //! reported as [`Lookup::Corrupt`] and never trusted; the caller recomputes and the
 //! next store replaces it.
 
+mod key;
+
+pub use key::{
+    cache_key, codegen_env, AlignClass, CacheKey, CacheKeyParts, Component, CODEGEN_ENV_VARS,
+    PDL_TUNING_VARIANT,
+};
+
 use std::path::{Path, PathBuf};
 
-use crate::{CacheKey, Error, Result};
+use crate::{Error, Result};
 
 const MAGIC: &[u8; 8] = b"KRNLCCH1";
 const HEADER_LEN: usize = 8 + 4 + 4 + 8 + 8;

@@ -3,8 +3,8 @@
 //! timing routine with in-place safety; the pure [`crate::select`] rule picks the
 //! winner.
 
+use super::search::backend::{compile_jobs, plain_stream, working_set, Guarded};
 use crate::runtime::launch;
-use crate::search::backend::{compile_jobs, plain_stream, working_set, Guarded};
 use crate::{
     graph_launches, start_search, time_candidates, time_runs, Backend, L2Flush, PlannedKernel, Runtime,
     TimingMethod, TuneOptions, TuneReport,

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use tuned::TunedKernel;
 
-use crate::counters::{bump, lock, Counters};
+use super::counters::{bump, lock, Counters};
 use crate::{
     AlignClass, CacheKey, DeviceInfo, DiskCache, Error, Image, ImageKind, KernelSource, Lookup, ModuleOrigin,
     PlannedKernel, Result, Section, Variant,
@@ -288,7 +288,7 @@ pub(crate) fn precompile_jobs<K: Clone, I: Send>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::search::dummy::Dummy;
+    use crate::tune::search::dummy::Dummy;
     use crate::{cache_key, CacheKeyParts, Component};
 
     static SRC: KernelSource = KernelSource::new("toy", "", "fnv1a64:1");

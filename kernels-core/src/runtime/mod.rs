@@ -2,20 +2,28 @@
 //! persistent module cache and an in-process memo, resolves configs under a
 //! [`Policy`], and launches. Written once for CUDA and HIP.
 
+mod counters;
+mod policy;
+mod precompile;
+
+pub use counters::{ModuleOrigin, Stats};
+pub use policy::{
+    parse_pdl, pdl_from_env, resolve_in_order, Outcome, Policy, ResolutionSteps, PDL_ENV, TUNING_ENV,
+};
+
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use tuned::{resolve_serve, Resolved, Source};
 
-use crate::counters::{bump, lock, Counters};
-use crate::precompile::{cached_image, check_batch, check_config, compile_and_store, Modules, TypedMemo};
-use crate::search::canonical_key;
+use crate::tune::search::canonical_key;
 use crate::{
-    cache_key, resolve_in_order, AlignClass, Backend, CacheKey, CacheKeyParts, Component, DeviceInfo,
-    DiskCache, Error, Image, KernelSource, LoadedKernel, ModuleOrigin, PlannedKernel, Policy,
-    ResolutionSteps, Result, Section, Stats, Tunable, TuneOptions, TuneRecord, Variant,
+    cache_key, AlignClass, Backend, CacheKey, CacheKeyParts, Component, DeviceInfo, DiskCache, Error, Image,
+    KernelSource, LoadedKernel, PlannedKernel, Result, Section, Tunable, TuneOptions, TuneRecord, Variant,
 };
+use counters::{bump, lock, Counters};
+use precompile::{cached_image, check_batch, check_config, compile_and_store, Modules, TypedMemo};
 
 /// The version of this crate, part of every cache key.
 pub const CRATE_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -104,7 +112,7 @@ pub(crate) type Loaded<B> = (Arc<<B as Backend>::Kernel>, ModuleOrigin);
 type Picked<C> = (Resolved<C>, Option<String>);
 
 /// The runtime of one device on backend `B` ([`crate::CudaRuntime`],
-/// [`crate::HipRuntime`]). Share it (`Arc<Runtime<B>>`, or [`Runtime::shared`]); every
+/// `HipRuntime`). Share it (`Arc<Runtime<B>>`, or [`Runtime::shared`]); every
 /// method takes `&self`.
 ///
 /// ```no_run

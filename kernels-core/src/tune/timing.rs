@@ -23,7 +23,7 @@ impl FlushL2 {
     /// `l2_bytes` of L2.
     ///
     /// ```
-    /// use kernels_core::FlushL2;
+    /// use kernels_core::tune::FlushL2;
     /// let l2 = 60 << 20; // H200
     /// assert!(FlushL2::Auto.wanted(100 << 20, l2));
     /// assert!(!FlushL2::Auto.wanted(120 << 20, l2));
@@ -106,7 +106,7 @@ pub struct TimingOptions {
     /// [`TimingMethod::Single`] only (graph timing rotates copies instead).
     pub flush_l2: FlushL2,
     /// How the tuner and `kernels tables check` time a candidate. The timing routines
-    /// themselves ([`time_runs`], [`time_graph_runs`]) are one method each.
+    /// themselves ([`time_runs`], [`crate::Backend::time_graph_runs`]) are one method each.
     pub method: TimingMethod,
 }
 

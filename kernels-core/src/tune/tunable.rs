@@ -6,9 +6,9 @@ use std::marker::PhantomData;
 
 use tuned::{KernelSchema, StaticKey};
 
+use super::search::backend::{candidates_or_error, parse_key, working_set, RecheckPlan};
 use crate::backend::Owned;
 use crate::runtime::launch;
-use crate::search::backend::{candidates_or_error, parse_key, working_set, RecheckPlan};
 use crate::{
     Backend, DeviceInfo, Error, L2Flush, PlannedKernel, Recheck, Result, Runtime, TimingMethod,
     TimingOptions, TuneOptions, TuneRecord,
@@ -34,7 +34,7 @@ use crate::{
 /// ```ignore
 /// unsafe impl Tunable for Scale {
 ///     fn tuning_inputs(_: &ScaleKey, n: u64) -> Vec<Vec<u8>> {
-///         vec![kernels_core::encode(DType::F32, &kernels_core::pseudo_random(n as usize, 1, 1.0, 0.0))]
+///         vec![kernels_core::launch::encode(DType::F32, &kernels_core::launch::pseudo_random(n as usize, 1, 1.0, 0.0))]
 ///     }
 ///     fn tuning_problem<'a>(_: &ScaleKey, n: u64, at: &'a [u64]) -> ScaleProblem<'a> {
 ///         ScaleProblem { x: at[0], n: n as u32, a: 2.0, _buf: PhantomData }

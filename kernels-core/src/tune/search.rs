@@ -192,7 +192,7 @@ pub fn recheck_configs<C: Clone + PartialEq>(
 /// [`TuneOptions::prefer`]); at most `max` of them (0: all).
 ///
 /// ```
-/// let c = kernels_core::candidate_configs(4, [1, 4, 6, 7], |c| c & !1, |c| *c < 7, |_| false, 0);
+/// let c = kernels_core::tune::candidate_configs(4, [1, 4, 6, 7], |c| c & !1, |c| *c < 7, |_| false, 0);
 /// assert_eq!(c, vec![4, 0, 6]);
 /// ```
 pub fn candidate_configs<C: Clone + Eq + Hash>(
@@ -224,7 +224,7 @@ pub fn candidate_configs<C: Clone + Eq + Hash>(
 ///
 /// ```
 /// let mut c = vec![4, 0, 6, 2];
-/// kernels_core::prefer_after_default(&mut c, |c| *c == 6);
+/// kernels_core::tune::prefer_after_default(&mut c, |c| *c == 6);
 /// assert_eq!(c, vec![4, 6, 0, 2]);
 /// ```
 pub fn prefer_after_default<C>(configs: &mut [C], preferred: impl Fn(&C) -> bool) {

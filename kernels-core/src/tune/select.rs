@@ -21,7 +21,7 @@ pub const LONG_KERNEL_US: f64 = 10.0;
 /// `incumbent_us`: `threshold` below [`LONG_KERNEL_US`], half of it from there on.
 ///
 /// ```
-/// use kernels_core::{noise_margin, NOISE_THRESHOLD};
+/// use kernels_core::{tune::{noise_margin, NOISE_THRESHOLD}};
 /// assert_eq!(noise_margin(NOISE_THRESHOLD, 3.0), 0.02);
 /// assert_eq!(noise_margin(NOISE_THRESHOLD, 130.0), 0.01);
 /// ```
@@ -63,7 +63,7 @@ impl Measured {
 /// incumbent. Failed candidates (and non-finite or non-positive times) are skipped.
 ///
 /// ```
-/// use kernels_core::{select, Measured, NOISE_THRESHOLD};
+/// use kernels_core::{tune::{select, Measured, NOISE_THRESHOLD}};
 /// let t = [Measured::Time(10.0), Measured::Time(9.9), Measured::Time(8.0)];
 /// assert_eq!(select(&t, 0, NOISE_THRESHOLD), Some(2)); // 9.9 is within noise of 10.0
 /// ```

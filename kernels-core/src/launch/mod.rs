@@ -1,0 +1,19 @@
+//! What a kernel family builds a launch from: its source and compile variant
+//! ([`KernelSource`], [`Variant`]), its dimensions and arguments ([`LaunchDims`],
+//! [`KernelArgs`]), the backend-neutral plan ([`PlannedKernel`], [`LaunchPlan`]), row
+//! shapes and their checks ([`Rows`]), and element encoding for tests and tuning
+//! inputs.
+
+mod args;
+mod element;
+mod plan;
+mod shape;
+mod variant;
+
+pub use args::{KernelArgs, LaunchDims, MAX_CLUSTER, MAX_KERNEL_ARGS, MAX_PORTABLE_CLUSTER};
+#[cfg(feature = "cuda")]
+pub use element::{alloc_random, Element};
+pub use element::{decode, encode, pseudo_random};
+pub use plan::{candidates_digest, BufferRole, LaunchPlan, PlannedKernel, TuneBuffer};
+pub use shape::{check_disjoint, check_eps, dtype_define, widest_vector, Rows};
+pub use variant::{KernelSource, Variant};

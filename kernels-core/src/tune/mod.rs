@@ -1,0 +1,25 @@
+//! Tuning: what a search is and how it picks ([`TuneOptions`], [`select`] and its noise
+//! rule), how kernels are timed ([`time_runs`], graph timing, L2 flushing), the
+//! records a search leaves ([`TuneRecord`]), and `kernels tune`'s resumable driver
+//! that writes committed tables ([`tune_table`]). The tuner itself is
+//! [`crate::Runtime::tune`]; a serving engine needs nothing from this module.
+
+pub(crate) mod search;
+mod select;
+mod table;
+mod timing;
+mod tunable;
+mod tuner;
+
+pub use search::{
+    all_failed, cached_config, candidate_configs, conclude, prefer_after_default, recheck_configs,
+    start_search, time_candidates, tune_record, CandidateReport, Recheck, TuneOptions, TuneReport,
+};
+pub use select::{median, noise_margin, select, Measured, LONG_KERNEL_US, NOISE_THRESHOLD};
+pub use table::{
+    parse_shapes, today, tune_table, CandidateRecord, Progress, TableJob, TableOutcome, TuneRecord,
+};
+pub use timing::{
+    graph_launches, rotation, time_runs, FlushL2, L2Flush, Timing, TimingMethod, TimingOptions, MIN_REPS,
+};
+pub use tunable::{DynTunable, Tunable, TunableDyn};
