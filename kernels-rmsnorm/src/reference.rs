@@ -420,8 +420,12 @@ mod tests {
             (DType::F32, 4096),
             (DType::Bf16, 7),
         ] {
-            let x = kernels_core::testing::stored(dtype, &kernels_core::pseudo_random(3 * cols, 1, 2.0, 0.0));
-            let w = kernels_core::testing::stored(dtype, &kernels_core::pseudo_random(cols, 2, 0.5, 1.0));
+            let x = kernels_core::testing::stored(
+                dtype,
+                &kernels_core::launch::pseudo_random(3 * cols, 1, 2.0, 0.0),
+            );
+            let w =
+                kernels_core::testing::stored(dtype, &kernels_core::launch::pseudo_random(cols, 2, 0.5, 1.0));
             let rows = Rows::contiguous(3, cols);
             let want = reference_of(&x, &w, 1e-6);
             let right = simulated(dtype, &x, &w, 1e-6, 1.0);

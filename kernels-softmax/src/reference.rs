@@ -395,7 +395,7 @@ mod tests {
     }
 
     fn inputs(dtype: DType, n: usize, seed: u64) -> Vec<f32> {
-        kernels_core::testing::stored(dtype, &kernels_core::pseudo_random(n, seed, 6.0, 0.0))
+        kernels_core::testing::stored(dtype, &kernels_core::launch::pseudo_random(n, seed, 6.0, 0.0))
     }
 
     #[test]

@@ -14,6 +14,6 @@ pub use args::{KernelArgs, LaunchDims, MAX_CLUSTER, MAX_KERNEL_ARGS, MAX_PORTABL
 #[cfg(feature = "cuda")]
 pub use element::{alloc_random, Element};
 pub use element::{decode, encode, pseudo_random};
-pub use plan::{candidates_digest, BufferRole, LaunchPlan, PlannedKernel, TuneBuffer};
+pub use plan::{candidates_digest, BufferRole, Expected, LaunchPlan, PlannedKernel, TuneBuffer};
 pub use shape::{check_disjoint, check_eps, dtype_define, widest_vector, Rows};
 pub use variant::{KernelSource, Variant};
