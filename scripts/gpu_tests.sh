@@ -14,7 +14,9 @@
 #                 and the analytic defaults serve, on its exact static key, against
 #                 the CPU reference
 #
-# Each test runs in its own process (one at a time, so timings in the tuner tests are
+# GPU_TESTS_BIN and GPU_TESTS_SHAPES name other folders for the binaries and the shape
+# sets; GPU_TESTS_ONLY (an extended regular expression) runs only the tests whose
+# names match it. Each test runs in its own process (one at a time, so timings in the tuner tests are
 # not disturbed) with KERNELS_REQUIRE_GPU=1: a test that finds no GPU, or cannot test
 # what it is for (programmatic dependent launch below sm_90), fails instead of
 # skipping. Logs go to $OUT/gpu-tests/ when OUT is set, else to a temporary folder.
@@ -24,6 +26,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 B=${GPU_TESTS_BIN:-.device-bin}
+SHAPES=${GPU_TESTS_SHAPES:-tuned/shapes}
 LOGS=${OUT:+$OUT/gpu-tests}
 LOGS=${LOGS:-$(mktemp -d)}
 mkdir -p "$LOGS"
@@ -69,7 +72,7 @@ for bin in "${SELECTED[@]}"; do
         fi
         log="$LOGS/served.log"
         rc=0
-        timeout 600 "$B/kernels" tables check --served > "$log" 2>&1 || rc=$?
+        timeout 600 "$B/kernels" tables check --served --shapes "$SHAPES" > "$log" 2>&1 || rc=$?
         tail -n 1 "$log"
         record "served variants (kernels tables check --served)" "$rc" "$log"
         continue
@@ -78,7 +81,7 @@ for bin in "${SELECTED[@]}"; do
         record "$bin: $B/$bin missing (scripts/build_device_bin.sh)" 127 /dev/null
         continue
     fi
-    tests=$("$B/$bin" --list 2>/dev/null | sed -n 's/: test$//p')
+    tests=$("$B/$bin" --list 2>/dev/null | sed -n 's/: test$//p' | grep -E "${GPU_TESTS_ONLY:-.}")
     if [ -z "$tests" ]; then
         record "$bin: lists no tests" 1 /dev/null
         continue

@@ -165,6 +165,10 @@ enum TablesCommand {
         /// the CPU reference.
         #[arg(long, conflicts_with = "offline")]
         served: bool,
+        /// With --served: the shape sets whose analytic defaults are checked too
+        /// (default: tuned/shapes of the source tree this binary was built from).
+        #[arg(long, requires = "served")]
+        shapes: Option<PathBuf>,
         /// On a GPU: the allowed slowdown against the default or a quick search.
         #[arg(long, default_value = "0.10")]
         threshold: String,
@@ -599,6 +603,7 @@ fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {
         TablesCommand::Check {
             offline,
             served,
+            shapes,
             threshold,
             sample,
             kernel,
@@ -620,7 +625,7 @@ fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {
                     return Err(Usage("check: --served runs on CUDA (--backend cuda)".into()));
                 }
                 #[cfg(feature = "cuda")]
-                return Ok(served::check_served(kernel.as_deref()));
+                return Ok(served::check_served(kernel.as_deref(), shapes));
                 #[cfg(not(feature = "cuda"))]
                 return Err(Usage(
                     "check: --served needs a binary built with the `cuda` feature".into(),

@@ -38,7 +38,14 @@ fn check_kernel<K: Tunable>(
         .target()
         .ok_or_else(|| format!("this device ({}) has no table target", rt.arch()))?;
     let kernel = K::SCHEMA.kernel;
-    for case in served_cases::<K>(target, shapes_dir, shape_file)? {
+    let cases = served_cases::<K>(target, shapes_dir, shape_file)?;
+    // Every variant compiled in parallel first; a failure shows in its case's run.
+    let jobs: Vec<_> = cases
+        .iter()
+        .map(|c| (*K::SOURCE, K::variant(rt.info(), &c.key, &c.config)))
+        .collect();
+    let _ = rt.precompile(&jobs);
+    for case in cases {
         let row_bytes: usize = K::tuning_inputs(&case.key, 1).iter().map(Vec::len).sum();
         let rows = case.batch.min((MAX_INPUT_BYTES / row_bytes.max(1)).max(1) as u64);
         let verdict = match kernels_core::tune::verify::<Cuda, K>(rt, stream, &case.key, rows, &case.config) {
@@ -64,7 +71,7 @@ fn check_kernel<K: Tunable>(
 
 /// `kernels tables check --served [--kernel K]`: failure when any served config's output
 /// is outside the reference's bound or does not run.
-pub fn check_served(only: Option<&str>) -> ExitCode {
+pub fn check_served(only: Option<&str>, shapes: Option<std::path::PathBuf>) -> ExitCode {
     use kernels_rmsnorm::{FusedAddRmsNorm, RmsNorm};
     use kernels_softmax::{LogSoftmax, Softmax};
     let (rt, stream) = match cuda_runtime(0) {
@@ -74,7 +81,7 @@ pub fn check_served(only: Option<&str>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let shapes = crate::variants::default_shapes_dir();
+    let shapes = shapes.unwrap_or_else(crate::variants::default_shapes_dir);
     let mut tally = Tally::default();
     let wanted = |name: &str| only.is_none_or(|o| o == name);
     let mut run = || -> Result<(), String> {
