@@ -126,8 +126,8 @@ pub mod cuda {
         CudaRuntime::with_options(dev, options).map_err(|e| e.to_string())
     }
 
-    /// [`open`]'s runtime and a new stream on its device, for commands outside this
-    /// library (`kernels tables check --served`).
+    /// A runtime as `kernels tune` opens one (plain launches) and a new stream on its
+    /// device, for commands outside this library (`kernels tables check --served`).
     pub fn cuda_runtime(
         device: usize,
     ) -> Result<
