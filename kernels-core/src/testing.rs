@@ -115,6 +115,25 @@ impl Case {
     }
 }
 
+/// The awkward shapes every row kernel's GPU tests run on: 1, odd and prime columns,
+/// one row, row strides above cols, buffers not 16-byte aligned, special values, and
+/// rows long enough for the streaming paths, in each storage type.
+pub fn row_cases() -> Vec<Case> {
+    let c = Case::new;
+    vec![
+        c(DType::Bf16, 1, 1, 0, 0, false),
+        c(DType::Bf16, 97, 5, 3, 1, false),
+        c(DType::Bf16, 1000, 37, 8, 0, true),
+        c(DType::Bf16, 4096, 9, 8, 0, true),
+        c(DType::Bf16, 4096, 3, 0, 1, false),
+        c(DType::Bf16, 40000, 3, 8, 0, false),
+        c(DType::F16, 3, 7, 1, 1, false),
+        c(DType::F16, 2048, 5, 0, 0, true),
+        c(DType::F32, 7, 4, 2, 0, false),
+        c(DType::F32, 4096, 5, 4, 2, true),
+    ]
+}
+
 /// Rows a case with special values needs: one each for +inf, NaN and a -inf, one of
 /// only -inf, and a row without any.
 pub const SPECIAL_ROWS: usize = 5;
@@ -225,6 +244,32 @@ pub mod cuda {
             .expect("end capture")
             .expect("a graph");
         graph.launch().expect("graph launch");
+    }
+
+    /// Asserts that a chain of dependent launches gives, bit for bit, `want` (every
+    /// buffer after the same launches made one at a time by a plain runtime), when
+    /// `chained(runtime, graph)` enqueues it at once: with `plain` launches, then with
+    /// `pdl`'s programmatic dependent launches, eagerly and replayed from a CUDA graph.
+    pub fn assert_chains_match(
+        plain: &CudaRuntime,
+        pdl: &CudaRuntime,
+        want: &[Vec<f32>],
+        chained: impl Fn(&CudaRuntime, bool) -> Vec<Vec<f32>>,
+    ) {
+        let bits = |v: &[Vec<f32>]| v.iter().flatten().map(|f| f.to_bits()).collect::<Vec<_>>();
+        let want = bits(want);
+        assert!(
+            bits(&chained(plain, false)) == want,
+            "plain launches enqueued together differ from the same launches one at a time"
+        );
+        assert!(
+            bits(&chained(pdl, false)) == want,
+            "eager launches with programmatic dependent launch differ from plain ones"
+        );
+        assert!(
+            bits(&chained(pdl, true)) == want,
+            "a CUDA graph of launches with programmatic dependent launch differs from plain launches"
+        );
     }
 
     /// Device memory holding host values converted to a dtype, its usable part

@@ -27,6 +27,7 @@ use std::ops::Range;
 
 use std::collections::HashMap;
 
+use kernels_core::kernel_crate::{output_floor, reduction_depth, LAMBDA, U32};
 use kernels_core::testing::compare_rows;
 use kernels_core::Rows;
 use tuned::DType;
@@ -87,20 +88,11 @@ pub struct RowBound {
     pub floor: f64,
 }
 
-/// Unit roundoff of fp32, the kernels' arithmetic.
-const U32: f64 = 1.0 / 16_777_216.0;
-
-/// How many standard deviations a sum of independent rounding errors may reach before
-/// a check fails: a right row fails with probability at most 2 exp(-LAMBDA^2 / 2) per
-/// sum, about 2.5e-14 (Hoeffding's inequality).
-pub const LAMBDA: f64 = 8.0;
-
-/// The roundings a square goes through on its way to the row's sum of squares: every
-/// config runs at least a warp (32 threads) per row (`space::fits`), so a thread adds at
-/// most ceil(cols / 32) squares in sequence, and the parts then merge in a tree of
-/// depth at most ceil(log2(cols)).
+/// The roundings a square goes through on its way to the row's sum: every config
+/// runs at least a warp (32 threads) per row (`space::fits`), so at most
+/// [`reduction_depth`]`(cols, 32)`.
 pub fn sum_depth(cols: usize) -> f64 {
-    (cols.div_ceil(32) + cols.next_power_of_two().trailing_zeros() as usize) as f64
+    reduction_depth(cols, 32)
 }
 
 /// The [`RowBound`] of a row of `cols` elements of `dtype`.
@@ -116,10 +108,7 @@ pub fn row_bound(dtype: DType, cols: usize) -> RowBound {
     RowBound {
         norm: U32 * ((LAMBDA * (sum_depth(cols) + 1.0).sqrt() + 3.0) / 2.0 + 6.0),
         storage: dtype.unit_roundoff() + U32,
-        floor: match dtype {
-            DType::F16 => DType::F16.smallest_normal() * DType::F16.unit_roundoff(),
-            DType::F32 | DType::Bf16 => DType::F32.smallest_normal(),
-        },
+        floor: output_floor(dtype),
     }
 }
 

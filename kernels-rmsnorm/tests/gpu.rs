@@ -12,7 +12,7 @@
 use kernels_core::cudarc::driver::{CudaSlice, CudaStream};
 use kernels_core::launch::pseudo_random;
 use kernels_core::testing::cuda::{every_config, fitted_and_compiled, runtime, runtime_with, Buf};
-use kernels_core::testing::{case_input, stored, Case};
+use kernels_core::testing::{case_input, row_cases, stored};
 use kernels_core::{CudaRuntime, DiskCache, Policy, Rows, RuntimeOptions};
 use kernels_rmsnorm::plan::NormProblem;
 use kernels_rmsnorm::{cuda as safe, ops, reference, space, FusedAddRmsNorm, RmsNorm, RmsNormKey};
@@ -104,29 +104,13 @@ fn exact(what: &str, got: &[f32], want: &[f32]) -> Result<(), String> {
     }
 }
 
-fn cases() -> Vec<Case> {
-    let c = Case::new;
-    vec![
-        c(DType::Bf16, 1, 1, 0, 0, false),
-        c(DType::Bf16, 97, 5, 3, 1, false),
-        c(DType::Bf16, 1000, 37, 8, 0, true),
-        c(DType::Bf16, 4096, 9, 8, 0, true),
-        c(DType::Bf16, 4096, 3, 0, 1, false),
-        c(DType::Bf16, 40000, 3, 8, 0, false),
-        c(DType::F16, 3, 7, 1, 1, false),
-        c(DType::F16, 2048, 5, 0, 0, true),
-        c(DType::F32, 7, 4, 2, 0, false),
-        c(DType::F32, 4096, 5, 4, 2, true),
-    ]
-}
-
 #[test]
 fn every_config_matches_the_reference() {
     every_config(
         "every_config_matches_the_reference",
         "rmsnorm",
         |rt, stream, target, tally| {
-            for case in cases() {
+            for case in row_cases() {
                 let key = RmsNormKey {
                     dtype: case.dtype,
                     cols: case.cols as u32,
@@ -490,8 +474,7 @@ fn programmatic_launch_chain_matches_plain_launches_and_the_reference() {
             }
         }
     }
-    let bits = |v: &[Vec<f32>]| v.iter().flatten().map(|f| f.to_bits()).collect::<Vec<_>>();
-    let want_bits = bits(&bufs.iter().map(|b| b.read(&stream)).collect::<Vec<_>>());
+    let stepwise: Vec<Vec<f32>> = bufs.iter().map(|b| b.read(&stream)).collect();
 
     let chained = |rt: &CudaRuntime, graph: bool| -> Vec<Vec<f32>> {
         let bufs = fresh();
@@ -508,16 +491,5 @@ fn programmatic_launch_chain_matches_plain_launches_and_the_reference() {
         stream.synchronize().expect("chain");
         bufs.iter().map(|b| b.read(&stream)).collect()
     };
-    assert!(
-        bits(&chained(&plain_rt, false)) == want_bits,
-        "plain launches enqueued together differ from the same launches one at a time"
-    );
-    assert!(
-        bits(&chained(&pdl_rt, false)) == want_bits,
-        "eager launches with programmatic dependent launch differ from plain ones"
-    );
-    assert!(
-        bits(&chained(&pdl_rt, true)) == want_bits,
-        "a CUDA graph of launches with programmatic dependent launch differs from plain launches"
-    );
+    kernels_core::testing::cuda::assert_chains_match(&plain_rt, &pdl_rt, &stepwise, chained);
 }

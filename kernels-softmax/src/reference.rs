@@ -22,6 +22,7 @@
 
 use std::collections::HashMap;
 
+use kernels_core::kernel_crate::{output_floor, reduction_depth, LAMBDA, U32};
 use kernels_core::testing::compare_rows;
 use kernels_core::Rows;
 use tuned::DType;
@@ -75,20 +76,11 @@ pub struct RowBound {
     pub floor: f64,
 }
 
-/// Unit roundoff of fp32, the kernels' arithmetic.
-const U32: f64 = 1.0 / 16_777_216.0;
-
-/// How many standard deviations the sum of independent rounding errors may reach
-/// before a check fails: a right row fails with probability at most 2 exp(-LAMBDA^2 / 2)
-/// per sum, about 2.5e-14 (Hoeffding's inequality).
-pub const LAMBDA: f64 = 8.0;
-
-/// The roundings a term of a row's sum goes through on its way to the total: every
-/// config runs at least a warp (32 threads) per row (`space::fits`), so a thread adds
-/// at most ceil(cols / 32) terms in sequence, and the parts then merge in a tree of
-/// depth at most ceil(log2(cols)).
+/// The roundings a term goes through on its way to the row's sum: every config
+/// runs at least a warp (32 threads) per row (`space::fits`), so at most
+/// [`reduction_depth`]`(cols, 32)`.
 pub fn sum_depth(cols: usize) -> f64 {
-    (cols.div_ceil(32) + cols.next_power_of_two().trailing_zeros() as usize) as f64
+    reduction_depth(cols, 32)
 }
 
 /// The [`RowBound`] of a row of `cols` elements of `dtype` whose scaled inputs are at
@@ -112,10 +104,7 @@ pub fn row_bound(dtype: DType, cols: usize, t_max: f64) -> RowBound {
         sum: LAMBDA * sum_depth(cols).sqrt() * step,
         element: U32 * (7.0 + 4.0 * t_max + log2_cols),
         storage: dtype.unit_roundoff() + U32,
-        floor: match dtype {
-            DType::F16 => DType::F16.smallest_normal() * DType::F16.unit_roundoff(),
-            DType::F32 | DType::Bf16 => DType::F32.smallest_normal(),
-        },
+        floor: output_floor(dtype),
     }
 }
 

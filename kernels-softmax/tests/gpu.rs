@@ -15,7 +15,7 @@ use std::sync::Arc;
 use kernels_core::cudarc::driver::CudaStream;
 use kernels_core::launch::pseudo_random;
 use kernels_core::testing::cuda::{every_config, fitted_and_compiled, runtime, Buf, Tally};
-use kernels_core::testing::{case_input, Case};
+use kernels_core::testing::{case_input, row_cases, Case};
 use kernels_core::{launch, CudaRuntime, KernelSource, PlannedKernel, Policy, Rows};
 use kernels_softmax::plan::SoftmaxProblem;
 use kernels_softmax::{cuda as safe, ops, reference, space, LogSoftmax, Softmax, SoftmaxKey};
@@ -60,19 +60,12 @@ fn want(log: bool, x: &[f32], shape: Rows, y0: &[f32], scale: f32) -> Vec<f32> {
     y
 }
 
+/// The shapes every row kernel runs on, and the long rows of softmax's streaming,
+/// staged and cluster paths.
 fn cases() -> Vec<Case> {
     let c = Case::new;
-    vec![
-        c(DType::Bf16, 1, 1, 0, 0, false),
-        c(DType::Bf16, 97, 5, 3, 1, false),
-        c(DType::Bf16, 1000, 37, 8, 0, true),
-        c(DType::Bf16, 4096, 9, 8, 0, true),
-        c(DType::Bf16, 4096, 3, 0, 1, false),
-        c(DType::Bf16, 40000, 3, 8, 0, false),
-        c(DType::F16, 3, 7, 1, 1, false),
-        c(DType::F16, 2048, 5, 0, 0, true),
-        c(DType::F32, 7, 4, 2, 0, false),
-        c(DType::F32, 4096, 5, 4, 2, true),
+    let mut cases = row_cases();
+    cases.extend([
         c(DType::Bf16, 151936, 3, 8, 0, false),
         // Long rows with special values and padded strides: the staged and online paths.
         c(DType::F32, 50001, 5, 3, 0, true),
@@ -81,7 +74,8 @@ fn cases() -> Vec<Case> {
         // next wave's rows into L2.
         c(DType::Bf16, 65536, 140, 8, 0, false),
         c(DType::Bf16, 262144, 2, 0, 0, false),
-    ]
+    ]);
+    cases
 }
 
 /// 1025 vectors of 8 per row: a last step or pass where most threads hold no vector.
@@ -382,8 +376,6 @@ fn programmatic_launch_chain_matches_plain_launches_and_the_reference() {
         .unwrap();
     }
     let stepwise: Vec<Vec<f32>> = bufs.iter().map(|b| b.read(&stream)).collect();
-    let bits = |v: &[Vec<f32>]| v.iter().flatten().map(|f| f.to_bits()).collect::<Vec<_>>();
-    let want_bits = bits(&stepwise);
 
     // The chain enqueued at once: plain, then with programmatic dependent launch,
     // eagerly and from a graph.
@@ -407,18 +399,7 @@ fn programmatic_launch_chain_matches_plain_launches_and_the_reference() {
         stream.synchronize().expect("chain");
         bufs.iter().map(|b| b.read(&stream)).collect()
     };
-    assert!(
-        bits(&chained(&plain_rt, false)) == want_bits,
-        "plain launches enqueued together differ from the same launches one at a time"
-    );
-    assert!(
-        bits(&chained(&pdl_rt, false)) == want_bits,
-        "eager launches with programmatic dependent launch differ from plain ones"
-    );
-    assert!(
-        bits(&chained(&pdl_rt, true)) == want_bits,
-        "a CUDA graph of launches with programmatic dependent launch differs from plain launches"
-    );
+    kernels_core::testing::cuda::assert_chains_match(&plain_rt, &pdl_rt, &stepwise, chained);
 }
 
 /// `reference::check` fails on a softmax kernel whose normaliser is off by 1%, while
