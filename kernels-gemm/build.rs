@@ -1,5 +1,4 @@
-// Bakes tuned/tables/gemm/<target>.json for the enabled targets. No device source
-// has landed yet, so the fingerprint covers none.
+// Bakes tuned/tables/gemm/<target>.json for the enabled targets.
 #[allow(dead_code)] // build.rs uses only the schema and check, not every constant
 #[path = "src/schema.rs"]
 mod schema;
@@ -7,5 +6,9 @@ mod schema;
 fn main() {
     build_tools::Bake::new()
         .kernel(&schema::GEMM, schema::check_config)
+        // The prelude is a build-dependency: cargo reruns this script when it changes.
+        .source_text(kernels_prelude::FILE_NAME, kernels_prelude::PRELUDE)
+        .source("cuda/gemm_ptx.cuh")
+        .source("cuda/gemm.cu")
         .run();
 }

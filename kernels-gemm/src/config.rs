@@ -2,7 +2,10 @@
 
 use tuned::{DType, Value};
 
-use crate::schema::{check_config, GEMM, LAYOUTS};
+use crate::schema::{
+    check_config, BLOCK_K_AT, BLOCK_M_AT, BLOCK_N_AT, GEMM, GROUP_M_AT, LAYOUTS, PATH_AT, SPLIT_K_AT,
+    STAGES_AT, VEC_AT, WARPS_M_AT, WARPS_N_AT,
+};
 
 /// Operand layout. See [`crate::schema::GEMM`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -48,58 +51,126 @@ impl GemmKey {
     }
 }
 
-/// A GEMM launch configuration: output tile, k step, warps, pipeline depth, split-K
-/// and the tile-grouping factor along m (for L2 reuse).
+/// The kernel a config runs. See [`crate::schema::PATHS`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Path {
+    Mma,
+}
+
+impl Path {
+    pub const fn name(self) -> &'static str {
+        match self {
+            Path::Mma => "mma",
+        }
+    }
+}
+
+/// A GEMM launch configuration: the block tile (`block_m` x `block_n`, stepping
+/// `block_k` along k), its warps (`warps_m` x `warps_n`), the shared-memory pipeline
+/// depth, split-K, the tile-grouping factor along m (L2 reuse of B tiles) and the
+/// global load width.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct GemmConfig {
+    pub path: Path,
     pub block_m: u32,
     pub block_n: u32,
     pub block_k: u32,
-    pub warps: u32,
+    pub warps_m: u32,
+    pub warps_n: u32,
     pub stages: u32,
     pub split_k: u32,
     pub group_m: u32,
+    /// 8: 16-byte loads (aligned operands); 1: element loads.
+    pub vec: u32,
 }
 
+/// Padding of each shared-memory row, elements (16 bytes; see `cuda/gemm.cu`).
+pub const SMEM_PAD: u32 = 8;
+
 impl GemmConfig {
+    /// Decodes and checks a config (values in parameter order).
     pub fn from_values(values: &[Value]) -> Result<Self, String> {
         check_config(values)?;
         let v = |i: usize| values[i].as_int().unwrap_or(0) as u32;
+        let path = match values[PATH_AT].as_str() {
+            Some("mma") => Path::Mma,
+            other => return Err(format!("unknown path {other:?}")),
+        };
         Ok(GemmConfig {
-            block_m: v(0),
-            block_n: v(1),
-            block_k: v(2),
-            warps: v(3),
-            stages: v(4),
-            split_k: v(5),
-            group_m: v(6),
+            path,
+            block_m: v(BLOCK_M_AT),
+            block_n: v(BLOCK_N_AT),
+            block_k: v(BLOCK_K_AT),
+            warps_m: v(WARPS_M_AT),
+            warps_n: v(WARPS_N_AT),
+            stages: v(STAGES_AT),
+            split_k: v(SPLIT_K_AT),
+            group_m: v(GROUP_M_AT),
+            vec: v(VEC_AT),
         })
     }
 
     pub fn values(&self) -> Vec<Value> {
-        [
-            self.block_m,
-            self.block_n,
-            self.block_k,
-            self.warps,
-            self.stages,
-            self.split_k,
-            self.group_m,
-        ]
-        .into_iter()
-        .map(|x| Value::Int(x as i64))
-        .collect()
+        let mut v = vec![Value::str(self.path.name())];
+        v.extend(
+            [
+                self.block_m,
+                self.block_n,
+                self.block_k,
+                self.warps_m,
+                self.warps_n,
+                self.stages,
+                self.split_k,
+                self.group_m,
+                self.vec,
+            ]
+            .into_iter()
+            .map(|x| Value::Int(x as i64)),
+        );
+        v
     }
 
-    /// Shared memory the operand pipeline takes, in bytes.
-    pub fn smem_bytes(&self, dtype: DType) -> usize {
-        (self.block_m + self.block_n) as usize * self.block_k as usize * dtype.size() * self.stages as usize
+    /// Threads per block.
+    pub fn threads(&self) -> u32 {
+        self.warps_m * self.warps_n * 32
+    }
+
+    /// fp32 accumulators each thread holds (one per output of its warp tile / 32).
+    pub fn accumulators(&self) -> u32 {
+        (self.block_m / self.warps_m) * (self.block_n / self.warps_n) / 32
+    }
+
+    /// Dynamic shared memory of the pipeline, bytes: `stages` copies of the padded A
+    /// and B tiles (16-bit elements).
+    pub fn smem_bytes(&self, layout: Layout) -> usize {
+        let (bm, bn, bk, pad) = (self.block_m, self.block_n, self.block_k, SMEM_PAD);
+        let b = match layout {
+            Layout::Nt => bn * (bk + pad),
+            Layout::Nn => bk * (bn + pad),
+        };
+        (bm * (bk + pad) + b) as usize * 2 * self.stages as usize
+    }
+
+    /// Output tiles of an `m` x `n` problem.
+    pub fn tiles(&self, m: u64, n: u32) -> u64 {
+        m.div_ceil(u64::from(self.block_m)) * u64::from(n).div_ceil(u64::from(self.block_n))
+    }
+
+    /// Workspace a launch of `m` rows needs, bytes: with split-K, the fp32 partial
+    /// tiles of every split and one counter per tile; else none.
+    pub fn workspace_bytes(&self, m: u64, n: u32) -> usize {
+        if self.split_k <= 1 {
+            return 0;
+        }
+        let tiles = self.tiles(m, n) as usize;
+        let partials = self.split_k as usize * tiles * (self.block_m * self.block_n) as usize * 4;
+        partials + tiles * 4
     }
 }
 
 impl std::fmt::Display for GemmConfig {
     /// The parameters by name, as `kernels plan` prints them:
-    /// `block_m=64 block_n=128 block_k=64 warps=4 stages=3 split_k=1 group_m=8`.
+    /// `path=mma block_m=64 block_n=128 block_k=64 warps_m=2 warps_n=2 stages=3 split_k=1 group_m=8 vec=8`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         tuned::write_config(f, GEMM.param_names().zip(&self.values()))
     }
@@ -115,17 +186,20 @@ mod display_tests {
     #[test]
     fn a_config_displays_as_kernels_plan_prints_it() {
         let c = GemmConfig {
+            path: Path::Mma,
             block_m: 64,
             block_n: 128,
             block_k: 64,
-            warps: 4,
+            warps_m: 2,
+            warps_n: 2,
             stages: 3,
             split_k: 1,
             group_m: 8,
+            vec: 8,
         };
         assert_eq!(
             c.to_string(),
-            "block_m=64 block_n=128 block_k=64 warps=4 stages=3 split_k=1 group_m=8"
+            "path=mma block_m=64 block_n=128 block_k=64 warps_m=2 warps_n=2 stages=3 split_k=1 group_m=8 vec=8"
         );
         // What `kernels plan` prints for a call (the resolution by name) is the resolved
         // config's Display.

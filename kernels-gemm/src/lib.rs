@@ -1,9 +1,16 @@
-//! GEMM for LLM linear layers: key, launch configuration, analytic default, search
-//! space and baked tables.
+//! GEMM for LLM linear layers, `C[m, n] = A[m, k] · op(B) (+ bias[n])`, bf16 or f16
+//! in, fp32 accumulation, C in the input type or f32, with launch configurations from
+//! tuned tables baked into the binary.
 //!
-//! Status: the GEMM device kernel has not landed yet. This crate resolves configs
-//! (baked table, else the analytic default) for planning and lookups; it launches
-//! nothing.
+//! The layout of one kernel family: [`schema`] (table contract and parameter
+//! domains), [`config`] (key and config types), [`heuristic`] (analytic default),
+//! [`space`] (search space and pruning), the device code in `cuda/`; [`plan`] (the
+//! problem and its backend-neutral launch plan), [`ops`] (the op, generic over
+//! `kernels_core::Backend`, and the `Tunable`), `cuda` (the safe op on cudarc views and
+//! the raw-stream launch, feature `cuda`) and [`mod@reference`] (the CPU reference).
+//!
+//! Split-K configs need a workspace the caller allocates once, [`workspace_bytes`]
+//! bytes, zeroed before its first use.
 //!
 //! ```
 //! use kernels_gemm::{Gemm, GemmKey, Layout};
@@ -14,11 +21,16 @@
 //! ```
 
 pub mod config;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod heuristic;
+pub mod ops;
+pub mod plan;
+pub mod reference;
 pub mod schema;
 pub mod space;
 
-pub use config::{GemmConfig, GemmKey, Layout};
+pub use config::{GemmConfig, GemmKey, Layout, Path};
 pub use heuristic::analytic_default;
 
 use tuned::{BakedTable, KernelSchema, KeyValues, Target, TunedKernel, Value};
@@ -74,6 +86,27 @@ impl TunedKernel for Gemm {
 /// The [`tuned::DynKernel`] of GEMM.
 pub static GEMM: tuned::Dyn<Gemm> = tuned::Dyn::new();
 
+/// Workspace bytes a GEMM of `m` rows of `key` on `target` may need: the most any
+/// config the runtime can pick for it takes (the baked table's or the analytic default
+/// under the serve policy, any config of the search space under the online policy).
+/// 0 when none splits k. Allocate it once per stream, zeroed.
+///
+/// ```
+/// use kernels_gemm::{workspace_bytes, GemmKey, Layout};
+/// use tuned::{DType, Target};
+/// let o_proj = GemmKey { dtype: DType::Bf16, layout: Layout::Nt, n: 4096, k: 4096 };
+/// assert!(workspace_bytes(Target::Sm90, &o_proj, 1) > 0); // decode splits k
+/// ```
+pub fn workspace_bytes(target: Target, key: &GemmKey, m: u64) -> usize {
+    let served = tuned::resolve_serve::<Gemm>(target, key, m).config;
+    space::search_space(target, key, m)
+        .iter()
+        .chain([&served, &heuristic::analytic_default(target, key, m)])
+        .map(|c| c.workspace_bytes(m, key.n))
+        .max()
+        .unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -81,8 +114,11 @@ mod tests {
 
     #[test]
     fn default_fits_model_shapes() {
-        for t in Target::ALL {
+        for t in [Target::Sm80, Target::Sm90] {
             for (n, k) in [
+                (1, 1),
+                (17, 33),
+                (1280, 8192),
                 (6144, 4096),
                 (4096, 4096),
                 (28672, 4096),
@@ -90,18 +126,138 @@ mod tests {
                 (128256, 4096),
                 (16, 16),
             ] {
-                for m in [1, 16, 17, 100, 1024, 8192] {
+                for m in [1, 3, 16, 17, 64, 100, 256, 1024, 8192, 16384] {
+                    for layout in [Layout::Nt, Layout::Nn] {
+                        let key = GemmKey {
+                            dtype: DType::Bf16,
+                            layout,
+                            n,
+                            k,
+                        };
+                        let c = analytic_default(t, &key, m);
+                        assert!(schema::check_config(&c.values()).is_ok(), "{c:?}");
+                        assert!(space::fits(t, &key, &c), "{t} n={n} k={k} m={m}: {c:?}");
+                        assert!(
+                            space::split_allowed(t, &key, m, &c),
+                            "{t} n={n} k={k} m={m}: {c:?}"
+                        );
+                        assert!(c.workspace_bytes(m, n) <= workspace_bytes(t, &key, m));
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod space_tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use tuned::DType;
+
+    /// The model shapes of ../shared/models.json at their tp degrees (n, k).
+    pub(crate) const MODEL_SHAPES: &[(u32, u32)] = &[
+        (6144, 4096),
+        (4096, 4096),
+        (28672, 4096),
+        (4096, 14336),
+        (128256, 4096),
+        (1280, 8192),
+        (8192, 1024),
+        (7168, 8192),
+        (8192, 3584),
+    ];
+
+    /// Every compiled variant a search over the model shapes at m on the log grid can
+    /// time, on `target`, for both dtypes and layouts, with element loads too.
+    pub(crate) fn reachable_variants(target: Target) -> BTreeSet<String> {
+        let mut out = BTreeSet::new();
+        for dtype in [DType::Bf16, DType::F16] {
+            for layout in [Layout::Nt, Layout::Nn] {
+                for &(n, k) in MODEL_SHAPES.iter().chain(&[(17, 33), (1, 1)]) {
+                    let key = GemmKey { dtype, layout, n, k };
+                    for m in (0..=14).map(|e| 1u64 << e).chain([3, 17]) {
+                        for c in space::search_space(target, &key, m)
+                            .into_iter()
+                            .chain([analytic_default(target, &key, m)])
+                        {
+                            for vec in [8, 1] {
+                                let c = GemmConfig { vec, ..c };
+                                out.insert(plan::variant(&key, &c).to_string());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_space_is_valid_bounded_and_holds_the_default() {
+        for t in [Target::Sm80, Target::Sm90] {
+            for &(n, k) in MODEL_SHAPES {
+                for m in [1, 16, 64, 256, 1024, 8192] {
                     let key = GemmKey {
                         dtype: DType::Bf16,
                         layout: Layout::Nt,
                         n,
                         k,
                     };
-                    let c = analytic_default(t, &key, m);
-                    assert!(schema::check_config(&c.values()).is_ok(), "{c:?}");
-                    assert!(space::fits(t, &key, &c), "{t} n={n} k={k} m={m}: {c:?}");
+                    let space = space::search_space(t, &key, m);
+                    assert!(
+                        !space.is_empty() && space.len() <= 3000,
+                        "{t} {key:?} m={m}: {}",
+                        space.len()
+                    );
+                    for c in &space {
+                        assert!(schema::check_config(&c.values()).is_ok(), "{c:?}");
+                        assert_eq!(GemmConfig::from_values(&c.values()).unwrap(), *c);
+                        assert!(Gemm::accepts(t, &key, m, c), "{c:?}");
+                    }
                 }
             }
         }
+        // No AMD kernel: nothing fits there.
+        let key = GemmKey {
+            dtype: DType::Bf16,
+            layout: Layout::Nt,
+            n: 4096,
+            k: 4096,
+        };
+        assert!(space::search_space(Target::Gfx942, &key, 16).is_empty());
+        assert!(!plan::has_kernel(Target::Gfx942));
+    }
+
+    /// Writes the reachable variants as an `scripts/nvrtc_check.py` input list to the
+    /// file named by GEMM_VARIANTS_JSON (for compiling them all without a GPU).
+    #[test]
+    fn reachable_variants_are_listed_for_nvrtc() {
+        let all: BTreeSet<String> = reachable_variants(Target::Sm90)
+            .into_iter()
+            .chain(reachable_variants(Target::Sm80))
+            .collect();
+        assert!(all.len() > 10, "{}", all.len());
+        let Ok(path) = std::env::var("GEMM_VARIANTS_JSON") else {
+            return;
+        };
+        let items: Vec<String> = all
+            .iter()
+            .map(|v| {
+                let mut parts = v.split(' ');
+                let entry = parts.next().unwrap_or_default();
+                let defines: Vec<String> = parts
+                    .filter_map(|d| d.strip_prefix("-D"))
+                    .filter_map(|d| d.split_once('='))
+                    .map(|(n, v)| format!("\"{n}\": {v}"))
+                    .collect();
+                format!(
+                    "{{\"sources\": [\"kernels-prelude/cuda/prelude.cuh\", \"kernels-gemm/cuda/gemm_ptx.cuh\", \"kernels-gemm/cuda/gemm.cu\"], \"defines\": {{{}}}, \"kernels\": [\"{entry}\"]}}",
+                    defines.join(", ")
+                )
+            })
+            .collect();
+        std::fs::write(&path, format!("[\n{}\n]\n", items.join(",\n"))).unwrap();
     }
 }

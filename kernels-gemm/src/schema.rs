@@ -1,10 +1,11 @@
 //! The GEMM table contract: key fields, parameters and their domains.
 //!
-//! Self-contained (it uses only `tuned`) because `build.rs` includes it too.
+//! Self-contained (it uses only `tuned`) because `build.rs` includes it too, to check
+//! committed configs before baking them.
 
-use tuned::{int_param, param_index, Field, KernelSchema, Value};
+use tuned::{int_param, name_param, param_index, Field, KernelSchema, Value};
 
-/// `C[m, n] = A[m, k] · op(B)`: key (dtype, layout, n, k), batch = m (tokens).
+/// `C[m, n] = A[m, k] · op(B) (+ bias)`: key (dtype, layout, n, k), batch = m (tokens).
 /// Layout `nt`: B is `[n, k]` row-major (a linear layer's weight); `nn`: B is `[k, n]`.
 pub static GEMM: KernelSchema = KernelSchema {
     kernel: "gemm",
@@ -15,42 +16,72 @@ pub static GEMM: KernelSchema = KernelSchema {
         Field::int("k"),
     ],
     params: &[
+        Field::name("path"),
         Field::int("block_m"),
         Field::int("block_n"),
         Field::int("block_k"),
-        Field::int("warps"),
+        Field::int("warps_m"),
+        Field::int("warps_n"),
         Field::int("stages"),
         Field::int("split_k"),
         Field::int("group_m"),
+        Field::int("vec"),
     ],
 };
 
 pub const LAYOUTS: &[&str] = &["nt", "nn"];
+/// `mma`: warp-level tensor-core products (mma.sync m16n8k16) fed by a cp.async
+/// multi-stage shared-memory pipeline; sm_80 and newer.
+pub const PATHS: &[&str] = &["mma"];
 pub const BLOCK_M: &[i64] = &[16, 32, 64, 128, 256];
 pub const BLOCK_N: &[i64] = &[16, 32, 64, 128, 256];
-pub const BLOCK_K: &[i64] = &[16, 32, 64, 128, 256];
-pub const WARPS: &[i64] = &[4, 8];
-pub const STAGES: &[i64] = &[2, 3, 4, 5];
+pub const BLOCK_K: &[i64] = &[32, 64, 128];
+pub const WARPS_M: &[i64] = &[1, 2, 4, 8];
+pub const WARPS_N: &[i64] = &[1, 2, 4, 8];
+pub const STAGES: &[i64] = &[2, 3, 4, 5, 6];
 pub const SPLIT_K: &[i64] = &[1, 2, 4, 8, 16];
-pub const GROUP_M: &[i64] = &[1, 4, 8, 16, 32];
+pub const GROUP_M: &[i64] = &[1, 4, 8, 16];
+/// Elements per global load: 8 (16-byte cp.async; A and B 16-byte aligned with
+/// leading dimensions a multiple of 8) or 1 (element loads, any alignment).
+pub const VECS: &[i64] = &[1, 8];
+/// Warps per block: 4 or 8.
+pub const WARPS: &[i64] = &[4, 8];
 
+pub const PATH_AT: usize = param_index(&GEMM, "path");
 pub const BLOCK_M_AT: usize = param_index(&GEMM, "block_m");
 pub const BLOCK_N_AT: usize = param_index(&GEMM, "block_n");
 pub const BLOCK_K_AT: usize = param_index(&GEMM, "block_k");
-pub const WARPS_AT: usize = param_index(&GEMM, "warps");
+pub const WARPS_M_AT: usize = param_index(&GEMM, "warps_m");
+pub const WARPS_N_AT: usize = param_index(&GEMM, "warps_n");
 pub const STAGES_AT: usize = param_index(&GEMM, "stages");
 pub const SPLIT_K_AT: usize = param_index(&GEMM, "split_k");
 pub const GROUP_M_AT: usize = param_index(&GEMM, "group_m");
+pub const VEC_AT: usize = param_index(&GEMM, "vec");
 
-/// Checks a config's values against the parameter domains.
+/// Checks a config's values against the parameter domains and the rules that tie
+/// parameters together (independent of the problem): 4 or 8 warps, each warp tile a
+/// whole number of 16 x 16 products.
 pub fn check_config(values: &[Value]) -> Result<(), String> {
     let s = &GEMM;
-    int_param(s, values, BLOCK_M_AT, BLOCK_M)?;
-    int_param(s, values, BLOCK_N_AT, BLOCK_N)?;
+    name_param(s, values, PATH_AT, PATHS)?;
+    let bm = int_param(s, values, BLOCK_M_AT, BLOCK_M)?;
+    let bn = int_param(s, values, BLOCK_N_AT, BLOCK_N)?;
     int_param(s, values, BLOCK_K_AT, BLOCK_K)?;
-    int_param(s, values, WARPS_AT, WARPS)?;
+    let wm = int_param(s, values, WARPS_M_AT, WARPS_M)?;
+    let wn = int_param(s, values, WARPS_N_AT, WARPS_N)?;
     int_param(s, values, STAGES_AT, STAGES)?;
     int_param(s, values, SPLIT_K_AT, SPLIT_K)?;
     int_param(s, values, GROUP_M_AT, GROUP_M)?;
+    int_param(s, values, VEC_AT, VECS)?;
+    if !WARPS.contains(&(wm * wn)) {
+        return Err(format!("warps_m * warps_n = {} must be 4 or 8", wm * wn));
+    }
+    if bm % (16 * wm) != 0 || bn % (16 * wn) != 0 {
+        return Err(format!(
+            "the warp tile {}x{} is not a multiple of 16x16",
+            bm / wm,
+            bn / wn
+        ));
+    }
     Ok(())
 }

@@ -2,50 +2,113 @@
 
 use tuned::{Target, Vendor};
 
-use crate::config::{GemmConfig, GemmKey};
-use crate::schema::{BLOCK_K, BLOCK_M, BLOCK_N, GROUP_M, SPLIT_K, STAGES, WARPS};
+use crate::config::{GemmConfig, GemmKey, Path};
+use crate::schema::{check_config, BLOCK_K, BLOCK_M, BLOCK_N, GROUP_M, SPLIT_K, WARPS};
 
-/// Shared memory one block may use on `target`, in bytes (opt-in maximum).
+/// Shared memory one block may use on `target`, in bytes (opt-in maximum), less 1 KiB
+/// kept for the kernel's static shared memory.
 pub fn smem_limit(target: Target) -> usize {
-    match target {
+    let optin = match target {
         Target::Sm90 => 227 * 1024,
         Target::Sm80 => 163 * 1024,
         Target::Gfx950 => 160 * 1024,
         Target::Gfx90a | Target::Gfx942 => 64 * 1024,
-    }
+    };
+    optin - 1024
 }
 
-/// Whether `config` fits `key` on `target`: operands fit shared memory; every split of
-/// k gets at least one k step; a tile has at least 16x16 outputs per warp (8 warps
-/// on a 16x16 tile would idle); AMD runs no more than 4 stages (LDS is small).
+/// Most fp32 accumulators per thread: 128 (a 64x64 warp tile) spilled 160 bytes
+/// under NVRTC 13 at 255 registers, 64 spills nothing.
+pub const MAX_ACCUMULATORS: u32 = 64;
+
+/// Tile widths up to this are allowed whatever n and k are.
+pub const MIN_BLOCK_CAP: u32 = 64;
+
+/// Whether `c` can run any problem of `key` on `target`: the config passes the schema;
+/// the target is NVIDIA sm_80 or newer (mma.sync on bf16; AMD has no GEMM kernel yet);
+/// the warp tile keeps at most [`MAX_ACCUMULATORS`] per thread; the pipeline fits
+/// shared memory; with split-K every split gets at least two k steps; and block_n and
+/// block_k stay within the problem's n and k rounded up to a power of two (or
+/// [`MIN_BLOCK_CAP`], so tiny problems still have a 4-warp tile).
 pub fn fits(target: Target, key: &GemmKey, c: &GemmConfig) -> bool {
-    let tile = c.block_m * c.block_n;
-    c.smem_bytes(key.dtype) <= smem_limit(target)
-        && key.k >= c.block_k * c.split_k
-        && tile >= 256 * c.warps
-        && (target.vendor() == Vendor::Nvidia || c.stages <= 4)
+    if check_config(&c.values()).is_err() || target.vendor() != Vendor::Nvidia {
+        return false;
+    }
+    let k_steps = key.k.div_ceil(c.block_k);
+    c.accumulators() <= MAX_ACCUMULATORS
+        && c.smem_bytes(key.layout) <= smem_limit(target)
+        && (c.split_k == 1 || k_steps >= 2 * c.split_k)
+        && c.block_n <= key.n.next_power_of_two().max(MIN_BLOCK_CAP)
+        && c.block_k <= key.k.next_power_of_two().max(MIN_BLOCK_CAP)
 }
 
-/// Every config of the space that fits `key` on `target`.
-pub fn search_space(target: Target, key: &GemmKey) -> Vec<GemmConfig> {
+/// The warp grid of a `block_m` x `block_n` tile with `warps` warps: the one whose warp
+/// tile is closest to square (ties: taller), or none when no grid gives 16x16 multiples.
+pub fn warp_grid(block_m: u32, block_n: u32, warps: u32) -> Option<(u32, u32)> {
+    let mut best: Option<(u32, u32)> = None;
+    let mut wm = 1;
+    while wm <= warps {
+        let wn = warps / wm;
+        if block_m.is_multiple_of(16 * wm) && block_n.is_multiple_of(16 * wn) {
+            let skew = |(m, n): (u32, u32)| (block_m / m).abs_diff(block_n / n);
+            if best.is_none_or(|b| skew((wm, wn)) < skew(b)) {
+                best = Some((wm, wn));
+            }
+        }
+        wm *= 2;
+    }
+    best
+}
+
+/// Whether split-K may be used for `m` rows: only where the output tiles leave SMs idle,
+/// and the split grid stays within two waves (which also bounds the workspace).
+pub fn split_allowed(target: Target, key: &GemmKey, m: u64, c: &GemmConfig) -> bool {
+    let sms = u64::from(target.reference_sm_count());
+    let tiles = c.tiles(m, key.n);
+    c.split_k == 1 || (tiles < sms && tiles * u64::from(c.split_k) <= 2 * sms)
+}
+
+/// Pipeline depths a search tries (the schema allows 2..=6).
+pub const SEARCH_STAGES: &[i64] = &[3, 4, 6];
+
+/// The configs a search for `m` rows of `key` on `target` times: every tile of
+/// 32..=128 rows (16 too for m <= 16) and 32..=256 columns with its squarest warp
+/// grid, 16-byte loads, 3, 4 or 6 stages where they fit, k steps of 64 or 128 up to 64
+/// rows (a weight stream wants long steps) and of 32 or 64 above, split-K where
+/// [`split_allowed`], grouping only where there are tile rows to group. Tiles taller
+/// than `m` (rounded up to a power of two) are left out: they only add rows of zeros.
+pub fn search_space(target: Target, key: &GemmKey, m: u64) -> Vec<GemmConfig> {
     let mut out = Vec::new();
-    for &block_m in BLOCK_M {
-        for &block_n in BLOCK_N {
-            for &block_k in BLOCK_K {
+    let m_cap = m.next_power_of_two().max(16);
+    let block_ks: &[i64] = if m <= 64 { &BLOCK_K[1..] } else { &BLOCK_K[..2] };
+    for &bm in BLOCK_M
+        .iter()
+        .filter(|&&b| b as u64 <= m_cap && b <= 128 && (b > 16 || m <= 16))
+    {
+        for &bn in BLOCK_N.iter().filter(|&&b| b >= 32) {
+            for &bk in block_ks {
                 for &warps in WARPS {
-                    for &stages in STAGES {
+                    let Some((wm, wn)) = warp_grid(bm as u32, bn as u32, warps as u32) else {
+                        continue;
+                    };
+                    for &stages in SEARCH_STAGES {
                         for &split_k in SPLIT_K {
                             for &group_m in GROUP_M {
                                 let c = GemmConfig {
-                                    block_m: block_m as u32,
-                                    block_n: block_n as u32,
-                                    block_k: block_k as u32,
-                                    warps: warps as u32,
+                                    path: Path::Mma,
+                                    block_m: bm as u32,
+                                    block_n: bn as u32,
+                                    block_k: bk as u32,
+                                    warps_m: wm,
+                                    warps_n: wn,
                                     stages: stages as u32,
                                     split_k: split_k as u32,
                                     group_m: group_m as u32,
+                                    vec: 8,
                                 };
-                                if fits(target, key, &c) {
+                                let tiles_m = m.div_ceil(bm as u64);
+                                let grouping = if tiles_m > 1 { true } else { group_m == 8 };
+                                if grouping && fits(target, key, &c) && split_allowed(target, key, m, &c) {
                                     out.push(c);
                                 }
                             }

@@ -165,10 +165,9 @@ pub(crate) fn fit(
     c
 }
 
-/// Largest stage that prefetches the next wave's row: measured on the H200 (graph-timed
-/// tuning, docs/results/2026-11-30-h200-session4.md), the prefetch made 65536-column
-/// bf16 rows (128 KiB stages) 1.6-2.3% faster and 148-229 KiB stages 4-7% slower: a
-/// wave of those (20-30 MB) and its own traffic no longer fit the 60 MiB L2 together.
+/// Largest stage that prefetches the next wave's row: above it a wave of stages and its
+/// own traffic no longer fit the 60 MiB L2 together, and the prefetch costs more than it
+/// saves (H200 figures in docs/results/softmax.md, section 3).
 pub const PREFETCH_MAX_STAGE: u64 = 128 << 10;
 
 /// Rows of one wave for the staged kernel's L2 prefetch of the next wave's row

@@ -218,3 +218,107 @@ impl<B: Backend> Owned<B> {
         &self.addresses
     }
 }
+
+/// A run-time compile's strings as C strings, with the pointer arrays that NVRTC's and
+/// hipRTC's create and compile calls both take. The pointers stay valid while this
+/// value lives (a `CString`'s buffer does not move with it).
+#[cfg_attr(not(any(feature = "cuda", feature = "rocm")), allow(dead_code))]
+pub(crate) struct ProgramText {
+    pub(crate) code: std::ffi::CString,
+    pub(crate) name: std::ffi::CString,
+    header_text: Vec<*const std::ffi::c_char>,
+    header_names: Vec<*const std::ffi::c_char>,
+    pub(crate) options: Vec<*const std::ffi::c_char>,
+    _owned: Vec<std::ffi::CString>,
+}
+
+#[cfg_attr(not(any(feature = "cuda", feature = "rocm")), allow(dead_code))]
+impl ProgramText {
+    /// `code` named `file_name`, `headers` as (include name, text), and `options`; a
+    /// string with a NUL byte is an error naming which one.
+    pub(crate) fn new(
+        code: &str,
+        file_name: &str,
+        headers: &[(&str, &str)],
+        options: &[String],
+    ) -> Result<Self> {
+        fn c(what: &str, s: &str) -> Result<std::ffi::CString> {
+            std::ffi::CString::new(s)
+                .map_err(|_| crate::Error::invalid(what.to_string(), "contains a NUL byte"))
+        }
+        let mut owned = Vec::with_capacity(2 * headers.len() + options.len());
+        let mut keep = |s: std::ffi::CString| {
+            let p = s.as_ptr();
+            owned.push(s);
+            p
+        };
+        let mut header_text = Vec::with_capacity(headers.len());
+        let mut header_names = Vec::with_capacity(headers.len());
+        for (n, t) in headers {
+            header_text.push(keep(c("header", t)?));
+            header_names.push(keep(c("header name", n)?));
+        }
+        let options = options
+            .iter()
+            .map(|o| Ok(keep(c("compiler option", o)?)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ProgramText {
+            code: c("source", code)?,
+            name: c("source name", file_name)?,
+            header_text,
+            header_names,
+            options,
+            _owned: owned,
+        })
+    }
+
+    /// How many headers there are.
+    pub(crate) fn headers(&self) -> usize {
+        self.header_text.len()
+    }
+
+    /// The header texts' and names' arrays, both null when there are none.
+    pub(crate) fn header_arrays(&self) -> (*const *const std::ffi::c_char, *const *const std::ffi::c_char) {
+        if self.header_text.is_empty() {
+            (std::ptr::null(), std::ptr::null())
+        } else {
+            (self.header_text.as_ptr(), self.header_names.as_ptr())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ProgramText;
+
+    #[test]
+    fn program_text_names_the_string_with_a_nul_byte_and_keeps_its_pointers() {
+        let opts = vec!["-DA=1".to_string(), "-std=c++17".to_string()];
+        let t = ProgramText::new("kernel", "k.cu", &[("h.cuh", "int x;")], &opts).unwrap();
+        assert_eq!(t.headers(), 1);
+        let (text, names) = t.header_arrays();
+        // SAFETY: both arrays have one entry, each a live NUL-terminated string of `t`.
+        let (text, name) = unsafe { (std::ffi::CStr::from_ptr(*text), std::ffi::CStr::from_ptr(*names)) };
+        assert_eq!(
+            (text.to_str().unwrap(), name.to_str().unwrap()),
+            ("int x;", "h.cuh")
+        );
+        // SAFETY: as above, for the options array.
+        let opt = unsafe { std::ffi::CStr::from_ptr(t.options[1]) };
+        assert_eq!(opt.to_str().unwrap(), "-std=c++17");
+
+        let none = ProgramText::new("kernel", "k.cu", &[], &[]).unwrap();
+        assert_eq!(none.header_arrays(), (std::ptr::null(), std::ptr::null()));
+        for (what, result) in [
+            ("source", ProgramText::new("a\0b", "k.cu", &[], &[])),
+            ("header name", ProgramText::new("a", "k.cu", &[("h\0", "x")], &[])),
+            (
+                "compiler option",
+                ProgramText::new("a", "k.cu", &[], &["-D\0".to_string()]),
+            ),
+        ] {
+            let e = result.err().expect("a NUL byte is an error").to_string();
+            assert!(e.contains(what), "{what}: {e}");
+        }
+    }
+}

@@ -69,6 +69,15 @@ pub enum AlignClass {
 }
 
 impl AlignClass {
+    /// Every class, least aligned first.
+    pub const ALL: [AlignClass; 5] = [
+        AlignClass::A1,
+        AlignClass::A2,
+        AlignClass::A4,
+        AlignClass::A8,
+        AlignClass::A16,
+    ];
+
     /// The class's byte alignment.
     pub const fn bytes(self) -> u32 {
         match self {

@@ -5,9 +5,8 @@
 //! output checks ([`PlannedKernel::check_outputs`] against [`Expected`] outputs) every
 //! search and `kernels tables check --served` run.
 //!
-//! The CUDA path ([`crate::Tunable`]) and the HIP path (`HipTunable`, feature `rocm`)
-//! launch the same plan, so a config and a problem give byte-identical arguments and
-//! the same dimensions on both.
+//! Every backend (CUDA, HIP, the mock) launches the same plan, so a config and a
+//! problem give byte-identical arguments and the same dimensions on each.
 
 use std::fmt::Debug;
 use std::hash::Hash;

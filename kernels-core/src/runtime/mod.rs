@@ -562,7 +562,14 @@ impl<B: Backend> Runtime<B> {
 
     /// Warms every shape a model needs at start-up: resolves each under the policy,
     /// then compiles all distinct variants in parallel and memoizes them, so later
-    /// launches (and graph captures) compile nothing. One result per shape.
+    /// launches (and graph captures) compile nothing. One result per shape, the config
+    /// for 16-byte-aligned buffers.
+    ///
+    /// Every alignment class is prepared, not only the aligned one: a problem whose
+    /// pointers or strides are less aligned (odd column counts, views at an offset) gets
+    /// the aligned config narrowed to its class ([`PlannedKernel::fit_alignment`]), so
+    /// it too is captured in a graph without compiling. Such a class is not searched
+    /// under the online policy, since `warm` has no problem of that alignment.
     pub fn warm<K: Tunable>(
         &self,
         stream: &B::Stream,
@@ -584,32 +591,61 @@ impl<B: Backend> Runtime<B> {
             };
             resolved.push(r);
         }
-        let jobs: Vec<(KernelSource, Variant)> = shapes
+        // Per shape, the config of each alignment class (the aligned one first), and
+        // the distinct variants they need.
+        let per_class: Vec<Vec<(AlignClass, K::Config, Variant)>> = shapes
             .iter()
             .zip(&resolved)
-            .filter_map(|((key, _), r)| {
-                r.as_ref()
-                    .ok()
-                    .map(|(res, _)| (*K::SOURCE, K::variant(info, key, &res.config)))
+            .map(|((key, _), r)| match r {
+                Err(_) => Vec::new(),
+                Ok((res, _)) => AlignClass::ALL
+                    .iter()
+                    .rev()
+                    .map(|&class| {
+                        let config = K::fit_alignment(info, key, res.config.clone(), class);
+                        let variant = K::variant(info, key, &config);
+                        (class, config, variant)
+                    })
+                    .collect(),
             })
             .collect();
-        let mut kernels = self.precompile_kernels(&jobs, 0).into_iter();
+        let mut jobs: Vec<(KernelSource, Variant)> = Vec::new();
+        for (_, _, variant) in per_class.iter().flatten() {
+            if !jobs.iter().any(|(_, v)| v == variant) {
+                jobs.push((*K::SOURCE, variant.clone()));
+            }
+        }
+        let kernels = self.precompile_kernels(&jobs, 0);
+        let loaded = |variant: &Variant| -> Result<Arc<B::Kernel>> {
+            let i = jobs.iter().position(|(_, v)| v == variant);
+            match i.and_then(|i| kernels.get(i)) {
+                Some(Ok((kernel, _))) => Ok(kernel.clone()),
+                Some(Err(e)) => Err(e.clone()),
+                None => Err(Error::kernel(K::SCHEMA.kernel, "not compiled")),
+            }
+        };
         shapes
             .iter()
             .zip(resolved)
-            .map(|((key, batch), r)| {
+            .zip(per_class)
+            .map(|(((key, batch), r), classes)| {
                 let (res, failure) = r?;
-                let (kernel, _) = kernels
-                    .next()
-                    .unwrap_or_else(|| Err(Error::kernel(K::SCHEMA.kernel, "not compiled")))?;
-                let p = Prepared {
-                    resolved: res,
-                    kernel,
-                    search_failure: failure,
-                };
-                self.typed
-                    .put::<K, _>((key.clone(), *batch, AlignClass::A16), p.clone());
-                Ok(p)
+                let mut aligned = None;
+                for (class, config, variant) in classes {
+                    let p = Prepared {
+                        resolved: Resolved {
+                            config,
+                            ..res.clone()
+                        },
+                        kernel: loaded(&variant)?,
+                        search_failure: failure.clone(),
+                    };
+                    self.typed.put::<K, _>((key.clone(), *batch, class), p.clone());
+                    if class == AlignClass::A16 {
+                        aligned = Some(p);
+                    }
+                }
+                aligned.ok_or_else(|| Error::kernel(K::SCHEMA.kernel, "no aligned config"))
             })
             .collect()
     }

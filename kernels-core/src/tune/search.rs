@@ -30,7 +30,7 @@ pub struct TuneOptions {
     /// parameter order, as tables store them): `kernels tune` passes the table's
     /// current entry. [`crate::select`] takes candidates in order, so this config
     /// becomes the incumbent when it beats the default by the noise margin, and stays
-    /// unless another candidate beats it by the margin, so noise no longer picks among
+    /// unless another candidate beats it by the margin, so noise does not pick among
     /// configs within the margin of it. Ignored when it is not among the candidates.
     pub prefer: Option<Vec<tuned::Value>>,
 }

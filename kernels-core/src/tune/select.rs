@@ -6,12 +6,9 @@
 /// (1%) from there on ([`noise_margin`]). Below about 10 us, launch jitter moves one
 /// config's median by up to about 1%; a smaller margin would let noise pick configs, and
 /// the analytic default (the first incumbent) would lose to configs that are not really
-/// faster. Longer kernels are steadier: on the H200, repeats of one config in one
-/// process (what a search compares) differed by at most 0.3%, and the same config's
-/// median by at most 0.5% between two tuning runs sessions apart (10 kernels of 9-230
-/// us); between machines it can shift by about 1%, but that moves every candidate of a
-/// search alike (docs/results/2026-11-30-h200-session8.md). So 2% there threw away
-/// measured gains of 1-2%.
+/// faster. Longer kernels are steadier (H200 figures in docs/results/rmsnorm.md, section
+/// 5): a shift between machines moves every candidate of a search alike, so 2% there
+/// would throw away measured gains of 1-2%.
 pub const NOISE_THRESHOLD: f64 = 0.02;
 
 /// The incumbent's median (us) from which [`noise_margin`] halves the threshold.

@@ -109,6 +109,7 @@ pub mod cuda {
             &kernels_softmax::ops::SOFTMAX_TUNABLE,
             &kernels_rmsnorm::ops::RMSNORM_TUNABLE,
             &kernels_rmsnorm::ops::FUSED_ADD_RMSNORM_TUNABLE,
+            &kernels_gemm::ops::GEMM_TUNABLE,
         ]
     }
 

@@ -4,7 +4,7 @@
 //! Everything here is `pub(crate)` and small; each `unsafe` block states what makes
 //! it sound. Every module above this one is safe Rust.
 
-use std::ffi::{c_char, c_int, c_void, CString};
+use std::ffi::{c_char, c_int, c_void};
 use std::panic::AssertUnwindSafe;
 use std::sync::OnceLock;
 
@@ -108,10 +108,6 @@ fn nvrtc_check(call: &'static str, kernel: &str, r: nsys::nvrtcResult) -> Result
     }
 }
 
-fn cstring(what: &str, s: &str) -> Result<CString> {
-    CString::new(s).map_err(|_| Error::invalid(what.to_string(), "contains a NUL byte"))
-}
-
 /// Compiles `code` with NVRTC. `Ok(Err(log))` is a compile error with NVRTC's log;
 /// `Err` is a failure of NVRTC itself. NVRTC is thread-safe across programs, so this
 /// runs on many threads at once.
@@ -124,23 +120,8 @@ pub(crate) fn nvrtc_compile(
     if !nvrtc_present() {
         return Err(Error::NoNvrtc);
     }
-    let c_code = cstring("source", code)?;
-    let c_name = cstring("source name", &format!("{name}.cu"))?;
-    let c_header_text: Vec<CString> = headers
-        .iter()
-        .map(|(_, t)| cstring("header", t))
-        .collect::<Result<_>>()?;
-    let c_header_names: Vec<CString> = headers
-        .iter()
-        .map(|(n, _)| cstring("header name", n))
-        .collect::<Result<_>>()?;
-    let c_opts: Vec<CString> = options
-        .iter()
-        .map(|o| cstring("compiler option", o))
-        .collect::<Result<_>>()?;
-    let text_ptrs: Vec<*const c_char> = c_header_text.iter().map(|c| c.as_ptr()).collect();
-    let name_ptrs: Vec<*const c_char> = c_header_names.iter().map(|c| c.as_ptr()).collect();
-    let opt_ptrs: Vec<*const c_char> = c_opts.iter().map(|c| c.as_ptr()).collect();
+    let text = crate::backend::ProgramText::new(code, &format!("{name}.cu"), headers, options)?;
+    let (text_ptrs, name_ptrs) = text.header_arrays();
 
     guard("nvrtcCompileProgram", || {
         let mut raw: nsys::nvrtcProgram = std::ptr::null_mut();
@@ -149,17 +130,18 @@ pub(crate) fn nvrtc_compile(
         let r = unsafe {
             nsys::nvrtcCreateProgram(
                 &mut raw,
-                c_code.as_ptr(),
-                c_name.as_ptr(),
-                headers.len() as c_int,
-                text_ptrs.as_ptr(),
-                name_ptrs.as_ptr(),
+                text.code.as_ptr(),
+                text.name.as_ptr(),
+                text.headers() as c_int,
+                text_ptrs,
+                name_ptrs,
             )
         };
         nvrtc_check("nvrtcCreateProgram", name, r)?;
         let prog = Program(raw);
-        // SAFETY: `prog` is live; the options array has `opt_ptrs.len()` valid strings.
-        let r = unsafe { nsys::nvrtcCompileProgram(prog.0, opt_ptrs.len() as c_int, opt_ptrs.as_ptr()) };
+        // SAFETY: `prog` is live; the options array has `text.options.len()` valid strings.
+        let r =
+            unsafe { nsys::nvrtcCompileProgram(prog.0, text.options.len() as c_int, text.options.as_ptr()) };
         if r != nsys::nvrtcResult::NVRTC_SUCCESS {
             let log = program_log(&prog).unwrap_or_else(|e| format!("(no log: {e})"));
             return Ok(Err(format!("{r:?}\n{log}")));

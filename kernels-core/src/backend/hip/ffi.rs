@@ -696,26 +696,8 @@ impl HipRtc {
         headers: &[(&str, &str)],
         options: &[String],
     ) -> Result<std::result::Result<Vec<u8>, String>> {
-        let c = |what: &str, s: &str| {
-            CString::new(s).map_err(|_| Error::invalid(what.to_string(), "contains a NUL byte"))
-        };
-        let c_code = c("source", code)?;
-        let c_name = c("source name", &format!("{name}.hip"))?;
-        let header_text: Vec<CString> = headers
-            .iter()
-            .map(|(_, t)| c("header", t))
-            .collect::<Result<_>>()?;
-        let header_names: Vec<CString> = headers
-            .iter()
-            .map(|(n, _)| c("header name", n))
-            .collect::<Result<_>>()?;
-        let opts: Vec<CString> = options
-            .iter()
-            .map(|o| c("compiler option", o))
-            .collect::<Result<_>>()?;
-        let text_ptrs: Vec<*const c_char> = header_text.iter().map(|s| s.as_ptr()).collect();
-        let name_ptrs: Vec<*const c_char> = header_names.iter().map(|s| s.as_ptr()).collect();
-        let opt_ptrs: Vec<*const c_char> = opts.iter().map(|s| s.as_ptr()).collect();
+        let text = crate::backend::ProgramText::new(code, &format!("{name}.hip"), headers, options)?;
+        let (text_ptrs, name_ptrs) = text.header_arrays();
 
         let mut prog: Program = std::ptr::null_mut();
         // SAFETY: every pointer is a live NUL-terminated string owned above; both
@@ -723,27 +705,19 @@ impl HipRtc {
         let r = unsafe {
             (self.create)(
                 &mut prog,
-                c_code.as_ptr(),
-                c_name.as_ptr(),
-                headers.len() as c_int,
-                if headers.is_empty() {
-                    std::ptr::null()
-                } else {
-                    text_ptrs.as_ptr()
-                },
-                if headers.is_empty() {
-                    std::ptr::null()
-                } else {
-                    name_ptrs.as_ptr()
-                },
+                text.code.as_ptr(),
+                text.name.as_ptr(),
+                text.headers() as c_int,
+                text_ptrs,
+                name_ptrs,
             )
         };
         if r != HIPRTC_SUCCESS {
             return Err(self.error("hiprtcCreateProgram", name, r));
         }
         let guard = ProgramGuard { rtc: self, prog };
-        // SAFETY: `prog` is live; the options array has `opt_ptrs.len()` strings.
-        let r = unsafe { (self.compile)(guard.prog, opt_ptrs.len() as c_int, opt_ptrs.as_ptr()) };
+        // SAFETY: `prog` is live; the options array has `text.options.len()` strings.
+        let r = unsafe { (self.compile)(guard.prog, text.options.len() as c_int, text.options.as_ptr()) };
         if r != HIPRTC_SUCCESS {
             // SAFETY: accepts any int; returns a static string or null.
             let what = cstr_lossy(unsafe { (self.error_string)(r) }).unwrap_or_default();

@@ -140,7 +140,7 @@ pub fn served_cases<K: Tunable>(
 fn jobs_of<K: Tunable>(
     target: Target,
     info: &DeviceInfo,
-    source: &'static str,
+    sources: &[&'static str],
     shapes_dir: &Path,
     shape_file: &str,
     out: &mut BTreeSet<VariantJob>,
@@ -150,7 +150,7 @@ fn jobs_of<K: Tunable>(
         let v: Variant = K::variant(info, &case.key, &case.config);
         out.insert(VariantJob {
             name: format!("{kernel} {} {:?}", case.origin, case.config),
-            sources: vec![PRELUDE, source],
+            sources: std::iter::once(PRELUDE).chain(sources.iter().copied()).collect(),
             entry: v.entry().to_string(),
             defines: v.defines().to_vec(),
             arch: target.compile_arch().to_string(),
@@ -181,17 +181,22 @@ pub fn reachable(target: Target, shapes_dir: &Path) -> Result<Vec<VariantJob>, S
         "kernels-softmax/cuda/softmax.cu",
         "kernels-rmsnorm/cuda/rmsnorm.cu",
     );
-    jobs_of::<Softmax>(target, &info, softmax, shapes_dir, "softmax.json", &mut jobs)?;
-    jobs_of::<LogSoftmax>(target, &info, softmax, shapes_dir, "softmax.json", &mut jobs)?;
-    jobs_of::<RmsNorm>(target, &info, rmsnorm, shapes_dir, "rmsnorm.json", &mut jobs)?;
+    jobs_of::<Softmax>(target, &info, &[softmax], shapes_dir, "softmax.json", &mut jobs)?;
+    jobs_of::<LogSoftmax>(target, &info, &[softmax], shapes_dir, "softmax.json", &mut jobs)?;
+    jobs_of::<RmsNorm>(target, &info, &[rmsnorm], shapes_dir, "rmsnorm.json", &mut jobs)?;
     jobs_of::<FusedAddRmsNorm>(
         target,
         &info,
-        rmsnorm,
+        &[rmsnorm],
         shapes_dir,
         "fused_add_rmsnorm.json",
         &mut jobs,
     )?;
+    // GEMM's device code is NVIDIA-only (mma.sync PTX); AMD targets serve none of it.
+    if target.vendor() == tuned::Vendor::Nvidia {
+        let gemm = ["kernels-gemm/cuda/gemm_ptx.cuh", "kernels-gemm/cuda/gemm.cu"];
+        jobs_of::<kernels_gemm::Gemm>(target, &info, &gemm, shapes_dir, "gemm.json", &mut jobs)?;
+    }
     // One job per distinct compile (the name of the first origin is kept).
     let mut seen = BTreeSet::new();
     Ok(jobs

@@ -1,0 +1,327 @@
+//! Host overhead per call: each op launched eagerly, back to back on one stream, on a
+//! launch-bound shape (one row), against a bare `cuLaunchKernel` of the same module
+//! with the same arguments. Four ways per op:
+//!
+//! - `bare`: the loaded kernel's function and the argument array built once, then
+//!   only `cuLaunchKernel` in the loop (the floor an engine's own launch would pay);
+//! - `raw`: the generic op (`ops::rmsnorm(&rt, &stream, &problem)`, ...) on a problem
+//!   of raw device addresses built once: validation, memo lookup, argument packing,
+//!   launch;
+//! - `safe`: the safe op on cudarc views (`cuda::rmsnorm(...)`), problem built from
+//!   the views on every call, with cudarc's cross-stream tracking on (the context has
+//!   a second stream, so every buffer's events are waited on and recorded);
+//! - `safe-untracked`: the same after `CudaContext::disable_event_tracking()`, what an
+//!   engine that orders its streams itself gets.
+//!
+//! Each figure is the wall time of `CALLS` calls after a synchronize, divided by
+//! `CALLS`, the median of `REPEATS` repeats; the goal is at most 1.3x of `bare`.
+//! `cargo bench -p benches --bench overhead`; `KERNELS_BENCH_OUT=FILE.jsonl` also writes
+//! JSON lines. Without a GPU it says so in one line and exits cleanly.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Instant;
+
+use kernels::core::cudarc::driver::sys as dsys;
+use kernels::core::cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use kernels::core::launch::pseudo_random;
+use kernels::core::{CudaDevice, CudaRuntime, Rows, RuntimeOptions};
+use kernels::rmsnorm::ops::NormProblem;
+use kernels::rmsnorm::{FusedAddRmsNorm, RmsNorm};
+use kernels::softmax::ops::SoftmaxProblem;
+use kernels::softmax::{LogSoftmax, Softmax};
+use tuned::DType;
+
+type BoxError = Box<dyn std::error::Error>;
+type Bf = kernels::core::half::bf16;
+
+const CALLS: usize = 20_000;
+const REPEATS: usize = 7;
+const COLS: usize = 4096;
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("overhead bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// Per-call microseconds of `f` called `CALLS` times back to back: median of repeats.
+fn per_call(stream: &Arc<CudaStream>, f: &mut dyn FnMut() -> Result<(), BoxError>) -> Result<f64, BoxError> {
+    for _ in 0..1000 {
+        f()?;
+    }
+    stream.synchronize()?;
+    let mut times = Vec::with_capacity(REPEATS);
+    for _ in 0..REPEATS {
+        let start = Instant::now();
+        for _ in 0..CALLS {
+            f()?;
+        }
+        stream.synchronize()?;
+        times.push(start.elapsed().as_secs_f64() * 1e6 / CALLS as f64);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[REPEATS / 2])
+}
+
+/// `cuLaunchKernel` of `K`'s resolved kernel for `problem`, with the function and the
+/// parameter array prepared once.
+fn bare<K: kernels::core::Tunable>(
+    rt: &CudaRuntime,
+    stream: &Arc<CudaStream>,
+    problem: &K::Problem<'_>,
+) -> Result<f64, BoxError> {
+    let prepared = rt.run::<K>(stream, problem)?;
+    let (dims, args) = K::launch_args(rt.info(), &prepared.resolved.config, problem)?;
+    let func = prepared.kernel.function().cu_function();
+    let mut slots = args.slots().to_vec();
+    let mut params: Vec<*mut std::ffi::c_void> = slots
+        .iter_mut()
+        .map(|s| s as *mut u64 as *mut std::ffi::c_void)
+        .collect();
+    let raw = stream.cu_stream();
+    per_call(stream, &mut || {
+        // SAFETY: the function, dimensions and arguments are exactly those the runtime
+        // launched for this problem, whose buffers outlive the loop.
+        let r = unsafe {
+            dsys::cuLaunchKernel(
+                func,
+                dims.grid.0,
+                dims.grid.1,
+                dims.grid.2,
+                dims.block.0,
+                dims.block.1,
+                dims.block.2,
+                dims.smem_bytes,
+                raw,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        r.result().map_err(|e| e.into())
+    })
+}
+
+/// `COLS` bf16 pseudo-random values on the device.
+fn upload(stream: &Arc<CudaStream>, seed: u64, scale: f32, offset: f32) -> Result<CudaSlice<Bf>, BoxError> {
+    let host: Vec<Bf> = pseudo_random(COLS, seed, scale, offset)
+        .into_iter()
+        .map(Bf::from_f32)
+        .collect();
+    Ok(stream.clone_htod(&host)?)
+}
+
+struct Row {
+    op: &'static str,
+    way: &'static str,
+    us: f64,
+}
+
+fn run() -> Result<(), BoxError> {
+    let dev = match CudaDevice::open(0) {
+        Ok(d) => d,
+        Err(e) => {
+            println!("overhead bench: no GPU ({e}); nothing measured");
+            return Ok(());
+        }
+    };
+    let options = RuntimeOptions {
+        pdl: false,
+        ..RuntimeOptions::from_env()?
+    };
+    let rt = CudaRuntime::with_options(dev.clone(), options)?;
+    let stream = dev.new_stream()?;
+    // A second stream puts cudarc in multi-stream mode: its tracking is on.
+    let _other = dev.new_stream()?;
+    let x: CudaSlice<Bf> = upload(&stream, 1, 2.0, 0.0)?;
+    let w: CudaSlice<Bf> = upload(&stream, 2, 0.5, 1.0)?;
+    let mut y: CudaSlice<Bf> = upload(&stream, 3, 1.0, 0.0)?;
+    let mut r: CudaSlice<Bf> = upload(&stream, 4, 1.0, 0.0)?;
+    let shape = Rows::contiguous(1, COLS);
+    let (xp, yp, wp, rp) = {
+        let (xp, _a) = x.device_ptr(&stream);
+        let (yp, _b) = y.device_ptr_mut(&stream);
+        let (wp, _c) = w.device_ptr(&stream);
+        let (rp, _d) = r.device_ptr_mut(&stream);
+        (xp, yp, wp, rp)
+    };
+    // SAFETY: the four buffers live to the end of `run`, hold COLS bf16 each, and the
+    // problems' aliasing rules hold (x, y, weight and residual are distinct).
+    let (softmax, norm, fused) = unsafe {
+        (
+            SoftmaxProblem::raw(DType::Bf16, xp, COLS, shape, yp, COLS, shape, 1.0)?,
+            NormProblem::rmsnorm_raw(DType::Bf16, xp, COLS, shape, wp, COLS, yp, COLS, shape, 1e-6)?,
+            NormProblem::fused_add_rmsnorm_raw(
+                DType::Bf16,
+                yp,
+                COLS,
+                shape,
+                rp,
+                COLS,
+                shape,
+                wp,
+                COLS,
+                1e-6,
+            )?,
+        )
+    };
+
+    let mut rows = Vec::new();
+    let mut push = |op: &'static str, way: &'static str, us: f64| rows.push(Row { op, way, us });
+
+    push("softmax", "bare", bare::<Softmax>(&rt, &stream, &softmax)?);
+    push("log_softmax", "bare", bare::<LogSoftmax>(&rt, &stream, &softmax)?);
+    push("rmsnorm", "bare", bare::<RmsNorm>(&rt, &stream, &norm)?);
+    push(
+        "fused_add_rmsnorm",
+        "bare",
+        bare::<FusedAddRmsNorm>(&rt, &stream, &fused)?,
+    );
+
+    let s = &stream;
+    push(
+        "softmax",
+        "raw",
+        per_call(s, &mut || {
+            kernels::softmax::ops::softmax(&rt, s, &softmax)
+                .map(drop)
+                .map_err(Into::into)
+        })?,
+    );
+    push(
+        "log_softmax",
+        "raw",
+        per_call(s, &mut || {
+            kernels::softmax::ops::log_softmax(&rt, s, &softmax)
+                .map(drop)
+                .map_err(Into::into)
+        })?,
+    );
+    push(
+        "rmsnorm",
+        "raw",
+        per_call(s, &mut || {
+            kernels::rmsnorm::ops::rmsnorm(&rt, s, &norm)
+                .map(drop)
+                .map_err(Into::into)
+        })?,
+    );
+    push(
+        "fused_add_rmsnorm",
+        "raw",
+        per_call(s, &mut || {
+            kernels::rmsnorm::ops::fused_add_rmsnorm(&rt, s, &fused)
+                .map(drop)
+                .map_err(Into::into)
+        })?,
+    );
+
+    for (way, tracking) in [("safe", true), ("safe-untracked", false)] {
+        let ctx = dev.context();
+        if tracking {
+            // SAFETY: no other thread uses the context's buffers meanwhile.
+            unsafe { ctx.enable_event_tracking() };
+        } else {
+            // SAFETY: every op below runs on one stream, which orders them.
+            unsafe { ctx.disable_event_tracking() };
+        }
+        push(
+            "softmax",
+            way,
+            per_call(s, &mut || {
+                kernels::softmax::cuda::softmax(&rt, s, &x.as_view(), shape, &mut y.as_view_mut(), shape, 1.0)
+                    .map(drop)
+                    .map_err(Into::into)
+            })?,
+        );
+        push(
+            "log_softmax",
+            way,
+            per_call(s, &mut || {
+                kernels::softmax::cuda::log_softmax(
+                    &rt,
+                    s,
+                    &x.as_view(),
+                    shape,
+                    &mut y.as_view_mut(),
+                    shape,
+                    1.0,
+                )
+                .map(drop)
+                .map_err(Into::into)
+            })?,
+        );
+        push(
+            "rmsnorm",
+            way,
+            per_call(s, &mut || {
+                kernels::rmsnorm::cuda::rmsnorm(
+                    &rt,
+                    s,
+                    &x.as_view(),
+                    shape,
+                    &w.as_view(),
+                    &mut y.as_view_mut(),
+                    shape,
+                    1e-6,
+                )
+                .map(drop)
+                .map_err(Into::into)
+            })?,
+        );
+        push(
+            "fused_add_rmsnorm",
+            way,
+            per_call(s, &mut || {
+                kernels::rmsnorm::cuda::fused_add_rmsnorm(
+                    &rt,
+                    s,
+                    &mut y.as_view_mut(),
+                    shape,
+                    &mut r.as_view_mut(),
+                    shape,
+                    &w.as_view(),
+                    1e-6,
+                )
+                .map(drop)
+                .map_err(Into::into)
+            })?,
+        );
+    }
+
+    let mut out = match std::env::var_os("KERNELS_BENCH_OUT") {
+        Some(p) => Some(std::fs::File::create(p)?),
+        None => None,
+    };
+    println!(
+        "{} (1 x {COLS} bf16, {CALLS} calls back to back, median of {REPEATS})",
+        rt.info().name
+    );
+    println!("{:<18} {:>15} {:>9} {:>8}", "op", "way", "us/call", "x bare");
+    for row in &rows {
+        let bare = rows
+            .iter()
+            .find(|b| b.op == row.op && b.way == "bare")
+            .map_or(f64::NAN, |b| b.us);
+        println!(
+            "{:<18} {:>15} {:>9.3} {:>8.2}",
+            row.op,
+            row.way,
+            row.us,
+            row.us / bare
+        );
+        if let Some(f) = out.as_mut() {
+            writeln!(
+                f,
+                "{}",
+                serde_json::json!({
+                    "kind": "overhead", "op": row.op, "way": row.way, "rows": 1, "cols": COLS,
+                    "us_per_call": row.us, "ratio_bare": row.us / bare, "calls": CALLS,
+                    "device": rt.info().name,
+                })
+            )?;
+        }
+    }
+    Ok(())
+}

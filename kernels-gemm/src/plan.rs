@@ -1,0 +1,862 @@
+//! Backend-neutral launches of the GEMM: the problem as device addresses
+//! ([`GemmProblem`], validated when built), the config fitted to its alignment, and
+//! its launch (variant, dimensions and arguments, [`kernels_core::PlannedKernel`]).
+
+use std::marker::PhantomData;
+
+use kernels_core::kernel_crate::check_device_ptrs;
+use kernels_core::launch::decode;
+use kernels_core::{
+    cache::AlignClass, check_disjoint, dtype_define, BufferRole, DeviceInfo, Error, Expected, KernelArgs,
+    KernelSource, LaunchDims, PlannedKernel, Result, TuneBuffer, Variant,
+};
+use tuned::{DType, Target, TunedKernel, Vendor};
+
+use crate::config::{GemmConfig, GemmKey, Layout, Path};
+use crate::{space, Gemm};
+
+/// The PTX wrappers of the GEMM kernels (`cuda/gemm_ptx.cuh`), compiled after the
+/// shared prelude and before `cuda/gemm.cu`.
+pub const PTX: &str = include_str!("../cuda/gemm_ptx.cuh");
+
+/// The device source: `cuda/gemm.cu`, compiled after the shared prelude and [`PTX`].
+pub static SOURCE: KernelSource =
+    KernelSource::new("gemm", include_str!("../cuda/gemm.cu"), crate::SOURCE_FINGERPRINT)
+        .with_preamble(&[kernels_core::PRELUDE, PTX]);
+
+/// One dense operand of a problem: device address, length in elements (what the
+/// allocation holds from `ptr` on) and leading dimension (elements between rows).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Operand {
+    pub ptr: u64,
+    pub len: usize,
+    pub ld: usize,
+}
+
+impl Operand {
+    /// A row-major matrix of `rows` rows, `ld` elements apart, at `ptr` holding `len`
+    /// elements.
+    pub const fn new(ptr: u64, len: usize, ld: usize) -> Operand {
+        Operand { ptr, len, ld }
+    }
+}
+
+/// One GEMM call, `C[m, n] = A[m, k] · op(B) (+ bias[n])`, as device addresses. Build
+/// it with [`GemmProblem::raw`].
+#[derive(Clone, Copy, Debug)]
+pub struct GemmProblem<'a> {
+    pub(crate) key: GemmKey,
+    pub(crate) m: u64,
+    pub(crate) a: Operand,
+    pub(crate) b: Operand,
+    pub(crate) c: Operand,
+    pub(crate) c_dtype: DType,
+    /// 0: no bias.
+    pub(crate) bias: u64,
+    /// 0: no workspace; its length in bytes.
+    pub(crate) ws: u64,
+    pub(crate) ws_bytes: usize,
+    pub(crate) _buffers: PhantomData<&'a mut [u8]>,
+}
+
+/// Elements a row-major `rows` x `cols` matrix with rows `ld` apart spans.
+fn span(rows: u64, cols: u64, ld: u64) -> u64 {
+    (rows - 1) * ld + cols
+}
+
+fn check_matrix(name: &str, ld_name: &str, op: &Operand, rows: u64, cols: u64) -> Result<()> {
+    if (op.ld as u64) < cols {
+        return Err(Error::invalid(
+            ld_name,
+            format!("{} is shorter than a row of {cols} elements", op.ld),
+        ));
+    }
+    let need = span(rows, cols, op.ld as u64);
+    if (op.len as u64) < need {
+        return Err(Error::invalid(
+            name,
+            format!(
+                "holds {} elements; [{rows}, {cols}] with leading dimension {} needs {need}",
+                op.len, op.ld
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl<'a> GemmProblem<'a> {
+    /// `C = A · op(B) (+ bias)` over device addresses. `dtype` is A's and B's (and
+    /// bias's) element type, bf16 or f16; `c_dtype` is C's, `dtype` or f32. `bias` is
+    /// `(address, elements)`; `workspace` is `(address, bytes)`, at least
+    /// [`crate::workspace_bytes`] for split-K configs, zeroed before its first use (the
+    /// kernel leaves it zeroed again), used by one stream at a time. Errors name the
+    /// argument: `dtype`, `c_dtype`, `m`, `n`, `k`, `a`, `lda`, `b`, `ldb`, `c`,
+    /// `ldc`, `bias`, `workspace`.
+    ///
+    /// # Safety
+    /// Every address must be a device allocation of the runtime's context holding the
+    /// lengths given, valid for `'a`.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn raw(
+        dtype: DType,
+        layout: Layout,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: Operand,
+        b: Operand,
+        c: Operand,
+        c_dtype: DType,
+        bias: Option<(u64, usize)>,
+        workspace: Option<(u64, usize)>,
+    ) -> Result<GemmProblem<'a>> {
+        if !matches!(dtype, DType::Bf16 | DType::F16) {
+            return Err(Error::invalid(
+                "dtype",
+                format!("{dtype}: the GEMM takes bf16 or f16"),
+            ));
+        }
+        if c_dtype != dtype && c_dtype != DType::F32 {
+            return Err(Error::invalid(
+                "c_dtype",
+                format!("{c_dtype}: C is {dtype} (the input type) or f32"),
+            ));
+        }
+        let max = i32::MAX as usize;
+        for (name, v) in [("m", m), ("n", n), ("k", k)] {
+            if v == 0 || v > max {
+                return Err(Error::invalid(name, format!("{v} is outside 1..={max}")));
+            }
+        }
+        let (m64, n64, k64) = (m as u64, n as u64, k as u64);
+        check_matrix("a", "lda", &a, m64, k64)?;
+        match layout {
+            Layout::Nt => check_matrix("b", "ldb", &b, n64, k64)?,
+            Layout::Nn => check_matrix("b", "ldb", &b, k64, n64)?,
+        }
+        check_matrix("c", "ldc", &c, m64, n64)?;
+        check_device_ptrs(dtype, &[("a", a.ptr), ("b", b.ptr)])?;
+        check_device_ptrs(c_dtype, &[("c", c.ptr)])?;
+        let esize = dtype.size() as u64;
+        let bytes = |op: &Operand, rows: u64, cols: u64, size: u64| {
+            (op.ptr, op.ptr + span(rows, cols, op.ld as u64) * size)
+        };
+        let c_range = bytes(&c, m64, n64, c_dtype.size() as u64);
+        let a_range = bytes(&a, m64, k64, esize);
+        let b_range = match layout {
+            Layout::Nt => bytes(&b, n64, k64, esize),
+            Layout::Nn => bytes(&b, k64, n64, esize),
+        };
+        check_disjoint(("a", a_range), ("c", c_range))?;
+        check_disjoint(("b", b_range), ("c", c_range))?;
+        let bias_ptr = match bias {
+            None => 0,
+            Some((ptr, len)) => {
+                if len < n {
+                    return Err(Error::invalid("bias", format!("holds {len} elements; n is {n}")));
+                }
+                check_device_ptrs(dtype, &[("bias", ptr)])?;
+                check_disjoint(("bias", (ptr, ptr + n64 * esize)), ("c", c_range))?;
+                ptr
+            }
+        };
+        let (ws, ws_bytes) = match workspace {
+            None | Some((_, 0)) => (0, 0),
+            Some((ptr, len)) => {
+                if ptr == 0 || ptr % 16 != 0 {
+                    return Err(Error::invalid(
+                        "workspace",
+                        format!("address {ptr:#x} is not a 16-byte aligned device pointer"),
+                    ));
+                }
+                let range = (ptr, ptr + len as u64);
+                check_disjoint(("c", c_range), ("workspace", range))?;
+                check_disjoint(("a", a_range), ("workspace", range))?;
+                check_disjoint(("b", b_range), ("workspace", range))?;
+                (ptr, len)
+            }
+        };
+        Ok(GemmProblem {
+            key: GemmKey {
+                dtype,
+                layout,
+                n: n as u32,
+                k: k as u32,
+            },
+            m: m64,
+            a,
+            b,
+            c,
+            c_dtype,
+            bias: bias_ptr,
+            ws,
+            ws_bytes,
+            _buffers: PhantomData,
+        })
+    }
+
+    /// The problem the tuner makes: contiguous A, B and C, no bias, a workspace of
+    /// [`crate::workspace_bytes`] for the most split-K any NVIDIA target's space holds.
+    pub(crate) fn tuning(key: GemmKey, m: u64, at: &[u64]) -> GemmProblem<'a> {
+        let (n, k) = (key.n as usize, key.k as usize);
+        let m_us = m as usize;
+        let (b_rows, ldb) = match key.layout {
+            Layout::Nt => (n, k),
+            Layout::Nn => (k, n),
+        };
+        GemmProblem {
+            key,
+            m,
+            a: Operand::new(at[0], m_us * k, k),
+            b: Operand::new(at[1], b_rows * ldb, ldb),
+            c: Operand::new(at[2], m_us * n, n),
+            c_dtype: key.dtype,
+            bias: 0,
+            ws: at[3],
+            ws_bytes: tuning_workspace_bytes(&key, m).max(16),
+            _buffers: PhantomData,
+        }
+    }
+
+    /// The static key (dtype, layout, n, k).
+    pub fn key(&self) -> GemmKey {
+        self.key
+    }
+
+    /// Rows of A and C.
+    pub fn m(&self) -> u64 {
+        self.m
+    }
+
+    /// The alignment class of A and B (bases and leading dimensions, in bytes): 16-byte
+    /// loads need `A16`.
+    pub fn operand_alignment(&self) -> AlignClass {
+        let e = self.key.dtype.size() as u64;
+        AlignClass::of([self.a.ptr, self.b.ptr, self.a.ld as u64 * e, self.b.ld as u64 * e])
+    }
+
+    fn b_rows_cols(&self) -> (u64, u64) {
+        match self.key.layout {
+            Layout::Nt => (u64::from(self.key.n), u64::from(self.key.k)),
+            Layout::Nn => (u64::from(self.key.k), u64::from(self.key.n)),
+        }
+    }
+}
+
+/// The workspace the tuner allocates for `m` rows of `key`: enough for every config of
+/// the sm_80 and sm_90 spaces and their defaults.
+pub(crate) fn tuning_workspace_bytes(key: &GemmKey, m: u64) -> usize {
+    [Target::Sm80, Target::Sm90]
+        .into_iter()
+        .map(|t| crate::workspace_bytes(t, key, m))
+        .max()
+        .unwrap_or(0)
+}
+
+/// The compiled variant of `c` for `key`: entry point and defines (split-K, grouping,
+/// bias and the output type are run-time arguments and share it).
+pub fn variant(key: &GemmKey, c: &GemmConfig) -> Variant {
+    let entry = match c.path {
+        Path::Mma => "gemm_mma_kernel",
+    };
+    Variant::new(entry)
+        .define("DTYPE", dtype_define(key.dtype))
+        .define(
+            "LAYOUT",
+            match key.layout {
+                Layout::Nt => 0,
+                Layout::Nn => 1,
+            },
+        )
+        .define("BM", c.block_m)
+        .define("BN", c.block_n)
+        .define("BK", c.block_k)
+        .define("WM", c.warps_m)
+        .define("WN", c.warps_n)
+        .define("STAGES", c.stages)
+        .define("ALIGNED", u32::from(c.vec == 8))
+}
+
+/// `c` as the problem's alignment allows: element loads unless A and B allow 16-byte
+/// loads.
+pub fn fit(c: GemmConfig, align: AlignClass) -> GemmConfig {
+    if align < AlignClass::A16 {
+        GemmConfig { vec: 1, ..c }
+    } else {
+        c
+    }
+}
+
+/// Bit 0 of the kernel's `flags`: C allows two-element stores.
+const C_PAIRS: i32 = 1;
+/// Bit 1: C is f32.
+const C_F32: i32 = 2;
+
+/// The dimensions and arguments of a launch of `c` on `p` on `device`.
+pub fn launch_args(
+    device: &DeviceInfo,
+    c: &GemmConfig,
+    p: &GemmProblem<'_>,
+) -> Result<(LaunchDims, KernelArgs)> {
+    if device.amd_arch.is_some() || device.compute_capability < (8, 0) {
+        return Err(Error::invalid(
+            "device",
+            format!(
+                "{}: the GEMM kernels need an NVIDIA GPU of compute capability 8.0 or newer",
+                device.name
+            ),
+        ));
+    }
+    if c.vec == 8 {
+        let e = p.key.dtype.size() as u64;
+        for (name, ptr, ld_name, ld) in [("a", p.a.ptr, "lda", p.a.ld), ("b", p.b.ptr, "ldb", p.b.ld)] {
+            if ptr % 16 != 0 {
+                return Err(Error::invalid(
+                    name,
+                    format!("address {ptr:#x} is not 16-byte aligned, which vec=8 needs"),
+                ));
+            }
+            if !(ld as u64 * e).is_multiple_of(16) {
+                return Err(Error::invalid(
+                    ld_name,
+                    format!("{ld} elements is not a multiple of 16 bytes, which vec=8 needs"),
+                ));
+            }
+        }
+    }
+    let need = c.workspace_bytes(p.m, p.key.n);
+    if need > p.ws_bytes {
+        return Err(Error::invalid(
+            "workspace",
+            format!(
+                "split_k={} needs {need} bytes, got {} (size it with kernels_gemm::workspace_bytes)",
+                c.split_k, p.ws_bytes
+            ),
+        ));
+    }
+    let tiles = c.tiles(p.m, p.key.n);
+    let grid = u32::try_from(tiles)
+        .ok()
+        .filter(|&t| t <= i32::MAX as u32)
+        .ok_or_else(|| Error::invalid("m", format!("{tiles} output tiles exceed one launch")))?;
+    let smem = u32::try_from(c.smem_bytes(p.key.layout))
+        .map_err(|_| Error::invalid("config", "the pipeline exceeds shared memory"))?;
+    let c_size = p.c_dtype.size() as u64;
+    let pairs = p.c.ptr.is_multiple_of(2 * c_size) && p.c.ld.is_multiple_of(2);
+    let flags = if pairs { C_PAIRS } else { 0 } | if p.c_dtype == DType::F32 { C_F32 } else { 0 };
+    let mut args = KernelArgs::new();
+    args.ptr(p.a.ptr)
+        .ptr(p.b.ptr)
+        .ptr(p.c.ptr)
+        .ptr(p.bias)
+        .ptr(p.ws)
+        .i32(p.m as i32)
+        .i32(p.key.n as i32)
+        .i32(p.key.k as i32)
+        .i64(p.a.ld as i64)
+        .i64(p.b.ld as i64)
+        .i64(p.c.ld as i64)
+        .i32(c.split_k as i32)
+        .i32(c.group_m as i32)
+        .i32(flags);
+    let mut dims = LaunchDims::linear(grid, c.threads()).with_smem(smem);
+    dims.grid.1 = c.split_k;
+    Ok((dims, args))
+}
+
+// Safety: `buffers` lists A, B, C, bias and the workspace with their full spans, and
+// `launch_args` passes exactly those to the kernel, which stays within them (rows and
+// columns past m, n and k are never read or written).
+unsafe impl PlannedKernel for Gemm {
+    type Problem<'a> = GemmProblem<'a>;
+    const SOURCE: &'static KernelSource = &SOURCE;
+
+    fn search_space(device: &DeviceInfo, key: &GemmKey, batch: u64) -> Vec<GemmConfig> {
+        space::search_space(device.tuning_target(), key, batch)
+    }
+
+    fn variant(_device: &DeviceInfo, key: &GemmKey, c: &GemmConfig) -> Variant {
+        variant(key, c)
+    }
+
+    fn problem_shape(p: &GemmProblem<'_>) -> (GemmKey, u64) {
+        (p.key, p.m)
+    }
+
+    fn buffers(p: &GemmProblem<'_>) -> Vec<TuneBuffer> {
+        let e = p.key.dtype.size();
+        let (n, k) = (u64::from(p.key.n), u64::from(p.key.k));
+        let (b_rows, b_cols) = p.b_rows_cols();
+        let mut out = vec![
+            TuneBuffer {
+                name: "a",
+                ptr: p.a.ptr,
+                bytes: span(p.m, k, p.a.ld as u64) as usize * e,
+                role: BufferRole::Read,
+            },
+            TuneBuffer {
+                name: "b",
+                ptr: p.b.ptr,
+                bytes: span(b_rows, b_cols, p.b.ld as u64) as usize * e,
+                role: BufferRole::Read,
+            },
+            TuneBuffer {
+                name: "c",
+                ptr: p.c.ptr,
+                bytes: span(p.m, n, p.c.ld as u64) as usize * p.c_dtype.size(),
+                role: BufferRole::Write,
+            },
+        ];
+        if p.bias != 0 {
+            out.push(TuneBuffer {
+                name: "bias",
+                ptr: p.bias,
+                bytes: n as usize * e,
+                role: BufferRole::Read,
+            });
+        }
+        if p.ws != 0 {
+            // Split-K counters must start at zero; every run leaves them so.
+            out.push(TuneBuffer {
+                name: "workspace",
+                ptr: p.ws,
+                bytes: p.ws_bytes,
+                role: BufferRole::Zero,
+            });
+        }
+        out
+    }
+
+    fn alignment(p: &GemmProblem<'_>) -> AlignClass {
+        p.operand_alignment()
+    }
+
+    fn fit_alignment(_device: &DeviceInfo, _key: &GemmKey, c: GemmConfig, align: AlignClass) -> GemmConfig {
+        fit(c, align)
+    }
+
+    fn launch_args(
+        device: &DeviceInfo,
+        c: &GemmConfig,
+        p: &GemmProblem<'_>,
+    ) -> Result<(LaunchDims, KernelArgs)> {
+        launch_args(device, c, p)
+    }
+
+    fn reference(p: &GemmProblem<'_>, before: &[Vec<u8>]) -> Option<Vec<Vec<f32>>> {
+        Some(reference_of(p, before))
+    }
+
+    fn check_outputs(
+        p: &GemmProblem<'_>,
+        before: &[Vec<u8>],
+        got: &[Vec<u8>],
+        expected: Expected<'_>,
+    ) -> std::result::Result<(), String> {
+        check_outputs(p, before, got, expected)
+    }
+}
+
+/// Every buffer of `p` ([`PlannedKernel::buffers`] order: A, B, C, then bias and the
+/// workspace where there are) after one run on `before`, by the CPU reference: C
+/// computed, the split-K counters back at zero, the others as they were.
+fn reference_of(p: &GemmProblem<'_>, before: &[Vec<u8>]) -> Vec<Vec<f32>> {
+    let (m, n, k) = (p.m as usize, p.key.n as usize, p.key.k as usize);
+    let [a, b] = [0, 1].map(|i| decode(p.key.dtype, &before[i]));
+    let bias = (p.bias != 0).then(|| decode(p.key.dtype, &before[3]));
+    let mut c = decode(p.c_dtype, &before[2]);
+    let mut abs_sum = vec![0.0; m * n];
+    crate::reference::gemm(
+        p.key.layout,
+        m,
+        n,
+        k,
+        &a,
+        p.a.ld,
+        &b,
+        p.b.ld,
+        bias.as_deref(),
+        &mut c,
+        p.c.ld,
+        &mut abs_sum,
+    );
+    let mut out = vec![a, b, c];
+    out.extend(bias);
+    if p.ws != 0 {
+        out.push(vec![0.0; p.ws_bytes / 4]);
+    }
+    out
+}
+
+/// C of a run of `p` against the expected C within [`crate::reference::tolerance`],
+/// with `sum |A[i, p] B(p, j)|` bounded by `|A[i, :]| |B(:, j)|` (Cauchy-Schwarz: no
+/// second k-long product per element), doubled against another run; padding between
+/// rows unchanged.
+fn check_outputs(
+    p: &GemmProblem<'_>,
+    before: &[Vec<u8>],
+    got: &[Vec<u8>],
+    expected: Expected<'_>,
+) -> std::result::Result<(), String> {
+    let (m, n, k) = (p.m as usize, p.key.n as usize, p.key.k as usize);
+    let [a, b] = [0, 1].map(|i| decode(p.key.dtype, &before[i]));
+    let (c0, c) = (decode(p.c_dtype, &before[2]), decode(p.c_dtype, &got[2]));
+    let (want, runs) = match expected {
+        Expected::Run(w) => (decode(p.c_dtype, &w[2]), 2.0),
+        Expected::Reference(w) => (w[2].clone(), 1.0),
+    };
+    let norm = |v: &mut dyn Iterator<Item = f32>| v.map(|x| f64::from(x).powi(2)).sum::<f64>().sqrt();
+    let a_norms: Vec<f64> = (0..m)
+        .map(|i| norm(&mut a[i * p.a.ld..i * p.a.ld + k].iter().copied()))
+        .collect();
+    let b_norms: Vec<f64> = (0..n)
+        .map(|j| match p.key.layout {
+            Layout::Nt => norm(&mut b[j * p.b.ld..j * p.b.ld + k].iter().copied()),
+            Layout::Nn => norm(&mut (0..k).map(|q| b[q * p.b.ld + j])),
+        })
+        .collect();
+    let (out_ulp, acc) = crate::reference::tolerance(p.c_dtype);
+    let sqrt_k = (k as f64).sqrt();
+    let what = format!("gemm {} [{m}, {n}, {k}]", p.key.dtype);
+    for (i, a_norm) in a_norms.iter().enumerate() {
+        for j in 0..p.c.ld.min(c.len() - i * p.c.ld) {
+            let at = i * p.c.ld + j;
+            let (g, w) = (c[at], want[at]);
+            let Some(b_norm) = b_norms.get(j) else {
+                // Padding between rows: never written.
+                if g.to_bits() != c0[at].to_bits() {
+                    return Err(format!("{what}: padding at row {i} col {j} was written ({g})"));
+                }
+                continue;
+            };
+            let bound = runs * (out_ulp * f64::from(w).abs() + sqrt_k * acc * a_norm * b_norm) + 1e-30;
+            let ok = if w.is_nan() {
+                g.is_nan()
+            } else {
+                (f64::from(g) - f64::from(w)).abs() <= bound
+            };
+            if !ok {
+                return Err(format!("{what}: C[{i}, {j}] = {g}, want {w} (bound {bound:.3e})"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether `target` has a GEMM kernel (NVIDIA sm_80 and newer).
+pub fn has_kernel(target: Target) -> bool {
+    target.vendor() == Vendor::Nvidia
+}
+
+/// Whether `c` is what `Gemm` accepts for `key` on `target` (the space's rules).
+pub fn accepts(target: Target, key: &GemmKey, m: u64, c: &GemmConfig) -> bool {
+    <Gemm as TunedKernel>::accepts(target, key, m, c)
+}
+
+#[cfg(test)]
+mod tests {
+    //! Argument checks run before anything touches a device, so they are tested here
+    //! with made-up (never dereferenced) device addresses.
+    use super::*;
+
+    const A: u64 = 0x7f00_0000_0000;
+    const B: u64 = 0x7f10_0000_0000;
+    const C: u64 = 0x7f20_0000_0000;
+    const BIAS: u64 = 0x7f30_0000_0000;
+    const WS: u64 = 0x7f40_0000_0000;
+
+    #[allow(clippy::too_many_arguments)]
+    fn nt(
+        m: usize,
+        n: usize,
+        k: usize,
+        a: Operand,
+        b: Operand,
+        c: Operand,
+        c_dtype: DType,
+        bias: Option<(u64, usize)>,
+    ) -> Result<GemmProblem<'static>> {
+        unsafe {
+            GemmProblem::raw(
+                DType::Bf16,
+                Layout::Nt,
+                m,
+                n,
+                k,
+                a,
+                b,
+                c,
+                c_dtype,
+                bias,
+                Some((WS, 1 << 20)),
+            )
+        }
+    }
+
+    fn bad_arg(r: Result<GemmProblem<'static>>) -> String {
+        match r {
+            Err(Error::InvalidArgument { name, .. }) => name,
+            Err(e) => panic!("not an argument error: {e}"),
+            Ok(_) => panic!("bad input was accepted"),
+        }
+    }
+
+    fn ok_operands(m: usize, n: usize, k: usize) -> (Operand, Operand, Operand) {
+        (
+            Operand::new(A, m * k, k),
+            Operand::new(B, n * k, k),
+            Operand::new(C, m * n, n),
+        )
+    }
+
+    #[test]
+    fn each_bad_argument_is_named() {
+        let (m, n, k) = (3, 100, 64);
+        let (a, b, c) = ok_operands(m, n, k);
+        assert!(nt(m, n, k, a, b, c, DType::Bf16, Some((BIAS, n))).is_ok());
+        assert!(nt(m, n, k, a, b, c, DType::F32, None).is_ok());
+        assert_eq!(bad_arg(nt(m, n, k, a, b, c, DType::F16, None)), "c_dtype");
+        assert_eq!(bad_arg(nt(0, n, k, a, b, c, DType::Bf16, None)), "m");
+        assert_eq!(bad_arg(nt(m, 0, k, a, b, c, DType::Bf16, None)), "n");
+        assert_eq!(bad_arg(nt(m, n, 0, a, b, c, DType::Bf16, None)), "k");
+        let short = Operand { len: m * k - 1, ..a };
+        assert_eq!(bad_arg(nt(m, n, k, short, b, c, DType::Bf16, None)), "a");
+        assert_eq!(
+            bad_arg(nt(m, n, k, Operand { ld: k - 1, ..a }, b, c, DType::Bf16, None)),
+            "lda"
+        );
+        assert_eq!(
+            bad_arg(nt(m, n, k, a, Operand { ld: 63, ..b }, c, DType::Bf16, None)),
+            "ldb"
+        );
+        assert_eq!(
+            bad_arg(nt(m, n, k, a, Operand { len: 10, ..b }, c, DType::Bf16, None)),
+            "b"
+        );
+        assert_eq!(
+            bad_arg(nt(m, n, k, a, b, Operand { ld: 99, ..c }, DType::Bf16, None)),
+            "ldc"
+        );
+        assert_eq!(
+            bad_arg(nt(m, n, k, a, b, Operand { len: 299, ..c }, DType::Bf16, None)),
+            "c"
+        );
+        assert_eq!(
+            bad_arg(nt(m, n, k, Operand { ptr: A + 1, ..a }, b, c, DType::Bf16, None)),
+            "a"
+        );
+        assert_eq!(
+            bad_arg(nt(m, n, k, a, b, Operand { ptr: C + 2, ..c }, DType::F32, None)),
+            "c"
+        );
+        assert_eq!(
+            bad_arg(nt(m, n, k, a, b, c, DType::Bf16, Some((BIAS, n - 1)))),
+            "bias"
+        );
+        assert_eq!(bad_arg(nt(m, n, k, a, b, c, DType::Bf16, Some((0, n)))), "bias");
+        // C overlapping an input.
+        let c_on_a = Operand { ptr: A + 64, ..c };
+        assert_eq!(bad_arg(nt(m, n, k, a, b, c_on_a, DType::Bf16, None)), "c");
+        let r = unsafe { GemmProblem::raw(DType::F32, Layout::Nt, m, n, k, a, b, c, DType::F32, None, None) };
+        assert_eq!(bad_arg(r), "dtype");
+        let r = unsafe {
+            GemmProblem::raw(
+                DType::Bf16,
+                Layout::Nt,
+                m,
+                n,
+                k,
+                a,
+                b,
+                c,
+                DType::Bf16,
+                None,
+                Some((WS + 8, 64)),
+            )
+        };
+        assert_eq!(bad_arg(r), "workspace");
+        // nn: B is [k, n], so ldb >= n.
+        let r = unsafe {
+            GemmProblem::raw(
+                DType::Bf16,
+                Layout::Nn,
+                m,
+                n,
+                k,
+                a,
+                Operand::new(B, k * n, n - 1),
+                c,
+                DType::Bf16,
+                None,
+                None,
+            )
+        };
+        assert_eq!(bad_arg(r), "ldb");
+    }
+
+    #[test]
+    fn the_output_check_passes_the_reference_and_fails_one_percent_off() {
+        use kernels_core::launch::{encode, pseudo_random};
+        let (m, n, k) = (3usize, 40usize, 256usize);
+        let (a, b, c) = (
+            Operand::new(A, m * k, k),
+            Operand::new(B, n * k, k),
+            Operand::new(C, m * n, n),
+        );
+        let p = nt(m, n, k, a, b, c, DType::Bf16, None).unwrap();
+        let host = |len, seed| encode(DType::Bf16, &pseudo_random(len, seed, 1.0, 0.0));
+        let before = vec![host(m * k, 1), host(n * k, 2), host(m * n, 3), vec![0u8; 1 << 20]];
+        let want = reference_of(&p, &before);
+        let mut got = before.clone();
+        got[2] = encode(DType::Bf16, &want[2]);
+        got[3] = vec![0u8; 1 << 20];
+        assert_eq!(
+            check_outputs(&p, &before, &got, Expected::Reference(&want)),
+            Ok(())
+        );
+        assert_eq!(check_outputs(&p, &before, &got, Expected::Run(&got)), Ok(()));
+        let mut off = got.clone();
+        off[2] = encode(DType::Bf16, &want[2].iter().map(|v| v * 1.01).collect::<Vec<_>>());
+        let e = check_outputs(&p, &before, &off, Expected::Reference(&want)).unwrap_err();
+        assert!(e.contains("C[0, "), "{e}");
+    }
+
+    fn h200() -> DeviceInfo {
+        DeviceInfo::nominal(Target::Sm90).unwrap()
+    }
+
+    fn config(split_k: u32, vec: u32) -> GemmConfig {
+        GemmConfig {
+            path: Path::Mma,
+            block_m: 16,
+            block_n: 64,
+            block_k: 64,
+            warps_m: 1,
+            warps_n: 4,
+            stages: 4,
+            split_k,
+            group_m: 8,
+            vec,
+        }
+    }
+
+    #[test]
+    fn the_plan_carries_the_kernel_abi() {
+        let (m, n, k) = (3, 100, 1024);
+        let (a, b, c) = ok_operands(m, n, k);
+        let p = nt(m, n, k, a, b, c, DType::F32, Some((BIAS, n))).unwrap();
+        let cfg = config(4, 8);
+        let plan = <Gemm as PlannedKernel>::plan(&h200(), &cfg, &p).unwrap();
+        assert_eq!(
+            plan.args.slots(),
+            &[A, B, C, BIAS, WS, 3, 100, 1024, 1024, 1024, 100, 4, 8, 3]
+        );
+        // 2 tiles of 64 columns, 4 splits along grid y, 128 threads.
+        assert_eq!(plan.dims.grid, (2, 4, 1));
+        assert_eq!(plan.dims.block, (128, 1, 1));
+        assert_eq!(plan.dims.smem_bytes as usize, cfg.smem_bytes(Layout::Nt));
+        let v = plan.variant.to_string();
+        assert!(
+            v.starts_with("gemm_mma_kernel -DDTYPE=2 -DLAYOUT=0 -DBM=16"),
+            "{v}"
+        );
+        assert!(v.ends_with("-DSTAGES=4 -DALIGNED=1"), "{v}");
+    }
+
+    #[test]
+    fn a_small_workspace_and_unaligned_operands_are_refused_naming_them() {
+        let (m, n, k) = (3, 100, 1024);
+        let (a, b, c) = ok_operands(m, n, k);
+        let p = unsafe {
+            GemmProblem::raw(
+                DType::Bf16,
+                Layout::Nt,
+                m,
+                n,
+                k,
+                a,
+                b,
+                c,
+                DType::Bf16,
+                None,
+                Some((WS, 64)),
+            )
+        }
+        .unwrap();
+        let e = <Gemm as PlannedKernel>::plan(&h200(), &config(4, 8), &p).unwrap_err();
+        assert!(
+            matches!(&e, Error::InvalidArgument { name, .. } if name == "workspace"),
+            "{e}"
+        );
+        assert!(<Gemm as PlannedKernel>::plan(&h200(), &config(1, 8), &p).is_ok());
+        // A shifted by one element: 16-byte loads refuse it, element loads take it, and
+        // the alignment class says so.
+        let shifted = Operand {
+            ptr: A + 2,
+            len: m * k,
+            ..a
+        };
+        let p = nt(m, n, k, shifted, b, c, DType::Bf16, None).unwrap();
+        let e = <Gemm as PlannedKernel>::plan(&h200(), &config(1, 8), &p).unwrap_err();
+        assert!(
+            matches!(&e, Error::InvalidArgument { name, .. } if name == "a"),
+            "{e}"
+        );
+        let align = <Gemm as PlannedKernel>::alignment(&p);
+        assert_eq!(align, AlignClass::A2);
+        let fitted = fit(config(1, 8), align);
+        assert_eq!(fitted.vec, 1);
+        assert!(<Gemm as PlannedKernel>::plan(&h200(), &fitted, &p).is_ok());
+        // An odd ldb with element loads is fine too.
+        let p = nt(
+            m,
+            n,
+            k,
+            a,
+            Operand::new(B, n * (k + 1), k + 1),
+            c,
+            DType::Bf16,
+            None,
+        )
+        .unwrap();
+        assert_eq!(<Gemm as PlannedKernel>::alignment(&p), AlignClass::A2);
+    }
+
+    #[test]
+    fn amd_and_pre_ampere_devices_are_refused() {
+        let (m, n, k) = (3, 100, 1024);
+        let (a, b, c) = ok_operands(m, n, k);
+        let p = nt(m, n, k, a, b, c, DType::Bf16, None).unwrap();
+        let mi300 = DeviceInfo {
+            name: "AMD Instinct MI300X".into(),
+            amd_arch: Some("gfx942".into()),
+            ..h200()
+        };
+        let e = <Gemm as PlannedKernel>::plan(&mi300, &config(1, 8), &p).unwrap_err();
+        assert!(
+            matches!(&e, Error::InvalidArgument { name, .. } if name == "device"),
+            "{e}"
+        );
+        assert!(!has_kernel(Target::Gfx942));
+        assert!(has_kernel(Target::Sm80));
+    }
+
+    #[test]
+    fn buffers_list_every_operand_with_its_role() {
+        let (m, n, k) = (3, 100, 1024);
+        let (a, b, c) = ok_operands(m, n, k);
+        let p = nt(m, n, k, a, b, c, DType::F32, Some((BIAS, n))).unwrap();
+        let bufs = <Gemm as PlannedKernel>::buffers(&p);
+        let got: Vec<_> = bufs.iter().map(|b| (b.name, b.bytes, b.role)).collect();
+        assert_eq!(
+            got,
+            [
+                ("a", m * k * 2, BufferRole::Read),
+                ("b", n * k * 2, BufferRole::Read),
+                ("c", m * n * 4, BufferRole::Write),
+                ("bias", n * 2, BufferRole::Read),
+                ("workspace", 1 << 20, BufferRole::Zero),
+            ]
+        );
+    }
+}
