@@ -98,7 +98,7 @@ for step in $STEPS; do
     echo "== $step"
     case $step in
         tests)
-            need gpu_core gpu_softmax gpu_rmsnorm kernels
+            need gpu_core gpu_softmax gpu_rmsnorm gpu_gemm kernels
             # Every GPU test and the served-variant check, one process per test; a
             # failure or a skip stops the script before anything is benchmarked.
             OUT="$OUT" bash scripts/gpu_tests.sh || die "GPU tests failed (logs in $OUT/gpu-tests)"
