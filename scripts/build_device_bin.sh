@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
-# Builds the release binaries scripts/h200_bench.sh runs on the GPU machine and copies
-# them into .device-bin/ (git-ignored). Runs on any Linux machine with the Rust toolchain:
-# the binaries load the CUDA driver and NVRTC at run time, so no CUDA install is needed
-# here.
+# Builds the release binaries scripts/gpu_tests.sh and scripts/h200_bench.sh run on the
+# GPU machine and copies them into .device-bin/ (git-ignored). Runs on any Linux machine
+# with the Rust toolchain: the binaries load the CUDA driver and NVRTC at run time, so
+# no CUDA install is needed here.
 #
-#   .device-bin/kernels        the CLI (`kernels tables check`)
+#   .device-bin/kernels        the CLI (`kernels tables check`, `--served`)
 #                              cargo build --release -p kernels
-#   .device-bin/gpu_kernels    the kernels' GPU tests (tests/tests/gpu_kernels.rs)
-#                              cargo test --release --no-run -p tests --test gpu_kernels
 #   .device-bin/gpu_core       kernels-core's GPU tests (kernels-core/tests/gpu.rs)
 #                              cargo test --release --no-run -p kernels-core --test gpu
+#   .device-bin/gpu_softmax    softmax's GPU tests (kernels-softmax/tests/gpu.rs)
+#                              cargo test --release --no-run -p kernels-softmax --test gpu
+#   .device-bin/gpu_rmsnorm    RMSNorm's GPU tests (kernels-rmsnorm/tests/gpu.rs)
+#                              cargo test --release --no-run -p kernels-rmsnorm --test gpu
+#   .device-bin/gpu_gemm       GEMM's GPU tests (kernels-gemm/tests/gpu.rs)
+#                              cargo test --release --no-run -p kernels-gemm --test gpu
 #   .device-bin/bench_kernels  the criterion GPU bench (benches/benches/kernels.rs)
 #                              cargo bench --no-run -p benches --bench kernels
 #
 # The tables are baked into these binaries, so build from the commit whose tables the
 # results are for. TUNED_STRICT=1 (the default here, as in CI) makes a table whose
 # fingerprint does not match its kernel source fail the build instead of warning.
-# CARGO_TARGET_DIR is honoured. Usage, from anywhere in the repository:
+# CARGO_TARGET_DIR is honoured; BUILD_BENCH=0 leaves out the bench (what
+# scripts/gpu_tests.sh alone does not need). Usage, from anywhere in the repository:
 #
 #   bash scripts/build_device_bin.sh
 set -euo pipefail
@@ -58,9 +63,11 @@ build() {
 }
 
 build kernels kernels bin build --release -p kernels
-build gpu_kernels gpu_kernels test test --release --no-run -p tests --test gpu_kernels
 build gpu_core gpu test test --release --no-run -p kernels-core --test gpu
-build bench_kernels kernels bench bench --no-run -p benches --bench kernels
+build gpu_softmax gpu test test --release --no-run -p kernels-softmax --test gpu
+build gpu_rmsnorm gpu test test --release --no-run -p kernels-rmsnorm --test gpu
+build gpu_gemm gpu test test --release --no-run -p kernels-gemm --test gpu
+[ "${BUILD_BENCH:-1}" = 0 ] || build bench_kernels kernels bench bench --no-run -p benches --bench kernels
 
 ls -l "$DEST"
 if ! ls .whl/liger_kernel-*.whl >/dev/null 2>&1; then

@@ -6,8 +6,9 @@
 # under $OUT:
 #
 #   device.txt                GPU, driver and clocks (nvidia-smi)
-#   tests/BIN-TEST.log        step `tests`: every GPU test of gpu_kernels and gpu_core, one
-#                             process each, with KERNELS_REQUIRE_GPU=1 (a skip is a failure)
+#   gpu-tests/*.log           step `tests`: scripts/gpu_tests.sh, every GPU test (one
+#                             process each, KERNELS_REQUIRE_GPU=1: a skip is a failure)
+#                             and every served variant against the reference
 #   bench.log, ours.jsonl     step `bench`: the criterion bench of our kernels over
 #                             benches/shapes/norm_softmax.json: tuned config, analytic
 #                             default, a copy kernel moving the same bytes, the tuned config
@@ -37,8 +38,8 @@
 # and update the figures in docs/results/softmax.md and rmsnorm.md.
 #
 # The script stops at the first step that fails, with a non-zero exit status; the tests
-# step runs every test first and then fails naming the ones that failed, so nothing is
-# benchmarked on device code that gives wrong results.
+# step (scripts/gpu_tests.sh) runs every test first and then fails naming the ones that
+# failed, so nothing is benchmarked on device code that gives wrong results.
 set -euo pipefail
 
 OUT=${OUT:?set OUT to the folder the results go to}
@@ -97,24 +98,10 @@ for step in $STEPS; do
     echo "== $step"
     case $step in
         tests)
-            need gpu_kernels gpu_core
-            mkdir -p "$OUT/tests"
-            failed=()
-            for bin in gpu_kernels gpu_core; do
-                tests=$("$B/$bin" --list 2>/dev/null | sed -n 's/: test$//p') ||
-                    die "$B/$bin --list failed"
-                [ -n "$tests" ] || die "$B/$bin lists no tests"
-                for t in $tests; do
-                    limit=120
-                    case $t in *every_config*) limit=400 ;; esac
-                    rc=0
-                    timeout "$limit" "$B/$bin" --exact "$t" --nocapture --test-threads=1 \
-                        > "$OUT/tests/$bin-$t.log" 2>&1 || rc=$?
-                    echo "$bin $t: exit $rc"
-                    [ "$rc" = 0 ] || failed+=("$bin $t (exit $rc)")
-                done
-            done
-            [ ${#failed[@]} = 0 ] || die "GPU tests failed: ${failed[*]} (logs in $OUT/tests)"
+            need gpu_core gpu_softmax gpu_rmsnorm gpu_gemm kernels
+            # Every GPU test and the served-variant check, one process per test; a
+            # failure or a skip stops the script before anything is benchmarked.
+            OUT="$OUT" bash scripts/gpu_tests.sh || die "GPU tests failed (logs in $OUT/gpu-tests)"
             ;;
         bench)
             need bench_kernels

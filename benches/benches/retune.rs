@@ -15,7 +15,13 @@ use std::process::ExitCode;
 use kernels::runtime_cmd::{tunables, tune, Backend, TuneArgs};
 
 fn main() -> ExitCode {
-    if std::env::var("KERNELS_RETUNE").as_deref() != Ok("1") {
+    let flag = |name: &str| {
+        tuned::env_flag(name).unwrap_or_else(|e| {
+            eprintln!("retune: {e}");
+            std::process::exit(2)
+        })
+    };
+    if !flag("KERNELS_RETUNE") {
         println!("retune: skipped; set KERNELS_RETUNE=1 to retune every kernel's table on this GPU");
         return ExitCode::SUCCESS;
     }
@@ -48,7 +54,7 @@ fn main() -> ExitCode {
             kernel,
             target: "auto".into(),
             tables: Some(root.join("tuned/tables")),
-            retune: std::env::var("KERNELS_RETUNE_FRESH").as_deref() == Ok("1"),
+            retune: flag("KERNELS_RETUNE_FRESH"),
             reps: None,
             // The backend's best, as `kernels tune` by default: graph replays on CUDA,
             // as the GPU bench measures.

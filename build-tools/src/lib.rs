@@ -21,7 +21,8 @@
 //! as a `phf::Map` in `$OUT_DIR/tuned_tables.rs`. The crate includes that file and
 //! gets, per kernel, `<kernel>_table(Target) -> Option<&'static BakedTable>`, plus
 //! `SOURCE_FINGERPRINT`. A table whose `source_fingerprint` differs from the current
-//! source is stale: a cargo warning, or an error when `TUNED_STRICT=1`.
+//! source is stale: a cargo warning, or an error when `TUNED_STRICT` is on (`1`, `true`,
+//! `yes`, `on`; another value that is not off fails the build).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -159,7 +160,7 @@ impl Bake {
         let out = PathBuf::from(env("OUT_DIR")?);
         println!("cargo:rerun-if-env-changed=TUNED_STRICT");
         println!("cargo:rerun-if-env-changed=TUNED_TABLES_DIR");
-        let strict = std::env::var("TUNED_STRICT").is_ok_and(|v| v == "1");
+        let strict = tuned::env_flag("TUNED_STRICT").map_err(|e| BakeError::Io(e.to_string()))?;
         let tables_dir = match (&self.tables_dir, std::env::var_os("TUNED_TABLES_DIR")) {
             (_, Some(d)) => PathBuf::from(d),
             (Some(d), None) => manifest.join(d),

@@ -84,6 +84,11 @@ pub enum Error {
     #[error(transparent)]
     Table(#[from] tuned::TableError),
 
+    /// A run's output failed its check, or could not be checked (the tuner's check of
+    /// each candidate, `kernels_core::tune::verify`); the message says what differed.
+    #[error("{0}")]
+    Output(String),
+
     /// A kernel family's own code (problem allocation, key decoding) failed.
     #[error("kernel `{kernel}`: {reason}")]
     Kernel { kernel: String, reason: String },

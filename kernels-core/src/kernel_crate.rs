@@ -1,5 +1,7 @@
 //! What kernel crates keyed by element type and row length (softmax, RMSNorm) share
-//! on top of this runtime: the checks of a problem built from raw device addresses,
+//! on top of this runtime: the checks of a problem built from raw device addresses, the
+//! pieces of their output checks' error bounds (`LAMBDA`, `reduction_depth`,
+//! `output_floor`),
 //! and [`tuned_row_kernel!`](crate::tuned_row_kernel), which declares such a kernel
 //! with its `tuned::TunedKernel` implementation. GPU-free.
 
@@ -44,6 +46,32 @@ pub fn check_device_ptrs(dtype: DType, ptrs: &[(&str, u64)]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// How many standard deviations a sum of independent rounding errors may reach before
+/// a row kernel's output check fails: a right row fails with probability at most
+/// 2 exp(-LAMBDA^2 / 2) per sum, about 2.5e-14 (Hoeffding's inequality).
+pub const LAMBDA: f64 = 8.0;
+
+/// Unit roundoff of fp32, the arithmetic of every row kernel.
+pub const U32: f64 = 1.0 / 16_777_216.0;
+
+/// The roundings a term of a row's reduction goes through on its way to the total when
+/// at least `min_threads` threads share every row: a thread adds at most
+/// ceil(cols / min_threads) terms in sequence, and the parts then merge in a tree of
+/// depth at most ceil(log2(cols)).
+pub fn reduction_depth(cols: usize, min_threads: usize) -> f64 {
+    (cols.div_ceil(min_threads.max(1)) + cols.next_power_of_two().trailing_zeros() as usize) as f64
+}
+
+/// The absolute error of a row kernel's output near zero in `dtype`: fp32 results
+/// below 2^-126 are flushed to 0 (f32 and bf16 share that range), and f16 rounds below
+/// its smallest normal in steps of 2^-24, so half of one (2^-25).
+pub fn output_floor(dtype: DType) -> f64 {
+    match dtype {
+        DType::F16 => DType::F16.smallest_normal() * DType::F16.unit_roundoff(),
+        DType::F32 | DType::Bf16 => DType::F32.smallest_normal(),
+    }
 }
 
 /// Declares unit structs (each with the attributes given, its docs) for kernels

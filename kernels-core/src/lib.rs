@@ -48,8 +48,8 @@ pub use backend::{Backend, Compiler, DeviceInfo, Image, ImageKind, LoadedKernel}
 pub use cache::{DiskCache, CACHE_DIR_ENV};
 pub use error::{Error, Result};
 pub use launch::{
-    check_disjoint, check_eps, dtype_define, widest_vector, BufferRole, KernelArgs, KernelSource, LaunchDims,
-    LaunchPlan, PlannedKernel, Rows, TuneBuffer, Variant,
+    check_disjoint, check_eps, dtype_define, widest_vector, BufferRole, Expected, KernelArgs, KernelSource,
+    LaunchDims, LaunchPlan, PlannedKernel, Rows, TuneBuffer, Variant,
 };
 pub use runtime::{
     launch, parse_pdl, pdl_from_env, ModuleOrigin, Policy, Prepared, Runtime, RuntimeOptions, Stats,

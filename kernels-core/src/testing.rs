@@ -1,23 +1,29 @@
-//! Helpers for the GPU tests of every kernel family and backend; they need no GPU
-//! themselves: what a test does where it cannot run ([`skip_or_fail`]) and how an
-//! output is compared with its CPU reference ([`compare_rows`]); with the `rocm`
-//! feature, the AMD tests' runtime and buffers (`hip`).
+//! Helpers for the GPU tests of every kernel family and backend, in one place: what a
+//! test does where it cannot run ([`skip_or_fail`], `KERNELS_REQUIRE_GPU`), how an
+//! output is compared with its CPU reference ([`compare_rows`]) and the awkward shapes
+//! the row kernels are run on ([`Case`], [`case_input`]), which need no GPU; with the
+//! `cuda` feature, the NVIDIA tests' runtime, buffers and every-config walk (`cuda`);
+//! with the `rocm` feature, the AMD tests' runtime and buffers (`hip`).
 
 use tuned::DType;
 
 use crate::{decode, encode, Rows};
 
-/// The environment variable that turns a GPU test's skip into a failure (`1`), for
-/// runs on a machine that must have the GPU.
+/// The environment variable that turns a GPU test's skip into a failure, for runs on
+/// a machine that must have the GPU: a boolean flag (`1`, `true`, `yes`, `on`, any
+/// case; [`tuned::parse_flag`]).
 pub const REQUIRE_GPU_ENV: &str = "KERNELS_REQUIRE_GPU";
 
-/// What a GPU test does where it cannot run: with `KERNELS_REQUIRE_GPU=1` it fails
-/// (panics, naming `test` and `why`); otherwise it prints `SKIPPED <test>: <why>` to
-/// stderr directly, past the test harness's output capture, so the skip shows in
-/// every run's output instead of passing silently.
+/// What a GPU test does where it cannot run: with `KERNELS_REQUIRE_GPU` on it fails
+/// (panics, naming `test` and `why`), and a value that is no boolean fails too;
+/// otherwise it prints `SKIPPED <test>: <why>` to stderr directly, past the test
+/// harness's output capture, so the skip shows in every run's output instead of
+/// passing silently.
 pub fn skip_or_fail(test: &str, why: &str) {
-    if std::env::var(REQUIRE_GPU_ENV).as_deref() == Ok("1") {
-        panic!("{test}: {REQUIRE_GPU_ENV}=1 but {why}");
+    match tuned::env_flag(REQUIRE_GPU_ENV) {
+        Ok(true) => panic!("{test}: {REQUIRE_GPU_ENV} is on but {why}"),
+        Err(e) => panic!("{test}: {e}"),
+        Ok(false) => {}
     }
     use std::io::Write as _;
     let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
@@ -68,6 +74,340 @@ pub fn assert_rows(what: &str, got: &[f32], want: &[f32], shape: Rows, tol: (f64
 /// `v` as the device holds it in `dtype` (each value rounded through the storage type).
 pub fn stored(dtype: DType, v: &[f32]) -> Vec<f32> {
     decode(dtype, &encode(dtype, v))
+}
+
+/// One shape the GPU tests of a row kernel run: `rows` rows of `cols` elements of
+/// `dtype`, rows `cols + pad` apart, every buffer `offset` elements off 16-byte
+/// alignment, with special values (inf, -inf, NaN) in its first rows where `specials`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Case {
+    pub dtype: DType,
+    pub cols: usize,
+    pub rows: usize,
+    pub pad: usize,
+    pub offset: usize,
+    pub specials: bool,
+}
+
+impl Case {
+    /// The case of these fields, in this order.
+    pub const fn new(
+        dtype: DType,
+        cols: usize,
+        rows: usize,
+        pad: usize,
+        offset: usize,
+        specials: bool,
+    ) -> Case {
+        Case {
+            dtype,
+            cols,
+            rows,
+            pad,
+            offset,
+            specials,
+        }
+    }
+
+    /// Its row layout.
+    pub fn shape(&self) -> Rows {
+        Rows::strided(self.rows, self.cols, self.cols + self.pad)
+    }
+}
+
+/// The awkward shapes every row kernel's GPU tests run on: 1, odd and prime columns,
+/// one row, row strides above cols, buffers not 16-byte aligned, special values, and
+/// rows long enough for the streaming paths, in each storage type.
+pub fn row_cases() -> Vec<Case> {
+    let c = Case::new;
+    vec![
+        c(DType::Bf16, 1, 1, 0, 0, false),
+        c(DType::Bf16, 97, 5, 3, 1, false),
+        c(DType::Bf16, 1000, 37, 8, 0, true),
+        c(DType::Bf16, 4096, 9, 8, 0, true),
+        c(DType::Bf16, 4096, 3, 0, 1, false),
+        c(DType::Bf16, 40000, 3, 8, 0, false),
+        c(DType::F16, 3, 7, 1, 1, false),
+        c(DType::F16, 2048, 5, 0, 0, true),
+        c(DType::F32, 7, 4, 2, 0, false),
+        c(DType::F32, 4096, 5, 4, 2, true),
+    ]
+}
+
+/// Rows a case with special values needs: one each for +inf, NaN and a -inf, one of
+/// only -inf, and a row without any.
+pub const SPECIAL_ROWS: usize = 5;
+
+/// The input of `case` (every element of the span, padding included), values in
+/// `[-scale, scale)` from `seed`, rounded to the case's dtype, and its layout. With
+/// `case.specials`: +inf in row 1, NaN in row 2, -inf in row 3 and, where
+/// `neg_inf_row`, every column of row 4 -inf (softmax's row of nothing); row 0 keeps
+/// none. Panics where a case asks for special values with fewer than
+/// [`SPECIAL_ROWS`] rows, so none is left out silently.
+pub fn case_input(case: &Case, seed: u64, scale: f32, neg_inf_row: bool) -> (Vec<f32>, Rows) {
+    let shape = case.shape();
+    let n = shape.span().expect("a case's span fits");
+    let mut x = crate::pseudo_random(n, seed, scale, 0.0);
+    if case.specials {
+        assert!(
+            case.rows >= SPECIAL_ROWS,
+            "{case:?}: special values need {SPECIAL_ROWS} rows"
+        );
+        let at = |r: usize, c: usize| r * shape.stride + c;
+        x[at(1, case.cols / 2)] = f32::INFINITY;
+        x[at(2, 0)] = f32::NAN;
+        x[at(3, case.cols - 1)] = f32::NEG_INFINITY;
+        if neg_inf_row {
+            for c in 0..case.cols {
+                x[at(4, c)] = f32::NEG_INFINITY;
+            }
+        }
+    }
+    (stored(case.dtype, &x), shape)
+}
+
+/// What the CUDA GPU tests of the kernel families share (feature `cuda`): a runtime on
+/// device 0 that skips (or fails, see [`skip_or_fail`]) without an NVIDIA GPU, device
+/// buffers of converted host values, every config of a space compiled, and a tally of
+/// checked runs.
+#[cfg(feature = "cuda")]
+pub mod cuda {
+    use std::sync::Arc;
+
+    use cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+    use tuned::{DType, Target};
+
+    use crate::{
+        decode, encode, AlignClass, CudaDevice, CudaRuntime, DiskCache, PlannedKernel, Policy, RuntimeOptions,
+    };
+
+    /// A runtime on NVIDIA device 0 with `options` and a new stream on it; `None`
+    /// (after [`super::skip_or_fail`] naming `test`) where there is no NVIDIA GPU.
+    pub fn runtime_with(test: &str, options: RuntimeOptions) -> Option<(CudaRuntime, Arc<CudaStream>)> {
+        let dev = match CudaDevice::open(0) {
+            Ok(d) => d,
+            Err(e) => {
+                super::skip_or_fail(test, &format!("no NVIDIA GPU found ({e})"));
+                return None;
+            }
+        };
+        let rt = CudaRuntime::with_options(dev, options).expect("NVRTC loads where an NVIDIA GPU is");
+        let stream = rt.device().new_stream().expect("stream");
+        Some((rt, stream))
+    }
+
+    /// [`runtime_with`] resolving under `policy`, with the disk cache of the
+    /// environment and plain launches.
+    pub fn runtime(test: &str, policy: Policy) -> Option<(CudaRuntime, Arc<CudaStream>)> {
+        runtime_with(
+            test,
+            RuntimeOptions {
+                policy,
+                cache: DiskCache::from_env(),
+                ..RuntimeOptions::default()
+            },
+        )
+    }
+
+    /// A runtime like `plain` (same device, policy and cache) that launches with
+    /// programmatic dependent launch; `None` (after [`super::skip_or_fail`]) below
+    /// sm_90, where there is none to test.
+    pub fn pdl_runtime(test: &str, plain: &CudaRuntime) -> Option<CudaRuntime> {
+        let cc = plain.info().compute_capability;
+        if cc.0 < 9 {
+            super::skip_or_fail(
+                test,
+                &format!(
+                    "programmatic dependent launch needs sm_90; this GPU is sm_{}{}",
+                    cc.0, cc.1
+                ),
+            );
+            return None;
+        }
+        let options = RuntimeOptions {
+            pdl: true,
+            ..plain.options().clone()
+        };
+        Some(CudaRuntime::with_options(plain.device().clone(), options).expect("runtime"))
+    }
+
+    /// Captures what `body` enqueues on `stream` into a CUDA graph and replays it once.
+    /// Every kernel `body` launches must be loaded already: a capture may not compile.
+    pub fn replay_captured(stream: &Arc<CudaStream>, body: impl FnOnce()) {
+        use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+        stream
+            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .expect("begin capture");
+        body();
+        let graph = stream
+            .end_capture(CUgraphInstantiate_flags(0))
+            .expect("end capture")
+            .expect("a graph");
+        graph.launch().expect("graph launch");
+    }
+
+    /// Asserts that a chain of dependent launches gives, bit for bit, `want` (every
+    /// buffer after the same launches made one at a time by a plain runtime), when
+    /// `chained(runtime, graph)` enqueues it at once: with `plain` launches, then with
+    /// `pdl`'s programmatic dependent launches, eagerly and replayed from a CUDA graph.
+    pub fn assert_chains_match(
+        plain: &CudaRuntime,
+        pdl: &CudaRuntime,
+        want: &[Vec<f32>],
+        chained: impl Fn(&CudaRuntime, bool) -> Vec<Vec<f32>>,
+    ) {
+        let bits = |v: &[Vec<f32>]| v.iter().flatten().map(|f| f.to_bits()).collect::<Vec<_>>();
+        let want = bits(want);
+        assert!(
+            bits(&chained(plain, false)) == want,
+            "plain launches enqueued together differ from the same launches one at a time"
+        );
+        assert!(
+            bits(&chained(pdl, false)) == want,
+            "eager launches with programmatic dependent launch differ from plain ones"
+        );
+        assert!(
+            bits(&chained(pdl, true)) == want,
+            "a CUDA graph of launches with programmatic dependent launch differs from plain launches"
+        );
+    }
+
+    /// Device memory holding host values converted to a dtype, its usable part
+    /// `offset` elements in (an offset makes it not 16-byte aligned).
+    pub struct Buf {
+        slice: CudaSlice<u8>,
+        dtype: DType,
+        offset: usize,
+    }
+
+    impl Buf {
+        /// Allocates and fills it; panics where the device refuses (a test helper).
+        pub fn new(stream: &Arc<CudaStream>, dtype: DType, host: &[f32], offset: usize) -> Buf {
+            let mut all = vec![0.0f32; offset];
+            all.extend_from_slice(host);
+            let slice = stream.clone_htod(&encode(dtype, &all)).expect("htod");
+            Buf { slice, dtype, offset }
+        }
+        /// The element type.
+        pub fn dtype(&self) -> DType {
+            self.dtype
+        }
+        /// Elements in the usable part.
+        pub fn len(&self) -> usize {
+            self.slice.len() / self.dtype.size() - self.offset
+        }
+        /// Whether the usable part is empty.
+        pub fn is_empty(&self) -> bool {
+            self.len() == 0
+        }
+        /// The device address of the usable part.
+        pub fn ptr(&self, stream: &CudaStream) -> u64 {
+            self.slice.device_ptr(stream).0 + (self.offset * self.dtype.size()) as u64
+        }
+        /// Overwrites the usable part with `host`.
+        pub fn write(&mut self, stream: &Arc<CudaStream>, host: &[f32]) {
+            let mut all = vec![0.0f32; self.offset];
+            all.extend_from_slice(host);
+            stream
+                .memcpy_htod(&encode(self.dtype, &all), &mut self.slice)
+                .expect("htod");
+        }
+        /// The usable part read back, as floats.
+        pub fn read(&self, stream: &Arc<CudaStream>) -> Vec<f32> {
+            let bytes = stream.clone_dtoh(&self.slice).expect("dtoh");
+            decode(self.dtype, &bytes)[self.offset..].to_vec()
+        }
+        /// The alignment class of a launch on this buffer with rows `stride` elements apart.
+        pub fn align(&self, stream: &CudaStream, stride: usize) -> AlignClass {
+            AlignClass::of([self.ptr(stream), (stride * self.dtype.size()) as u64])
+        }
+    }
+
+    /// The configs a launch on buffers aligned to `align` runs: every config of `space`
+    /// fitted to the alignment (consecutive duplicates dropped), each variant of kernel
+    /// `B` of the family and of `A` where `A` accepts the config at `batch` rows,
+    /// compiled in parallel before anything runs.
+    pub fn fitted_and_compiled<A, B>(
+        rt: &CudaRuntime,
+        key: &A::Key,
+        batch: u64,
+        space: &[A::Config],
+        align: AlignClass,
+    ) -> Vec<A::Config>
+    where
+        A: PlannedKernel,
+        B: PlannedKernel<Key = A::Key, Config = A::Config>,
+    {
+        assert!(!space.is_empty(), "{key:?}: empty space");
+        let info = rt.info();
+        let mut configs: Vec<_> = space
+            .iter()
+            .map(|c| A::fit_alignment(info, key, c.clone(), align))
+            .collect();
+        configs.dedup();
+        let target = info.tuning_target();
+        let jobs: Vec<_> = configs
+            .iter()
+            .flat_map(|c| {
+                let a = A::accepts(target, key, batch, c).then(|| (*A::SOURCE, A::variant(info, key, c)));
+                a.into_iter().chain([(*B::SOURCE, B::variant(info, key, c))])
+            })
+            .collect();
+        for r in rt.precompile(&jobs) {
+            r.expect("every variant of the space compiles");
+        }
+        configs
+    }
+
+    /// The (config, shape) runs an every-config test has checked, and the failures.
+    #[derive(Default)]
+    pub struct Tally {
+        checked: usize,
+        failures: Vec<String>,
+    }
+
+    impl Tally {
+        /// Counts one checked run, and its failure if any.
+        pub fn add(&mut self, run: Result<(), String>) {
+            self.checked += 1;
+            if let Err(e) = run {
+                self.failures.push(e);
+            }
+        }
+
+        /// Prints how many runs were checked and panics with the first failures.
+        pub fn report(&self, family: &str) {
+            let (checked, failures) = (self.checked, &self.failures);
+            println!(
+                "{family}: {checked} (config, shape) runs checked, {} failed",
+                failures.len()
+            );
+            assert!(checked > 0, "{family}: nothing was checked");
+            assert!(
+                failures.is_empty(),
+                "{} failures, first: {}",
+                failures.len(),
+                failures[..failures.len().min(10)].join("\n")
+            );
+        }
+    }
+
+    /// An every-config test: the runtime (default-only policy) and stream, or the skip
+    /// as in [`runtime`]; then `check` with the target whose search spaces it walks and
+    /// the tally of its runs; then the tally's report for `family`.
+    pub fn every_config(
+        test: &str,
+        family: &str,
+        check: impl FnOnce(&CudaRuntime, &Arc<CudaStream>, Target, &mut Tally),
+    ) {
+        let Some((rt, stream)) = runtime(test, Policy::DefaultOnly) else {
+            return;
+        };
+        let target = rt.info().tuning_target();
+        let mut tally = Tally::default();
+        check(&rt, &stream, target, &mut tally);
+        tally.report(family);
+    }
 }
 
 /// What the AMD GPU tests of the kernel families share (feature `rocm`): a runtime

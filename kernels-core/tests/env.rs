@@ -33,8 +33,12 @@ fn environment_picks_policy_cache_folder_and_codegen_flags() {
 
     std::env::remove_var("KERNELS_PDL");
     assert!(!RuntimeOptions::from_env().unwrap().pdl, "off unless asked for");
-    std::env::set_var("KERNELS_PDL", "1");
-    assert!(RuntimeOptions::from_env().unwrap().pdl);
+    for on in ["1", "true", "YES", "On"] {
+        std::env::set_var("KERNELS_PDL", on);
+        assert!(RuntimeOptions::from_env().unwrap().pdl, "KERNELS_PDL={on}");
+    }
+    std::env::set_var("KERNELS_PDL", "no");
+    assert!(!RuntimeOptions::from_env().unwrap().pdl);
     std::env::set_var("KERNELS_PDL", "sometimes");
     let e = RuntimeOptions::from_env().unwrap_err().to_string();
     assert!(e.contains("KERNELS_PDL") && e.contains("`sometimes`"), "{e}");
@@ -63,4 +67,29 @@ fn environment_picks_policy_cache_folder_and_codegen_flags() {
         codegen_env(),
         [("KERNELS_NVRTC_FLAGS".to_string(), "--use_fast_math".to_string())]
     );
+
+    // KERNELS_REQUIRE_GPU: any true value turns a GPU test's skip into a failure, a
+    // false one or none lets it skip, and a value that is no boolean is an error.
+    let skip = || {
+        std::panic::catch_unwind(|| kernels_core::testing::skip_or_fail("t", "no GPU here"))
+            .map_err(|p| p.downcast_ref::<String>().cloned().unwrap_or_default())
+    };
+    std::env::remove_var("KERNELS_REQUIRE_GPU");
+    assert_eq!(skip(), Ok(()));
+    for on in ["1", "true", "True", "yes", "ON"] {
+        std::env::set_var("KERNELS_REQUIRE_GPU", on);
+        let e = skip().expect_err(on);
+        assert!(e.contains("KERNELS_REQUIRE_GPU is on but no GPU here"), "{e}");
+    }
+    for off in ["0", "false", "no", "off", ""] {
+        std::env::set_var("KERNELS_REQUIRE_GPU", off);
+        assert_eq!(skip(), Ok(()), "KERNELS_REQUIRE_GPU={off}");
+    }
+    std::env::set_var("KERNELS_REQUIRE_GPU", "please");
+    let e = skip().unwrap_err();
+    assert!(
+        e.contains("KERNELS_REQUIRE_GPU: `please` is not a boolean"),
+        "{e}"
+    );
+    std::env::remove_var("KERNELS_REQUIRE_GPU");
 }

@@ -17,9 +17,9 @@ use kernels_core::{
     tune::{
         parse_shapes, tune_table, TableJob, Timing, TimingMethod, TimingOptions, TuneOptions, TuneReport,
     },
-    BufferRole, CudaDevice, CudaRuntime, DeviceInfo, DiskCache, DynTunable, Error, KernelArgs, KernelSource,
-    LaunchDims, ModuleOrigin, PlannedKernel, Policy, RuntimeOptions, Tunable, TunableDyn, TuneBuffer,
-    Variant,
+    BufferRole, CudaDevice, CudaRuntime, DeviceInfo, DiskCache, DynTunable, Error, Expected, KernelArgs,
+    KernelSource, LaunchDims, ModuleOrigin, PlannedKernel, Policy, RuntimeOptions, Tunable, TunableDyn,
+    TuneBuffer, Variant,
 };
 use tuned::{
     int_key, int_param, BakedTable, Field, KernelSchema, KeyValues, Source, Target, TunedKernel, Value,
@@ -88,17 +88,29 @@ fn beats_the_bad_default(report: &TuneReport<ScaleConfig>) -> (f64, f64) {
     (chosen_us, default_us)
 }
 
-/// The errors of `test_scale`'s two failing candidates (the block too large to launch
-/// and the variant that does not compile), recorded while the search and its final
-/// plain run went on.
-fn two_failed(report: &TuneReport<ScaleConfig>) -> Vec<&String> {
+/// The errors of `test_scale`'s three failing candidates (the block too large to
+/// launch, the variant that does not compile, and the fast one that computes the wrong
+/// result, rejected by the output check before it is timed), recorded while the search
+/// and its final plain run went on.
+fn three_failed(report: &TuneReport<ScaleConfig>) -> Vec<&String> {
     let failed: Vec<&String> = report
         .candidates
         .iter()
         .filter_map(|c| c.outcome.as_ref().err())
         .collect();
-    assert_eq!(failed.len(), 2, "{failed:?}");
+    assert_eq!(failed.len(), 3, "{failed:?}");
     assert!(failed.iter().any(|e| e.contains("`block`")), "{failed:?}");
+    let wrong: Vec<_> = report
+        .candidates
+        .iter()
+        .filter(|c| {
+            c.outcome
+                .as_ref()
+                .is_err_and(|e| e.starts_with(kernels_core::tune::WRONG_OUTPUT))
+        })
+        .collect();
+    assert_eq!(wrong.len(), 1, "{failed:?}");
+    assert!(wrong[0].config.wrong, "{:?}", wrong[0]);
     assert!(report.failure.is_none());
     assert_eq!(report.final_run, Ok(()));
     failed
@@ -162,6 +174,11 @@ const TEST_CU: &str = r#"
 extern "C" __global__ void scale_inplace(float* x, unsigned long long n, float a, float b) {
     unsigned long long t = (unsigned long long)blockIdx.x * THREADS + threadIdx.x + SALT * 0;
     if (t >= n) return;
+#if WRONG
+    // Deliberately wrong: the offset subtracted; a search must reject it unmeasured.
+    x[t] = x[t] * a - b;
+    return;
+#endif
 #if STRIDED
     // Deliberately bad: neighbouring threads touch elements n/32 apart (a permutation
     // of the coalesced order), so every warp access splits into 32 transactions.
@@ -188,7 +205,12 @@ static SOURCE: KernelSource = KernelSource::new("test_kernels", TEST_CU, "fnv1a6
 static SCALE_SCHEMA: KernelSchema = KernelSchema {
     kernel: "test_scale",
     key: &[Field::int("cols")],
-    params: &[Field::int("threads"), Field::int("strided"), Field::int("broken")],
+    params: &[
+        Field::int("threads"),
+        Field::int("strided"),
+        Field::int("broken"),
+        Field::int("wrong"),
+    ],
 };
 
 struct Scale;
@@ -203,6 +225,7 @@ struct ScaleConfig {
     threads: u32,
     strided: bool,
     broken: bool,
+    wrong: bool,
 }
 
 const A: f32 = 1.5;
@@ -227,6 +250,7 @@ impl TunedKernel for Scale {
             threads: int_param(&SCALE_SCHEMA, values, 0, &[32, 128, 256, 512, 2048])? as u32,
             strided: int_param(&SCALE_SCHEMA, values, 1, &[0, 1])? == 1,
             broken: int_param(&SCALE_SCHEMA, values, 2, &[0, 1])? == 1,
+            wrong: int_param(&SCALE_SCHEMA, values, 3, &[0, 1])? == 1,
         })
     }
     fn config_values(c: &ScaleConfig) -> Vec<Value> {
@@ -234,6 +258,7 @@ impl TunedKernel for Scale {
             Value::Int(c.threads as i64),
             Value::Int(c.strided as i64),
             Value::Int(c.broken as i64),
+            Value::Int(c.wrong as i64),
         ]
     }
     /// Deliberately bad (one warp per block, uncoalesced), so the tuner has
@@ -243,6 +268,7 @@ impl TunedKernel for Scale {
             threads: 32,
             strided: true,
             broken: false,
+            wrong: false,
         }
     }
     fn baked_table(_: Target) -> Option<&'static BakedTable> {
@@ -275,6 +301,7 @@ fn scale_variant(c: &ScaleConfig) -> Variant {
         .define("THREADS", c.threads)
         .define("STRIDED", c.strided as u32)
         .define("BROKEN", c.broken as u32)
+        .define("WRONG", c.wrong as u32)
 }
 
 // SAFETY: `buffers` lists `x`, the only buffer the plan touches, with its real length.
@@ -287,6 +314,7 @@ unsafe impl PlannedKernel for Scale {
             threads,
             strided: false,
             broken: false,
+            wrong: false,
         };
         vec![
             good(128),
@@ -299,6 +327,14 @@ unsafe impl PlannedKernel for Scale {
                 threads: 256,
                 strided: false,
                 broken: true,
+                wrong: false,
+            },
+            // Deliberately wrong, and fast: the output check rejects it untimed.
+            ScaleConfig {
+                threads: 512,
+                strided: false,
+                broken: false,
+                wrong: true,
             },
         ]
     }
@@ -335,6 +371,22 @@ unsafe impl PlannedKernel for Scale {
             args,
         ))
     }
+    fn reference(_: &ScaleProblem<'_>, before: &[Vec<u8>]) -> Option<Vec<Vec<f32>>> {
+        Some(vec![floats(&before[0]).into_iter().map(scaled).collect()])
+    }
+    /// Exact: one fma per element, the same on the GPU, in every run and on the CPU.
+    fn check_outputs(
+        _: &ScaleProblem<'_>,
+        _: &[Vec<u8>],
+        got: &[Vec<u8>],
+        expected: Expected<'_>,
+    ) -> Result<(), String> {
+        let want = match expected {
+            Expected::Run(w) => floats(&w[0]),
+            Expected::Reference(w) => w[0].clone(),
+        };
+        exactly(&floats(&got[0]), &want)
+    }
 }
 
 // SAFETY: the problem's one buffer is the uploaded input.
@@ -351,6 +403,23 @@ unsafe impl Tunable for Scale {
             cols: key.cols,
             _x: std::marker::PhantomData,
         }
+    }
+}
+
+/// Little-endian f32s.
+fn floats(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|v| f32::from_le_bytes([v[0], v[1], v[2], v[3]]))
+        .collect()
+}
+
+/// Equal element for element, or the first that is not.
+fn exactly(got: &[f32], want: &[f32]) -> Result<(), String> {
+    match got.iter().zip(want).position(|(g, w)| g.to_bits() != w.to_bits()) {
+        None if got.len() == want.len() => Ok(()),
+        None => Err(format!("{} values, want {}", got.len(), want.len())),
+        Some(i) => Err(format!("element {i} is {}, want {}", got[i], want[i])),
     }
 }
 
@@ -484,6 +553,34 @@ unsafe impl PlannedKernel for Hist {
         args.ptr(p.x).u64(n).ptr(p.hist).u32(p.bins as u32);
         Ok((LaunchDims::linear(grid, c.threads), args))
     }
+    fn reference(p: &HistProblem<'_>, before: &[Vec<u8>]) -> Option<Vec<Vec<f32>>> {
+        let mut hist = vec![0f32; p.bins];
+        for v in before[0].chunks_exact(4) {
+            hist[u32::from_le_bytes([v[0], v[1], v[2], v[3]]) as usize % p.bins] += 1.0;
+        }
+        let x = before[0]
+            .chunks_exact(4)
+            .map(|v| u32::from_le_bytes([v[0], v[1], v[2], v[3]]) as f32);
+        Some(vec![x.collect(), hist])
+    }
+    /// Exact counts.
+    fn check_outputs(
+        _: &HistProblem<'_>,
+        _: &[Vec<u8>],
+        got: &[Vec<u8>],
+        expected: Expected<'_>,
+    ) -> Result<(), String> {
+        let counts = |b: &[u8]| -> Vec<f32> {
+            b.chunks_exact(4)
+                .map(|v| u32::from_le_bytes([v[0], v[1], v[2], v[3]]) as f32)
+                .collect()
+        };
+        let want = match expected {
+            Expected::Run(w) => counts(&w[1]),
+            Expected::Reference(w) => w[1].clone(),
+        };
+        exactly(&counts(&got[1]), &want)
+    }
 }
 
 // SAFETY: the problem's buffers are the uploaded input and histogram.
@@ -536,6 +633,7 @@ fn compile_and_launch_with_buffers_and_raw_pointers() {
         threads: 256,
         strided: false,
         broken: false,
+        wrong: false,
     };
     let (k, origin) = rt
         .kernel_with_origin(&stream, &SOURCE, &scale_variant(&good))
@@ -716,9 +814,9 @@ fn tuner_beats_a_deliberately_bad_default_and_restores_in_place_buffers() {
         )
     });
     beats_the_bad_default(&report);
-    assert_eq!(report.candidates.len(), 6, "default + 5 space configs");
+    assert_eq!(report.candidates.len(), 7, "default + 6 space configs");
     // The two failing candidates are recorded with their reasons and skipped.
-    let failed = two_failed(&report);
+    let failed = three_failed(&report);
     assert!(
         failed.iter().any(|e| e.contains("deliberately broken")),
         "{failed:?}"
@@ -764,7 +862,7 @@ fn graph_timed_tuning_rotates_problems_and_restores_the_callers_buffer() {
     });
     let (_, default_us) = beats_the_bad_default(&report);
     // The candidates that cannot compile or launch are recorded; the rest still time.
-    two_failed(&report);
+    three_failed(&report);
     for c in &report.candidates {
         if let Ok(t) = &c.outcome {
             assert!(!t.l2_flushed, "graph timing rotates copies instead of flushing");
@@ -872,6 +970,7 @@ fn graph_capture_refuses_to_compile_and_replays_memoized_kernels() {
         threads: 128,
         strided: false,
         broken: false,
+        wrong: false,
     };
     let warmed = rt.kernel(&stream, &SOURCE, &scale_variant(&cfg)).unwrap();
     let n = 1u64 << 16;

@@ -11,7 +11,7 @@ use std::marker::PhantomData;
 use kernels_core::backend::mock::MockStream;
 use kernels_core::cache::AlignClass;
 use kernels_core::{
-    Backend, BufferRole, DeviceInfo, DiskCache, Error, KernelArgs, KernelSource, LaunchDims, Mock,
+    Backend, BufferRole, DeviceInfo, DiskCache, Error, Expected, KernelArgs, KernelSource, LaunchDims, Mock,
     PlannedKernel, Policy, Result, Runtime, RuntimeOptions, Tunable, TuneBuffer, Variant,
 };
 use tuned::{BakedTable, Field, KernelSchema, KeyValues, Source, Target, TunedKernel, Value};
@@ -146,6 +146,23 @@ unsafe impl PlannedKernel for Scale {
         let mut args = KernelArgs::new();
         args.ptr(p.x).ptr(p.y);
         Ok((LaunchDims::linear(p.rows as u32, 128), args))
+    }
+
+    fn reference(_: &Problem<'_>, _: &[Vec<u8>]) -> Option<Vec<Vec<f32>>> {
+        None
+    }
+
+    /// The mock's kernels write nothing: every run leaves `y` as the default's did.
+    fn check_outputs(
+        _: &Problem<'_>,
+        _: &[Vec<u8>],
+        got: &[Vec<u8>],
+        expected: Expected<'_>,
+    ) -> std::result::Result<(), String> {
+        match expected {
+            Expected::Run(want) if got == want => Ok(()),
+            _ => Err("y differs from the default's run".into()),
+        }
     }
 }
 

@@ -5,10 +5,10 @@
 use std::marker::PhantomData;
 
 use kernels_core::kernel_crate::check_device_ptrs;
-use kernels_core::launch::{TensorMap2d, TmaElement, TmaSwizzle};
+use kernels_core::launch::{decode, TensorMap2d, TmaElement, TmaSwizzle};
 use kernels_core::{
-    cache::AlignClass, check_disjoint, dtype_define, BufferRole, DeviceInfo, Error, KernelArgs, KernelSource,
-    LaunchDims, PlannedKernel, Result, TuneBuffer, Variant,
+    cache::AlignClass, check_disjoint, dtype_define, BufferRole, DeviceInfo, Error, Expected, KernelArgs,
+    KernelSource, LaunchDims, PlannedKernel, Result, TuneBuffer, Variant,
 };
 use tuned::{DType, Target, TunedKernel, Vendor};
 
@@ -573,6 +573,105 @@ unsafe impl PlannedKernel for Gemm {
     ) -> Result<(LaunchDims, KernelArgs)> {
         launch_args(device, c, p)
     }
+
+    fn reference(p: &GemmProblem<'_>, before: &[Vec<u8>]) -> Option<Vec<Vec<f32>>> {
+        Some(reference_of(p, before))
+    }
+
+    fn check_outputs(
+        p: &GemmProblem<'_>,
+        before: &[Vec<u8>],
+        got: &[Vec<u8>],
+        expected: Expected<'_>,
+    ) -> std::result::Result<(), String> {
+        check_outputs(p, before, got, expected)
+    }
+}
+
+/// Every buffer of `p` ([`PlannedKernel::buffers`] order: A, B, C, then bias and the
+/// workspace where there are) after one run on `before`, by the CPU reference: C
+/// computed, the split-K counters back at zero, the others as they were.
+fn reference_of(p: &GemmProblem<'_>, before: &[Vec<u8>]) -> Vec<Vec<f32>> {
+    let (m, n, k) = (p.m as usize, p.key.n as usize, p.key.k as usize);
+    let [a, b] = [0, 1].map(|i| decode(p.key.dtype, &before[i]));
+    let bias = (p.bias != 0).then(|| decode(p.key.dtype, &before[3]));
+    let mut c = decode(p.c_dtype, &before[2]);
+    let mut abs_sum = vec![0.0; m * n];
+    crate::reference::gemm(
+        p.key.layout,
+        m,
+        n,
+        k,
+        &a,
+        p.a.ld,
+        &b,
+        p.b.ld,
+        bias.as_deref(),
+        &mut c,
+        p.c.ld,
+        &mut abs_sum,
+    );
+    let mut out = vec![a, b, c];
+    out.extend(bias);
+    if p.ws != 0 {
+        out.push(vec![0.0; p.ws_bytes / 4]);
+    }
+    out
+}
+
+/// C of a run of `p` against the expected C within [`crate::reference::tolerance`],
+/// with `sum |A[i, p] B(p, j)|` bounded by `|A[i, :]| |B(:, j)|` (Cauchy-Schwarz: no
+/// second k-long product per element), doubled against another run; padding between
+/// rows unchanged.
+fn check_outputs(
+    p: &GemmProblem<'_>,
+    before: &[Vec<u8>],
+    got: &[Vec<u8>],
+    expected: Expected<'_>,
+) -> std::result::Result<(), String> {
+    let (m, n, k) = (p.m as usize, p.key.n as usize, p.key.k as usize);
+    let [a, b] = [0, 1].map(|i| decode(p.key.dtype, &before[i]));
+    let (c0, c) = (decode(p.c_dtype, &before[2]), decode(p.c_dtype, &got[2]));
+    let (want, runs) = match expected {
+        Expected::Run(w) => (decode(p.c_dtype, &w[2]), 2.0),
+        Expected::Reference(w) => (w[2].clone(), 1.0),
+    };
+    let norm = |v: &mut dyn Iterator<Item = f32>| v.map(|x| f64::from(x).powi(2)).sum::<f64>().sqrt();
+    let a_norms: Vec<f64> = (0..m)
+        .map(|i| norm(&mut a[i * p.a.ld..i * p.a.ld + k].iter().copied()))
+        .collect();
+    let b_norms: Vec<f64> = (0..n)
+        .map(|j| match p.key.layout {
+            Layout::Nt => norm(&mut b[j * p.b.ld..j * p.b.ld + k].iter().copied()),
+            Layout::Nn => norm(&mut (0..k).map(|q| b[q * p.b.ld + j])),
+        })
+        .collect();
+    let (out_ulp, acc) = crate::reference::tolerance(p.c_dtype);
+    let sqrt_k = (k as f64).sqrt();
+    let what = format!("gemm {} [{m}, {n}, {k}]", p.key.dtype);
+    for (i, a_norm) in a_norms.iter().enumerate() {
+        for j in 0..p.c.ld.min(c.len() - i * p.c.ld) {
+            let at = i * p.c.ld + j;
+            let (g, w) = (c[at], want[at]);
+            let Some(b_norm) = b_norms.get(j) else {
+                // Padding between rows: never written.
+                if g.to_bits() != c0[at].to_bits() {
+                    return Err(format!("{what}: padding at row {i} col {j} was written ({g})"));
+                }
+                continue;
+            };
+            let bound = runs * (out_ulp * f64::from(w).abs() + sqrt_k * acc * a_norm * b_norm) + 1e-30;
+            let ok = if w.is_nan() {
+                g.is_nan()
+            } else {
+                (f64::from(g) - f64::from(w)).abs() <= bound
+            };
+            if !ok {
+                return Err(format!("{what}: C[{i}, {j}] = {g}, want {w} (bound {bound:.3e})"));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Whether `target` has a GEMM kernel (NVIDIA sm_80 and newer).
@@ -724,6 +823,33 @@ mod tests {
             )
         };
         assert_eq!(bad_arg(r), "ldb");
+    }
+
+    #[test]
+    fn the_output_check_passes_the_reference_and_fails_one_percent_off() {
+        use kernels_core::launch::{encode, pseudo_random};
+        let (m, n, k) = (3usize, 40usize, 256usize);
+        let (a, b, c) = (
+            Operand::new(A, m * k, k),
+            Operand::new(B, n * k, k),
+            Operand::new(C, m * n, n),
+        );
+        let p = nt(m, n, k, a, b, c, DType::Bf16, None).unwrap();
+        let host = |len, seed| encode(DType::Bf16, &pseudo_random(len, seed, 1.0, 0.0));
+        let before = vec![host(m * k, 1), host(n * k, 2), host(m * n, 3), vec![0u8; 1 << 20]];
+        let want = reference_of(&p, &before);
+        let mut got = before.clone();
+        got[2] = encode(DType::Bf16, &want[2]);
+        got[3] = vec![0u8; 1 << 20];
+        assert_eq!(
+            check_outputs(&p, &before, &got, Expected::Reference(&want)),
+            Ok(())
+        );
+        assert_eq!(check_outputs(&p, &before, &got, Expected::Run(&got)), Ok(()));
+        let mut off = got.clone();
+        off[2] = encode(DType::Bf16, &want[2].iter().map(|v| v * 1.01).collect::<Vec<_>>());
+        let e = check_outputs(&p, &before, &off, Expected::Reference(&want)).unwrap_err();
+        assert!(e.contains("C[0, "), "{e}");
     }
 
     fn h200() -> DeviceInfo {

@@ -7,9 +7,10 @@
 use std::marker::PhantomData;
 
 use kernels_core::kernel_crate::{check_device_ptrs, check_row_operands};
+use kernels_core::launch::decode;
 use kernels_core::{
-    cache::AlignClass, check_disjoint, check_eps, BufferRole, DeviceInfo, Error, KernelArgs, KernelSource,
-    LaunchDims, PlannedKernel, Result, Rows, TuneBuffer, Variant,
+    cache::AlignClass, check_disjoint, check_eps, BufferRole, DeviceInfo, Error, Expected, KernelArgs,
+    KernelSource, LaunchDims, PlannedKernel, Result, Rows, TuneBuffer, Variant,
 };
 use tuned::DType;
 
@@ -434,8 +435,97 @@ macro_rules! planned {
             ) -> Result<(LaunchDims, KernelArgs)> {
                 launch_args($abi, info, c, p)
             }
+
+            fn reference(p: &NormProblem<'_>, before: &[Vec<u8>]) -> Option<Vec<Vec<f32>>> {
+                Some(reference_of($abi, p, before))
+            }
+
+            fn check_outputs(
+                p: &NormProblem<'_>,
+                before: &[Vec<u8>],
+                got: &[Vec<u8>],
+                expected: Expected<'_>,
+            ) -> std::result::Result<(), String> {
+                check_outputs($abi, p, before, got, expected)
+            }
         }
     };
+}
+
+/// The rows of `x` and of the output (`y`, or the fused kernel's residual).
+fn layouts(p: &NormProblem<'_>) -> (Rows, Rows) {
+    let (rows, cols) = (p.rows as usize, p.key.cols as usize);
+    (
+        Rows::strided(rows, cols, p.x_stride as usize),
+        Rows::strided(rows, cols, p.out_stride as usize),
+    )
+}
+
+/// Every buffer of `p` (x, weight, output) after one run of `entry` on `before` (its
+/// buffers' bytes), by the CPU reference.
+fn reference_of(entry: Entry, p: &NormProblem<'_>, before: &[Vec<u8>]) -> Vec<Vec<f32>> {
+    let dtype = p.key.dtype;
+    let (xr, or) = layouts(p);
+    let [x, w, out] = [0, 1, 2].map(|i| decode(dtype, &before[i]));
+    match entry {
+        Entry::RmsNorm => {
+            let mut y = out;
+            crate::reference::rmsnorm(&x, xr.stride, &w, &mut y, or.stride, xr.rows, p.eps);
+            vec![x, w, y]
+        }
+        Entry::FusedAdd => {
+            let (mut x, mut r) = (x, out);
+            crate::reference::fused_add_rmsnorm(
+                &mut x, xr.stride, &mut r, or.stride, &w, xr.rows, p.eps, dtype,
+            );
+            vec![x, w, r]
+        }
+    }
+}
+
+/// A run of `entry` on `p` against the expected buffers: the normalised output (`y`,
+/// or the fused kernel's `x`) by [`crate::reference::check`], the fused kernel's stored
+/// residual exactly (one rounding of `x + residual`, the same in every run and in the
+/// reference).
+fn check_outputs(
+    entry: Entry,
+    p: &NormProblem<'_>,
+    _before: &[Vec<u8>],
+    got: &[Vec<u8>],
+    expected: Expected<'_>,
+) -> std::result::Result<(), String> {
+    let dtype = p.key.dtype;
+    let (xr, or) = layouts(p);
+    if got.len() != 3 {
+        return Err(format!("{} buffers, want x, weight and the output", got.len()));
+    }
+    let want: Vec<Vec<f32>> = match expected {
+        Expected::Run(w) => w.iter().map(|b| decode(dtype, b)).collect(),
+        Expected::Reference(w) => w.to_vec(),
+    };
+    let runs = match expected {
+        Expected::Run(_) => 2,
+        Expected::Reference(_) => 1,
+    };
+    let got: Vec<Vec<f32>> = got.iter().map(|b| decode(dtype, b)).collect();
+    let what = format!("{} {dtype} [{}, {}]", entry.op().0, xr.rows, xr.cols);
+    match entry {
+        Entry::RmsNorm => crate::reference::check(&format!("{what} y"), dtype, &got[2], &want[2], or, runs),
+        Entry::FusedAdd => {
+            crate::reference::check(&format!("{what} x"), dtype, &got[0], &want[0], xr, runs)?;
+            match got[2]
+                .iter()
+                .zip(&want[2])
+                .position(|(g, w)| g.to_bits() != w.to_bits() && !(g.is_nan() && w.is_nan()))
+            {
+                None => Ok(()),
+                Some(i) => Err(format!(
+                    "{what} residual: element {i} is {}, want {} (the stored sum is exact)",
+                    got[2][i], want[2][i]
+                )),
+            }
+        }
+    }
 }
 
 planned!(RmsNorm, Entry::RmsNorm, "y", BufferRole::Write, BufferRole::Read);

@@ -7,7 +7,7 @@
 //!   `x = rmsnorm(residual) * weight`.
 //!
 //! The norm is computed in f64 from the f32 values and written as the nearest f32;
-//! the GPU kernels round it once more to the storage type (see [`tolerance`]).
+//! the GPU kernels round it once more to the storage type (see [`check`]).
 //! Special values propagate as in torch: an infinite element makes its row's
 //! `mean(x^2)` infinite, so the row's outputs are 0, and NaN where `x` is infinite.
 //!
@@ -25,6 +25,11 @@
 
 use std::ops::Range;
 
+use std::collections::HashMap;
+
+use kernels_core::kernel_crate::{output_floor, reduction_depth, LAMBDA, U32};
+use kernels_core::testing::compare_rows;
+use kernels_core::Rows;
 use tuned::DType;
 
 /// RMSNorm of each of `rows` rows of `x` into `y`.
@@ -67,19 +72,118 @@ pub fn fused_add_rmsnorm(
     }
 }
 
-/// The GPU kernels match this reference within `atol + rtol * |reference|` per
-/// element (NaN exactly where the reference is NaN); the stored residual of
-/// `fused_add_rmsnorm` matches exactly. Returns `(atol, rtol)`.
+/// The accuracy the kernels promise on one row of `cols` elements of `dtype`, as
+/// [`check`] applies it, derived from their fp32 arithmetic (unit roundoff u = 2^-24)
+/// and the storage type's rounding.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RowBound {
+    /// Relative error of the row's `rstd`, shared by every element, plus the two
+    /// multiplies by it and by the weight.
+    pub norm: f64,
+    /// One rounding to the storage type, relative, plus the reference's own rounding
+    /// to f32.
+    pub storage: f64,
+    /// Absolute error near zero: fp32 results below 2^-126 flushed to 0, and for f16
+    /// half its subnormal spacing (2^-25).
+    pub floor: f64,
+}
+
+/// The roundings a square goes through on its way to the row's sum: every config
+/// runs at least a warp (32 threads) per row (`space::fits`), so at most
+/// [`reduction_depth`]`(cols, 32)`.
+pub fn sum_depth(cols: usize) -> f64 {
+    reduction_depth(cols, 32)
+}
+
+/// The [`RowBound`] of a row of `cols` elements of `dtype`.
 ///
-/// The kernels round the fp32 result once to the storage type (half an ulp: 2^-11
-/// relative for f16, 2^-8 for bf16) after an fp32 sum of squares and `rsqrt`
-/// (a few fp32 ulps).
-pub const fn tolerance(dtype: DType) -> (f64, f64) {
-    match dtype {
-        DType::F32 => (1e-6, 2e-5),
-        DType::F16 => (1e-5, 1.5e-3),
-        DType::Bf16 => (1e-5, 8e-3),
+/// - norm: the sum of squares rounds each square (u) and each of its [`sum_depth`]
+///   adds (u); as independent rounding errors (Higham and Mary, SIAM J. Sci. Comput.
+///   2019) they stay within LAMBDA * sqrt(depth) u, not depth u. The mean, `+ eps` and
+///   `1 / cols` add 3u; `rsqrt` halves the relative error of its argument and adds
+///   2 ulp (4u); `x * rstd * weight` adds 2u.
+/// - storage: the storage type's unit roundoff (2^-8 bf16, 2^-11 f16, 2^-24 f32) and
+///   the reference's rounding to f32 (u).
+pub fn row_bound(dtype: DType, cols: usize) -> RowBound {
+    RowBound {
+        norm: U32 * ((LAMBDA * (sum_depth(cols) + 1.0).sqrt() + 3.0) / 2.0 + 6.0),
+        storage: dtype.unit_roundoff() + U32,
+        floor: output_floor(dtype),
     }
+}
+
+/// Checks a kernel's normalised output `got` (RMSNorm's `y`, fused add RMSNorm's `x`)
+/// against `want`, both laid out as `rows`. `want` is this module's reference
+/// (`kernel_runs = 1`) or another run of a kernel (`kernel_runs = 2`: a search
+/// compares each candidate with the analytic default's run, whose own error doubles
+/// the bound).
+///
+/// Per element, within `(norm + storage) * |want| + floor` of its row's
+/// [`row_bound`]; NaN where `want` is NaN, the same infinity where it is infinite;
+/// padding between rows unchanged. Per row of finite values, the normaliser: the
+/// least-squares scale of `got` onto `want`, `sum(got * want) / sum(want^2)`, within
+/// `norm` of 1 plus LAMBDA standard deviations of the storage roundings (equal values
+/// round alike, distinct ones independently; never more than their worst case). A 1%
+/// error in `rstd` fails it on any row.
+pub fn check(
+    what: &str,
+    dtype: DType,
+    got: &[f32],
+    want: &[f32],
+    rows: Rows,
+    kernel_runs: u32,
+) -> Result<(), String> {
+    if got.len() != want.len() {
+        return Err(format!("{what}: {} values, want {}", got.len(), want.len()));
+    }
+    let k = f64::from(kernel_runs);
+    let b = row_bound(dtype, rows.cols);
+    let (cols, stride) = (rows.cols, rows.stride);
+    for r in 0..rows.rows {
+        let end = ((r + 1) * stride).min(got.len());
+        compare_rows(
+            what,
+            &got[r * stride..end],
+            &want[r * stride..end],
+            Rows::strided(1, cols, stride),
+            (k * b.floor, k * (b.norm + b.storage)),
+        )
+        .map_err(|e| e.replacen(": row 0 col", &format!(": row {r} col"), 1))?;
+        let (g, w) = (
+            &got[r * stride..r * stride + cols],
+            &want[r * stride..r * stride + cols],
+        );
+        if w.iter().any(|v| !v.is_finite()) {
+            continue;
+        }
+        let (mut dot, mut norm2, mut worst) = (0.0, 0.0, 0.0);
+        // The storage rounding of each distinct output: equal values round alike.
+        let mut rounding: HashMap<u32, f64> = HashMap::new();
+        for (&gv, &wv) in g.iter().zip(w) {
+            let bits = wv.to_bits();
+            let (gv, wv) = (f64::from(gv), f64::from(wv));
+            dot += gv * wv;
+            norm2 += wv * wv;
+            let c = wv.abs() * (b.storage * wv.abs() + b.floor);
+            worst += c;
+            *rounding.entry(bits).or_default() += c;
+        }
+        if norm2 == 0.0 {
+            continue;
+        }
+        let var: f64 = rounding.values().map(|c| c * c).sum();
+        let storage = (LAMBDA * (k * var).sqrt()).min(k * worst);
+        let bound = k * b.norm * norm2 + storage + k * cols as f64 * b.floor;
+        if (dot - norm2).abs() > bound {
+            return Err(format!(
+                "{what}, row {r}: the output is {:.7} times the reference's (least squares), \
+                 beyond 1 +- {:.3e} (the normaliser is off)",
+                dot / norm2,
+                bound / norm2
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `v` rounded to the nearest value of `dtype` (ties to even), as the kernels store
@@ -285,6 +389,61 @@ mod tests {
         assert_eq!(r(0.1), 0.099975586);
         assert!(r(f32::NAN).is_nan());
         assert_eq!(r(-0.0).to_bits(), (-0.0f32).to_bits());
+    }
+
+    /// RMSNorm simulated on the CPU as the GPU kernels compute it (fp32: a sequential
+    /// sum of squares, `rsqrt`, two multiplies), rounded once to `dtype`; `rstd`
+    /// multiplied by `perturb` (1 for the right kernel).
+    fn simulated(dtype: DType, x: &[f32], w: &[f32], eps: f32, perturb: f32) -> Vec<f32> {
+        let cols = w.len();
+        let mut y = Vec::with_capacity(x.len());
+        for row in x.chunks(cols) {
+            let ss: f32 = row.iter().map(|v| v * v).sum();
+            let rstd = (ss * (1.0 / cols as f32) + eps).sqrt().recip() * perturb;
+            y.extend(row.iter().zip(w).map(|(v, w)| v * rstd * w));
+        }
+        kernels_core::testing::stored(dtype, &y)
+    }
+
+    fn reference_of(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
+        let mut want = vec![0.0; x.len()];
+        rmsnorm(x, w.len(), w, &mut want, w.len(), x.len() / w.len(), eps);
+        want
+    }
+
+    #[test]
+    fn the_check_passes_a_right_kernel_and_fails_a_normaliser_off_by_one_percent() {
+        for (dtype, cols) in [
+            (DType::Bf16, 8192),
+            (DType::F16, 3584),
+            (DType::F32, 4096),
+            (DType::Bf16, 7),
+        ] {
+            let x = kernels_core::testing::stored(
+                dtype,
+                &kernels_core::launch::pseudo_random(3 * cols, 1, 2.0, 0.0),
+            );
+            let w =
+                kernels_core::testing::stored(dtype, &kernels_core::launch::pseudo_random(cols, 2, 0.5, 1.0));
+            let rows = Rows::contiguous(3, cols);
+            let want = reference_of(&x, &w, 1e-6);
+            let right = simulated(dtype, &x, &w, 1e-6, 1.0);
+            assert_eq!(
+                check("t", dtype, &right, &want, rows, 1),
+                Ok(()),
+                "{dtype} {cols}"
+            );
+            for perturb in [1.01, 0.99] {
+                let off = simulated(dtype, &x, &w, 1e-6, perturb);
+                let e = check("t", dtype, &off, &want, rows, 1).expect_err("a 1% normaliser error passed");
+                assert!(e.contains("row 0"), "{e}");
+            }
+            // One element of the last row 2% off names its row and column.
+            let mut one = right.clone();
+            one[2 * cols + cols / 2] *= 1.02;
+            let e = check("t", dtype, &one, &want, rows, 1).expect_err("a 2% error passed");
+            assert!(e.contains(&format!("row 2 col {}", cols / 2)), "{e}");
+        }
     }
 
     #[test]

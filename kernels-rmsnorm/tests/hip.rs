@@ -208,13 +208,8 @@ fn ops_match_the_reference_and_resolve_like_cuda() {
         stream.synchronize().unwrap();
         let mut want = poison.clone();
         reference::rmsnorm(&x_host, stride, &w_host, &mut want, stride, rows, 1e-6);
-        compare(
-            &format!("rmsnorm {what}"),
-            &y.read(),
-            &want,
-            shape,
-            reference::tolerance(dtype),
-        );
+        reference::check(&format!("rmsnorm {what}"), dtype, &y.read(), &want, shape, 1)
+            .unwrap_or_else(|e| panic!("{e}"));
         let expected = serve::<RmsNorm>(&rt, &key, rows as u64);
         assert_eq!(used.source, expected.source, "rmsnorm {what}");
         if offset == 0 && stride % 8 == 0 {
@@ -248,13 +243,8 @@ fn ops_match_the_reference_and_resolve_like_cuda() {
             shape,
             (0.0, 0.0),
         );
-        compare(
-            &format!("fused x {what}"),
-            &xf.read(),
-            &want_x,
-            shape,
-            reference::tolerance(dtype),
-        );
+        reference::check(&format!("fused x {what}"), dtype, &xf.read(), &want_x, shape, 1)
+            .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
             used.source,
             serve::<FusedAddRmsNorm>(&rt, &key, rows as u64).source,
@@ -286,13 +276,8 @@ fn every_config_of_the_device_space_matches_the_reference() {
         rt.launch_config::<RmsNorm>(&stream, &c, &p)
             .unwrap_or_else(|e| panic!("{c:?}: {e}"));
         stream.synchronize().unwrap();
-        compare(
-            &format!("{c:?}"),
-            &y.read(),
-            &want,
-            shape,
-            reference::tolerance(dtype),
-        );
+        reference::check(&format!("{c:?}"), dtype, &y.read(), &want, shape, 1)
+            .unwrap_or_else(|e| panic!("{e}"));
     }
 }
 
@@ -342,13 +327,7 @@ fn tuning_restores_in_place_buffers_and_writes_a_gfx_table() {
     let (mut want_x, mut want_r) = (x_host.clone(), r_host.clone());
     reference::fused_add_rmsnorm(&mut want_x, cols, &mut want_r, cols, &w_host, rows, 1e-6, dtype);
     compare("residual after tuning", &res.read(), &want_r, shape, (0.0, 0.0));
-    compare(
-        "x after tuning",
-        &x.read(),
-        &want_x,
-        shape,
-        reference::tolerance(dtype),
-    );
+    reference::check("x after tuning", dtype, &x.read(), &want_x, shape, 1).unwrap_or_else(|e| panic!("{e}"));
     let record = rt.record_of::<FusedAddRmsNorm>(&report).unwrap();
     assert_eq!(record.device, rt.device().info().name);
     assert!(record.compiler.starts_with("hiprtc"), "{}", record.compiler);

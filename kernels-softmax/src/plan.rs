@@ -7,9 +7,10 @@
 use std::marker::PhantomData;
 
 use kernels_core::kernel_crate::{check_device_ptrs, check_row_operands};
+use kernels_core::launch::decode;
 use kernels_core::{
-    cache::AlignClass, check_disjoint, BufferRole, DeviceInfo, Error, KernelArgs, KernelSource, LaunchDims,
-    PlannedKernel, Result, Rows, TuneBuffer, Variant,
+    cache::AlignClass, check_disjoint, BufferRole, DeviceInfo, Error, Expected, KernelArgs, KernelSource,
+    LaunchDims, PlannedKernel, Result, Rows, TuneBuffer, Variant,
 };
 use tuned::{DType, Target};
 
@@ -345,8 +346,76 @@ macro_rules! planned {
             ) -> Result<(LaunchDims, KernelArgs)> {
                 launch_args(device, c, p)
             }
+
+            fn reference(p: &SoftmaxProblem<'_>, before: &[Vec<u8>]) -> Option<Vec<Vec<f32>>> {
+                Some(reference_of(p, $log, before))
+            }
+
+            fn check_outputs(
+                p: &SoftmaxProblem<'_>,
+                before: &[Vec<u8>],
+                got: &[Vec<u8>],
+                expected: Expected<'_>,
+            ) -> std::result::Result<(), String> {
+                check_outputs(p, $log, before, got, expected)
+            }
         }
     };
+}
+
+/// The input rows and output rows of a problem.
+fn layouts(p: &SoftmaxProblem<'_>) -> (Rows, Rows) {
+    let (rows, cols) = (p.rows as usize, p.key.cols as usize);
+    (
+        Rows::strided(rows, cols, p.x_stride as usize),
+        Rows::strided(rows, cols, p.y_stride as usize),
+    )
+}
+
+/// Every buffer of `p` after one run on `before` (its buffers' bytes), by the CPU
+/// reference: `x` as it was, `y` (or `x`, in place) its softmax.
+fn reference_of(p: &SoftmaxProblem<'_>, log: bool, before: &[Vec<u8>]) -> Vec<Vec<f32>> {
+    let dtype = p.key.dtype;
+    let (xr, yr) = layouts(p);
+    let x = decode(dtype, &before[0]);
+    let mut y = decode(dtype, before.last().expect("x and y"));
+    let f = if log {
+        crate::reference::log_softmax
+    } else {
+        crate::reference::softmax
+    };
+    f(&x, xr.stride, &mut y, yr.stride, xr.rows, xr.cols, p.scale);
+    if before.len() == 1 {
+        vec![y]
+    } else {
+        vec![x, y]
+    }
+}
+
+/// The output of a run of `p` (the last buffer: `y`, or `x` in place) against the
+/// expected one, by [`crate::reference::check`].
+fn check_outputs(
+    p: &SoftmaxProblem<'_>,
+    log: bool,
+    before: &[Vec<u8>],
+    got: &[Vec<u8>],
+    expected: Expected<'_>,
+) -> std::result::Result<(), String> {
+    let dtype = p.key.dtype;
+    let (xr, yr) = layouts(p);
+    let x = decode(dtype, &before[0]);
+    let got = decode(dtype, got.last().ok_or("no output buffer")?);
+    let (want, runs) = match expected {
+        Expected::Run(w) => (decode(dtype, w.last().ok_or("no output buffer")?), 2),
+        Expected::Reference(w) => (w.last().ok_or("no output buffer")?.clone(), 1),
+    };
+    let what = format!(
+        "{} {dtype} [{}, {}]",
+        if log { "log_softmax" } else { "softmax" },
+        xr.rows,
+        xr.cols
+    );
+    crate::reference::check(&what, dtype, log, &x, xr, p.scale, &got, &want, yr, runs)
 }
 
 planned!(Softmax, false);

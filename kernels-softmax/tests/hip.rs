@@ -7,7 +7,7 @@
 //! `KERNELS_REQUIRE_GPU=1` that is a failure instead.
 
 use kernels_core::testing::hip::{runtime, Buf};
-use kernels_core::testing::{assert_rows as compare, stored};
+use kernels_core::testing::stored;
 use kernels_core::{launch::pseudo_random, DiskCache, Error, PlannedKernel, Rows};
 use kernels_softmax::plan::SoftmaxProblem;
 use kernels_softmax::{
@@ -82,7 +82,19 @@ fn ops_match_the_reference_and_resolve_like_cuda() {
             .unwrap_or_else(|e| panic!("{what}: {e}"));
             stream.synchronize().unwrap();
             let expect = want(log, &x_host, shape, &poison, 0.75);
-            compare(&what, &y.read(), &expect, shape, reference::tolerance(dtype, log));
+            reference::check(
+                &what,
+                dtype,
+                log,
+                &x_host,
+                shape,
+                0.75,
+                &y.read(),
+                &expect,
+                shape,
+                1,
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
 
             // Resolved as on CUDA: the gfx target's table, else the analytic default.
             let key = SoftmaxKey {
@@ -130,13 +142,19 @@ fn every_config_of_the_device_space_matches_the_reference() {
         rt.launch_config::<LogSoftmax>(&stream, &c, &p)
             .unwrap_or_else(|e| panic!("{c:?}: {e}"));
         stream.synchronize().unwrap();
-        compare(
+        reference::check(
             &format!("{c:?}"),
+            dtype,
+            true,
+            &x_host,
+            shape,
+            1.0,
             &y.read(),
             &expect,
             shape,
-            reference::tolerance(dtype, true),
-        );
+            1,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
     }
 }
 

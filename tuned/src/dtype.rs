@@ -29,6 +29,29 @@ impl DType {
             DType::F16 | DType::Bf16 => 2,
         }
     }
+
+    /// Bits of significand precision, the implicit bit included (24, 11, 8).
+    pub const fn precision(self) -> u32 {
+        match self {
+            DType::F32 => 24,
+            DType::F16 => 11,
+            DType::Bf16 => 8,
+        }
+    }
+
+    /// The unit roundoff, `2^-precision`: the largest relative error of rounding a
+    /// normal value to this type (half an ulp at 1).
+    pub fn unit_roundoff(self) -> f64 {
+        (-f64::from(self.precision() as i32)).exp2()
+    }
+
+    /// The smallest positive normal value (2^-126 for f32 and bf16, 2^-14 for f16).
+    pub fn smallest_normal(self) -> f64 {
+        match self {
+            DType::F32 | DType::Bf16 => (-126f64).exp2(),
+            DType::F16 => (-14f64).exp2(),
+        }
+    }
 }
 
 impl fmt::Display for DType {
@@ -69,5 +92,17 @@ mod tests {
         for d in DType::ALL {
             assert_eq!(d.name().parse::<DType>().unwrap(), d);
         }
+    }
+
+    #[test]
+    fn rounding_constants_match_the_formats() {
+        // 1 + unit roundoff is the midpoint between 1 and the next value: it is the
+        // largest error of rounding near 1.
+        assert_eq!(DType::F32.unit_roundoff(), f64::from(f32::EPSILON) / 2.0);
+        assert_eq!(DType::Bf16.unit_roundoff(), 1.0 / 256.0);
+        assert_eq!(DType::F16.unit_roundoff(), 1.0 / 2048.0);
+        assert_eq!(DType::F32.smallest_normal(), f64::from(f32::MIN_POSITIVE));
+        assert_eq!(DType::Bf16.smallest_normal(), f64::from(f32::MIN_POSITIVE));
+        assert_eq!(DType::F16.smallest_normal(), 6.103515625e-5);
     }
 }

@@ -10,6 +10,7 @@
 //!   probe (exact static key, then nearest batch in log2 space, ties to the larger).
 //!   An entry is a tuned config or a default marker ([`EntryConfig`]): tuning measured
 //!   that batch and the analytic default won.
+//! - [`env_flag`]: the one parser of the boolean environment flags.
 //! - [`TunedKernel`] and [`resolve_serve`]: a kernel family's contract and the
 //!   serving resolution (table, else analytic default; never a search).
 //!
@@ -29,6 +30,7 @@ mod atomic;
 mod baked;
 mod dtype;
 mod fingerprint;
+mod flag;
 mod key;
 mod resolve;
 mod schema;
@@ -40,6 +42,7 @@ pub use atomic::write_atomic;
 pub use baked::{log2_distance, nearest, nearest_entry, BakedEntry, BakedTable, EntryConfig, TableHit};
 pub use dtype::{DType, DTypeError};
 pub use fingerprint::{fingerprint, fnv1a64};
+pub use flag::{env_flag, parse_flag, FlagError};
 pub use key::{
     write_canonical, KeyBuf, KeyFormatError, KeyPart, KeySink, KeyValues, StaticKey, MAX_KEY_FIELDS,
 };

@@ -6,11 +6,14 @@
 //! through. A kernel does nothing to memory; a launch advances the stream's simulated
 //! clock by the variant's define `MOCK_US` (microseconds, default 1) and is logged, so
 //! event timing measures exactly that and a search picks the variant with the
-//! smallest `MOCK_US`. A variant defining `MOCK_FAIL` fails to compile.
+//! smallest `MOCK_US`. A variant defining `MOCK_FAIL` fails to compile; one defining
+//! `MOCK_FILL=<byte>` writes that byte over the buffer its first two arguments name
+//! (address, bytes), so an output check can tell a right variant from a wrong one.
 
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
+use super::ReadBack;
 use crate::{
     Backend, DeviceInfo, Error, Image, ImageKind, KernelArgs, KernelSource, LaunchDims, LoadedKernel, Result,
     Variant,
@@ -55,12 +58,13 @@ impl MockStream {
     }
 }
 
-/// A mock kernel: its names and simulated duration.
+/// A mock kernel: its names, simulated duration and the byte it writes, if any.
 #[derive(Debug)]
 pub struct MockKernel {
     name: String,
     variant: String,
     us: f64,
+    fill: Option<u8>,
     info: Arc<DeviceInfo>,
 }
 
@@ -83,6 +87,15 @@ pub struct MockCompiler;
 /// A host allocation standing in for device memory.
 #[derive(Debug)]
 pub struct MockBuffer(Box<[u8]>);
+
+impl ReadBack for MockStream {
+    unsafe fn read_back(&self, src: u64, dst: &mut [u8]) -> Result<()> {
+        self.log.borrow_mut().push("read".into());
+        // SAFETY: mock device memory is host memory, valid per the caller's contract.
+        unsafe { std::ptr::copy(src as *const u8, dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+}
 
 impl Backend for Mock {
     const NAME: &'static str = "mock";
@@ -154,10 +167,16 @@ impl Backend for Mock {
             .find(|(n, _)| n == "MOCK_US")
             .and_then(|(_, v)| v.parse().ok())
             .unwrap_or(1.0);
+        let fill = variant
+            .defines()
+            .iter()
+            .find(|(n, _)| n == "MOCK_FILL")
+            .and_then(|(_, v)| v.parse().ok());
         Ok(MockKernel {
             name: source.name.to_string(),
             variant: variant.to_string(),
             us,
+            fill,
             info: device.info.clone(),
         })
     }
@@ -176,6 +195,11 @@ impl Backend for Mock {
             map.check("args")?;
         }
         dims.validate(&kernel.info)?;
+        if let (Some(fill), [dst, bytes, ..]) = (kernel.fill, args.slots()) {
+            // SAFETY: the caller guarantees the arguments' addresses are valid (host
+            // memory here) for what the kernel writes: `bytes` at `dst`.
+            unsafe { std::ptr::write_bytes(*dst as *mut u8, fill, *bytes as usize) };
+        }
         stream.clock_us.set(stream.clock_us.get() + kernel.us);
         stream.log.borrow_mut().push(format!("launch {}", kernel.variant));
         Ok(())

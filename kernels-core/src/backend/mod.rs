@@ -16,11 +16,13 @@ use crate::{KernelArgs, KernelSource, LaunchDims, Result, Timing, TimingOptions,
 
 mod info;
 mod nvrtc;
+mod read_back;
 
 pub use info::DeviceInfo;
 #[cfg_attr(not(feature = "rocm"), allow(unused_imports))]
 pub(crate) use info::{AmdNominal, AMD_MAX_GRID, AMD_REGS_PER_BLOCK};
 pub use nvrtc::{Compiler, Image, ImageKind};
+pub use read_back::ReadBack;
 
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -58,7 +60,7 @@ pub trait Backend: Sized + Send + Sync + 'static {
     /// An open device. Cheap to clone.
     type Device: Clone + Send + Sync + fmt::Debug;
     /// A stream work is enqueued on.
-    type Stream;
+    type Stream: ReadBack;
     /// A loaded kernel.
     type Kernel: LoadedKernel;
     /// The run-time compiler (NVRTC, hipRTC).

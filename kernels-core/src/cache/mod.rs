@@ -195,32 +195,68 @@ impl DiskCache {
         Ok((good, bad))
     }
 
-    /// Number of cache files and their total size in bytes (0, 0 when disabled or empty).
+    /// Number of cache files and their total size in bytes (0, 0 when disabled or
+    /// empty): entries (`*.kc`) and the temporary files of writes in flight or of
+    /// writers that were killed mid-write (`*.tmp`).
     pub fn usage(&self) -> Result<(u64, u64)> {
+        let (mut files, mut bytes) = (0, 0);
+        for path in self.section_files(&["kc", "tmp"])? {
+            files += 1;
+            bytes += std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        }
+        Ok((files, bytes))
+    }
+
+    /// Deletes the temporary files that writers killed mid-write left behind: those
+    /// not modified for [`STALE_TEMPORARY`] (a write takes milliseconds, so a younger
+    /// one may belong to a live writer). Returns how many were deleted. The runtime
+    /// calls it when it opens its cache.
+    pub fn remove_stale_temporaries(&self) -> Result<usize> {
+        let mut removed = 0;
+        let now = std::time::SystemTime::now();
+        for path in self.section_files(&["tmp"])? {
+            let age = std::fs::metadata(&path)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| now.duration_since(t).ok());
+            if age.is_some_and(|a| a >= STALE_TEMPORARY) && std::fs::remove_file(&path).is_ok() {
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Every file of both sections whose extension is one of `extensions`.
+    fn section_files(&self, extensions: &[&str]) -> Result<Vec<PathBuf>> {
         let Some(root) = &self.root else {
-            return Ok((0, 0));
+            return Ok(Vec::new());
         };
-        let v1 = root.join("v1");
-        let mut files = 0;
-        let mut bytes = 0;
+        let mut out = Vec::new();
         for section in [Section::Modules, Section::Tuning] {
-            let dir = v1.join(section.dir_name());
+            let dir = root.join("v1").join(section.dir_name());
             let entries = match std::fs::read_dir(&dir) {
                 Ok(e) => e,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(Error::io(&dir, e)),
             };
             for entry in entries {
-                let entry = entry.map_err(|e| Error::io(&dir, e))?;
-                if entry.path().extension().and_then(|e| e.to_str()) == Some("kc") {
-                    files += 1;
-                    bytes += entry.metadata().map(|m| m.len()).unwrap_or(0);
+                let path = entry.map_err(|e| Error::io(&dir, e))?.path();
+                if path
+                    .extension()
+                    .and_then(|e| e.to_str())
+                    .is_some_and(|e| extensions.contains(&e))
+                {
+                    out.push(path);
                 }
             }
         }
-        Ok((files, bytes))
+        Ok(out)
     }
 }
+
+/// How long a temporary file must have gone unmodified before
+/// [`DiskCache::remove_stale_temporaries`] deletes it as left by a killed writer.
+pub const STALE_TEMPORARY: std::time::Duration = std::time::Duration::from_secs(600);
 
 fn checksum(key: &[u8], kind: &[u8], payload: &[u8]) -> u64 {
     // One pass over the three parts with separators, so moving bytes between parts
@@ -308,6 +344,41 @@ fn decode_any(bytes: &[u8]) -> Result<(String, CacheEntry), String> {
 mod tests {
     use super::*;
     use crate::cache_key;
+
+    #[test]
+    fn temporary_files_are_counted_and_stale_ones_removed() {
+        let dir = temp_dir("stale-tmp");
+        let c = DiskCache::at(&dir);
+        let k = cache_key(&crate::testing::tuning_key_parts("k", "fnv1a64:0", "cols=1", 1));
+        c.store(Section::Tuning, &k, "tune", b"entry").unwrap();
+        let folder = dir.join("v1").join("tuning");
+        // What a writer killed mid-write leaves (as tuned::write_atomic names it), an
+        // hour old, and one of a write in flight.
+        let stale = folder.join(".x.kc.1.0.0.tmp");
+        let fresh = folder.join(".x.kc.2.0.0.tmp");
+        std::fs::write(&stale, b"half a fi").unwrap();
+        std::fs::write(&fresh, b"in flight").unwrap();
+        let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        std::fs::File::options()
+            .write(true)
+            .open(&stale)
+            .unwrap()
+            .set_modified(hour_ago)
+            .unwrap();
+        assert_eq!(c.usage().unwrap().0, 3, "the entry and both temporary files");
+        assert_eq!(c.remove_stale_temporaries().unwrap(), 1);
+        assert!(!stale.exists() && fresh.exists());
+        assert_eq!(c.usage().unwrap().0, 2);
+        assert_eq!(
+            c.load(Section::Tuning, &k),
+            Lookup::Hit(CacheEntry {
+                kind: "tune".into(),
+                payload: b"entry".to_vec()
+            })
+        );
+        assert_eq!(DiskCache::disabled().remove_stale_temporaries().unwrap(), 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     pub(crate) fn temp_dir(tag: &str) -> PathBuf {
         static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);

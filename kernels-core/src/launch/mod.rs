@@ -17,6 +17,6 @@ pub use args::{
 #[cfg(feature = "cuda")]
 pub use element::{alloc_random, Element};
 pub use element::{decode, encode, pseudo_random};
-pub use plan::{candidates_digest, BufferRole, LaunchPlan, PlannedKernel, TuneBuffer};
+pub use plan::{candidates_digest, BufferRole, Expected, LaunchPlan, PlannedKernel, TuneBuffer};
 pub use shape::{check_disjoint, check_eps, dtype_define, widest_vector, Rows};
 pub use variant::{KernelSource, Variant};

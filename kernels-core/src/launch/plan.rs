@@ -1,7 +1,9 @@
 //! What a kernel family needs to be launched and tuned on any backend: the
 //! [`PlannedKernel`] trait, whose [`PlannedKernel::plan`] turns a config and a problem
 //! (raw device addresses) into a [`LaunchPlan`] (variant, dimensions, arguments), and
-//! the buffer descriptions ([`TuneBuffer`]) tuners use for in-place safety.
+//! the buffer descriptions ([`TuneBuffer`]) tuners use for in-place safety, and the
+//! output checks ([`PlannedKernel::check_outputs`] against [`Expected`] outputs) every
+//! search and `kernels tables check --served` run.
 //!
 //! Every backend (CUDA, HIP, the mock) launches the same plan, so a config and a
 //! problem give byte-identical arguments and the same dimensions on each.
@@ -38,6 +40,18 @@ pub struct TuneBuffer {
     /// Length in bytes.
     pub bytes: usize,
     pub role: BufferRole,
+}
+
+/// What a run's buffers are compared with by [`PlannedKernel::check_outputs`].
+#[derive(Clone, Copy, Debug)]
+pub enum Expected<'a> {
+    /// Another run of the kernel on the same problem: every buffer's bytes after it (a
+    /// search compares each candidate with the analytic default's run). It carries the
+    /// kernel's own error, so the bound is that of two runs.
+    Run(&'a [Vec<u8>]),
+    /// The CPU reference ([`PlannedKernel::reference`]): every buffer's values after one
+    /// run, one f32 per element, not rounded to the storage type.
+    Reference(&'a [Vec<f32>]),
 }
 
 /// Everything one launch needs, whatever the backend: the compiled variant to launch,
@@ -109,6 +123,23 @@ pub unsafe trait PlannedKernel:
         config: &Self::Config,
         problem: &Self::Problem<'_>,
     ) -> Result<(LaunchDims, KernelArgs)>;
+
+    /// The CPU reference of a run on `problem` whose buffers held `before` (their bytes,
+    /// in [`PlannedKernel::buffers`] order): every buffer's values after one run, one
+    /// f32 per element (inputs as they were). `None` where the kernel has none.
+    fn reference(problem: &Self::Problem<'_>, before: &[Vec<u8>]) -> Option<Vec<Vec<f32>>>;
+
+    /// Checks a run on `problem`: `before` and `got` are every buffer's bytes before and
+    /// after it ([`PlannedKernel::buffers`] order), `expected` what another run or the
+    /// reference left. The tolerance is the kernel's own, derived from its arithmetic
+    /// and the storage type; the error names the first value outside it. Buffers the
+    /// kernel only reads are checked unchanged by the caller.
+    fn check_outputs(
+        problem: &Self::Problem<'_>,
+        before: &[Vec<u8>],
+        got: &[Vec<u8>],
+        expected: Expected<'_>,
+    ) -> std::result::Result<(), String>;
 
     /// The whole launch of `config` on `problem` on `device`: the variant to compile
     /// and [`PlannedKernel::launch_args`]. For tools and tests; it builds the variant.

@@ -165,6 +165,9 @@ impl<B: Backend> Runtime<B> {
     /// (NVRTC, hipRTC) is missing.
     pub fn with_options(device: B::Device, options: RuntimeOptions) -> Result<Runtime<B>> {
         let compiler = B::compiler()?;
+        // Temporary files of writers killed mid-write would otherwise stay forever; a
+        // cache folder that cannot be listed fails no launch (writes report their errors).
+        let _ = options.cache.remove_stale_temporaries();
         Ok(Runtime {
             arch: B::info(&device).compile_arch(),
             compiler_id: B::compiler_id(&compiler),

@@ -23,26 +23,16 @@ pub const TUNING_ENV: &str = "KERNELS_TUNING";
 /// (`0`, unset or empty) for [`crate::RuntimeOptions::from_env`] (CUDA runtimes).
 pub const PDL_ENV: &str = "KERNELS_PDL";
 
-/// The value of `KERNELS_PDL`: `1`/`on`/`true` or `0`/`off`/`false` (any case, spaces
-/// trimmed); empty is off. Anything else is an error naming `KERNELS_PDL`.
+/// The value of `KERNELS_PDL`, a boolean flag read like every other
+/// ([`tuned::parse_flag`]: `1`/`true`/`yes`/`on` or `0`/`false`/`no`/`off`, any case,
+/// spaces trimmed; empty is off). Anything else is an error naming `KERNELS_PDL`.
 pub fn parse_pdl(value: &str) -> Result<bool, Error> {
-    match value.trim().to_ascii_lowercase().as_str() {
-        "" | "0" | "off" | "false" => Ok(false),
-        "1" | "on" | "true" => Ok(true),
-        _ => Err(Error::invalid(
-            PDL_ENV,
-            format!("`{value}` is not 0, 1, on, off, true or false"),
-        )),
-    }
+    tuned::parse_flag(PDL_ENV, value).map_err(|e| Error::invalid(PDL_ENV, format!("{e}")))
 }
 
 /// `KERNELS_PDL` from the environment ([`parse_pdl`]); unset is off.
 pub fn pdl_from_env() -> Result<bool, Error> {
-    match std::env::var(PDL_ENV) {
-        Ok(v) => parse_pdl(&v),
-        Err(std::env::VarError::NotPresent) => Ok(false),
-        Err(std::env::VarError::NotUnicode(v)) => parse_pdl(&v.to_string_lossy()),
-    }
+    tuned::env_flag(PDL_ENV).map_err(|e| Error::invalid(PDL_ENV, format!("{e}")))
 }
 
 /// How configs are resolved.
@@ -191,14 +181,14 @@ mod tests {
 
     #[test]
     fn pdl_values_parse_and_a_bad_one_names_the_variable() {
-        for on in ["1", "on", " TRUE ", "On"] {
+        for on in ["1", "on", " TRUE ", "On", "yes"] {
             assert!(parse_pdl(on).unwrap(), "{on}");
         }
         for off in ["", "0", "off", "False", "  "] {
             assert!(!parse_pdl(off).unwrap(), "{off}");
         }
         let e = parse_pdl("yes please").unwrap_err().to_string();
-        assert!(e.contains("KERNELS_PDL") && e.contains("yes please"), "{e}");
+        assert!(e.contains("KERNELS_PDL") && e.contains("`yes please`"), "{e}");
     }
 
     /// Steps that answer as configured and log what was consulted.

@@ -412,6 +412,17 @@ mod tests {
         fn launch_args(_: &DeviceInfo, _: &u32, _: &()) -> Result<(crate::LaunchDims, crate::KernelArgs)> {
             Err(Error::invalid("problem", "toy kernels do not launch"))
         }
+        fn reference(_: &(), _: &[Vec<u8>]) -> Option<Vec<Vec<f32>>> {
+            None
+        }
+        fn check_outputs(
+            _: &(),
+            _: &[Vec<u8>],
+            _: &[Vec<u8>],
+            _: crate::Expected<'_>,
+        ) -> std::result::Result<(), String> {
+            Err("toy kernels do not launch".into())
+        }
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! that writes committed tables ([`tune_table`]). The tuner itself is
 //! [`crate::Runtime::tune`]; a serving engine needs nothing from this module.
 
+mod check;
 pub(crate) mod search;
 mod select;
 mod table;
@@ -11,6 +12,8 @@ mod timing;
 mod tunable;
 mod tuner;
 
+pub(crate) use check::OutputCheck;
+pub use check::{verify, WRONG_OUTPUT};
 pub use search::{
     all_failed, cached_config, candidate_configs, conclude, prefer_after_default, recheck_configs,
     start_search, time_candidates, tune_record, CandidateReport, Recheck, TuneOptions, TuneReport,

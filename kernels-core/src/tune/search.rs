@@ -249,7 +249,8 @@ pub fn all_failed<C>(candidates: &[CandidateReport<C>]) -> String {
 }
 
 /// The candidate loop of a search, whatever the backend: times each candidate whose
-/// kernel compiled and loaded (`time(config, kernel)`; a failed load or run becomes the
+/// kernel compiled and loaded (`time(index, config, kernel)`, which also checks the
+/// candidate's output before timing it; a failed load, run or check becomes the
 /// candidate's error), records every outcome in `report.candidates`, and picks the
 /// winner with [`select`]: the default (index 0) unless another is faster by more than
 /// `noise`. `configs` and `kernels` are parallel to `report.candidates`. Returns the
@@ -259,13 +260,13 @@ pub fn time_candidates<C, Kn: Clone, O>(
     configs: &[C],
     kernels: &[Result<(Kn, O)>],
     noise: f64,
-    mut time: impl FnMut(&C, &Kn) -> Result<Timing>,
+    mut time: impl FnMut(usize, &C, &Kn) -> Result<Timing>,
 ) -> Option<(usize, Kn)> {
     let mut measured = Vec::with_capacity(configs.len());
     for (i, (config, kernel)) in configs.iter().zip(kernels).enumerate() {
         let outcome = match kernel {
             Err(e) => Err(e.to_string()),
-            Ok((kernel, _)) => time(config, kernel).map_err(|e| e.to_string()),
+            Ok((kernel, _)) => time(i, config, kernel).map_err(|e| e.to_string()),
         };
         measured.push(match &outcome {
             Ok(t) => Measured::Time(t.median_us),
@@ -787,7 +788,7 @@ mod tests {
         let configs = [0u32, 10, 20, 30];
         let mut r = report(&[Err("not run"); 4]);
         let mut ran = Vec::new();
-        let winner = time_candidates(&mut r, &configs, &kernels, 0.02, |c, k| {
+        let winner = time_candidates(&mut r, &configs, &kernels, 0.02, |_, c, k| {
             ran.push((*c, *k));
             match *k {
                 "k0" => Ok(Timing::from_samples(&[10.0], true)),
@@ -816,7 +817,7 @@ mod tests {
         let mut r = report(&[Err("not run"); 2]);
         let kernels: Vec<Result<(&str, ())>> = vec![Ok(("a", ())), Ok(("b", ()))];
         let us = |k: &str| if k == "a" { 10.0 } else { 9.9 };
-        let w = time_candidates(&mut r, &[0, 10], &kernels, 0.02, |_, k| {
+        let w = time_candidates(&mut r, &[0, 10], &kernels, 0.02, |_, _, k| {
             Ok(Timing::from_samples(&[us(k)], true))
         });
         assert_eq!(w, Some((0, "a")));
@@ -825,7 +826,7 @@ mod tests {
         let mut r = report(&[Err("not run"); 2]);
         let kernels: Vec<Result<(&str, ())>> = vec![fail("compile"), fail("compile")];
         assert_eq!(
-            time_candidates(&mut r, &[0, 10], &kernels, 0.02, |_, _| unreachable!()),
+            time_candidates(&mut r, &[0, 10], &kernels, 0.02, |_, _, _| unreachable!()),
             None
         );
         assert_eq!(r.chosen_index, None);

@@ -1,13 +1,14 @@
 //! The autotuner, on every backend: candidates are the pruned search space plus the
-//! analytic default; they compile in parallel, then run one at a time under the one
-//! timing routine with in-place safety; the pure [`crate::select`] rule picks the
-//! winner.
+//! analytic default; they compile in parallel, then run one at a time: each once to
+//! check its output against the default's, then under the one timing routine with
+//! in-place safety; the pure [`crate::select`] rule picks the winner.
 
 use super::search::backend::{compile_jobs, plain_stream, working_set, Guarded};
+use super::OutputCheck;
 use crate::runtime::launch;
 use crate::{
-    graph_launches, start_search, time_candidates, time_runs, Backend, L2Flush, PlannedKernel, Runtime,
-    TimingMethod, TuneOptions, TuneReport,
+    graph_launches, start_search, time_candidates, time_runs, Backend, Error, L2Flush, PlannedKernel,
+    Runtime, TimingMethod, TuneOptions, TuneReport,
 };
 
 impl<B: Backend> Runtime<B> {
@@ -19,7 +20,12 @@ impl<B: Backend> Runtime<B> {
     /// flushed when the working set is under twice the L2) or, with
     /// [`TimingMethod::Graph`] on a backend that has it, with graph replays; `Restore`
     /// buffers are restored and `Zero` buffers zeroed before every run, outside the
-    /// timed region. Failures are recorded and skipped. [`crate::select`] picks the
+    /// timed region. Before it is timed, each candidate runs once from the buffers as
+    /// they were before the search and its output is compared with the analytic
+    /// default's ([`crate::PlannedKernel::check_outputs`]); a candidate outside the
+    /// tolerance is recorded as wrong ([`crate::tune::WRONG_OUTPUT`]) and never timed,
+    /// and where the default does not run no other candidate is timed, since none can
+    /// be checked. Failures are recorded and skipped. [`crate::select`] picks the
     /// winner (a candidate must beat the incumbent by more than the noise threshold).
     /// Finally the buffers are restored and the winner runs once, so they hold exactly
     /// one plain run's result. When every candidate fails, the report names the
@@ -60,10 +66,18 @@ impl<B: Backend> Runtime<B> {
         let jobs = compile_jobs::<K>(info, &key, &configs);
         let kernels = self.precompile_kernels(&jobs, opts.compile_threads);
 
-        // Snapshot in-place buffers before anything runs.
+        // Snapshot in-place buffers, and every buffer for the output checks, before
+        // anything runs.
         let buffers = K::buffers(problem);
         let Some(guarded) = Guarded::<B>::new(stream, &buffers, &mut report) else {
             return report;
+        };
+        let mut check = match OutputCheck::<B>::new(stream, &buffers) {
+            Ok(c) => c,
+            Err(e) => {
+                report.failure = Some(format!("could not read the problem's buffers back: {e}"));
+                return report;
+            }
         };
         let working_set = working_set(&buffers);
         // Without the flush buffer (out of memory) timing still runs, reported per
@@ -82,7 +96,12 @@ impl<B: Backend> Runtime<B> {
             &configs,
             &kernels,
             opts.noise_threshold,
-            |config, kernel| {
+            |index, config, kernel| {
+                check.ready(index).map_err(Error::Output)?;
+                guarded.reset()?;
+                check.restore_written()?;
+                launch::<B, K>(kernel, stream, config, problem)?;
+                check.check::<K>(index, problem).map_err(Error::Output)?;
                 if graph {
                     guarded.reset()?;
                     B::time_graph_runs(stream, &opts.timing, launches, copies, &mut |i| {

@@ -127,6 +127,22 @@ pub mod cuda {
         options.pdl = false;
         CudaRuntime::with_options(dev, options).map_err(|e| e.to_string())
     }
+
+    /// A runtime as `kernels tune` opens one (plain launches) and a new stream on its
+    /// device, for commands outside this library (`kernels tables check --served`).
+    pub fn cuda_runtime(
+        device: usize,
+    ) -> Result<
+        (
+            CudaRuntime,
+            std::sync::Arc<kernels_core::cudarc::driver::CudaStream>,
+        ),
+        String,
+    > {
+        let rt = open(device)?;
+        let stream = rt.device().new_stream().map_err(|e| e.to_string())?;
+        Ok((rt, stream))
+    }
 }
 
 #[cfg(feature = "rocm")]

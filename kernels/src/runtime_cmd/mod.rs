@@ -15,7 +15,7 @@ mod tune;
 
 pub use check::check_tables;
 #[cfg(feature = "cuda")]
-pub use common::cuda::tunables;
+pub use common::cuda::{cuda_runtime, tunables};
 #[cfg(feature = "rocm")]
 pub use common::hip::hip_tunables;
 pub use common::{default_tables_dir, Backend, CmdResult};

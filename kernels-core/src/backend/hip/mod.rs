@@ -27,6 +27,16 @@ use crate::{Backend, DeviceInfo, Image, ImageKind, KernelArgs, KernelSource, Lau
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Hip;
 
+impl super::ReadBack for HipStream {
+    unsafe fn read_back(&self, src: u64, dst: &mut [u8]) -> Result<()> {
+        <Hip as Backend>::synchronize(self)?;
+        ffi::set_device(self.ordinal())?;
+        // SAFETY: `src` is valid for dst.len() bytes by the caller's contract; the copy
+        // is synchronous.
+        unsafe { ffi::copy_to_host(dst, src) }
+    }
+}
+
 impl Backend for Hip {
     const NAME: &'static str = "HIP";
     const GRAPH_TIMING: bool = false;

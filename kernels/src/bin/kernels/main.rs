@@ -5,6 +5,8 @@ use std::process::ExitCode;
 
 mod catalog;
 mod plan;
+#[cfg(feature = "cuda")]
+mod served;
 mod tables;
 #[cfg(feature = "cuda")]
 mod variants;
@@ -158,6 +160,15 @@ enum TablesCommand {
     Check {
         #[arg(long)]
         offline: bool,
+        /// On an NVIDIA GPU: instead of timing, run every config the baked tables and the
+        /// analytic defaults serve (on its exact static key) and check its output against
+        /// the CPU reference.
+        #[arg(long, conflicts_with = "offline")]
+        served: bool,
+        /// With --served: the shape sets whose analytic defaults are checked too
+        /// (default: tuned/shapes of the source tree this binary was built from).
+        #[arg(long, requires = "served")]
+        shapes: Option<PathBuf>,
         /// On a GPU: the allowed slowdown against the default or a quick search.
         #[arg(long, default_value = "0.10")]
         threshold: String,
@@ -591,6 +602,8 @@ fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {
         }
         TablesCommand::Check {
             offline,
+            served,
+            shapes,
             threshold,
             sample,
             kernel,
@@ -605,6 +618,17 @@ fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {
             if !paths.is_empty() {
                 return Err(Usage(
                     "check: PATHS are for --offline; on a GPU the baked tables are re-measured".into(),
+                ));
+            }
+            if served {
+                if backend != runtime_cmd::Backend::Cuda {
+                    return Err(Usage("check: --served runs on CUDA (--backend cuda)".into()));
+                }
+                #[cfg(feature = "cuda")]
+                return Ok(served::check_served(kernel.as_deref(), shapes));
+                #[cfg(not(feature = "cuda"))]
+                return Err(Usage(
+                    "check: --served needs a binary built with the `cuda` feature".into(),
                 ));
             }
             let threshold: f64 = arg("threshold", &threshold)?;

@@ -91,6 +91,52 @@ fn served<K: Tunable>(target: Target) -> Result<Vec<Served<K>>, String> {
     Ok(out)
 }
 
+/// One (static key, batch) a lookup serves on a target and the config it launches:
+/// where it comes from (`table`, `table-default` for a default marker, `default` for
+/// the analytic default over a shape set) and the key and batch in words.
+pub struct ServedCase<K: Tunable> {
+    pub origin: String,
+    pub key: K::Key,
+    pub batch: u64,
+    pub config: K::Config,
+}
+
+/// Every (static key, batch) `K` serves on `target`: each entry of its baked table, and
+/// the analytic default over the shape set `shape_file` in `shapes_dir`.
+pub fn served_cases<K: Tunable>(
+    target: Target,
+    shapes_dir: &Path,
+    shape_file: &str,
+) -> Result<Vec<ServedCase<K>>, String> {
+    let mut out: Vec<ServedCase<K>> = served::<K>(target)?
+        .into_iter()
+        .map(|s| ServedCase {
+            origin: format!(
+                "{} [{}] batch {}",
+                if s.marker { "table-default" } else { "table" },
+                s.canonical,
+                s.batch
+            ),
+            key: s.key,
+            batch: s.batch,
+            config: s.config,
+        })
+        .collect();
+    let path = shapes_dir.join(shape_file);
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let shapes = parse_shapes(K::SCHEMA, &text, &path.display().to_string()).map_err(|e| e.to_string())?;
+    for (static_key, batch) in shapes {
+        let key = K::key_from_values(static_key.values()).map_err(|e| format!("{}: {e}", path.display()))?;
+        out.push(ServedCase {
+            origin: format!("default [{static_key}] batch {batch}"),
+            config: K::analytic_default(target, &key, batch),
+            key,
+            batch,
+        });
+    }
+    Ok(out)
+}
+
 fn jobs_of<K: Tunable>(
     target: Target,
     info: &DeviceInfo,
@@ -100,31 +146,15 @@ fn jobs_of<K: Tunable>(
     out: &mut BTreeSet<VariantJob>,
 ) -> Result<(), String> {
     let kernel = K::SCHEMA.kernel;
-    let mut push = |origin: String, key: &K::Key, config: &K::Config| {
-        let v: Variant = K::variant(info, key, config);
+    for case in served_cases::<K>(target, shapes_dir, shape_file)? {
+        let v: Variant = K::variant(info, &case.key, &case.config);
         out.insert(VariantJob {
-            name: format!("{kernel} {origin} {config:?}"),
+            name: format!("{kernel} {} {:?}", case.origin, case.config),
             sources: std::iter::once(PRELUDE).chain(sources.iter().copied()).collect(),
             entry: v.entry().to_string(),
             defines: v.defines().to_vec(),
             arch: target.compile_arch().to_string(),
         });
-    };
-    for s in served::<K>(target)? {
-        let origin = if s.marker { "table-default" } else { "table" };
-        push(
-            format!("{origin} [{}] batch {}", s.canonical, s.batch),
-            &s.key,
-            &s.config,
-        );
-    }
-    let path = shapes_dir.join(shape_file);
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let shapes = parse_shapes(K::SCHEMA, &text, &path.display().to_string()).map_err(|e| e.to_string())?;
-    for (static_key, batch) in shapes {
-        let key = K::key_from_values(static_key.values()).map_err(|e| format!("{}: {e}", path.display()))?;
-        let config = K::analytic_default(target, &key, batch);
-        push(format!("default [{static_key}] batch {batch}"), &key, &config);
     }
     Ok(())
 }

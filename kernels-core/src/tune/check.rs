@@ -1,0 +1,143 @@
+//! The output checks: in every search each candidate is run once on the problem being
+//! tuned and compared with the analytic default's run before it is timed
+//! ([`OutputCheck`]), and [`verify`] runs a config once and compares it with the
+//! kernel's CPU reference (`kernels tables check --served`).
+
+use crate::backend::ReadBack;
+use crate::{Backend, BufferRole, Expected, PlannedKernel, Result, Runtime, Tunable, TuneBuffer};
+
+/// What a candidate's outcome starts with when its output differs from the analytic
+/// default's beyond the kernel's tolerance ([`PlannedKernel::check_outputs`]): such a
+/// candidate is reported, never timed and never chosen.
+pub const WRONG_OUTPUT: &str = "wrong output: ";
+
+/// The bytes of every buffer of a problem ([`PlannedKernel::buffers`] order), read
+/// back once the work enqueued on `stream` has run.
+pub(crate) fn read_buffers<B: Backend>(stream: &B::Stream, buffers: &[TuneBuffer]) -> Result<Vec<Vec<u8>>> {
+    buffers
+        .iter()
+        .map(|b| {
+            let mut host = vec![0u8; b.bytes];
+            // SAFETY: `b.ptr` is valid for b.bytes by the PlannedKernel contract.
+            unsafe { stream.read_back(b.ptr, &mut host) }?;
+            Ok(host)
+        })
+        .collect()
+}
+
+/// A run's buffers against `expected`: the ones the kernel only reads must be as they
+/// were (`before`), then the kernel's own check.
+fn check_run<K: PlannedKernel>(
+    problem: &K::Problem<'_>,
+    buffers: &[TuneBuffer],
+    before: &[Vec<u8>],
+    got: &[Vec<u8>],
+    expected: Expected<'_>,
+) -> std::result::Result<(), String> {
+    for ((b, was), now) in buffers.iter().zip(before).zip(got) {
+        if b.role == BufferRole::Read && was != now {
+            let i = was.iter().zip(now).position(|(a, b)| a != b).unwrap_or(0);
+            return Err(format!("`{}` is only read, but its byte {i} changed", b.name));
+        }
+    }
+    K::check_outputs(problem, before, got, expected)
+}
+
+/// A search's comparison: the problem's buffers before any run (on the host, and on
+/// the device for the buffers a run only writes, which are put back before each
+/// check so an element a candidate leaves unwritten shows), and the analytic default's
+/// buffers once it has run.
+pub(crate) struct OutputCheck<'s, B: Backend> {
+    stream: &'s B::Stream,
+    buffers: Vec<TuneBuffer>,
+    before: Vec<Vec<u8>>,
+    written: Vec<(TuneBuffer, B::Buffer)>,
+    default: Option<Vec<Vec<u8>>>,
+}
+
+impl<'s, B: Backend> OutputCheck<'s, B> {
+    /// Reads `buffers` (a problem's) before anything runs and keeps a device copy of
+    /// each `Write` buffer.
+    pub(crate) fn new(stream: &'s B::Stream, buffers: &[TuneBuffer]) -> Result<Self> {
+        let before = read_buffers::<B>(stream, buffers)?;
+        let written = buffers
+            .iter()
+            .zip(&before)
+            .filter(|(b, _)| b.role == BufferRole::Write)
+            .map(|(b, host)| Ok((*b, B::upload(stream, host)?)))
+            .collect::<Result<_>>()?;
+        Ok(OutputCheck {
+            stream,
+            buffers: buffers.to_vec(),
+            before,
+            written,
+            default: None,
+        })
+    }
+
+    /// Puts every `Write` buffer back as it was before the search (stream-ordered).
+    pub(crate) fn restore_written(&self) -> Result<()> {
+        for (b, copy) in &self.written {
+            // SAFETY: the copy was made of `b` and holds b.bytes; `b.ptr` is valid for
+            // them by the PlannedKernel contract.
+            unsafe { B::copy(self.stream, b.ptr, B::address(copy), b.bytes) }?;
+        }
+        Ok(())
+    }
+
+    /// Whether candidate `index` can be checked: the analytic default (index 0)
+    /// always, another only once the default's output is there to compare with.
+    pub(crate) fn ready(&self, index: usize) -> std::result::Result<(), String> {
+        if index != 0 && self.default.is_none() {
+            return Err(
+                "not checked: the analytic default did not run, so there is no output to compare with".into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Checks candidate `index`'s run, just made on `problem` from the buffers as they
+    /// were before the search: the default's (index 0) becomes the comparison; another
+    /// candidate must match it within [`PlannedKernel::check_outputs`] for two runs, or
+    /// the error starts with [`WRONG_OUTPUT`].
+    pub(crate) fn check<K: PlannedKernel>(
+        &mut self,
+        index: usize,
+        problem: &K::Problem<'_>,
+    ) -> std::result::Result<(), String> {
+        self.ready(index)?;
+        let got = read_buffers::<B>(self.stream, &self.buffers).map_err(|e| e.to_string())?;
+        match &self.default {
+            None => {
+                self.default = Some(got);
+                Ok(())
+            }
+            Some(want) => check_run::<K>(problem, &self.buffers, &self.before, &got, Expected::Run(want))
+                .map_err(|e| format!("{WRONG_OUTPUT}{e}")),
+        }
+    }
+}
+
+/// Runs `config` of `K` once on the problem the tuner makes for `key` and `batch`
+/// ([`Tunable::tuning_inputs`]) and compares every buffer with the kernel's CPU
+/// reference ([`PlannedKernel::reference`], [`PlannedKernel::check_outputs`] for one
+/// run). The error says what differed, or why it did not run.
+pub fn verify<B: Backend, K: Tunable>(
+    rt: &Runtime<B>,
+    stream: &B::Stream,
+    key: &K::Key,
+    batch: u64,
+    config: &K::Config,
+) -> std::result::Result<(), String> {
+    let owned = crate::backend::Owned::<B>::upload(stream, &K::tuning_inputs(key, batch))
+        .map_err(|e| e.to_string())?;
+    let problem = K::tuning_problem(key, batch, owned.addresses());
+    let buffers = K::buffers(&problem);
+    let before = read_buffers::<B>(stream, &buffers).map_err(|e| e.to_string())?;
+    rt.launch_config::<K>(stream, config, &problem)
+        .map_err(|e| e.to_string())?;
+    let got = read_buffers::<B>(stream, &buffers).map_err(|e| e.to_string())?;
+    let want = K::reference(&problem, &before)
+        .ok_or_else(|| format!("kernel `{}` has no CPU reference", K::SCHEMA.kernel))?;
+    check_run::<K>(&problem, &buffers, &before, &got, Expected::Reference(&want))
+}

@@ -1,0 +1,466 @@
+//! Softmax and log-softmax on an NVIDIA GPU against the CPU reference
+//! (`reference::check`): every config of the search space on awkward shapes (1, odd and
+//! prime columns, one row, row strides above cols, buffers not 16-byte aligned, inf and
+//! NaN inputs, rows long enough for the streaming paths), the safe ops and the ops on
+//! raw addresses as an engine calls them, programmatic dependent launch against plain
+//! launches and the reference, and the check failing on a kernel whose normaliser is
+//! off by 1%. Outputs are poisoned before each run; padding between rows must come
+//! back untouched.
+//!
+//! Without an NVIDIA GPU each test prints `SKIPPED ...`; with `KERNELS_REQUIRE_GPU` on,
+//! that is a failure instead. `scripts/gpu_tests.sh` runs them on the GPU machine.
+
+use std::sync::Arc;
+
+use kernels_core::cudarc::driver::CudaStream;
+use kernels_core::launch::pseudo_random;
+use kernels_core::testing::cuda::{every_config, fitted_and_compiled, runtime, Buf, Tally};
+use kernels_core::testing::{case_input, row_cases, Case};
+use kernels_core::{launch, CudaRuntime, KernelSource, PlannedKernel, Policy, Rows};
+use kernels_softmax::plan::SoftmaxProblem;
+use kernels_softmax::{cuda as safe, ops, reference, space, LogSoftmax, Softmax, SoftmaxKey};
+use tuned::{DType, Target, TunedKernel};
+
+/// The problem of `y = softmax(x * scale)` (or log-softmax) over two buffers.
+fn problem<'a>(stream: &CudaStream, x: &'a Buf, y: &'a Buf, shape: Rows, scale: f32) -> SoftmaxProblem<'a> {
+    // SAFETY: both buffers hold `shape.span()` elements of their dtype past their
+    // offset and outlive the problem.
+    unsafe {
+        SoftmaxProblem::raw(
+            x.dtype(),
+            x.ptr(stream),
+            x.len(),
+            shape,
+            y.ptr(stream),
+            y.len(),
+            shape,
+            scale,
+        )
+    }
+    .expect("valid problem")
+}
+
+/// The reference of `x` laid out as `shape`, written over `y0` (so its padding stays).
+fn want(log: bool, x: &[f32], shape: Rows, y0: &[f32], scale: f32) -> Vec<f32> {
+    let mut y = y0.to_vec();
+    let f = if log {
+        reference::log_softmax
+    } else {
+        reference::softmax
+    };
+    f(
+        x,
+        shape.stride,
+        &mut y,
+        shape.stride,
+        shape.rows,
+        shape.cols,
+        scale,
+    );
+    y
+}
+
+/// The shapes every row kernel runs on, and the long rows of softmax's streaming,
+/// staged and cluster paths.
+fn cases() -> Vec<Case> {
+    let c = Case::new;
+    let mut cases = row_cases();
+    cases.extend([
+        c(DType::Bf16, 151936, 3, 8, 0, false),
+        // Long rows with special values and padded strides: the staged and online paths.
+        c(DType::F32, 50001, 5, 3, 0, true),
+        c(DType::F16, 65536, 5, 8, 0, true),
+        // More rows than one wave of 128 KiB stages: the staged blocks prefetch the
+        // next wave's rows into L2.
+        c(DType::Bf16, 65536, 140, 8, 0, false),
+        c(DType::Bf16, 262144, 2, 0, 0, false),
+    ]);
+    cases
+}
+
+/// 1025 vectors of 8 per row: a last step or pass where most threads hold no vector.
+/// At scale 0 (every row uniform) such an empty part must not make the sum NaN.
+const SPARSE_TAIL: Case = Case {
+    dtype: DType::Bf16,
+    cols: 8200,
+    rows: 3,
+    pad: 0,
+    offset: 0,
+    specials: false,
+};
+
+#[test]
+fn every_config_matches_the_reference() {
+    every_config(
+        "every_config_matches_the_reference",
+        "softmax",
+        |rt, stream, target, tally| {
+            for case in cases().into_iter().chain([SPARSE_TAIL]) {
+                let key = SoftmaxKey {
+                    dtype: case.dtype,
+                    cols: case.cols as u32,
+                };
+                let (x, shape) = case_input(&case, 17, 6.0, true);
+                // A negative scale takes the min path of the 16-bit packed max, and 0 turns
+                // infinities into NaN: both on the cases with special values; 0 on the
+                // sparse tail too.
+                let scales: &[f32] = if case.specials {
+                    &[0.7, -1.3, 0.0]
+                } else if case == SPARSE_TAIL {
+                    &[0.7, 0.0]
+                } else {
+                    &[0.7]
+                };
+                for &scale in scales {
+                    every_softmax_config(rt, stream, target, &case, &key, &x, shape, scale, tally);
+                }
+            }
+        },
+    );
+}
+
+/// Every fitting config of the softmax search space, softmax and log-softmax, on one
+/// case at one scale, against the reference.
+#[allow(clippy::too_many_arguments)]
+fn every_softmax_config(
+    rt: &CudaRuntime,
+    stream: &Arc<CudaStream>,
+    target: Target,
+    case: &Case,
+    key: &SoftmaxKey,
+    x: &[f32],
+    shape: Rows,
+    scale: f32,
+    tally: &mut Tally,
+) {
+    let poison = vec![f32::NAN; x.len()];
+    let wants = [false, true].map(|log| want(log, x, shape, &poison, scale));
+    let xb = Buf::new(stream, case.dtype, x, case.offset);
+    let mut yb = Buf::new(stream, case.dtype, &poison, case.offset);
+    let align = xb.align(stream, shape.stride);
+    let space = space::search_space(target, key);
+    let configs = fitted_and_compiled::<Softmax, LogSoftmax>(rt, key, case.rows as u64, &space, align);
+    for c in &configs {
+        for log in [false, true] {
+            let what = format!(
+                "{} {} cols={} rows={} offset={} scale={scale} {c}",
+                if log { "log_softmax" } else { "softmax" },
+                case.dtype,
+                case.cols,
+                case.rows,
+                case.offset
+            );
+            yb.write(stream, &poison);
+            let p = problem(stream, &xb, &yb, shape, scale);
+            if log {
+                rt.launch_config::<LogSoftmax>(stream, c, &p).expect("launch");
+            } else {
+                rt.launch_config::<Softmax>(stream, c, &p).expect("launch");
+            }
+            let got = yb.read(stream);
+            let w = &wants[usize::from(log)];
+            tally.add(reference::check(
+                &what, case.dtype, log, x, shape, scale, &got, w, shape, 1,
+            ));
+        }
+    }
+}
+
+#[test]
+fn safe_ops_and_raw_ops_match_the_reference() {
+    let Some((rt, stream)) = runtime("safe_ops_and_raw_ops_match_the_reference", Policy::Serve) else {
+        return;
+    };
+    use half::bf16;
+    let (rows, cols, scale) = (4usize, 32000usize, 0.9f32);
+    let shape = Rows::contiguous(rows, cols);
+    let xf = kernels_core::testing::stored(DType::Bf16, &pseudo_random(rows * cols, 5, 6.0, 0.0));
+    let host: Vec<bf16> = xf.iter().map(|&v| bf16::from_f32(v)).collect();
+    let poison = vec![bf16::from_f32(-3.5); rows * cols];
+    let read = |b: &kernels_core::cudarc::driver::CudaSlice<bf16>| -> Vec<f32> {
+        stream
+            .clone_dtoh(b)
+            .expect("dtoh")
+            .iter()
+            .map(|v| v.to_f32())
+            .collect()
+    };
+    let x = stream.clone_htod(&host).expect("htod");
+    for log in [false, true] {
+        let name = if log { "cuda::log_softmax" } else { "cuda::softmax" };
+        let mut y = stream.clone_htod(&poison).expect("htod");
+        let f = if log { safe::log_softmax } else { safe::softmax };
+        let used = f(
+            &rt,
+            &stream,
+            &x.as_view(),
+            shape,
+            &mut y.as_view_mut(),
+            shape,
+            scale,
+        )
+        .expect(name);
+        println!("{name}: {} from {}", used.config, used.source);
+        let w = want(log, &xf, shape, &vec![0.0; rows * cols], scale);
+        reference::check(name, DType::Bf16, log, &xf, shape, scale, &read(&y), &w, shape, 1).unwrap();
+    }
+
+    // In place.
+    let mut xi = stream.clone_htod(&host).expect("htod");
+    safe::softmax_in_place(&rt, &stream, &mut xi.as_view_mut(), shape, scale).expect("in place");
+    let w = want(false, &xf, shape, &xf, scale);
+    reference::check(
+        "cuda::softmax_in_place",
+        DType::Bf16,
+        false,
+        &xf,
+        shape,
+        scale,
+        &read(&xi),
+        &w,
+        shape,
+        1,
+    )
+    .unwrap();
+
+    // The ops on raw addresses, strided and 2 elements off 16-byte alignment.
+    let strided = Rows::strided(rows, cols, cols + 8);
+    let xs = kernels_core::testing::stored(DType::Bf16, &pseudo_random(strided.span().unwrap(), 6, 6.0, 0.0));
+    let y0 = vec![-3.5f32; xs.len()];
+    let xb = Buf::new(&stream, DType::Bf16, &xs, 2);
+    for log in [false, true] {
+        let name = if log { "ops::log_softmax" } else { "ops::softmax" };
+        let yb = Buf::new(&stream, DType::Bf16, &y0, 2);
+        let p = problem(&stream, &xb, &yb, strided, scale);
+        let used = if log {
+            ops::log_softmax(&rt, &stream, &p)
+        } else {
+            ops::softmax(&rt, &stream, &p)
+        }
+        .expect(name);
+        println!("{name}: {} from {}", used.config, used.source);
+        let w = want(log, &xs, strided, &y0, scale);
+        reference::check(
+            name,
+            DType::Bf16,
+            log,
+            &xs,
+            strided,
+            scale,
+            &yb.read(&stream),
+            &w,
+            strided,
+            1,
+        )
+        .unwrap();
+    }
+
+    // Bad input is refused before launching and names the argument.
+    let mut y = stream.clone_htod(&poison).expect("htod");
+    let long = Rows::contiguous(rows + 1, cols);
+    let err = safe::softmax(
+        &rt,
+        &stream,
+        &x.as_view(),
+        long,
+        &mut y.as_view_mut(),
+        long,
+        scale,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains('x'), "{err}");
+    assert!(read(&y).iter().all(|&v| v == -3.5), "nothing was launched");
+}
+
+/// One launch of a softmax chain: `y = softmax(x * scale)` (or log-softmax) over the
+/// first `rows` rows of buffers `x` and `y` (indices into the chain's buffers).
+#[derive(Clone, Copy)]
+struct Step {
+    x: usize,
+    y: usize,
+    rows: usize,
+    scale: f32,
+    log: bool,
+}
+
+/// A chain of dependent launches, each reading what the one before wrote (a long
+/// softmax, a log-softmax of it, a one-row softmax of that, and a softmax back into
+/// the first buffer, three times over), run by a runtime with programmatic dependent
+/// launch, eagerly and replayed from a CUDA graph, gives bit for bit what plain
+/// launches give, and each step of a plain run, read back one at a time, matches the
+/// reference of its input. A kernel that touched memory before waiting for the
+/// previous one would read a stale buffer here. Below sm_90 it skips (fails under
+/// `KERNELS_REQUIRE_GPU`): programmatic dependent launch needs Hopper.
+#[test]
+fn programmatic_launch_chain_matches_plain_launches_and_the_reference() {
+    let test = "programmatic_launch_chain_matches_plain_launches_and_the_reference";
+    let Some((plain_rt, stream)) = runtime(test, Policy::Serve) else {
+        return;
+    };
+    let Some(pdl_rt) = kernels_core::testing::cuda::pdl_runtime(test, &plain_rt) else {
+        return;
+    };
+    assert!(pdl_rt.pdl_for(&kernels_softmax::plan::SOURCE));
+    assert!(!plain_rt.pdl_for(&kernels_softmax::plan::SOURCE));
+
+    let (rows, cols, dtype) = (256usize, 32768usize, DType::Bf16);
+    let a0 = kernels_core::testing::stored(dtype, &pseudo_random(rows * cols, 41, 4.0, 0.0));
+    let step = |x, y, rows, scale, log| Step {
+        x,
+        y,
+        rows,
+        scale,
+        log,
+    };
+    let steps: Vec<Step> = (0..3)
+        .flat_map(|_| {
+            [
+                step(0, 1, rows, 3.0, false),
+                step(1, 2, rows, 30.0, true),
+                step(2, 3, 1, 0.5, false),
+                step(2, 0, rows, 0.25, false),
+            ]
+        })
+        .collect();
+    let fresh = || -> Vec<Buf> {
+        let mut bufs = vec![Buf::new(&stream, dtype, &a0, 0)];
+        bufs.extend((1..4).map(|_| Buf::new(&stream, dtype, &vec![f32::NAN; rows * cols], 0)));
+        bufs
+    };
+    let rows_of = |s: &Step| Rows::contiguous(s.rows, cols);
+    let run = |rt: &CudaRuntime, s: &Step, ptrs: &[u64]| {
+        let len = rows * cols;
+        // SAFETY: every buffer holds `len` elements and outlives the launch.
+        let p = unsafe {
+            SoftmaxProblem::raw(
+                dtype,
+                ptrs[s.x],
+                len,
+                rows_of(s),
+                ptrs[s.y],
+                len,
+                rows_of(s),
+                s.scale,
+            )
+        }
+        .expect("valid problem");
+        if s.log {
+            rt.run::<LogSoftmax>(&stream, &p).expect("log_softmax");
+        } else {
+            rt.run::<Softmax>(&stream, &p).expect("softmax");
+        }
+    };
+
+    // Plain launches one at a time, each step checked against the reference of what it read.
+    let bufs = fresh();
+    let ptrs: Vec<u64> = bufs.iter().map(|b| b.ptr(&stream)).collect();
+    for (i, s) in steps.iter().enumerate() {
+        let (x, y0) = (bufs[s.x].read(&stream), bufs[s.y].read(&stream));
+        run(&plain_rt, s, &ptrs);
+        let r = rows_of(s);
+        let n = r.span().unwrap();
+        let w = want(s.log, &x[..n], r, &y0[..n], s.scale);
+        let got = bufs[s.y].read(&stream);
+        reference::check(
+            &format!("step {i}"),
+            dtype,
+            s.log,
+            &x[..n],
+            r,
+            s.scale,
+            &got[..n],
+            &w,
+            r,
+            1,
+        )
+        .unwrap();
+    }
+    let stepwise: Vec<Vec<f32>> = bufs.iter().map(|b| b.read(&stream)).collect();
+
+    // The chain enqueued at once: plain, then with programmatic dependent launch,
+    // eagerly and from a graph.
+    let chained = |rt: &CudaRuntime, graph: bool| -> Vec<Vec<f32>> {
+        let bufs = fresh();
+        // Raw addresses taken once, before any capture: cudarc's tracked pointers
+        // would wait on events recorded outside it, which a capture refuses.
+        let ptrs: Vec<u64> = bufs.iter().map(|b| b.ptr(&stream)).collect();
+        stream.synchronize().expect("inputs");
+        if graph {
+            kernels_core::testing::cuda::replay_captured(&stream, || {
+                for s in &steps {
+                    run(rt, s, &ptrs);
+                }
+            });
+        } else {
+            for s in &steps {
+                run(rt, s, &ptrs);
+            }
+        }
+        stream.synchronize().expect("chain");
+        bufs.iter().map(|b| b.read(&stream)).collect()
+    };
+    kernels_core::testing::cuda::assert_chains_match(&plain_rt, &pdl_rt, &stepwise, chained);
+}
+
+/// `reference::check` fails on a softmax kernel whose normaliser is off by 1%, while
+/// it passes the same kernel unchanged: the served config of a vocabulary-sized bf16
+/// row compiled once as is and once after a preamble that adds log2(1.01) to the
+/// kernel's `log2f(sum)`, so every output is 1.01 times too small. The served source
+/// text is unchanged; the perturbed variant is its own source for the module cache.
+#[test]
+fn the_check_fails_a_kernel_whose_normaliser_is_off_by_one_percent() {
+    let test = "the_check_fails_a_kernel_whose_normaliser_is_off_by_one_percent";
+    let Some((rt, stream)) = runtime(test, Policy::Serve) else {
+        return;
+    };
+    let info = rt.device().info().clone();
+    let (dtype, rows, cols) = (DType::Bf16, 4usize, 151936usize);
+    let key = SoftmaxKey {
+        dtype,
+        cols: cols as u32,
+    };
+    // 16-bit outputs fold the sum into the exponent through log2f (kernels-softmax/cuda/
+    // softmax.cu, Finish) unless the config keeps its exponentials.
+    let served = tuned::resolve_serve::<Softmax>(info.tuning_target(), &key, rows as u64).config;
+    let config = if served.keep {
+        kernels_softmax::SoftmaxConfig {
+            keep: false,
+            ..served
+        }
+    } else {
+        served
+    };
+    assert!(
+        Softmax::accepts(info.tuning_target(), &key, rows as u64, &config),
+        "{config}"
+    );
+    static PERTURB: &str = "#define log2f(v) ((log2f)(v) + 0.0143552930f)\n";
+    let mut preamble = vec![PERTURB];
+    preamble.extend_from_slice(kernels_softmax::plan::SOURCE.preamble);
+    let perturbed: &'static KernelSource = Box::leak(Box::new(KernelSource {
+        preamble: Box::leak(preamble.into_boxed_slice()),
+        fingerprint: "test:normaliser-off-by-1%",
+        ..kernels_softmax::plan::SOURCE
+    }));
+
+    let shape = Rows::contiguous(rows, cols);
+    let x = kernels_core::testing::stored(dtype, &pseudo_random(rows * cols, 77, 6.0, 0.0));
+    let xb = Buf::new(&stream, dtype, &x, 0);
+    let yb = Buf::new(&stream, dtype, &vec![f32::NAN; x.len()], 0);
+    let p = problem(&stream, &xb, &yb, shape, 1.0);
+    let w = want(false, &x, shape, &vec![0.0; x.len()], 1.0);
+    let variant = Softmax::variant(&info, &key, &config);
+    let mut outputs = Vec::new();
+    for source in [&kernels_softmax::plan::SOURCE, perturbed] {
+        let kernel = rt.kernel(&stream, source, &variant).expect("compiles");
+        launch::<kernels_core::Cuda, Softmax>(&kernel, &stream, &config, &p).expect("launch");
+        outputs.push(yb.read(&stream));
+    }
+    let check = |got: &[f32]| reference::check("softmax", dtype, false, &x, shape, 1.0, got, &w, shape, 1);
+    check(&outputs[0]).unwrap_or_else(|e| panic!("the unperturbed kernel fails: {e}"));
+    // The preamble took effect: the first row sums to 1 / 1.01.
+    let sum: f64 = outputs[1][..cols].iter().map(|&v| f64::from(v)).sum();
+    assert!((sum * 1.01 - 1.0).abs() < 2e-3, "the perturbed row sums to {sum}");
+    let e = check(&outputs[1]).expect_err("the check passed a normaliser off by 1%");
+    println!("softmax {config}, normaliser off by 1%: {e}");
+}
