@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repository root, after scripts/build_bind_bin.sh has
-# filled .bind-bin/ (carried there): installs the wheel, runs every Python test (GPU
-# ones required) and the C program, then the host-overhead timing. Logs and the
+# filled .bind-bin/ (carried there): installs the wheel, runs the C program, the
+# host-overhead timing, then every Python test (GPU ones required). Logs and the
 # timing JSON go to $OUT. Exit status: non-zero when any step failed.
 #
 #   OUT=<folder> bash scripts/bind_device.sh
@@ -13,7 +13,8 @@ REPO=$PWD
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export KERNELS_REQUIRE_GPU=1 PYTHONUNBUFFERED=1 KERNELS_CACHE_DIR=/tmp/kernels-cache
 
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .bind-bin/llm_kernels-*.whl || exit 1
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .bind-bin/llm_kernels-*.whl \
+    || python3 -m zipfile -e .bind-bin/llm_kernels-*.whl /tmp/site || exit 1
 export PYTHONPATH=/tmp/site
 {
     date -u +%Y-%m-%dT%H:%M:%SZ
@@ -24,10 +25,10 @@ export PYTHONPATH=/tmp/site
 cat "$OUT/env.txt"
 
 status=0
-echo "== pytest kernels-py/tests"
-(cd /tmp && python3 -m pytest -p no:cacheprovider -v -rs "$REPO/kernels-py/tests") 2>&1 | tee "$OUT/pytest.log" || status=1
 echo "== C program"
 .bind-bin/capi_check 2>&1 | tee "$OUT/capi_check.log" || status=1
 echo "== host overhead"
 python3 kernels-py/bench/overhead.py "$OUT/overhead.json" 2>&1 | tee "$OUT/overhead.log" || status=1
+echo "== pytest kernels-py/tests"
+(cd /tmp && timeout 150 python3 -m pytest -p no:cacheprovider -v -rs "$REPO/kernels-py/tests") 2>&1 | tee "$OUT/pytest.log" || status=1
 exit $status

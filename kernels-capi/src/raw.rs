@@ -234,7 +234,7 @@ unsafe fn on_stream<T>(
 /// # Safety
 /// `x` and `y` must be device allocations of device `device` covering their operands
 /// (`(rows - 1) * stride + cols` elements of `dtype`), alive until the kernel has run
-/// on `stream`; `stream` as for [`rmsnorm`].
+/// on `stream`; `stream` as for [`rmsnorm()`].
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn softmax(
     log: bool,
@@ -303,7 +303,7 @@ pub unsafe fn rmsnorm(
 /// `stream` of device `device`.
 ///
 /// # Safety
-/// As [`rmsnorm`], with `x` and `residual` writable.
+/// As [`rmsnorm()`], with `x` and `residual` writable.
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn fused_add_rmsnorm(
     x: Operand,
@@ -372,7 +372,7 @@ pub const MAX_WARM_SHAPES: usize = 1 << 16;
 /// `shapes[i].<field>`. The first shape that fails to resolve or compile is the error.
 ///
 /// # Safety
-/// `stream` as for [`rmsnorm`] (the online policy times candidates on it).
+/// `stream` as for [`rmsnorm()`] (the online policy times candidates on it).
 pub unsafe fn warm(shapes: &[WarmShape], device: i32, stream: *mut c_void) -> Result<Vec<Warmed>> {
     if shapes.len() > MAX_WARM_SHAPES {
         return Err(Error::invalid(
