@@ -1,0 +1,266 @@
+"""GPU tests of the package against torch: every op and dtype against torch's
+reference, strided and N-d operands, in place, on a side stream behind a long
+producer, inside a CUDA graph after warm-up, and a small Llama-style decoder layer
+with its norms and softmax swapped for ours.
+
+They skip, saying so, where torch or a CUDA GPU is missing; with KERNELS_REQUIRE_GPU
+set (any value but "", "0", "false", "no") a missing GPU fails instead.
+"""
+
+import math
+import os
+import unittest
+
+import llm_kernels
+
+try:
+    import torch
+
+    HAVE_GPU = torch.cuda.is_available()
+    WHY = "no CUDA GPU visible to torch"
+except ImportError:
+    torch, HAVE_GPU, WHY = None, False, "torch is not installed"
+
+REQUIRE_GPU = os.environ.get("KERNELS_REQUIRE_GPU", "").strip().lower() not in ("", "0", "false", "no")
+SKIP = f"GPU tests skipped: {WHY}"
+
+# Tolerances per dtype: about two units in the last place of the stored result.
+TOL = {}
+if torch is not None:
+    TOL = {
+        torch.float32: dict(rtol=1e-5, atol=1e-6),
+        torch.float16: dict(rtol=2e-3, atol=1e-5),
+        torch.bfloat16: dict(rtol=1.6e-2, atol=1e-5),
+    }
+    DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+class GpuRequired(unittest.TestCase):
+    def test_gpu_present_when_required(self):
+        if REQUIRE_GPU:
+            self.assertTrue(HAVE_GPU, f"KERNELS_REQUIRE_GPU is set but {WHY}")
+        elif not HAVE_GPU:
+            self.skipTest(SKIP)
+
+
+def ref_rmsnorm(x, w, eps):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
+
+
+def close(test, got, want, dtype, what, scale=1.0):
+    tol = {k: v * scale for k, v in TOL[dtype].items()}
+    torch.testing.assert_close(got.float(), want.float(), **tol, msg=lambda m: f"{what}: {m}")
+
+
+SOFTMAX_SHAPES = ((1, 4096), (7, 1000), (64, 32000), (3, 128256))
+RMSNORM_SHAPES = ((1, 4096), (16, 4096), (7, 5120), (33, 8192), (4, 1000))
+FUSED_SHAPES = ((1, 4096), (16, 4096), (9, 7168))
+
+
+@unittest.skipUnless(HAVE_GPU, SKIP)
+class Ops(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        # Compile the tests' kernels up front, in parallel (warm's job in an engine).
+        shapes = [(op, d, r, c) for d in DTYPES for op in ("softmax", "log_softmax") for r, c in SOFTMAX_SHAPES]
+        shapes += [("rmsnorm", d, r, c) for d in DTYPES for r, c in RMSNORM_SHAPES]
+        shapes += [("fused_add_rmsnorm", d, r, c) for d in DTYPES for r, c in FUSED_SHAPES]
+        report = llm_kernels.warm(shapes)
+        assert len(report) == len(shapes)
+
+    def setUp(self):
+        torch.manual_seed(0)
+
+    def test_softmax_and_log_softmax(self):
+        for dtype in DTYPES:
+            for rows, cols in SOFTMAX_SHAPES:
+                for scale in (1.0, 0.125):
+                    x = torch.randn(rows, cols, device="cuda", dtype=dtype) * 4
+                    ref = torch.softmax(x.float() * scale, -1).to(dtype)
+                    close(self, llm_kernels.softmax(x, scale=scale), ref, dtype, f"softmax {dtype} {rows}x{cols}")
+                    ref = torch.log_softmax(x.float() * scale, -1).to(dtype)
+                    # log-probabilities reach -40: their absolute error scales with them
+                    got = llm_kernels.log_softmax(x, scale=scale)
+                    close(self, got, ref, dtype, f"log_softmax {dtype} {rows}x{cols}", scale=4.0)
+
+    def test_rmsnorm(self):
+        for dtype in DTYPES:
+            for rows, cols in RMSNORM_SHAPES:
+                x = torch.randn(rows, cols, device="cuda", dtype=dtype)
+                w = torch.rand(cols, device="cuda", dtype=dtype) + 0.5
+                close(self, llm_kernels.rmsnorm(x, w, 1e-6), ref_rmsnorm(x, w, 1e-6), dtype, f"rmsnorm {dtype} {rows}x{cols}")
+
+    def test_fused_add_rmsnorm(self):
+        for dtype in DTYPES:
+            for rows, cols in FUSED_SHAPES:
+                x = torch.randn(rows, cols, device="cuda", dtype=dtype)
+                r = torch.randn(rows, cols, device="cuda", dtype=dtype)
+                w = torch.rand(cols, device="cuda", dtype=dtype) + 0.5
+                want_r = (x.float() + r.float()).to(dtype)
+                want_x = ref_rmsnorm(want_r, w, 1e-5)
+                self.assertIsNone(llm_kernels.fused_add_rmsnorm(x, r, w, 1e-5))
+                close(self, r, want_r, dtype, f"fused residual {dtype} {rows}x{cols}")
+                # the kernel may normalise the unrounded sum: one more rounding apart
+                close(self, x, want_x, dtype, f"fused x {dtype} {rows}x{cols}", scale=2.0)
+
+    def test_vllm_spellings(self):
+        x = torch.randn(5, 2048, device="cuda", dtype=torch.bfloat16)
+        w = torch.rand(2048, device="cuda", dtype=torch.bfloat16) + 0.5
+        out = torch.empty_like(x)
+        llm_kernels.rms_norm(out, x, w, 1e-6)
+        close(self, out, ref_rmsnorm(x, w, 1e-6), torch.bfloat16, "rms_norm")
+        r = torch.randn_like(x)
+        want_r = (x.float() + r.float()).to(x.dtype)
+        llm_kernels.fused_add_rms_norm(x, r, w, 1e-6)
+        close(self, r, want_r, torch.bfloat16, "fused_add_rms_norm residual")
+
+    def test_strided_nd_and_given_outputs(self):
+        dtype = torch.bfloat16
+        wide = torch.randn(8, 6144, device="cuda", dtype=dtype)
+        x = wide[:, 1024:5120]  # rows 6144 apart: a slice of a fused projection
+        w = torch.rand(4096, device="cuda", dtype=dtype) + 0.5
+        out = torch.empty(8, 4096, device="cuda", dtype=dtype)
+        self.assertIs(llm_kernels.rmsnorm(x, w, out=out), out)
+        close(self, out, ref_rmsnorm(x, w, 1e-6), dtype, "rmsnorm strided input")
+        x3 = torch.randn(2, 3, 4096, device="cuda", dtype=dtype)
+        close(self, llm_kernels.rmsnorm(x3, w), ref_rmsnorm(x3, w, 1e-6), dtype, "rmsnorm 3-d")
+        s = torch.randn(2, 4, 1000, device="cuda", dtype=dtype)
+        close(self, llm_kernels.softmax(s), torch.softmax(s.float(), -1).to(dtype), dtype, "softmax 3-d")
+
+    def test_in_place_softmax(self):
+        x = torch.randn(6, 32000, device="cuda", dtype=torch.float16)
+        want = torch.softmax(x.float(), -1).to(x.dtype)
+        self.assertIs(llm_kernels.softmax(x, out=x), x)
+        close(self, x, want, torch.float16, "in-place softmax")
+
+    def test_errors_on_real_tensors(self):
+        x = torch.randn(4, 4096, device="cuda", dtype=torch.bfloat16)
+        with self.assertRaisesRegex(ValueError, "`input`"):
+            llm_kernels.rmsnorm(x.cpu(), torch.ones(4096, dtype=torch.bfloat16))
+        with self.assertRaisesRegex(ValueError, "`input`"):
+            llm_kernels.softmax(x.t())
+        with self.assertRaisesRegex(ValueError, "`weight`"):
+            llm_kernels.rmsnorm(x, torch.ones(4096, device="cuda", dtype=torch.float32))
+        with self.assertRaisesRegex(ValueError, "`out`"):
+            llm_kernels.rmsnorm(x, torch.ones(4096, device="cuda", dtype=torch.bfloat16), out=x)
+
+    def test_side_stream_orders_after_its_producer(self):
+        # x comes from a long matmul on a side stream; our softmax, launched on that
+        # stream (torch's current one there), must see the finished x.
+        dtype = torch.bfloat16
+        a = torch.randn(8192, 8192, device="cuda", dtype=dtype)
+        b = torch.randn(8192, 8192, device="cuda", dtype=dtype) / 90
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                x = a @ b
+                y = llm_kernels.softmax(x)
+                n = llm_kernels.rmsnorm(x, torch.ones(8192, device="cuda", dtype=dtype))
+        side.synchronize()
+        close(self, y, torch.softmax(x.float(), -1).to(dtype), dtype, "softmax on a side stream")
+        close(self, n, ref_rmsnorm(x, torch.ones(8192, device="cuda", dtype=dtype), 1e-6), dtype, "rmsnorm on a side stream")
+
+    def test_cuda_graph_after_warm(self):
+        dtype, rows, hidden, vocab = torch.bfloat16, 8, 4096, 32000
+        report = llm_kernels.warm(
+            [
+                ("rmsnorm", dtype, rows, hidden),
+                ("fused_add_rmsnorm", dtype, rows, hidden),
+                ("softmax", dtype, rows, vocab),
+                ("log_softmax", "bf16", rows, vocab),
+            ]
+        )
+        self.assertEqual([r["kernel"] for r in report], ["rmsnorm", "fused_add_rmsnorm", "softmax", "log_softmax"])
+        for r in report:
+            self.assertIn("=", r["config"])
+            self.assertTrue(r["source"])
+        x = torch.randn(rows, hidden, device="cuda", dtype=dtype)
+        res = torch.randn(rows, hidden, device="cuda", dtype=dtype)
+        w = torch.rand(hidden, device="cuda", dtype=dtype) + 0.5
+        logits = torch.randn(rows, vocab, device="cuda", dtype=dtype)
+        y = torch.empty_like(x)
+        p = torch.empty_like(logits)
+        lp = torch.empty_like(logits)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            llm_kernels.rmsnorm(x, w, out=y)
+            llm_kernels.fused_add_rmsnorm(x, res, w)
+            llm_kernels.softmax(logits, out=p)
+            llm_kernels.log_softmax(logits, out=lp)
+        for _ in range(2):
+            x.copy_(torch.randn_like(x))
+            res.copy_(torch.randn_like(res))
+            logits.copy_(torch.randn_like(logits) * 3)
+            x0, r0 = x.clone(), res.clone()
+            g.replay()
+            torch.cuda.synchronize()
+            close(self, y, ref_rmsnorm(x0, w, 1e-6), dtype, "graph rmsnorm")
+            want_r = (x0.float() + r0.float()).to(dtype)
+            close(self, res, want_r, dtype, "graph fused residual")
+            close(self, x, ref_rmsnorm(want_r, w, 1e-6), dtype, "graph fused x", scale=2.0)
+            close(self, p, torch.softmax(logits.float(), -1).to(dtype), dtype, "graph softmax")
+            close(self, lp, torch.log_softmax(logits.float(), -1).to(dtype), dtype, "graph log_softmax", scale=4.0)
+
+
+@unittest.skipUnless(HAVE_GPU, SKIP)
+class DecoderLayer(unittest.TestCase):
+    """One Llama-style layer (pre-norm attention with a causal softmax, SwiGLU MLP),
+    random weights, computed by torch alone and with our norms and softmax."""
+
+    def layer(self, h, p, ours):
+        dtype, (tokens, hidden), heads, eps = h.dtype, h.shape, p["heads"], 1e-5
+        d = hidden // heads
+        if ours:
+            n = llm_kernels.rmsnorm(h, p["ln1"], eps)
+        else:
+            n = ref_rmsnorm(h, p["ln1"], eps)
+        q, k, v = (n @ p["wqkv"]).split(hidden, -1)
+        q, k, v = (t.view(tokens, heads, d).transpose(0, 1) for t in (q, k, v))
+        scores = (q @ k.transpose(1, 2)).float()
+        mask = torch.ones(tokens, tokens, device=h.device, dtype=torch.bool).triu(1)
+        scores = scores.masked_fill(mask, float("-inf")).to(dtype)
+        if ours:
+            probs = llm_kernels.softmax(scores, scale=1 / math.sqrt(d))
+        else:
+            probs = torch.softmax(scores.float() / math.sqrt(d), -1).to(dtype)
+        o = (probs @ v).transpose(0, 1).reshape(tokens, hidden) @ p["wo"]
+        if ours:
+            residual = h.clone()
+            llm_kernels.fused_add_rmsnorm(o, residual, p["ln2"], eps)  # residual = h + o; o = norm
+            n2, h = o, residual
+        else:
+            h = (h.float() + o.float()).to(dtype)
+            n2 = ref_rmsnorm(h, p["ln2"], eps)
+        gate, up = (n2 @ p["wgu"]).split(p["inter"], -1)
+        mlp = (torch.nn.functional.silu(gate) * up) @ p["wd"]
+        return h + mlp
+
+    def test_layer_matches_torch(self):
+        torch.manual_seed(0)
+        dtype, tokens, hidden, heads, inter = torch.bfloat16, 24, 1024, 8, 2816
+
+        def weight(*shape):
+            return (torch.randn(*shape, device="cuda", dtype=torch.float32) / math.sqrt(shape[0])).to(dtype)
+
+        p = dict(
+            heads=heads,
+            inter=inter,
+            ln1=(torch.rand(hidden, device="cuda") + 0.5).to(dtype),
+            ln2=(torch.rand(hidden, device="cuda") + 0.5).to(dtype),
+            wqkv=weight(hidden, 3 * hidden),
+            wo=weight(hidden, hidden),
+            wgu=weight(hidden, 2 * inter),
+            wd=weight(inter, hidden),
+        )
+        h = torch.randn(tokens, hidden, device="cuda", dtype=dtype)
+        want = self.layer(h, p, ours=False)
+        got = self.layer(h, p, ours=True)
+        err = ((got.float() - want.float()).norm() / want.float().norm()).item()
+        self.assertTrue(torch.isfinite(got).all().item(), "non-finite output")
+        self.assertLess(err, 2e-2, f"relative error {err:.3g} of the layer output")
+
+
+if __name__ == "__main__":
+    unittest.main()
