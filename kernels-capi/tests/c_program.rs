@@ -11,21 +11,18 @@ fn crate_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The folder holding the library cargo built with this test (`target/<profile>`).
+/// The folder holding the library cargo built with this test: `target/<profile>` when
+/// the package itself was built, else `target/<profile>/deps`, where a test build
+/// leaves it.
 fn library_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     // target/<profile>/deps/c_program-<hash>
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>")
-        .to_path_buf();
-    assert!(
-        dir.join("libkernels_capi.so").exists(),
-        "{} has no libkernels_capi.so: the cdylib is built with the crate's tests",
-        dir.display()
-    );
-    dir
+    let deps = exe.parent().expect("target/<profile>/deps").to_path_buf();
+    let profile = deps.parent().expect("target/<profile>").to_path_buf();
+    [profile, deps]
+        .into_iter()
+        .find(|d| d.join("libkernels_capi.so").exists())
+        .expect("no libkernels_capi.so next to the test: the cdylib is built with the crate's tests")
 }
 
 fn have(tool: &str) -> bool {
