@@ -13,6 +13,7 @@
 #   .device-bin/gpu_rmsnorm    RMSNorm's GPU tests (kernels-rmsnorm/tests/gpu.rs)
 #                              cargo test --release --no-run -p kernels-rmsnorm --test gpu
 #   .device-bin/gpu_gemm       GEMM's GPU tests (kernels-gemm/tests/gpu.rs)
+#   .device-bin/gpu_moe        fused MoE's GPU tests (kernels-moe/tests/gpu.rs)
 #                              cargo test --release --no-run -p kernels-gemm --test gpu
 #   .device-bin/bench_kernels  the criterion GPU bench (benches/benches/kernels.rs)
 #                              cargo bench --no-run -p benches --bench kernels
@@ -67,6 +68,7 @@ build gpu_core gpu test test --release --no-run -p kernels-core --test gpu
 build gpu_softmax gpu test test --release --no-run -p kernels-softmax --test gpu
 build gpu_rmsnorm gpu test test --release --no-run -p kernels-rmsnorm --test gpu
 build gpu_gemm gpu test test --release --no-run -p kernels-gemm --test gpu
+build gpu_moe gpu test test --release --no-run -p kernels-moe --test gpu
 [ "${BUILD_BENCH:-1}" = 0 ] || build bench_kernels kernels bench bench --no-run -p benches --bench kernels
 
 ls -l "$DEST"

@@ -11,6 +11,7 @@
 #   gpu_softmax   kernels-softmax/tests/gpu.rs   every config, ops, PDL, the 1% check
 #   gpu_rmsnorm   kernels-rmsnorm/tests/gpu.rs   every config, ops, online tuning, PDL
 #   gpu_gemm      kernels-gemm/tests/gpu.rs      GEMM against its reference
+#   gpu_moe       kernels-moe/tests/gpu.rs       routing, alignment and fused MoE against theirs
 #   served        `kernels tables check --served`: every variant the committed tables
 #                 and the analytic defaults serve, on its exact static key, against
 #                 the CPU reference
@@ -40,7 +41,7 @@ export KERNELS_CACHE_DIR
 unset KERNELS_TUNING KERNELS_PDL
 
 SELECTED=("$@")
-[ ${#SELECTED[@]} -gt 0 ] || SELECTED=(gpu_core gpu_softmax gpu_rmsnorm gpu_gemm served)
+[ ${#SELECTED[@]} -gt 0 ] || SELECTED=(gpu_core gpu_softmax gpu_rmsnorm gpu_gemm gpu_moe served)
 
 results=()
 failed=0

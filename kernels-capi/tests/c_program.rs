@@ -4,7 +4,7 @@
 //! Also checks that the header compiles as C++. Skips, saying so, where no `cc` is
 //! installed.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 fn crate_dir() -> PathBuf {

@@ -5,6 +5,12 @@
 //! The safe op validates its arguments, takes the buffers' device addresses and keeps
 //! cudarc's stream-tracking guards until the kernel is enqueued, so a consumer on
 //! another stream that relies on cudarc's tracking waits for the kernel's output.
+//!
+//! In a CUDA-graph capture they need cudarc's event tracking off (CUDA does not let a
+//! capture wait on the events cudarc recorded outside it); with tracking on they
+//! refuse with an error naming `stream` and enqueue nothing
+//! (`kernels_core::CudaDevice::check_capturable`). After `Runtime::warm`, a capture
+//! compiles nothing, whatever the buffers' alignment.
 
 use std::sync::Arc;
 
@@ -41,6 +47,7 @@ pub fn gemm<T: Element, O: Element>(
     ldc: usize,
     workspace: Option<&mut CudaViewMut<'_, u8>>,
 ) -> Result<Resolved<GemmConfig>> {
+    kernels_core::CudaDevice::check_capturable(stream)?;
     let c_len = c.len();
     let (ap, _ga) = a.view.device_ptr(stream);
     let (bp, _gb) = b.view.device_ptr(stream);

@@ -2,6 +2,12 @@
 //! engines holding cudarc buffers call. Each validates its arguments, takes the
 //! buffers' device addresses and keeps cudarc's stream-tracking guards until the
 //! kernels are enqueued.
+//!
+//! In a CUDA-graph capture they need cudarc's event tracking off (CUDA does not let a
+//! capture wait on the events cudarc recorded outside it); with tracking on they
+//! refuse with an error naming `stream` and enqueue nothing
+//! (`kernels_core::CudaDevice::check_capturable`). After `Runtime::warm`, a capture
+//! compiles nothing, whatever the buffers' alignment.
 
 use std::sync::Arc;
 
@@ -30,6 +36,7 @@ pub fn fused_moe<T: Element>(
     out: &mut CudaViewMut<'_, T>,
     workspace: &mut CudaViewMut<'_, u8>,
 ) -> Result<Resolved<MoeConfig>> {
+    kernels_core::CudaDevice::check_capturable(stream)?;
     let (out_len, ws_len) = (out.len(), workspace.len());
     let (hp, _gh) = hidden.device_ptr(stream);
     let (w13p, _g13) = w13.device_ptr(stream);
@@ -70,6 +77,7 @@ pub fn route<L: Element>(
     topk_ids: &mut CudaViewMut<'_, i32>,
     topk_weights: &mut CudaViewMut<'_, f32>,
 ) -> Result<()> {
+    kernels_core::CudaDevice::check_capturable(stream)?;
     let (ids_len, w_len) = (topk_ids.len(), topk_weights.len());
     let (lp, _gl) = logits.device_ptr(stream);
     let bias_guard = bias.map(|b| (b.device_ptr(stream), b.len()));

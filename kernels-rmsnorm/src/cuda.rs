@@ -3,6 +3,12 @@
 //! buffers' device addresses and keeps cudarc's stream-tracking guards until the
 //! kernel is enqueued, so a consumer on another stream that relies on cudarc's
 //! tracking waits for the kernel's output.
+//!
+//! In a CUDA-graph capture they need cudarc's event tracking off (CUDA does not let a
+//! capture wait on the events cudarc recorded outside it); with tracking on they
+//! refuse with an error naming `stream` and enqueue nothing
+//! (`kernels_core::CudaDevice::check_capturable`). After `Runtime::warm`, a capture
+//! compiles nothing, whatever the buffers' alignment.
 
 use std::sync::Arc;
 
@@ -36,6 +42,7 @@ pub fn rmsnorm<T: Element>(
     y_rows: Rows,
     eps: f32,
 ) -> Result<Resolved<RmsNormConfig>> {
+    kernels_core::CudaDevice::check_capturable(stream)?;
     let y_len = y.len();
     let (xp, _gx) = x.device_ptr(stream);
     let (wp, _gw) = weight.device_ptr(stream);
@@ -72,6 +79,7 @@ pub fn fused_add_rmsnorm<T: Element>(
     weight: &CudaView<'_, T>,
     eps: f32,
 ) -> Result<Resolved<RmsNormConfig>> {
+    kernels_core::CudaDevice::check_capturable(stream)?;
     let (x_len, r_len, w_len) = (x.len(), residual.len(), weight.len());
     let (xp, _gx) = x.device_ptr_mut(stream);
     let (rp, _gr) = residual.device_ptr_mut(stream);

@@ -493,3 +493,167 @@ fn programmatic_launch_chain_matches_plain_launches_and_the_reference() {
     };
     kernels_core::testing::cuda::assert_chains_match(&plain_rt, &pdl_rt, &stepwise, chained);
 }
+
+#[test]
+fn safe_ops_are_captured_after_warm_at_every_alignment() {
+    let Some((rt, stream)) = runtime(
+        "safe_ops_are_captured_after_warm_at_every_alignment",
+        Policy::Serve,
+    ) else {
+        return;
+    };
+    use half::bf16;
+    use kernels_core::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let dtype = DType::Bf16;
+    let rows = 3usize;
+    let ctx = stream.context().clone();
+    // Tracking off for the buffers allocated here (restored at the end); this is the
+    // binary's only test that changes it.
+    // SAFETY: this test's buffers are used on one stream, which orders them.
+    unsafe { ctx.disable_event_tracking() };
+    let to_dev = |v: &[f32]| -> CudaSlice<bf16> {
+        let h: Vec<bf16> = v.iter().map(|&f| bf16::from_f32(f)).collect();
+        stream.clone_htod(&h).expect("htod")
+    };
+    let read = |b: &CudaSlice<bf16>| -> Vec<f32> {
+        stream
+            .clone_dtoh(b)
+            .expect("dtoh")
+            .iter()
+            .map(|v| v.to_f32())
+            .collect()
+    };
+    // Aligned rows, rows one element off 16-byte alignment, an odd hidden size.
+    let cases = [(4096usize, 0usize), (4096, 1), (4095, 0)];
+    let keys: Vec<(RmsNormKey, u64)> = cases
+        .iter()
+        .map(|&(cols, _)| {
+            (
+                RmsNormKey {
+                    dtype,
+                    cols: cols as u32,
+                },
+                rows as u64,
+            )
+        })
+        .collect();
+    for r in rt
+        .warm::<RmsNorm>(&stream, &keys)
+        .into_iter()
+        .chain(rt.warm::<FusedAddRmsNorm>(&stream, &keys))
+    {
+        r.expect("warm");
+    }
+    let compiled = rt.stats().compiled;
+    struct Run {
+        cols: usize,
+        offset: usize,
+        x: Vec<f32>,
+        res: Vec<f32>,
+        w: Vec<f32>,
+        bufs: [CudaSlice<bf16>; 5],
+    }
+    let mut runs: Vec<Run> = cases
+        .iter()
+        .enumerate()
+        .map(|(i, &(cols, offset))| {
+            let n = rows * cols + offset;
+            let x = stored(dtype, &pseudo_random(n, 40 + i as u64, 2.0, 0.0));
+            let res = stored(dtype, &pseudo_random(n, 50 + i as u64, 2.0, 0.0));
+            let w = stored(dtype, &pseudo_random(cols + offset, 60 + i as u64, 0.5, 1.0));
+            let bufs = [
+                to_dev(&x),
+                to_dev(&w),
+                to_dev(&vec![-3.5; n]),
+                to_dev(&x),
+                to_dev(&res),
+            ];
+            Run {
+                cols,
+                offset,
+                x,
+                res,
+                w,
+                bufs,
+            }
+        })
+        .collect();
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .expect("begin capture");
+    for r in runs.iter_mut() {
+        let shape = Rows::contiguous(rows, r.cols);
+        let span = r.offset..r.offset + rows * r.cols;
+        let wspan = r.offset..r.offset + r.cols;
+        let [x, w, y, fx, fr] = &mut r.bufs;
+        safe::rmsnorm(
+            &rt,
+            &stream,
+            &x.slice(span.clone()),
+            shape,
+            &w.slice(wspan.clone()),
+            &mut y.slice_mut(span.clone()),
+            shape,
+            EPS,
+        )
+        .expect("rmsnorm in capture");
+        safe::fused_add_rmsnorm(
+            &rt,
+            &stream,
+            &mut fx.slice_mut(span.clone()),
+            shape,
+            &mut fr.slice_mut(span),
+            shape,
+            &w.slice(wspan),
+            EPS,
+        )
+        .expect("fused_add_rmsnorm in capture");
+    }
+    let graph = stream
+        .end_capture(CUgraphInstantiate_flags(0))
+        .expect("end capture")
+        .expect("a graph");
+    assert_eq!(rt.stats().compiled, compiled, "nothing compiled while capturing");
+    graph.launch().expect("graph launch");
+    stream.synchronize().expect("sync");
+    for r in &runs {
+        let shape = Rows::contiguous(rows, r.cols);
+        let (o, n) = (r.offset, rows * r.cols);
+        let [y_want, fx_want, fr_want] = wants(
+            dtype,
+            &r.x[o..o + n],
+            &r.res[o..o + n],
+            &r.w[o..o + r.cols],
+            &vec![0.0; n],
+            shape,
+        );
+        let what = format!("cols {} offset {o}", r.cols);
+        let [_, _, y, fx, fr] = &r.bufs;
+        reference::check(
+            &format!("captured rmsnorm {what}"),
+            dtype,
+            &read(y)[o..o + n],
+            &y_want,
+            shape,
+            1,
+        )
+        .unwrap();
+        reference::check(
+            &format!("captured fused x {what}"),
+            dtype,
+            &read(fx)[o..o + n],
+            &fx_want,
+            shape,
+            1,
+        )
+        .unwrap();
+        exact(
+            &format!("captured fused residual {what}"),
+            &read(fr)[o..o + n],
+            &fr_want,
+        )
+        .unwrap();
+    }
+    // SAFETY: as above.
+    unsafe { ctx.enable_event_tracking() };
+}

@@ -3,6 +3,12 @@
 //! buffers' device addresses and keeps cudarc's stream-tracking guards until the
 //! kernel is enqueued, so a consumer on another stream that relies on cudarc's
 //! tracking waits for the kernel's output.
+//!
+//! In a CUDA-graph capture they need cudarc's event tracking off (CUDA does not let a
+//! capture wait on the events cudarc recorded outside it); with tracking on they
+//! refuse with an error naming `stream` and enqueue nothing
+//! (`kernels_core::CudaDevice::check_capturable`). After `Runtime::warm`, a capture
+//! compiles nothing, whatever the buffers' alignment.
 
 use std::sync::Arc;
 
@@ -54,6 +60,7 @@ fn run<K, T: Element>(
 where
     K: for<'a> kernels_core::Tunable<Config = SoftmaxConfig, Problem<'a> = SoftmaxProblem<'a>>,
 {
+    kernels_core::CudaDevice::check_capturable(stream)?;
     let y_len = y.len();
     let (xp, _gx) = x.device_ptr(stream);
     let (yp, _gy) = y.device_ptr_mut(stream);
@@ -71,6 +78,7 @@ pub fn softmax_in_place<T: Element>(
     rows: Rows,
     scale: f32,
 ) -> Result<Resolved<SoftmaxConfig>> {
+    kernels_core::CudaDevice::check_capturable(stream)?;
     let len = x.len();
     let (xp, _gx) = x.device_ptr_mut(stream);
     // SAFETY: the mutable borrow keeps the buffer alive and exclusive until the guard

@@ -464,3 +464,204 @@ fn the_check_fails_a_kernel_whose_normaliser_is_off_by_one_percent() {
     let e = check(&outputs[1]).expect_err("the check passed a normaliser off by 1%");
     println!("softmax {config}, normaliser off by 1%: {e}");
 }
+
+/// The tests that depend on cudarc's event tracking, which is per context: one at a
+/// time, so turning it off in one never reaches another's buffers.
+static TRACKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+#[test]
+fn a_consumer_on_another_stream_waits_for_the_safe_op() {
+    let _one = TRACKING.lock().unwrap_or_else(|e| e.into_inner());
+    let test = "a_consumer_on_another_stream_waits_for_the_safe_op";
+    let Some((rt, a)) = runtime(test, Policy::Serve) else {
+        return;
+    };
+    use half::bf16;
+    let b = rt.device().new_stream().expect("second stream");
+    assert!(
+        a.context().is_managing_stream_synchronization(),
+        "cudarc tracks buffers across streams here (two streams, tracking on)"
+    );
+    // 512 MiB each way: the kernel runs for over 100 µs, long enough for an unordered
+    // copy on the other stream to read the zeros written before it.
+    let (rows, cols) = (16384usize, 16384usize);
+    let shape = Rows::contiguous(rows, cols);
+    let x = a.alloc_zeros::<bf16>(rows * cols).expect("alloc");
+    let mut y = a.alloc_zeros::<bf16>(rows * cols).expect("alloc");
+    let want = bf16::from_f32(1.0 / cols as f32);
+    for trial in 0..20 {
+        a.memset_zeros(&mut y).expect("memset");
+        safe::softmax(&rt, &a, &x.as_view(), shape, &mut y.as_view_mut(), shape, 1.0).expect("softmax");
+        // No explicit synchronization: only cudarc's tracking orders this copy on `b`
+        // after the kernel on `a`.
+        let last = b.clone_dtoh(&y.slice((rows - 1) * cols..)).expect("dtoh on b");
+        let wrong = last.iter().filter(|&&v| v != want).count();
+        assert_eq!(
+            wrong, 0,
+            "trial {trial}: {wrong} of the last row's {cols} outputs read on stream b are not the kernel's"
+        );
+    }
+}
+
+#[test]
+fn safe_ops_are_captured_after_warm_at_every_alignment() {
+    let _one = TRACKING.lock().unwrap_or_else(|e| e.into_inner());
+    let test = "safe_ops_are_captured_after_warm_at_every_alignment";
+    let Some((rt, stream)) = runtime(test, Policy::Serve) else {
+        return;
+    };
+    use half::bf16;
+    use kernels_core::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let (rows, scale) = (4usize, 0.7f32);
+    let host = |cols: usize, seed: u64| -> (Vec<f32>, Vec<bf16>) {
+        let f = kernels_core::testing::stored(DType::Bf16, &pseudo_random(rows * cols + 1, seed, 6.0, 0.0));
+        let h = f.iter().map(|&v| bf16::from_f32(v)).collect();
+        (f, h)
+    };
+    let read = |b: &kernels_core::cudarc::driver::CudaSlice<bf16>| -> Vec<f32> {
+        stream
+            .clone_dtoh(b)
+            .expect("dtoh")
+            .iter()
+            .map(|v| v.to_f32())
+            .collect()
+    };
+
+    // With tracking on, the op refuses and the capture stays valid.
+    let ctx = stream.context().clone();
+    assert!(ctx.is_managing_stream_synchronization());
+    let (_, h) = host(4096, 1);
+    let xt = stream.clone_htod(&h).expect("htod");
+    let mut yt = stream.clone_htod(&h).expect("htod");
+    let shape = Rows::contiguous(rows, 4096);
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .expect("begin capture");
+    let refused = safe::softmax(
+        &rt,
+        &stream,
+        &xt.slice(..rows * 4096),
+        shape,
+        &mut yt.slice_mut(..rows * 4096),
+        shape,
+        scale,
+    );
+    let ended = stream.end_capture(CUgraphInstantiate_flags(0));
+    let err = refused.expect_err("a tracked capture is refused").to_string();
+    assert!(err.contains("`stream`"), "{err}");
+    assert!(
+        ended.is_ok(),
+        "the refused op left the capture valid: {:?}",
+        ended.err()
+    );
+
+    // Tracking off for buffers allocated from here on (restored at the end).
+    // SAFETY: this test's buffers are used on one stream, which orders them; the lock
+    // keeps the other tracking test out meanwhile.
+    unsafe { ctx.disable_event_tracking() };
+    // Aligned rows, rows one element off 16-byte alignment, and an odd column count.
+    let cases = [(32000usize, 0usize), (32000, 1), (32001, 0)];
+    let mut keys = Vec::new();
+    for &(cols, _) in &cases {
+        keys.push((
+            SoftmaxKey {
+                dtype: DType::Bf16,
+                cols: cols as u32,
+            },
+            rows as u64,
+        ));
+    }
+    for r in rt
+        .warm::<Softmax>(&stream, &keys)
+        .into_iter()
+        .chain(rt.warm::<LogSoftmax>(&stream, &keys))
+    {
+        r.expect("warm");
+    }
+    let compiled = rt.stats().compiled;
+    let mut runs = Vec::new();
+    for (i, &(cols, offset)) in cases.iter().enumerate() {
+        let (xf, xh) = host(cols, 10 + i as u64);
+        let x = stream.clone_htod(&xh).expect("htod");
+        let y = stream
+            .clone_htod(&vec![bf16::from_f32(-3.5); rows * cols + 1])
+            .expect("htod");
+        let yl = stream
+            .clone_htod(&vec![bf16::from_f32(-3.5); rows * cols + 1])
+            .expect("htod");
+        let xi = stream.clone_htod(&xh).expect("htod");
+        runs.push((cols, offset, xf, x, y, yl, xi));
+    }
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .expect("begin capture");
+    for (cols, offset, _, x, y, yl, xi) in runs.iter_mut() {
+        let (cols, offset) = (*cols, *offset);
+        let shape = Rows::contiguous(rows, cols);
+        let span = offset..offset + rows * cols;
+        safe::softmax(
+            &rt,
+            &stream,
+            &x.slice(span.clone()),
+            shape,
+            &mut y.slice_mut(span.clone()),
+            shape,
+            scale,
+        )
+        .expect("softmax in capture");
+        safe::log_softmax(
+            &rt,
+            &stream,
+            &x.slice(span.clone()),
+            shape,
+            &mut yl.slice_mut(span.clone()),
+            shape,
+            scale,
+        )
+        .expect("log_softmax in capture");
+        safe::softmax_in_place(&rt, &stream, &mut xi.slice_mut(span), shape, scale)
+            .expect("in place in capture");
+    }
+    let graph = stream
+        .end_capture(CUgraphInstantiate_flags(0))
+        .expect("end capture")
+        .expect("a graph");
+    assert_eq!(rt.stats().compiled, compiled, "nothing compiled while capturing");
+    graph.launch().expect("graph launch");
+    stream.synchronize().expect("sync");
+    for (cols, offset, xf, _, y, yl, xi) in &runs {
+        let (cols, offset) = (*cols, *offset);
+        let shape = Rows::contiguous(rows, cols);
+        let x = &xf[offset..offset + rows * cols];
+        let zeros = vec![0.0; rows * cols];
+        for (name, log, got) in [
+            ("softmax", false, y),
+            ("log_softmax", true, yl),
+            ("softmax_in_place", false, xi),
+        ] {
+            let got = &read(got)[offset..offset + rows * cols];
+            let w = want(
+                log,
+                x,
+                shape,
+                if name == "softmax_in_place" { x } else { &zeros },
+                scale,
+            );
+            reference::check(
+                &format!("captured {name} cols {cols} offset {offset}"),
+                DType::Bf16,
+                log,
+                x,
+                shape,
+                scale,
+                got,
+                &w,
+                shape,
+                1,
+            )
+            .unwrap();
+        }
+    }
+    // SAFETY: as above; later tests get the default back.
+    unsafe { ctx.enable_event_tracking() };
+}

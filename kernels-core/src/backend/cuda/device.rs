@@ -145,6 +145,27 @@ impl CudaDevice {
         ffi::is_capturing(stream.cu_stream())
     }
 
+    /// Refuses an op on cudarc buffers while `stream` captures a CUDA graph with
+    /// cudarc's cross-stream event tracking on (the context has streams of its own and
+    /// tracking is enabled): taking a tracked buffer's address makes the stream wait on
+    /// the buffer's last write event, recorded outside the capture, which CUDA forbids
+    /// in a capture (it invalidates it). The error names `stream`; nothing is enqueued,
+    /// so the capture stays valid. Capture with tracking off
+    /// (`CudaContext::disable_event_tracking` before the buffers are allocated) or with
+    /// the raw-pointer ops. Costs one atomic load where tracking is off.
+    pub fn check_capturable(stream: &CudaStream) -> Result<()> {
+        if stream.context().is_managing_stream_synchronization() && CudaDevice::is_capturing(stream)? {
+            return Err(Error::invalid(
+                "stream",
+                "captures a CUDA graph while cudarc tracks this context's buffers across streams: \
+                 a tracked buffer's address waits on an event recorded outside the capture, which \
+                 CUDA does not allow there. Capture with cudarc's event tracking off \
+                 (CudaContext::disable_event_tracking before allocating) or use the raw-pointer op",
+            ));
+        }
+        Ok(())
+    }
+
     /// The driver's CUDA version (13.0 on the H200 machines).
     pub fn driver_version() -> Result<(i32, i32)> {
         ffi::driver_version()
