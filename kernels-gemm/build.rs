@@ -1,4 +1,4 @@
-// Bakes tuned/tables/gemm/<target>.json for the enabled targets.
+// Bakes tables/gemm/<target>.json for the enabled targets.
 #[allow(dead_code)] // build.rs uses only the schema and check, not every constant
 #[path = "src/schema.rs"]
 mod schema;

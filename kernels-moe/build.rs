@@ -1,4 +1,4 @@
-// Bakes tuned/tables/moe/<target>.json for the enabled targets and fingerprints the
+// Bakes tables/moe/<target>.json for the enabled targets and fingerprints the
 // device source with what it is compiled after (the prelude, kernels-gemm's PTX
 // wrappers).
 #[allow(dead_code)] // build.rs uses only the schema and check, not every constant

@@ -5,7 +5,7 @@
 //! It does what `kernels tune KERNEL --shapes tuned/shapes/KERNEL.json` does for each
 //! tunable kernel in turn: progress with an ETA per shape, results persisted as they
 //! come (an interrupted run resumes from the tuning cache), tables merged into
-//! `tuned/tables/<kernel>/<target>.json` atomically. `KERNELS_RETUNE_ONLY=rmsnorm,...`
+//! each kernel crate's `tables/<kernel>/<target>.json` atomically. `KERNELS_RETUNE_ONLY=rmsnorm,...`
 //! limits the kernels; `KERNELS_RETUNE_FRESH=1` searches every shape again. Without
 //! `KERNELS_RETUNE=1`, or without a GPU, it says so in one line and does nothing.
 
@@ -53,7 +53,7 @@ fn main() -> ExitCode {
             shapes: root.join("tuned/shapes").join(format!("{kernel}.json")),
             kernel,
             target: "auto".into(),
-            tables: Some(root.join("tuned/tables")),
+            tables: None,
             retune: flag("KERNELS_RETUNE_FRESH"),
             reps: None,
             // The backend's best, as `kernels tune` by default: graph replays on CUDA,

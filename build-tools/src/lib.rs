@@ -16,7 +16,7 @@
 //! ```
 //!
 //! For each kernel and each target enabled by the crate's cargo features
-//! (`sm80 sm90 gfx90a gfx942 gfx950`), `tuned/tables/<kernel>/<target>.json` is read,
+//! (`sm80 sm90 gfx90a gfx942 gfx950`), `tables/<kernel>/<target>.json` of the crate (its own folder) is read,
 //! validated (file, entry and reason on failure, which fails the build) and emitted
 //! as a `phf::Map` in `$OUT_DIR/tuned_tables.rs`. The crate includes that file and
 //! gets, per kernel, `<kernel>_table(Target) -> Option<&'static BakedTable>`, plus
@@ -124,7 +124,7 @@ impl Bake {
         self
     }
 
-    /// Reads tables from `dir` instead of `<workspace>/tuned/tables`.
+    /// Reads tables from `dir` (relative to the crate) instead of the crate's `tables`.
     pub fn tables_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.tables_dir = Some(dir.into());
         self
@@ -164,7 +164,7 @@ impl Bake {
         let tables_dir = match (&self.tables_dir, std::env::var_os("TUNED_TABLES_DIR")) {
             (_, Some(d)) => PathBuf::from(d),
             (Some(d), None) => manifest.join(d),
-            (None, None) => manifest.join("../tuned/tables"),
+            (None, None) => manifest.join("tables"),
         };
         let targets = self.targets.clone().unwrap_or_else(enabled_targets);
         let sources: Vec<Source> = self

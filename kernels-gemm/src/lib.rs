@@ -41,6 +41,11 @@ mod baked {
 
 pub use baked::SOURCE_FINGERPRINT;
 
+/// The folder of this crate's committed tables in the source tree it was built from
+/// (`<kernel>/<target>.json` below it), where `build.rs` bakes them from and
+/// `kernels tune` writes them. A path only: nothing reads it at run time.
+pub const TABLES_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tables");
+
 /// The GEMM kernel family.
 pub struct Gemm;
 

@@ -38,6 +38,11 @@ mod baked {
 /// Fingerprint of the RMSNorm kernel source this crate was built with.
 pub use baked::SOURCE_FINGERPRINT;
 
+/// The folder of this crate's committed tables in the source tree it was built from
+/// (`<kernel>/<target>.json` below it), where `build.rs` bakes them from and
+/// `kernels tune` writes them. A path only: nothing reads it at run time.
+pub const TABLES_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tables");
+
 kernels_core::tuned_row_kernel! {
     /// RMSNorm: `y = x / rms(x) * weight`.
     RmsNorm {

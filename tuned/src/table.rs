@@ -1,4 +1,4 @@
-//! Table files (`tuned/tables/<kernel>/<target>.json`, schema v1): parsing with
+//! Table files (`<crate>/tables/<kernel>/<target>.json`, schema v1): parsing with
 //! precise validation, deterministic writing, and merging.
 
 use std::collections::{BTreeMap, BTreeSet};

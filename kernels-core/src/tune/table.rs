@@ -1,6 +1,6 @@
 //! Offline tuning into committed tables (`kernels tune`), GPU-free in itself: shape
 //! files, the tuning record the cache stores, and the resumable driver that searches
-//! shape by shape and merges the results into `tuned/tables/<kernel>/<target>.json`.
+//! shape by shape and merges the results into `<tables>/<kernel>/<target>.json`.
 //!
 //! # Shape files
 //!
@@ -246,7 +246,7 @@ pub struct TableJob<'a> {
     pub device: &'a str,
     /// Compiler and version (recorded in the table).
     pub compiler: &'a str,
-    /// The tables folder (`tuned/tables`); the file is `<kernel>/<target>.json` in it.
+    /// The tables folder (a kernel crate's `tables`); the file is `<kernel>/<target>.json` in it.
     pub tables_dir: &'a Path,
     /// Search every shape again, ignoring cached results.
     pub retune: bool,

@@ -7,12 +7,41 @@ use std::process::ExitCode;
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 use tuned::StaticKey;
 
-/// The folder of committed tables: `$TUNED_TABLES_DIR`, else `tuned/tables` of the
-/// source tree this binary was built from.
-pub fn default_tables_dir() -> PathBuf {
-    std::env::var_os("TUNED_TABLES_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../tuned/tables"))
+/// The folder of `kernel`'s committed tables (`<kernel>/<target>.json` below it):
+/// `$TUNED_TABLES_DIR`, else the `tables` folder of the crate that bakes them, in the
+/// source tree this binary was built from. `None` for a kernel no crate bakes.
+pub fn tables_dir(kernel: &str) -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("TUNED_TABLES_DIR") {
+        return Some(PathBuf::from(d));
+    }
+    let dir = match kernel {
+        "softmax" | "log_softmax" => kernels_softmax::TABLES_DIR,
+        "rmsnorm" | "fused_add_rmsnorm" => kernels_rmsnorm::TABLES_DIR,
+        "gemm" => kernels_gemm::TABLES_DIR,
+        "moe" => kernels_moe::TABLES_DIR,
+        _ => return None,
+    };
+    Some(PathBuf::from(dir))
+}
+
+/// Every folder of committed tables that exists: `$TUNED_TABLES_DIR`, else each
+/// family crate's `tables`.
+pub fn all_tables_dirs() -> Vec<PathBuf> {
+    if let Some(d) = std::env::var_os("TUNED_TABLES_DIR") {
+        return vec![PathBuf::from(d)];
+    }
+    let mut dirs: Vec<PathBuf> = [
+        kernels_softmax::TABLES_DIR,
+        kernels_rmsnorm::TABLES_DIR,
+        kernels_gemm::TABLES_DIR,
+        kernels_moe::TABLES_DIR,
+    ]
+    .into_iter()
+    .map(PathBuf::from)
+    .filter(|d| d.is_dir())
+    .collect();
+    dirs.dedup();
+    dirs
 }
 
 /// Which GPU runtime `kernels tune` measures with.

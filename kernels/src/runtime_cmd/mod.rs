@@ -18,7 +18,7 @@ pub use check::check_tables;
 pub use common::cuda::{cuda_runtime, tunables};
 #[cfg(feature = "rocm")]
 pub use common::hip::hip_tunables;
-pub use common::{default_tables_dir, Backend, CmdResult};
+pub use common::{all_tables_dirs, tables_dir, Backend, CmdResult};
 pub use info::info;
 pub use precompile::precompile;
 pub use tune::{tune, ShapeFilter, TuneArgs};

@@ -22,7 +22,7 @@ pub struct TuneArgs {
     pub shapes: PathBuf,
     /// `auto` (the device's target) or a target name that must match the device.
     pub target: String,
-    /// Tables folder (default: the committed `tuned/tables`).
+    /// Tables folder (default: the `tables` folder of the crate that bakes the kernel's tables).
     pub tables: Option<PathBuf>,
     /// Search every shape again instead of resuming from cached results.
     pub retune: bool,
@@ -322,10 +322,19 @@ fn tune_on(
         opts.timing.reps = r;
     }
     opts.timing.method = dev.timing;
-    let tables = args
+    let tables = match args
         .tables
         .clone()
-        .unwrap_or_else(super::common::default_tables_dir);
+        .or_else(|| super::common::tables_dir(dev.schema.kernel))
+    {
+        Some(t) => t,
+        None => {
+            return Err(format!(
+                "--tables: no crate bakes `{}`'s tables; name a folder",
+                dev.schema.kernel
+            ))
+        }
+    };
     let job = kernels_core::tune::TableJob {
         schema: dev.schema,
         target: dev.target,
@@ -587,7 +596,8 @@ mod tests {
 
     #[test]
     fn part_of_a_file_is_refused_over_a_table_of_another_source_or_timing() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tuned/tables/softmax/sm90.json");
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../kernels-softmax/tables/softmax/sm90.json");
         let header = TableFile::read(&path, None).unwrap().header;
         let (fp, timing) = (header.source_fingerprint.as_str(), header.timing.as_str());
         let part = ShapeFilter::new(&["cols=128256".to_string()], &[]).unwrap();
@@ -616,7 +626,8 @@ mod tests {
         // The committed softmax table: every tuned entry is offered back, by key and
         // batch, exactly as stored; markers (the default serves) are not.
         let schema = &kernels_softmax::schema::SOFTMAX;
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tuned/tables/softmax/sm90.json");
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../kernels-softmax/tables/softmax/sm90.json");
         let table = TableFile::read(&path, Some(schema)).unwrap();
         let prefer = super::previous_configs(&path, schema);
         let tuned: Vec<_> = table

@@ -98,7 +98,7 @@ enum Command {
         /// `auto` (the device's) or the device's target name.
         #[arg(long, default_value = "auto")]
         target: String,
-        /// Tables folder (default: the committed tuned/tables).
+        /// Tables folder (default: the tables folder of the crate that bakes each kernel's tables).
         #[arg(long)]
         tables: Option<PathBuf>,
         /// Search every shape again instead of resuming from cached results.
@@ -194,7 +194,7 @@ enum TablesCommand {
         /// Cache folder (default: KERNELS_CACHE_DIR, else the user's cache folder).
         #[arg(long)]
         cache: Option<PathBuf>,
-        /// Tables folder (default: the committed tuned/tables).
+        /// Tables folder (default: the tables folder of the crate that bakes each kernel's tables).
         #[arg(long)]
         tables: Option<PathBuf>,
         /// Choose each record's winner again from its recorded candidate times by this
@@ -541,8 +541,7 @@ fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {
                 Some(c) => kernels::core::DiskCache::at(c),
                 None => kernels::core::DiskCache::from_env(),
             };
-            let dir = dir.unwrap_or_else(runtime_cmd::default_tables_dir);
-            match tables::promote(&cache, &dir, reselect) {
+            match tables::promote(&cache, dir.as_deref(), reselect) {
                 Ok(p) => {
                     for (path, added, replaced, kept) in &p.written {
                         println!(
@@ -644,7 +643,7 @@ fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {
 
 fn check(paths: Vec<PathBuf>, offline_check: bool) -> Result<ExitCode, Usage> {
     let paths = if paths.is_empty() {
-        vec![runtime_cmd::default_tables_dir()]
+        runtime_cmd::all_tables_dirs()
     } else {
         paths
     };

@@ -343,7 +343,11 @@ fn check_candidates(
 /// medians by this build's rule ([`kernels_core::tune::select`] at
 /// [`kernels_core::tune::NOISE_THRESHOLD`]), as a search would now choose from the same
 /// measurements; nothing is timed.
-pub fn promote(cache: &kernels_core::DiskCache, tables: &Path, reselect: bool) -> Result<Promoted, Finding> {
+pub fn promote(
+    cache: &kernels_core::DiskCache,
+    tables: Option<&Path>,
+    reselect: bool,
+) -> Result<Promoted, Finding> {
     use std::collections::BTreeMap;
     use tuned::{StaticKey, TableHeader};
 
@@ -467,7 +471,17 @@ pub fn promote(cache: &kernels_core::DiskCache, tables: &Path, reselect: bool) -
         });
     }
     for ((kernel, target), (header, mut entries)) in by_table {
-        let path = tables.join(&kernel).join(format!("{}.json", target.name()));
+        let Some(root) = tables
+            .map(Path::to_path_buf)
+            .or_else(|| kernels::runtime_cmd::tables_dir(&kernel))
+        else {
+            out.skipped.push((
+                format!("{kernel} {target}"),
+                "no crate bakes this kernel's tables".into(),
+            ));
+            continue;
+        };
+        let path = root.join(&kernel).join(format!("{}.json", target.name()));
         let file = path.display().to_string();
         entries.sort_by(|a, b| (&a.key, a.batch).cmp(&(&b.key, b.batch)));
         entries.dedup_by(|a, b| a.key == b.key && a.batch == b.batch);
