@@ -13,7 +13,6 @@
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
-use super::ReadBack;
 use crate::{
     Backend, DeviceInfo, Error, Image, ImageKind, KernelArgs, KernelSource, LaunchDims, LoadedKernel, Result,
     Variant,
@@ -87,15 +86,6 @@ pub struct MockCompiler;
 /// A host allocation standing in for device memory.
 #[derive(Debug)]
 pub struct MockBuffer(Box<[u8]>);
-
-impl ReadBack for MockStream {
-    unsafe fn read_back(&self, src: u64, dst: &mut [u8]) -> Result<()> {
-        self.log.borrow_mut().push("read".into());
-        // SAFETY: mock device memory is host memory, valid per the caller's contract.
-        unsafe { std::ptr::copy(src as *const u8, dst.as_mut_ptr(), dst.len()) };
-        Ok(())
-    }
-}
 
 impl Backend for Mock {
     const NAME: &'static str = "mock";
@@ -241,6 +231,13 @@ impl Backend for Mock {
         stream.log.borrow_mut().push("zero".into());
         // SAFETY: as for `copy`.
         unsafe { std::ptr::write_bytes(dst as *mut u8, 0, bytes) };
+        Ok(())
+    }
+
+    unsafe fn read_back(stream: &MockStream, src: u64, dst: &mut [u8]) -> Result<()> {
+        stream.log.borrow_mut().push("read".into());
+        // SAFETY: mock device memory is host memory, valid per the caller's contract.
+        unsafe { std::ptr::copy(src as *const u8, dst.as_mut_ptr(), dst.len()) };
         Ok(())
     }
 

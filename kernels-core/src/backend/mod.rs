@@ -16,13 +16,11 @@ use crate::{KernelArgs, KernelSource, LaunchDims, Result, Timing, TimingOptions,
 
 mod info;
 mod nvrtc;
-mod read_back;
 
 pub use info::DeviceInfo;
 #[cfg_attr(not(feature = "rocm"), allow(unused_imports))]
 pub(crate) use info::{AmdNominal, AMD_MAX_GRID, AMD_REGS_PER_BLOCK};
 pub use nvrtc::{Compiler, Image, ImageKind};
-pub use read_back::ReadBack;
 
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -60,7 +58,7 @@ pub trait Backend: Sized + Send + Sync + 'static {
     /// An open device. Cheap to clone.
     type Device: Clone + Send + Sync + fmt::Debug;
     /// A stream work is enqueued on.
-    type Stream: ReadBack;
+    type Stream;
     /// A loaded kernel.
     type Kernel: LoadedKernel;
     /// The run-time compiler (NVRTC, hipRTC).
@@ -156,6 +154,14 @@ pub trait Backend: Sized + Send + Sync + 'static {
     /// # Safety
     /// As for [`Backend::copy`].
     unsafe fn zero(stream: &Self::Stream, dst: u64, bytes: usize) -> Result<()>;
+
+    /// Waits for the work enqueued on `stream` so far, then copies `dst.len()` bytes
+    /// from device address `src` to the host (the output checks of searches and of
+    /// served variants read results this way).
+    ///
+    /// # Safety
+    /// `src` must be device memory of `stream`'s device, valid for `dst.len()` bytes.
+    unsafe fn read_back(stream: &Self::Stream, src: u64, dst: &mut [u8]) -> Result<()>;
 
     // ---- timing -----------------------------------------------------------------
 

@@ -3,7 +3,6 @@
 //! ([`OutputCheck`]), and [`verify`] runs a config once and compares it with the
 //! kernel's CPU reference (`kernels tables check --served`).
 
-use crate::backend::ReadBack;
 use crate::{Backend, BufferRole, Expected, PlannedKernel, Result, Runtime, Tunable, TuneBuffer};
 
 /// What a candidate's outcome starts with when its output differs from the analytic
@@ -19,7 +18,7 @@ pub(crate) fn read_buffers<B: Backend>(stream: &B::Stream, buffers: &[TuneBuffer
         .map(|b| {
             let mut host = vec![0u8; b.bytes];
             // SAFETY: `b.ptr` is valid for b.bytes by the PlannedKernel contract.
-            unsafe { stream.read_back(b.ptr, &mut host) }?;
+            unsafe { B::read_back(stream, b.ptr, &mut host) }?;
             Ok(host)
         })
         .collect()

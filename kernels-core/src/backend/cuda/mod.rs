@@ -151,6 +151,16 @@ impl Backend for Cuda {
         unsafe { ffi::zero(dst, bytes, stream.cu_stream()) }
     }
 
+    unsafe fn read_back(stream: &Arc<CudaStream>, src: u64, dst: &mut [u8]) -> Result<()> {
+        // SAFETY: `src` is valid for dst.len() bytes by the caller's contract, and the
+        // copy completes before the synchronize returns.
+        unsafe { cudarc::driver::result::memcpy_dtoh_async(dst, src, stream.cu_stream()) }
+            .map_err(|e| driver_error("cuMemcpyDtoHAsync", e))?;
+        stream
+            .synchronize()
+            .map_err(|e| driver_error("cuStreamSynchronize", e))
+    }
+
     fn event(stream: &Arc<CudaStream>) -> Result<CudaEvent> {
         stream
             .context()

@@ -27,16 +27,6 @@ use crate::{Backend, DeviceInfo, Image, ImageKind, KernelArgs, KernelSource, Lau
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Hip;
 
-impl super::ReadBack for HipStream {
-    unsafe fn read_back(&self, src: u64, dst: &mut [u8]) -> Result<()> {
-        <Hip as Backend>::synchronize(self)?;
-        ffi::set_device(self.ordinal())?;
-        // SAFETY: `src` is valid for dst.len() bytes by the caller's contract; the copy
-        // is synchronous.
-        unsafe { ffi::copy_to_host(dst, src) }
-    }
-}
-
 impl Backend for Hip {
     const NAME: &'static str = "HIP";
     const GRAPH_TIMING: bool = false;
@@ -135,6 +125,14 @@ impl Backend for Hip {
     unsafe fn zero(stream: &HipStream, dst: u64, bytes: usize) -> Result<()> {
         // SAFETY: forwarded from the caller.
         unsafe { ffi::memset_zero(dst, bytes, stream.handle()) }
+    }
+
+    unsafe fn read_back(stream: &HipStream, src: u64, dst: &mut [u8]) -> Result<()> {
+        Hip::synchronize(stream)?;
+        ffi::set_device(stream.ordinal())?;
+        // SAFETY: `src` is valid for dst.len() bytes by the caller's contract; the copy
+        // is synchronous.
+        unsafe { ffi::copy_to_host(dst, src) }
     }
 
     fn event(stream: &HipStream) -> Result<HipEvent> {
