@@ -63,7 +63,7 @@ impl HipKernel {
         &self.kernel
     }
 
-    /// The variant, as [`Variant`] displays it.
+    /// The variant, as [`crate::Variant`] displays it.
     pub fn variant(&self) -> &str {
         &self.variant
     }
