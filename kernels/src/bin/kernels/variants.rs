@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use kernels_core::{tune::parse_shapes, DeviceInfo, Tunable, Variant};
+use kernels_core::{tune::parse_shapes, DeviceInfo, Tunable};
 use serde_json::{json, Value as Json};
 use tuned::Target;
 
@@ -147,14 +147,16 @@ fn jobs_of<K: Tunable>(
 ) -> Result<(), String> {
     let kernel = K::SCHEMA.kernel;
     for case in served_cases::<K>(target, shapes_dir, shape_file)? {
-        let v: Variant = K::variant(info, &case.key, &case.config);
-        out.insert(VariantJob {
-            name: format!("{kernel} {} {:?}", case.origin, case.config),
-            sources: std::iter::once(PRELUDE).chain(sources.iter().copied()).collect(),
-            entry: v.entry().to_string(),
-            defines: v.defines().to_vec(),
-            arch: target.compile_arch().to_string(),
-        });
+        // Every launch of the call: a multi-launch family's steps each compile.
+        for v in K::variants(info, &case.key, &case.config) {
+            out.insert(VariantJob {
+                name: format!("{kernel} {} {:?}", case.origin, case.config),
+                sources: std::iter::once(PRELUDE).chain(sources.iter().copied()).collect(),
+                entry: v.entry().to_string(),
+                defines: v.defines().to_vec(),
+                arch: target.compile_arch().to_string(),
+            });
+        }
     }
     Ok(())
 }
@@ -235,15 +237,17 @@ pub struct TableVariants {
 fn lines_of<K: Tunable>(target: Target, info: &DeviceInfo, lines: &mut Vec<String>) -> Result<usize, String> {
     let served = served::<K>(target)?;
     for s in &served {
-        let v = K::variant(info, &s.key, &s.config);
-        let defines: Vec<String> = v.defines().iter().map(|(k, v)| format!("{k}={v}")).collect();
-        lines.push(format!(
-            "{} {} {} {}",
-            s.canonical,
-            s.batch,
-            v.entry(),
-            defines.join(",")
-        ));
+        // One line per launch of the call.
+        for v in K::variants(info, &s.key, &s.config) {
+            let defines: Vec<String> = v.defines().iter().map(|(k, v)| format!("{k}={v}")).collect();
+            lines.push(format!(
+                "{} {} {} {}",
+                s.canonical,
+                s.batch,
+                v.entry(),
+                defines.join(",")
+            ));
+        }
     }
     Ok(served.len())
 }
