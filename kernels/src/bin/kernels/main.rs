@@ -359,14 +359,7 @@ fn run(cli: Cli) -> Result<ExitCode, Usage> {
             };
             let calls = plan::plan(&m, target, dtype, batch, tp).map_err(|e| Usage(e.0))?;
             if json {
-                let arr: Vec<_> = calls
-                    .iter()
-                    .map(|c| {
-                        let mut o = c.resolution.to_json();
-                        o["step"] = c.step.into();
-                        o
-                    })
-                    .collect();
+                let arr: Vec<_> = calls.iter().map(plan::PlannedCall::to_json).collect();
                 println!(
                     "{}",
                     serde_json::json!({"model": m.name, "tp": tp, "batch": batch, "target": target.name(), "calls": arr})
@@ -381,14 +374,13 @@ fn run(cli: Cli) -> Result<ExitCode, Usage> {
                     "step", "kernel", "static key", "source"
                 );
                 for c in &calls {
-                    let r = &c.resolution;
                     println!(
                         "{:<17} {:<18} {:<44} {:<14} {}",
                         c.step,
-                        r.kernel,
-                        r.static_key.as_str(),
-                        r.source.name(),
-                        r.config_text()
+                        c.kernel(),
+                        c.key(),
+                        c.source(),
+                        c.config_text()
                     );
                 }
             }
