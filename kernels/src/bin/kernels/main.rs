@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 mod catalog;
+mod export;
 mod plan;
 #[cfg(feature = "cuda")]
 mod served;
@@ -211,6 +212,19 @@ enum TablesCommand {
         /// The lock file (default: tuned/variants.lock of this source tree).
         #[arg(long)]
         path: Option<PathBuf>,
+    },
+    /// Write the sm90 fused-MoE table in another engine's layout. `--format sglang`: one
+    /// JSON file per (experts, n, device) named as SGLang's fused-MoE config loader looks
+    /// it up, keyed by tokens (M), with SGLang's field names (see docs/tuning.md).
+    Export {
+        #[arg(long)]
+        format: String,
+        /// Folder to write into (created if missing).
+        #[arg(long, default_value = "sglang-moe-configs")]
+        out: PathBuf,
+        /// The table to export (default: the committed sm90 moe table).
+        #[arg(long)]
+        table: Option<PathBuf>,
     },
     /// Turn entries that do not beat their analytic default by more than --margin
     /// (default 0.02, the tuner's noise threshold; half of it where the default takes 10 us
@@ -524,6 +538,40 @@ fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {
             Ok(ExitCode::SUCCESS)
         }
         TablesCommand::Validate { paths } => check(paths, false),
+        TablesCommand::Export { format, out, table } => {
+            if format != "sglang" {
+                return Err(Usage(format!(
+                    "--format: `{format}` is not known (known: sglang)"
+                )));
+            }
+            let table = match table {
+                Some(t) => t,
+                None => runtime_cmd::tables_dir("moe")
+                    .map(|d| d.join("moe").join("sm90.json"))
+                    .ok_or_else(|| Usage("--table: no crate bakes the moe table".into()))?,
+            };
+            if !table.exists() {
+                return Err(Usage(format!(
+                    "--table: {} does not exist (no sm90 moe table is committed yet; tune one with `kernels tune moe`, or pass --table FILE)",
+                    table.display()
+                )));
+            }
+            match export::write_sglang(&table, &out) {
+                Ok(e) => {
+                    for (name, _) in &e.files {
+                        println!("wrote {}", out.join(name).display());
+                    }
+                    for why in &e.skipped {
+                        println!("skipped {why}");
+                    }
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    eprintln!("export: {e}");
+                    Ok(ExitCode::FAILURE)
+                }
+            }
+        }
         TablesCommand::Promote {
             cache,
             tables: dir,
