@@ -222,9 +222,9 @@ where
     let target = info.tuning_target();
     let tuned = resolve_serve::<K>(target, key, rows as u64);
     let default = K::analytic_default(target, key, rows as u64);
-    let load = |c: &K::Config| rt.kernel(stream, K::SOURCE, &K::variant(info, key, c));
+    let load = |c: &K::Config| rt.kernels::<K>(stream, key, c);
     let (kt, kd) = (load(&tuned.config)?, load(&default)?);
-    let kp = rt_pdl.kernel(stream, K::SOURCE, &K::variant(info, key, &tuned.config))?;
+    let kp = rt_pdl.kernels::<K>(stream, key, &tuned.config)?;
     let mut lt =
         |i: usize| kernels::core::launch::<kernels::core::Cuda, K>(&kt, stream, &tuned.config, &problems[i]);
     let mut ld =

@@ -74,7 +74,7 @@ fn bare<K: kernels::core::Tunable>(
 ) -> Result<f64, BoxError> {
     let prepared = rt.run::<K>(stream, problem)?;
     let (dims, args) = K::launch_args(rt.info(), &prepared.resolved.config, problem)?;
-    let func = prepared.kernel.function().cu_function();
+    let func = prepared.kernel().function().cu_function();
     let mut slots = args.slots().to_vec();
     let mut params: Vec<*mut std::ffi::c_void> = slots
         .iter_mut()

@@ -49,11 +49,11 @@ pub use cache::{DiskCache, CACHE_DIR_ENV};
 pub use error::{Error, Result};
 pub use launch::{
     check_disjoint, check_eps, dtype_define, widest_vector, BufferRole, Expected, KernelArgs, KernelSource,
-    LaunchDims, LaunchPlan, PlannedKernel, Rows, TuneBuffer, Variant,
+    LaunchDims, LaunchPlan, Launches, PlannedKernel, Rows, TuneBuffer, Variant,
 };
 pub use runtime::{
-    launch, parse_pdl, pdl_from_env, ModuleOrigin, Policy, Prepared, Runtime, RuntimeOptions, Stats,
-    CRATE_VERSION, PDL_ENV, TUNING_ENV,
+    launch, launch_planned, parse_pdl, pdl_from_env, CallKernels, ModuleOrigin, Policy, Prepared, Runtime,
+    RuntimeOptions, Stats, CRATE_VERSION, PDL_ENV, TUNING_ENV,
 };
 pub use tune::{DynTunable, Tunable, TunableDyn};
 

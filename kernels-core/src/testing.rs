@@ -349,8 +349,9 @@ pub mod cuda {
         let jobs: Vec<_> = configs
             .iter()
             .flat_map(|c| {
-                let a = A::accepts(target, key, batch, c).then(|| (*A::SOURCE, A::variant(info, key, c)));
-                a.into_iter().chain([(*B::SOURCE, B::variant(info, key, c))])
+                let a = A::accepts(target, key, batch, c).then(|| A::variants(info, key, c));
+                let a = a.into_iter().flatten().map(|v| (*A::SOURCE, v));
+                a.chain(B::variants(info, key, c).into_iter().map(|v| (*B::SOURCE, v)))
             })
             .collect();
         for r in rt.precompile(&jobs) {

@@ -94,8 +94,9 @@ pub unsafe fn gemm_on_raw_stream(
     problem: &GemmProblem<'_>,
 ) -> Result<()> {
     let config = &prepared.resolved.config;
-    let (dims, args) = <Gemm as PlannedKernel>::launch_args(prepared.kernel.info(), config, problem)?;
+    let kernel = prepared.kernel();
+    let (dims, args) = <Gemm as PlannedKernel>::launch_args(kernel.info(), config, problem)?;
     // SAFETY: the plan matches the variant's entry point and stays within the
     // problem's buffers; the stream is the caller's promise.
-    unsafe { prepared.kernel.launch_raw(stream, dims, &args) }
+    unsafe { kernel.launch_raw(stream, dims, &args) }
 }

@@ -41,9 +41,13 @@
 //! default), [`space`] (search space and pruning), the device code in `cuda/moe.cu`;
 //! [`plan`] (problems, workspace and launch plans of each step), [`ops`] (the ops,
 //! generic over `kernels_core::Backend`, and the `Tunable`), `cuda` (safe ops on cudarc
-//! views, feature `cuda`), [`mod@reference`] (the CPU reference).
+//! views, feature `cuda`), [`mod@reference`] (the CPU reference), `check` (what the
+//! tuner holds a call's buffers to).
 //!
-//! The table's config is timed on the gate-up GEMM; the down GEMM runs the same tile.
+//! One config serves both grouped GEMMs. The tuner times it on the whole layer after
+//! the alignment: gate-up GEMM, down GEMM and combine ([`plan::TUNED_STEPS`], one call
+//! of `kernels_core::PlannedKernel`). The align step runs once outside the timed
+//! region, since it takes the same time under every config.
 //!
 //! ```
 //! use kernels_moe::{Moe, MoeKey};
@@ -54,6 +58,7 @@
 //! assert!(kernels_moe::workspace_bytes(&key, 64) > 0);
 //! ```
 
+mod check;
 pub mod config;
 #[cfg(feature = "cuda")]
 pub mod cuda;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use kernels_core::{
     launch::{encode, pseudo_random},
-    Backend, Error, LoadedKernel, Result, Runtime, Tunable, TunableDyn,
+    Backend, Error, LoadedKernel, PlannedKernel, Result, Runtime, Tunable, TunableDyn,
 };
 use tuned::{DType, Resolved};
 
@@ -23,7 +23,9 @@ pub struct MoePrepared<B: Backend> {
     /// The config and where it came from.
     pub resolved: Resolved<MoeConfig>,
     key: MoeKey,
-    kernels: [Arc<B::Kernel>; 4],
+    align: Arc<B::Kernel>,
+    /// The tuned call's kernels ([`crate::plan::TUNED_STEPS`]).
+    call: Arc<[Arc<B::Kernel>]>,
 }
 
 /// Resolves the config for `tokens` of `key` under the runtime's policy and loads the
@@ -35,20 +37,13 @@ pub fn prepare<B: Backend>(
     tokens: u64,
 ) -> Result<MoePrepared<B>> {
     let p = rt.resolve::<Moe>(stream, key, tokens)?;
-    let config = p.resolved.config;
-    let load = |step: Step| -> Result<Arc<B::Kernel>> {
-        if step == Step::GateUp {
-            return Ok(p.kernel.clone());
-        }
-        rt.kernel(stream, &SOURCE, &step_variant(key, &config, step))
-    };
     Ok(MoePrepared {
-        kernels: [
-            load(Step::Align)?,
-            load(Step::GateUp)?,
-            load(Step::Down)?,
-            load(Step::Combine)?,
-        ],
+        align: rt.kernel(
+            stream,
+            &SOURCE,
+            &step_variant(key, &p.resolved.config, Step::Align),
+        )?,
+        call: p.kernels,
         resolved: p.resolved,
         key: *key,
     })
@@ -69,14 +64,9 @@ pub fn prepare_config<B: Backend>(
             format!("{config} does not fit {key:?} on {}", rt.info().name),
         ));
     }
-    let load = |step: Step| rt.kernel(stream, &SOURCE, &step_variant(key, &config, step));
     Ok(MoePrepared {
-        kernels: [
-            load(Step::Align)?,
-            load(Step::GateUp)?,
-            load(Step::Down)?,
-            load(Step::Combine)?,
-        ],
+        align: rt.kernel(stream, &SOURCE, &step_variant(key, &config, Step::Align))?,
+        call: rt.kernels::<Moe>(stream, key, &config)?,
         resolved: Resolved {
             config,
             source: tuned::Source::Default,
@@ -86,9 +76,9 @@ pub fn prepare_config<B: Backend>(
 }
 
 impl<B: Backend> MoePrepared<B> {
-    /// Enqueues align, gate-up GEMM, down GEMM and combine for `problem` on `stream`.
-    /// Every step's arguments are checked before the first launch, so an error (naming
-    /// the argument) launches nothing. The problem's key must be the prepared one
+    /// Enqueues align, then the tuned call (gate-up GEMM, down GEMM, combine) for
+    /// `problem` on `stream`. Every step's arguments are checked before the first
+    /// launch, so an error (naming the argument) launches nothing. The problem's key must be the prepared one
     /// (its tokens may differ).
     pub fn launch(&self, stream: &B::Stream, problem: &MoeProblem<'_>) -> Result<()> {
         if problem.key() != self.key {
@@ -98,19 +88,16 @@ impl<B: Backend> MoePrepared<B> {
             ));
         }
         let c = &self.resolved.config;
-        let info = self.kernels[0].info();
-        let planned = [
-            step_args(info, c, problem, Step::ALL[0])?,
-            step_args(info, c, problem, Step::ALL[1])?,
-            step_args(info, c, problem, Step::ALL[2])?,
-            step_args(info, c, problem, Step::ALL[3])?,
-        ];
-        for (kernel, (dims, args)) in self.kernels.iter().zip(&planned) {
-            // SAFETY: each plan matches its step's entry point and stays within the
-            // problem's buffers (validated when the problem was built).
-            unsafe { B::launch(kernel, stream, *dims, args) }?;
+        let info = self.align.info();
+        let (dims, args) = step_args(info, c, problem, Step::Align)?;
+        let call = <Moe as PlannedKernel>::launches(info, c, problem)?;
+        // SAFETY: each plan matches its step's entry point and stays within the
+        // problem's buffers (validated when the problem was built); the call's kernels
+        // are its variants in order.
+        unsafe {
+            B::launch(&self.align, stream, dims, &args)?;
+            kernels_core::launch_planned::<B>(&self.call, stream, &call)
         }
-        Ok(())
     }
 }
 
@@ -197,6 +184,6 @@ unsafe impl Tunable for Moe {
     }
 }
 
-/// The `kernels tune` view of [`Moe`], on every backend. It times the gate-up GEMM
-/// (two thirds of the weight bytes and FLOPs); the down GEMM runs the same tile.
+/// The `kernels tune` view of [`Moe`], on every backend. It times the whole layer
+/// after the alignment: both grouped GEMMs and the combine ([`crate::plan::TUNED_STEPS`]).
 pub static MOE_TUNABLE: TunableDyn<Moe> = TunableDyn::new();

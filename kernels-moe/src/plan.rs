@@ -5,10 +5,9 @@
 
 use std::marker::PhantomData;
 
-use kernels_core::launch::decode;
 use kernels_core::{
     check_disjoint, dtype_define, BufferRole, DeviceInfo, Error, Expected, KernelArgs, KernelSource,
-    LaunchDims, LaunchPlan, PlannedKernel, Result, TuneBuffer, Variant,
+    LaunchDims, LaunchPlan, Launches, PlannedKernel, Result, TuneBuffer, Variant,
 };
 use tuned::{DType, Target, Vendor};
 
@@ -263,7 +262,7 @@ impl<'a> MoeProblem<'a> {
         self.tokens
     }
 
-    fn pairs(&self) -> u64 {
+    pub(crate) fn pairs(&self) -> u64 {
         self.tokens * self.key.topk as u64
     }
 
@@ -404,7 +403,7 @@ impl<'a> RoutingProblem<'a> {
 pub enum Step {
     /// Pairs grouped by expert (`moe_align`).
     Align,
-    /// `silu(gate) * up` per pair (`moe_gemm`, UP=1): the tuned step.
+    /// `silu(gate) * up` per pair (`moe_gemm`, UP=1).
     GateUp,
     /// The weighted down projection per pair (`moe_gemm`, UP=0).
     Down,
@@ -615,9 +614,18 @@ pub(crate) fn tuning_problem<'a>(key: MoeKey, tokens: u64, at: &[u64]) -> MoePro
     }
 }
 
-// Safety: the planned launch is the gate-up GEMM, which reads hidden, w13 and the
-// workspace's offsets and sorted pairs and writes the workspace's intermediate rows of
-// the pairs listed there, all within the buffers `buffers` lists.
+/// The steps of the call the runtime compiles, times and launches for a config: the
+/// two grouped GEMMs and the combine. The align step is left out: it depends on the
+/// dtype alone, so it would add the same time to every candidate; the tuner's problem
+/// holds its result ([`Tunable::tuning_inputs`](kernels_core::Tunable)) and the ops
+/// launch it before the call ([`crate::ops::MoePrepared::launch`]).
+pub const TUNED_STEPS: [Step; 3] = [Step::GateUp, Step::Down, Step::Combine];
+
+// Safety: the planned launches are the gate-up GEMM (reads hidden, w13 and the
+// workspace's offsets and sorted pairs, writes the intermediate rows of the pairs listed
+// there), the down GEMM (reads those rows, w2, the weights and the routing region,
+// writes the down rows of the same pairs) and the combine (reads the down rows and the
+// ids, writes `out`), all within the buffers `buffers` lists.
 unsafe impl PlannedKernel for Moe {
     type Problem<'a> = MoeProblem<'a>;
     const SOURCE: &'static KernelSource = &SOURCE;
@@ -627,7 +635,11 @@ unsafe impl PlannedKernel for Moe {
     }
 
     fn variant(_device: &DeviceInfo, key: &MoeKey, c: &MoeConfig) -> Variant {
-        step_variant(key, c, Step::GateUp)
+        step_variant(key, c, TUNED_STEPS[0])
+    }
+
+    fn variants(_device: &DeviceInfo, key: &MoeKey, c: &MoeConfig) -> Vec<Variant> {
+        TUNED_STEPS.iter().map(|&s| step_variant(key, c, s)).collect()
     }
 
     fn problem_shape(p: &MoeProblem<'_>) -> (MoeKey, u64) {
@@ -702,11 +714,20 @@ unsafe impl PlannedKernel for Moe {
         c: &MoeConfig,
         p: &MoeProblem<'_>,
     ) -> Result<(LaunchDims, KernelArgs)> {
-        step_args(device, c, p, Step::GateUp)
+        step_args(device, c, p, TUNED_STEPS[0])
+    }
+
+    fn launches(device: &DeviceInfo, c: &MoeConfig, p: &MoeProblem<'_>) -> Result<Launches> {
+        let mut launches = Launches::new();
+        for step in TUNED_STEPS {
+            let (dims, args) = step_args(device, c, p, step)?;
+            launches.push(dims, args)?;
+        }
+        Ok(launches)
     }
 
     fn reference(p: &MoeProblem<'_>, before: &[Vec<u8>]) -> Option<Vec<Vec<f32>>> {
-        Some(gate_up_reference(p, before))
+        Some(crate::check::reference(p, before))
     }
 
     fn check_outputs(
@@ -715,125 +736,8 @@ unsafe impl PlannedKernel for Moe {
         got: &[Vec<u8>],
         expected: Expected<'_>,
     ) -> std::result::Result<(), String> {
-        check_gate_up(p, before, got, expected)
+        crate::check::check(p, before, got, expected)
     }
-}
-
-/// The pairs a gate-up run computes: `(pair, token, expert)` for every choice whose
-/// expert id (in `ids`, the bytes of `topk_ids`) lies in `[0, experts)`.
-fn valid_pairs(p: &MoeProblem<'_>, ids: &[u8]) -> Vec<(usize, usize, usize)> {
-    let topk = p.key.topk as usize;
-    ids.chunks_exact(4)
-        .enumerate()
-        .filter_map(|(pair, b)| {
-            let e = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-            (e >= 0 && (e as u32) < p.key.experts).then_some((pair, pair / topk, e as usize))
-        })
-        .collect()
-}
-
-/// Buffer `i` of a problem as one f32 per element: the i32 buffers (ids, the
-/// workspace's routing region) by value, the rest in their storage type.
-fn as_f32(p: &MoeProblem<'_>, i: usize, bytes: &[u8]) -> Vec<f32> {
-    match i {
-        3 | 6 => bytes
-            .chunks_exact(4)
-            .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32)
-            .collect(),
-        4 => decode(DType::F32, bytes),
-        _ => decode(p.key.dtype, bytes),
-    }
-}
-
-/// Every buffer after one gate-up run on `before` ([`PlannedKernel::buffers`] order):
-/// the intermediate rows of the valid pairs, `silu(gate . x) * (up . x)` in f64, and
-/// everything else as it was.
-fn gate_up_reference(p: &MoeProblem<'_>, before: &[Vec<u8>]) -> Vec<Vec<f32>> {
-    let (n, k) = (p.key.n as usize, p.key.k as usize);
-    let mut out: Vec<Vec<f32>> = before.iter().enumerate().map(|(i, b)| as_f32(p, i, b)).collect();
-    let (hidden, w13) = (&out[0], &out[1]);
-    let mut rows = Vec::new();
-    for (pair, t, e) in valid_pairs(p, &before[3]) {
-        let x = &hidden[t * k..(t + 1) * k];
-        let dot = |r: usize| -> f64 {
-            let w = &w13[(e * 2 * n + r) * k..(e * 2 * n + r + 1) * k];
-            w.iter().zip(x).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum()
-        };
-        let row: Vec<f32> = (0..n)
-            .map(|i| {
-                let g = dot(i);
-                (g / (1.0 + (-g).exp()) * dot(n + i)) as f32
-            })
-            .collect();
-        rows.push((pair, row));
-    }
-    for (pair, row) in rows {
-        out[7][pair * n..(pair + 1) * n].copy_from_slice(&row);
-    }
-    out
-}
-
-/// A gate-up run's intermediate rows against `expected`. Each of the two dot products
-/// of length k accumulates in fp32, an error of at most `sqrt(k) 2^-20 |x| |w_row|`
-/// (the bound GEMM's check uses, `kernels_gemm::reference::tolerance`), and
-/// `d(silu(g) u) = silu'(g) u dg + silu(g) du` with `|silu'| <= 1.1`, `|silu(g)| <=
-/// |g| <= |x| |w_gate|` and `|u| <= |x| |w_up|`; the stored value adds one rounding of
-/// the storage type. Against another run the bound doubles. Rows of pairs the run
-/// does not compute, the down region and `out` must be unchanged.
-fn check_gate_up(
-    p: &MoeProblem<'_>,
-    before: &[Vec<u8>],
-    got: &[Vec<u8>],
-    expected: Expected<'_>,
-) -> std::result::Result<(), String> {
-    let (n, k) = (p.key.n as usize, p.key.k as usize);
-    let es = p.key.dtype.size();
-    let (hidden, w13) = (decode(p.key.dtype, &before[0]), decode(p.key.dtype, &before[1]));
-    let norm = |v: &[f32]| v.iter().map(|&a| f64::from(a).powi(2)).sum::<f64>().sqrt();
-    let (got7, want7, runs) = match expected {
-        Expected::Run(w) => (decode(p.key.dtype, &got[7]), decode(p.key.dtype, &w[7]), 2.0),
-        Expected::Reference(w) => (decode(p.key.dtype, &got[7]), w[7].clone(), 1.0),
-    };
-    let (out_ulp, acc) = kernels_gemm::reference::tolerance(p.key.dtype);
-    let sqrt_k = (k as f64).sqrt();
-    let pairs = valid_pairs(p, &before[3]);
-    let mut computed = vec![false; got7.len() / n.max(1)];
-    for &(pair, t, e) in &pairs {
-        computed[pair] = true;
-        let x = norm(&hidden[t * k..(t + 1) * k]);
-        for i in 0..n {
-            let row = |r: usize| norm(&w13[(e * 2 * n + r) * k..(e * 2 * n + r + 1) * k]);
-            let (wg, wu) = (row(i), row(n + i));
-            let (eg, eu) = (sqrt_k * acc * x * wg, sqrt_k * acc * x * wu);
-            let at = pair * n + i;
-            let (g, w) = (got7[at], want7[at]);
-            let bound = runs * (out_ulp * f64::from(w).abs() + 1.1 * x * wu * eg + x * wg * eu) + 1e-30;
-            let ok = if w.is_nan() {
-                g.is_nan()
-            } else {
-                (f64::from(g) - f64::from(w)).abs() <= bound
-            };
-            if !ok {
-                return Err(format!(
-                    "moe gate-up {} pair {pair} (token {t}, expert {e}) column {i}: got {g}, want {w} (bound {bound:.3e})",
-                    p.key.dtype
-                ));
-            }
-        }
-    }
-    // Rows no pair owns, and the down region after them: untouched.
-    for (row, chunk) in got[7].chunks(n * es).enumerate() {
-        let untouched = chunk == &before[7][row * n * es..(row * n * es + chunk.len()).min(before[7].len())];
-        if !computed.get(row).copied().unwrap_or(false) && !untouched {
-            return Err(format!(
-                "moe gate-up: workspace row {row}, which no valid pair owns, was written"
-            ));
-        }
-    }
-    if got[5] != before[5] {
-        return Err("moe gate-up: `out` was written by the gate-up step".into());
-    }
-    Ok(())
 }
 
 /// Whether `target` has the MoE kernels (NVIDIA sm_80 and newer).
@@ -888,49 +792,6 @@ mod tests {
     fn build(a: &Args) -> Result<MoeProblem<'static>> {
         let [h, w13, w2, ids, w, out] = a.bufs;
         unsafe { MoeProblem::raw(a.dtype, a.dims, h, w13, w2, ids, w, out, a.ws) }
-    }
-
-    #[test]
-    fn the_gate_up_check_passes_the_reference_and_catches_a_wrong_or_stray_row() {
-        use kernels_core::launch::{encode, pseudo_random};
-        let p = build(&ok()).unwrap();
-        let l = p.layout;
-        let mut ids: Vec<i32> = (0..T * TOPK).map(|i| (i * 3 % E) as i32).collect();
-        ids[3] = E as i32; // an engine's out-of-range id: its pair is not computed
-        let before: Vec<Vec<u8>> = vec![
-            encode(DType::Bf16, &pseudo_random(T * K, 1, 1.0, 0.0)),
-            encode(DType::Bf16, &pseudo_random(E * 2 * N * K, 2, 0.1, 0.0)),
-            encode(DType::Bf16, &pseudo_random(E * K * N, 3, 0.1, 0.0)),
-            ids.iter().flat_map(|i| i.to_le_bytes()).collect(),
-            encode(DType::F32, &[0.5; T * TOPK]),
-            vec![0u8; T * K * 2],
-            vec![0u8; l.intermediate],
-            vec![0u8; l.bytes - l.intermediate],
-        ];
-        let want = gate_up_reference(&p, &before);
-        let mut got = before.clone();
-        got[7] = encode(DType::Bf16, &want[7]);
-        assert_eq!(
-            check_gate_up(&p, &before, &got, Expected::Reference(&want)),
-            Ok(())
-        );
-        assert_eq!(check_gate_up(&p, &before, &got, Expected::Run(&got)), Ok(()));
-
-        // 5% off in one element of a computed row.
-        let mut off = want[7].clone();
-        off[N + 1] *= 1.05;
-        let mut wrong = before.clone();
-        wrong[7] = encode(DType::Bf16, &off);
-        let e = check_gate_up(&p, &before, &wrong, Expected::Reference(&want)).unwrap_err();
-        assert!(e.contains("pair 1"), "{e}");
-
-        // The out-of-range pair's row written.
-        let mut stray = want[7].clone();
-        stray[3 * N] = 1.0;
-        let mut wrong = before.clone();
-        wrong[7] = encode(DType::Bf16, &stray);
-        let e = check_gate_up(&p, &before, &wrong, Expected::Reference(&want)).unwrap_err();
-        assert!(e.contains("row 3"), "{e}");
     }
 
     fn bad_arg(a: &Args) -> String {

@@ -453,7 +453,8 @@ fn the_check_fails_a_kernel_whose_normaliser_is_off_by_one_percent() {
     let mut outputs = Vec::new();
     for source in [&kernels_softmax::plan::SOURCE, perturbed] {
         let kernel = rt.kernel(&stream, source, &variant).expect("compiles");
-        launch::<kernels_core::Cuda, Softmax>(&kernel, &stream, &config, &p).expect("launch");
+        launch::<kernels_core::Cuda, Softmax>(std::slice::from_ref(&kernel), &stream, &config, &p)
+            .expect("launch");
         outputs.push(yb.read(&stream));
     }
     let check = |got: &[f32]| reference::check("softmax", dtype, false, &x, shape, 1.0, got, &w, shape, 1);

@@ -825,3 +825,86 @@ fn kernels_core_has_amd_gpu() -> bool {
 fn kernels_core_has_amd_gpu() -> bool {
     false
 }
+
+/// `tables export --format sglang` on the fixture table: the files SGLang's fused-MoE
+/// loader looks up for the fixture's (E, N) on an H200, each mapping tokens to a config
+/// with SGLang's fields. Read back as SGLang's loader reads them (python3, where
+/// present), and as JSON here.
+#[test]
+fn the_sglang_export_is_what_sglangs_loader_reads() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/moe/sm90.json");
+    let out = std::env::temp_dir().join(format!("kernels-sglang-export-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let o = kernels(&[
+        "tables",
+        "export",
+        "--format",
+        "sglang",
+        "--table",
+        fixtures.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_stdout_has(&o, "skipped E=8,N=7168");
+    let fields = [
+        "BLOCK_SIZE_M",
+        "BLOCK_SIZE_N",
+        "BLOCK_SIZE_K",
+        "GROUP_SIZE_M",
+        "num_warps",
+        "num_stages",
+    ];
+    let mut names: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "E=128,N=768,device_name=NVIDIA_H200.json",
+            "E=8,N=14336,device_name=NVIDIA_H200.json"
+        ]
+    );
+    for name in &names {
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join(name)).unwrap()).unwrap();
+        for (m, c) in v.as_object().unwrap() {
+            assert!(m.parse::<u64>().is_ok(), "{name}: key {m}");
+            let keys: Vec<&str> = c.as_object().unwrap().keys().map(String::as_str).collect();
+            assert_eq!(keys.len(), fields.len(), "{name} {m}");
+            assert!(fields.iter().all(|f| c[f].is_u64()), "{name} {m}: {c}");
+        }
+    }
+    // SGLang's lookup: the file named from E, N and the device name with spaces as `_`
+    // (no dtype part for bf16), its keys read as ints, the config of the nearest M.
+    let script = r#"
+import json, os, sys
+out = sys.argv[1]
+def file_name(E, N, device):
+    return f"E={E},N={N},device_name={device.replace(' ', '_')}.json"
+with open(os.path.join(out, file_name(8, 14336, "NVIDIA H200"))) as f:
+    configs = {int(k): v for k, v in json.load(f).items()}
+pick = lambda M: configs[min(configs.keys(), key=lambda x: abs(x - M))]
+assert pick(50)["BLOCK_SIZE_M"] == 32 and pick(50)["num_warps"] == 8, pick(50)
+assert pick(2)["BLOCK_SIZE_N"] == 64 and pick(2)["num_stages"] == 4, pick(2)
+for c in configs.values():
+    assert set(c) == {"BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages"}
+print("sglang-ok")
+"#;
+    match Command::new("python3").arg("-c").arg(script).arg(&out).output() {
+        Ok(p) => assert!(
+            String::from_utf8_lossy(&p.stdout).contains("sglang-ok"),
+            "{}",
+            String::from_utf8_lossy(&p.stderr)
+        ),
+        Err(e) => eprintln!("python3 not run ({e}); the JSON checks above stand"),
+    }
+    let _ = std::fs::remove_dir_all(&out);
+
+    // An unknown format is a usage error naming the argument.
+    let o = kernels(&["tables", "export", "--format", "csv"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--format"), "{}", stderr(&o));
+}

@@ -1,6 +1,6 @@
 //! What a kernel family builds a launch from: its source and compile variant
 //! ([`KernelSource`], [`Variant`]), its dimensions and arguments ([`LaunchDims`],
-//! [`KernelArgs`]), the backend-neutral plan ([`PlannedKernel`], [`LaunchPlan`]), row
+//! [`KernelArgs`]), the backend-neutral plan ([`PlannedKernel`], [`LaunchPlan`], [`Launches`]), row
 //! shapes and their checks ([`Rows`]), and element encoding for tests and tuning
 //! inputs.
 
@@ -17,6 +17,9 @@ pub use args::{
 #[cfg(feature = "cuda")]
 pub use element::{alloc_random, Element};
 pub use element::{decode, encode, pseudo_random};
-pub use plan::{candidates_digest, BufferRole, Expected, LaunchPlan, PlannedKernel, TuneBuffer};
+pub(crate) use plan::check_count;
+pub use plan::{
+    candidates_digest, BufferRole, Expected, LaunchPlan, Launches, PlannedKernel, TuneBuffer, MAX_LAUNCHES,
+};
 pub use shape::{check_disjoint, check_eps, dtype_define, widest_vector, Rows};
 pub use variant::{KernelSource, Variant};

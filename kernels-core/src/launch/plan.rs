@@ -1,9 +1,15 @@
 //! What a kernel family needs to be launched and tuned on any backend: the
-//! [`PlannedKernel`] trait, whose [`PlannedKernel::plan`] turns a config and a problem
-//! (raw device addresses) into a [`LaunchPlan`] (variant, dimensions, arguments), and
-//! the buffer descriptions ([`TuneBuffer`]) tuners use for in-place safety, and the
-//! output checks ([`PlannedKernel::check_outputs`] against [`Expected`] outputs) every
-//! search and `kernels tables check --served` run.
+//! [`PlannedKernel`] trait, whose [`PlannedKernel::plans`] turn a config and a problem
+//! (raw device addresses) into the [`LaunchPlan`]s (variant, dimensions, arguments) of
+//! one call, and the buffer descriptions ([`TuneBuffer`]) tuners use for in-place
+//! safety, and the output checks ([`PlannedKernel::check_outputs`] against [`Expected`]
+//! outputs) every search and `kernels tables check --served` run.
+//!
+//! A call is one launch for most families. A family whose call is a fixed sequence of
+//! kernels (fused MoE: two grouped GEMMs and a combine) lists their variants in
+//! [`PlannedKernel::variants`] and their arguments in [`PlannedKernel::launches`]; the
+//! runtime compiles, launches, times and checks the sequence as one call, so a config
+//! is tuned on everything it changes.
 //!
 //! Every backend (CUDA, HIP, the mock) launches the same plan, so a config and a
 //! problem give byte-identical arguments and the same dimensions on each.
@@ -63,15 +69,100 @@ pub struct LaunchPlan {
     pub args: KernelArgs,
 }
 
+/// The most launches one call of a kernel family makes ([`Launches`]).
+pub const MAX_LAUNCHES: usize = 4;
+
+/// The dimensions and arguments of every launch of one call, in launch order
+/// ([`PlannedKernel::launches`]). Held inline, up to [`MAX_LAUNCHES`], so planning a
+/// call allocates nothing.
+///
+/// ```
+/// use kernels_core::launch::Launches;
+/// use kernels_core::{KernelArgs, LaunchDims};
+/// let mut l = Launches::one(LaunchDims::linear(8, 128), KernelArgs::new());
+/// l.push(LaunchDims::linear(1, 32), KernelArgs::new()).unwrap();
+/// assert_eq!(l.len(), 2);
+/// assert_eq!(l.get(1).unwrap().0.grid, (1, 1, 1));
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct Launches {
+    // Unused slots stay `None`, so a one-launch call writes one launch's bytes.
+    steps: [Option<(LaunchDims, KernelArgs)>; MAX_LAUNCHES],
+    len: usize,
+}
+
+impl Launches {
+    /// No launch yet.
+    pub const fn new() -> Launches {
+        Launches {
+            steps: [const { None }; MAX_LAUNCHES],
+            len: 0,
+        }
+    }
+
+    /// A call of one launch.
+    pub fn one(dims: LaunchDims, args: KernelArgs) -> Launches {
+        let mut l = Launches::new();
+        l.steps[0] = Some((dims, args));
+        l.len = 1;
+        l
+    }
+
+    /// Appends the next launch; an error past [`MAX_LAUNCHES`].
+    pub fn push(&mut self, dims: LaunchDims, args: KernelArgs) -> Result<()> {
+        let slot = self.steps.get_mut(self.len).ok_or_else(|| {
+            crate::Error::invalid(
+                "launches",
+                format!("a call makes at most {MAX_LAUNCHES} launches"),
+            )
+        })?;
+        *slot = Some((dims, args));
+        self.len += 1;
+        Ok(())
+    }
+
+    /// Every launch's dimensions and arguments, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&LaunchDims, &KernelArgs)> {
+        self.steps[..self.len].iter().flatten().map(|(d, a)| (d, a))
+    }
+
+    /// Launch `i`'s dimensions and arguments.
+    pub fn get(&self, i: usize) -> Option<(&LaunchDims, &KernelArgs)> {
+        self.steps.get(i)?.as_ref().map(|(d, a)| (d, a))
+    }
+
+    /// How many launches.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Default for Launches {
+    fn default() -> Self {
+        Launches::new()
+    }
+}
+
 /// A kernel family whose launches are planned without a backend: the search space,
 /// the variant of a config, the shape and buffers of a problem, and the launch plan.
 /// Problems hold raw device addresses, so the same problem type serves CUDA and HIP.
 ///
+/// A call is one launch unless the family overrides [`PlannedKernel::variants`] and
+/// [`PlannedKernel::launches`] (then [`PlannedKernel::variant`] and
+/// [`PlannedKernel::launch_args`] describe its first launch); the runtime and tuners
+/// use those two, so buffers, checks and timings cover the whole call.
+///
 /// # Safety
-/// [`PlannedKernel::buffers`] must list every buffer the planned launch writes, with
+/// [`PlannedKernel::buffers`] must list every buffer the planned launches write, with
 /// addresses and lengths valid for as long as the problem lives (tuners copy into and
-/// zero them), and [`PlannedKernel::plan`] must produce arguments that match the
-/// variant's entry point and stay within those buffers.
+/// zero them), and [`PlannedKernel::launches`] must produce, for each variant of
+/// [`PlannedKernel::variants`] in order, arguments that match its entry point and stay
+/// within those buffers.
 pub unsafe trait PlannedKernel:
     TunedKernel<
     Key: Clone + Eq + Hash + Debug + Send + Sync + 'static,
@@ -88,8 +179,16 @@ pub unsafe trait PlannedKernel:
     /// limits). The analytic default is added by tuners whether or not it is listed.
     fn search_space(device: &DeviceInfo, key: &Self::Key, batch: u64) -> Vec<Self::Config>;
 
-    /// The compiled variant of `config` for `key`: entry point, defines and hints.
+    /// The compiled variant of `config` for `key`: entry point, defines and hints (of
+    /// the first launch, for a family whose call is several).
     fn variant(device: &DeviceInfo, key: &Self::Key, config: &Self::Config) -> Variant;
+
+    /// The compiled variant of every launch of one call of `config` for `key`, in
+    /// launch order (at most [`MAX_LAUNCHES`]). The default is the one
+    /// [`PlannedKernel::variant`].
+    fn variants(device: &DeviceInfo, key: &Self::Key, config: &Self::Config) -> Vec<Variant> {
+        vec![Self::variant(device, key, config)]
+    }
 
     /// The static key and batch of a problem.
     fn problem_shape(problem: &Self::Problem<'_>) -> (Self::Key, u64);
@@ -124,13 +223,23 @@ pub unsafe trait PlannedKernel:
         problem: &Self::Problem<'_>,
     ) -> Result<(LaunchDims, KernelArgs)>;
 
-    /// The CPU reference of a run on `problem` whose buffers held `before` (their bytes,
-    /// in [`PlannedKernel::buffers`] order): every buffer's values after one run, one
+    /// The dimensions and arguments of every launch of one call of `config` on
+    /// `problem`, one per variant of [`PlannedKernel::variants`], in that order. Checks
+    /// the whole call before anything launches, so an error (naming the argument)
+    /// launches nothing; allocates nothing. The default is the one
+    /// [`PlannedKernel::launch_args`].
+    fn launches(device: &DeviceInfo, config: &Self::Config, problem: &Self::Problem<'_>) -> Result<Launches> {
+        let (dims, args) = Self::launch_args(device, config, problem)?;
+        Ok(Launches::one(dims, args))
+    }
+
+    /// The CPU reference of a call on `problem` whose buffers held `before` (their bytes,
+    /// in [`PlannedKernel::buffers`] order): every buffer's values after one call, one
     /// f32 per element (inputs as they were). `None` where the kernel has none.
     fn reference(problem: &Self::Problem<'_>, before: &[Vec<u8>]) -> Option<Vec<Vec<f32>>>;
 
-    /// Checks a run on `problem`: `before` and `got` are every buffer's bytes before and
-    /// after it ([`PlannedKernel::buffers`] order), `expected` what another run or the
+    /// Checks a call on `problem` (all its launches): `before` and `got` are every
+    /// buffer's bytes before and after it ([`PlannedKernel::buffers`] order), `expected` what another run or the
     /// reference left. The tolerance is the kernel's own, derived from its arithmetic
     /// and the storage type; the error names the first value outside it. Buffers the
     /// kernel only reads are checked unchanged by the caller.
@@ -141,7 +250,7 @@ pub unsafe trait PlannedKernel:
         expected: Expected<'_>,
     ) -> std::result::Result<(), String>;
 
-    /// The whole launch of `config` on `problem` on `device`: the variant to compile
+    /// The first launch of `config` on `problem` on `device`: the variant to compile
     /// and [`PlannedKernel::launch_args`]. For tools and tests; it builds the variant.
     fn plan(device: &DeviceInfo, config: &Self::Config, problem: &Self::Problem<'_>) -> Result<LaunchPlan> {
         let (dims, args) = Self::launch_args(device, config, problem)?;
@@ -152,10 +261,45 @@ pub unsafe trait PlannedKernel:
             args,
         })
     }
+
+    /// Every launch of one call of `config` on `problem` on `device`, in order:
+    /// [`PlannedKernel::variants`] with [`PlannedKernel::launches`]. For tools and
+    /// tests; it builds the variants. An error when the two lists differ in length.
+    fn plans(
+        device: &DeviceInfo,
+        config: &Self::Config,
+        problem: &Self::Problem<'_>,
+    ) -> Result<Vec<LaunchPlan>> {
+        let launches = Self::launches(device, config, problem)?;
+        let (key, _) = Self::problem_shape(problem);
+        let variants = Self::variants(device, &key, config);
+        check_count(Self::SCHEMA.kernel, variants.len(), launches.len())?;
+        Ok(variants
+            .into_iter()
+            .zip(launches.iter())
+            .map(|(variant, (dims, args))| LaunchPlan {
+                variant,
+                dims: *dims,
+                args: args.clone(),
+            })
+            .collect())
+    }
+}
+
+/// The error of a call whose kernels and planned launches differ in number (a broken
+/// [`PlannedKernel`]: its variants and launches disagree).
+pub(crate) fn check_count(kernel: &str, kernels: usize, launches: usize) -> Result<()> {
+    if kernels != launches {
+        return Err(crate::Error::kernel(
+            kernel,
+            format!("{kernels} compiled variants for {launches} planned launches"),
+        ));
+    }
+    Ok(())
 }
 
 /// Digest of what a search for `key` at `batch` on `device` compiles and times: the
-/// variant of every config of [`PlannedKernel::search_space`] and of the analytic
+/// variants of every config of [`PlannedKernel::search_space`] and of the analytic
 /// default, in order (`fnv1a64:` and 16 hex digits). It is part of every tuning cache
 /// key ([`crate::CacheKeyParts::candidates`]), so a stored result is a miss once the
 /// search space or the host's derivation of a config's defines changes (the source
@@ -168,8 +312,11 @@ pub fn candidates_digest<K: PlannedKernel>(device: &DeviceInfo, key: &K::Key, ba
         .iter()
         .chain(std::iter::once(&default))
     {
-        // Writing to a String cannot fail.
-        let _ = writeln!(text, "{}", K::variant(device, key, c));
+        // One line per variant, so a one-launch family's digest is that of its variants.
+        for v in K::variants(device, key, c) {
+            // Writing to a String cannot fail.
+            let _ = writeln!(text, "{v}");
+        }
     }
     format!("fnv1a64:{:016x}", tuned::fnv1a64(text.as_bytes()))
 }

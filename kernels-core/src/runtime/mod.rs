@@ -17,10 +17,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use tuned::{resolve_serve, Resolved, Source};
 
+use crate::launch::MAX_LAUNCHES;
 use crate::tune::search::canonical_key;
 use crate::{
     cache_key, AlignClass, Backend, CacheKey, CacheKeyParts, Component, DeviceInfo, DiskCache, Error, Image,
-    KernelSource, LoadedKernel, PlannedKernel, Result, Section, Tunable, TuneOptions, TuneRecord, Variant,
+    KernelSource, Launches, LoadedKernel, PlannedKernel, Result, Section, Tunable, TuneOptions, TuneRecord,
+    Variant,
 };
 use counters::{bump, lock, Counters};
 use precompile::{cached_image, check_batch, check_config, compile_and_store, Modules, TypedMemo};
@@ -77,20 +79,30 @@ impl RuntimeOptions {
     }
 }
 
-/// A resolved config with its loaded kernel: what an op launches.
+/// A resolved config with its loaded kernels: what an op launches.
 pub struct Prepared<B: Backend, C> {
     /// The config and where it came from.
     pub resolved: Resolved<C>,
-    pub kernel: Arc<B::Kernel>,
+    /// The loaded kernel of each launch of a call, in launch order
+    /// ([`PlannedKernel::variants`]; one for most families, never none). Shared, so a
+    /// memo hit clones no list.
+    pub kernels: CallKernels<B>,
     /// Set when the online policy searched and failed, so the analytic default is used.
     pub search_failure: Option<String>,
+}
+
+impl<B: Backend, C> Prepared<B, C> {
+    /// The kernel of the first launch (the only one, for most families).
+    pub fn kernel(&self) -> &Arc<B::Kernel> {
+        &self.kernels[0]
+    }
 }
 
 impl<B: Backend, C: Clone> Clone for Prepared<B, C> {
     fn clone(&self) -> Self {
         Prepared {
             resolved: self.resolved.clone(),
-            kernel: self.kernel.clone(),
+            kernels: self.kernels.clone(),
             search_failure: self.search_failure.clone(),
         }
     }
@@ -100,11 +112,18 @@ impl<B: Backend, C: std::fmt::Debug> std::fmt::Debug for Prepared<B, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Prepared")
             .field("resolved", &self.resolved)
-            .field("kernel", &self.kernel)
+            .field("kernels", &self.kernels)
             .field("search_failure", &self.search_failure)
             .finish()
     }
 }
+
+/// The loaded kernel of each launch of one call, in launch order
+/// ([`PlannedKernel::variants`]), shared so a copy clones no list.
+pub type CallKernels<B> = Arc<[Arc<<B as Backend>::Kernel>]>;
+
+/// Per alignment class, the config fitted to it and the variants of its call.
+type ClassVariants<C> = (AlignClass, C, Result<Vec<Variant>>);
 
 /// A loaded kernel and where its module came from.
 pub(crate) type Loaded<B> = (Arc<<B as Backend>::Kernel>, ModuleOrigin);
@@ -378,6 +397,21 @@ impl<B: Backend> Runtime<B> {
         self.kernel_with_origin(stream, source, variant).map(|(k, _)| k)
     }
 
+    /// The loaded kernel of every launch of a call of `config` for `key`
+    /// ([`PlannedKernel::variants`], in order), each as [`Runtime::kernel`] loads it.
+    pub fn kernels<K: PlannedKernel>(
+        &self,
+        stream: &B::Stream,
+        key: &K::Key,
+        config: &K::Config,
+    ) -> Result<CallKernels<B>> {
+        variants_of::<K>(self.info(), key, config)?
+            .iter()
+            .map(|v| self.kernel(stream, K::SOURCE, v))
+            .collect::<Result<Vec<_>>>()
+            .map(Into::into)
+    }
+
     /// [`Runtime::kernel`], also saying where the module came from.
     pub fn kernel_with_origin(
         &self,
@@ -471,6 +505,40 @@ impl<B: Backend> Runtime<B> {
         )
     }
 
+    /// The kernels of each config's call for `key` ([`PlannedKernel::variants`]),
+    /// compiled as [`Runtime::precompile`] does (in parallel, each distinct variant
+    /// once), in the order of `configs`. A config whose variants do not all compile and
+    /// load gets the first error.
+    pub(crate) fn precompile_calls<K: PlannedKernel>(
+        &self,
+        key: &K::Key,
+        configs: &[K::Config],
+        threads: usize,
+    ) -> Vec<Result<CallKernels<B>>> {
+        let info = self.info();
+        let mut jobs: Vec<(KernelSource, Variant)> = Vec::new();
+        let spans: Vec<Result<std::ops::Range<usize>>> = configs
+            .iter()
+            .map(|c| {
+                let variants = variants_of::<K>(info, key, c)?;
+                let start = jobs.len();
+                jobs.extend(variants.into_iter().map(|v| (*K::SOURCE, v)));
+                Ok(start..jobs.len())
+            })
+            .collect();
+        let loaded = self.precompile_kernels(&jobs, threads);
+        spans
+            .into_iter()
+            .map(|span| {
+                loaded[span?]
+                    .iter()
+                    .map(|r| r.as_ref().map(|(k, _)| k.clone()).map_err(Clone::clone))
+                    .collect::<Result<Vec<_>>>()
+                    .map(Into::into)
+            })
+            .collect()
+    }
+
     // ---- typed resolution -------------------------------------------------------
 
     /// Resolves the config for `key` and `batch` under the runtime's policy and loads
@@ -507,11 +575,10 @@ impl<B: Backend> Runtime<B> {
     ) -> Result<(Prepared<B, K::Config>, bool)> {
         refuse_if_capturing::<B>(stream, K::SCHEMA.kernel, "(unresolved)")?;
         let (outcome, ran) = self.resolve_config::<K>(stream, key, batch, align, problem);
-        let variant = K::variant(self.info(), key, &outcome.resolved.config);
-        let kernel = self.kernel(stream, K::SOURCE, &variant)?;
+        let kernels = self.kernels::<K>(stream, key, &outcome.resolved.config)?;
         let p = Prepared {
             resolved: outcome.resolved,
-            kernel,
+            kernels,
             search_failure: outcome.failure,
         };
         Ok((p, ran))
@@ -533,12 +600,12 @@ impl<B: Backend> Runtime<B> {
         let mkey = (key.clone(), batch, align);
         if let Some(p) = self.typed.get::<K, Prepared<B, K::Config>>(&mkey) {
             bump(&self.counters.memo_hits);
-            launch::<B, K>(&p.kernel, stream, &p.resolved.config, problem)?;
+            launch::<B, K>(&p.kernels, stream, &p.resolved.config, problem)?;
             return Ok(p);
         }
         let (p, ran) = self.resolve_and_load::<K>(stream, &key, batch, align, Some(problem))?;
         if !ran {
-            launch::<B, K>(&p.kernel, stream, &p.resolved.config, problem)?;
+            launch::<B, K>(&p.kernels, stream, &p.resolved.config, problem)?;
         }
         self.typed.put::<K, _>(mkey, p.clone());
         Ok(p)
@@ -556,8 +623,8 @@ impl<B: Backend> Runtime<B> {
         let (key, batch) = K::problem_shape(problem);
         let info = self.info();
         check_config::<K>(info, &key, batch, config)?;
-        let kernel = self.kernel(stream, K::SOURCE, &K::variant(info, &key, config))?;
-        launch::<B, K>(&kernel, stream, config, problem)
+        let kernels = self.kernels::<K>(stream, &key, config)?;
+        launch::<B, K>(&kernels, stream, config, problem)
     }
 
     /// Warms every shape a model needs at start-up: resolves each under the policy,
@@ -592,8 +659,8 @@ impl<B: Backend> Runtime<B> {
             resolved.push(r);
         }
         // Per shape, the config of each alignment class (the aligned one first), and
-        // the distinct variants they need.
-        let per_class: Vec<Vec<(AlignClass, K::Config, Variant)>> = shapes
+        // the distinct variants their calls need.
+        let per_class: Vec<Vec<ClassVariants<K::Config>>> = shapes
             .iter()
             .zip(&resolved)
             .map(|((key, _), r)| match r {
@@ -603,26 +670,35 @@ impl<B: Backend> Runtime<B> {
                     .rev()
                     .map(|&class| {
                         let config = K::fit_alignment(info, key, res.config.clone(), class);
-                        let variant = K::variant(info, key, &config);
-                        (class, config, variant)
+                        let variants = variants_of::<K>(info, key, &config);
+                        (class, config, variants)
                     })
                     .collect(),
             })
             .collect();
         let mut jobs: Vec<(KernelSource, Variant)> = Vec::new();
-        for (_, _, variant) in per_class.iter().flatten() {
-            if !jobs.iter().any(|(_, v)| v == variant) {
-                jobs.push((*K::SOURCE, variant.clone()));
+        for (_, _, variants) in per_class.iter().flatten() {
+            for variant in variants.iter().flatten() {
+                if !jobs.iter().any(|(_, v)| v == variant) {
+                    jobs.push((*K::SOURCE, variant.clone()));
+                }
             }
         }
         let kernels = self.precompile_kernels(&jobs, 0);
-        let loaded = |variant: &Variant| -> Result<Arc<B::Kernel>> {
+        let loaded_one = |variant: &Variant| -> Result<Arc<B::Kernel>> {
             let i = jobs.iter().position(|(_, v)| v == variant);
             match i.and_then(|i| kernels.get(i)) {
                 Some(Ok((kernel, _))) => Ok(kernel.clone()),
                 Some(Err(e)) => Err(e.clone()),
                 None => Err(Error::kernel(K::SCHEMA.kernel, "not compiled")),
             }
+        };
+        let loaded = |variants: Result<Vec<Variant>>| -> Result<CallKernels<B>> {
+            variants?
+                .iter()
+                .map(loaded_one)
+                .collect::<Result<Vec<_>>>()
+                .map(Into::into)
         };
         shapes
             .iter()
@@ -631,13 +707,13 @@ impl<B: Backend> Runtime<B> {
             .map(|(((key, batch), r), classes)| {
                 let (res, failure) = r?;
                 let mut aligned = None;
-                for (class, config, variant) in classes {
+                for (class, config, variants) in classes {
                     let p = Prepared {
                         resolved: Resolved {
                             config,
                             ..res.clone()
                         },
-                        kernel: loaded(&variant)?,
+                        kernels: loaded(variants)?,
                         search_failure: failure.clone(),
                     };
                     self.typed.put::<K, _>((key.clone(), *batch, class), p.clone());
@@ -682,19 +758,63 @@ impl<B: Backend> Runtime<B> {
     }
 }
 
-/// A launch of `config` on `problem` with `kernel` (compiled from the config's
-/// variant): the plan's [`PlannedKernel::launch_args`], which checks what the config
-/// needs of the problem and names the argument otherwise, then the backend's launch.
+/// One call of `config` on `problem` with `kernels` (compiled from the config's
+/// [`PlannedKernel::variants`], in order): the plan's [`PlannedKernel::launches`], which
+/// check what the config needs of the problem and name the argument otherwise, then
+/// the backend's launch of each, in order. An error launches nothing.
 pub fn launch<B: Backend, K: PlannedKernel>(
-    kernel: &B::Kernel,
+    kernels: &[Arc<B::Kernel>],
     stream: &B::Stream,
     config: &K::Config,
     problem: &K::Problem<'_>,
 ) -> Result<()> {
-    let (dims, args) = K::launch_args(kernel.info(), config, problem)?;
-    // SAFETY: the PlannedKernel contract: the plan matches the variant's entry point
+    let first = kernels
+        .first()
+        .ok_or_else(|| Error::kernel(K::SCHEMA.kernel, "no compiled kernel to launch"))?;
+    let launches = K::launches(first.info(), config, problem)?;
+    // SAFETY: the PlannedKernel contract: each launch matches its variant's entry point
     // and stays within the problem's buffers.
-    unsafe { B::launch(kernel, stream, dims, &args) }
+    unsafe { launch_planned::<B>(kernels, stream, &launches) }
+}
+
+/// Enqueues `launches` on `stream`, the i-th with `kernels[i]`; an error, launching
+/// nothing, when their numbers differ. For ops that plan a call themselves.
+///
+/// # Safety
+/// Each launch's arguments must match its kernel's entry point and stay within
+/// buffers that live until the kernels have run.
+pub unsafe fn launch_planned<B: Backend>(
+    kernels: &[Arc<B::Kernel>],
+    stream: &B::Stream,
+    launches: &Launches,
+) -> Result<()> {
+    let name = kernels.first().map_or("(none)", |k| k.name());
+    crate::launch::check_count(name, kernels.len(), launches.len())?;
+    for (kernel, (dims, args)) in kernels.iter().zip(launches.iter()) {
+        // SAFETY: the caller's promise.
+        unsafe { B::launch(kernel, stream, *dims, args) }?;
+    }
+    Ok(())
+}
+
+/// The variants of one call of `config` for `key` ([`PlannedKernel::variants`]); an
+/// error naming the kernel when there are none or more than [`MAX_LAUNCHES`].
+pub(crate) fn variants_of<K: PlannedKernel>(
+    device: &DeviceInfo,
+    key: &K::Key,
+    config: &K::Config,
+) -> Result<Vec<Variant>> {
+    let variants = K::variants(device, key, config);
+    if variants.is_empty() || variants.len() > MAX_LAUNCHES {
+        return Err(Error::kernel(
+            K::SCHEMA.kernel,
+            format!(
+                "a call has {} variants; 1 to {MAX_LAUNCHES} are allowed",
+                variants.len()
+            ),
+        ));
+    }
+    Ok(variants)
 }
 
 /// [`Error::CompileWhileCapturing`] when `stream` is capturing a graph.

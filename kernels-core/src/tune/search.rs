@@ -373,9 +373,7 @@ pub(crate) mod backend {
     use tuned::StaticKey;
 
     use super::{conclude, recheck_configs, Recheck, TuneReport};
-    use crate::{
-        Backend, BufferRole, DeviceInfo, Error, KernelSource, PlannedKernel, Result, TuneBuffer, Variant,
-    };
+    use crate::{Backend, BufferRole, DeviceInfo, Error, PlannedKernel, Result, TuneBuffer};
 
     /// Whether a search may run on `stream`: one that is capturing a graph, or that
     /// cannot say, is refused, with the reason in `report.failure`.
@@ -394,18 +392,6 @@ pub(crate) mod backend {
                 false
             }
         }
-    }
-
-    /// The compile jobs of a search's candidates on `device`, in order.
-    pub(crate) fn compile_jobs<K: PlannedKernel>(
-        device: &DeviceInfo,
-        key: &K::Key,
-        configs: &[K::Config],
-    ) -> Vec<(KernelSource, Variant)> {
-        configs
-            .iter()
-            .map(|c| (*K::SOURCE, K::variant(device, key, c)))
-            .collect()
     }
 
     /// The bytes a problem's buffers hold together.

@@ -202,7 +202,7 @@ impl<B: Backend, K: Tunable> DynTunable<B> for TunableDyn<K> {
         };
         let flush = flush.as_ref();
         plan.run(info, align, sample, |k, c| {
-            let kernel = rt.kernel(stream, K::SOURCE, &K::variant(info, k, c))?;
+            let kernel = rt.kernels::<K>(stream, k, c)?;
             if graph {
                 return B::time_graph_runs(stream, timing, launches, problems.len(), &mut |i| {
                     launch::<B, K>(&kernel, stream, c, &problems[i])

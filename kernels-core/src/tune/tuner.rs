@@ -3,7 +3,7 @@
 //! check its output against the default's, then under the one timing routine with
 //! in-place safety; the pure [`crate::select`] rule picks the winner.
 
-use super::search::backend::{compile_jobs, plain_stream, working_set, Guarded};
+use super::search::backend::{plain_stream, working_set, Guarded};
 use super::OutputCheck;
 use crate::runtime::launch;
 use crate::{
@@ -62,9 +62,12 @@ impl<B: Backend> Runtime<B> {
             return report;
         }
 
-        // Compile every candidate in parallel.
-        let jobs = compile_jobs::<K>(info, &key, &configs);
-        let kernels = self.precompile_kernels(&jobs, opts.compile_threads);
+        // Compile every candidate's kernels in parallel.
+        let kernels: Vec<_> = self
+            .precompile_calls::<K>(&key, &configs, opts.compile_threads)
+            .into_iter()
+            .map(|r| r.map(|k| (k, ())))
+            .collect();
 
         // Snapshot in-place buffers, and every buffer for the output checks, before
         // anything runs.

@@ -29,7 +29,40 @@ pub enum ModelKind {
         moe_intermediate: u32,
         experts: u32,
         top_k: u32,
+        routing: Routing,
     },
+}
+
+/// How an MoE model's router picks its experts (`kernels_moe::plan::Scoring`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Routing {
+    /// Softmax over the logits, then the top k; `renormalize` rescales their weights to
+    /// sum to 1.
+    Softmax { renormalize: bool },
+    /// DeepSeek-V3's grouped top-k: `n_group` groups, the best `topk_group` kept,
+    /// weights (renormalised) times `scale`.
+    Grouped {
+        n_group: u32,
+        topk_group: u32,
+        renormalize: bool,
+        scale: f32,
+    },
+}
+
+impl Routing {
+    fn of(m: &Json) -> Routing {
+        let r = &m["routing"];
+        let renormalize = r["renormalize"].as_bool().unwrap_or(false);
+        match r["scoring"].as_str() {
+            Some("grouped") => Routing::Grouped {
+                n_group: r["n_group"].as_u64().unwrap_or(1) as u32,
+                topk_group: r["topk_group"].as_u64().unwrap_or(1) as u32,
+                renormalize,
+                scale: r["scale"].as_f64().unwrap_or(1.0) as f32,
+            },
+            _ => Routing::Softmax { renormalize },
+        }
+    }
 }
 
 /// Every model of the catalog.
@@ -67,6 +100,7 @@ pub fn models() -> Vec<Model> {
                 moe_intermediate: num(m, "moe_intermediate"),
                 experts: num(m, "experts"),
                 top_k: num(m, "top_k"),
+                routing: Routing::of(m),
             },
         });
     }
@@ -92,7 +126,22 @@ mod tests {
         assert!(find("llama-3.1-8b").is_some());
         assert!(matches!(
             find("DeepSeek-V3").unwrap().kind,
-            ModelKind::Moe { experts: 256, .. }
+            ModelKind::Moe {
+                experts: 256,
+                routing: Routing::Grouped {
+                    n_group: 8,
+                    topk_group: 4,
+                    ..
+                },
+                ..
+            }
+        ));
+        assert!(matches!(
+            find("Mixtral-8x7B").unwrap().kind,
+            ModelKind::Moe {
+                routing: Routing::Softmax { renormalize: true },
+                ..
+            }
         ));
     }
 }

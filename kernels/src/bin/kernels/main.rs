@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 mod catalog;
+mod export;
 mod plan;
 #[cfg(feature = "cuda")]
 mod served;
@@ -212,6 +213,19 @@ enum TablesCommand {
         #[arg(long)]
         path: Option<PathBuf>,
     },
+    /// Write the sm90 fused-MoE table in another engine's layout. `--format sglang`: one
+    /// JSON file per (experts, n, device) named as SGLang's fused-MoE config loader looks
+    /// it up, keyed by tokens (M), with SGLang's field names (see docs/tuning.md).
+    Export {
+        #[arg(long)]
+        format: String,
+        /// Folder to write into (created if missing).
+        #[arg(long, default_value = "sglang-moe-configs")]
+        out: PathBuf,
+        /// The table to export (default: the committed sm90 moe table).
+        #[arg(long)]
+        table: Option<PathBuf>,
+    },
     /// Turn entries that do not beat their analytic default by more than --margin
     /// (default 0.02, the tuner's noise threshold; half of it where the default takes 10 us
     /// or more, as the tuner's rule) into default markers (the batch then
@@ -359,14 +373,7 @@ fn run(cli: Cli) -> Result<ExitCode, Usage> {
             };
             let calls = plan::plan(&m, target, dtype, batch, tp).map_err(|e| Usage(e.0))?;
             if json {
-                let arr: Vec<_> = calls
-                    .iter()
-                    .map(|c| {
-                        let mut o = c.resolution.to_json();
-                        o["step"] = c.step.into();
-                        o
-                    })
-                    .collect();
+                let arr: Vec<_> = calls.iter().map(plan::PlannedCall::to_json).collect();
                 println!(
                     "{}",
                     serde_json::json!({"model": m.name, "tp": tp, "batch": batch, "target": target.name(), "calls": arr})
@@ -381,14 +388,13 @@ fn run(cli: Cli) -> Result<ExitCode, Usage> {
                     "step", "kernel", "static key", "source"
                 );
                 for c in &calls {
-                    let r = &c.resolution;
                     println!(
                         "{:<17} {:<18} {:<44} {:<14} {}",
                         c.step,
-                        r.kernel,
-                        r.static_key.as_str(),
-                        r.source.name(),
-                        r.config_text()
+                        c.kernel(),
+                        c.key(),
+                        c.source(),
+                        c.config_text()
                     );
                 }
             }
@@ -532,6 +538,40 @@ fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {
             Ok(ExitCode::SUCCESS)
         }
         TablesCommand::Validate { paths } => check(paths, false),
+        TablesCommand::Export { format, out, table } => {
+            if format != "sglang" {
+                return Err(Usage(format!(
+                    "--format: `{format}` is not known (known: sglang)"
+                )));
+            }
+            let table = match table {
+                Some(t) => t,
+                None => runtime_cmd::tables_dir("moe")
+                    .map(|d| d.join("moe").join("sm90.json"))
+                    .ok_or_else(|| Usage("--table: no crate bakes the moe table".into()))?,
+            };
+            if !table.exists() {
+                return Err(Usage(format!(
+                    "--table: {} does not exist (no sm90 moe table is committed yet; tune one with `kernels tune moe`, or pass --table FILE)",
+                    table.display()
+                )));
+            }
+            match export::write_sglang(&table, &out) {
+                Ok(e) => {
+                    for (name, _) in &e.files {
+                        println!("wrote {}", out.join(name).display());
+                    }
+                    for why in &e.skipped {
+                        println!("skipped {why}");
+                    }
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    eprintln!("export: {e}");
+                    Ok(ExitCode::FAILURE)
+                }
+            }
+        }
         TablesCommand::Promote {
             cache,
             tables: dir,

@@ -42,7 +42,8 @@ fn check_kernel<K: Tunable>(
     // Every variant compiled in parallel first; a failure shows in its case's run.
     let jobs: Vec<_> = cases
         .iter()
-        .map(|c| (*K::SOURCE, K::variant(rt.info(), &c.key, &c.config)))
+        .flat_map(|c| K::variants(rt.info(), &c.key, &c.config))
+        .map(|v| (*K::SOURCE, v))
         .collect();
     let _ = rt.precompile(&jobs);
     for case in cases {

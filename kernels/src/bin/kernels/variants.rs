@@ -145,18 +145,52 @@ fn jobs_of<K: Tunable>(
     shape_file: &str,
     out: &mut BTreeSet<VariantJob>,
 ) -> Result<(), String> {
+    jobs_with::<K>(
+        target,
+        info,
+        sources,
+        shapes_dir,
+        shape_file,
+        |_, _| Vec::new(),
+        out,
+    )
+}
+
+/// [`jobs_of`], with the variants `extra` adds per served (key, config): launches an
+/// op makes around the tuned call (MoE's align step).
+fn jobs_with<K: Tunable>(
+    target: Target,
+    info: &DeviceInfo,
+    sources: &[&'static str],
+    shapes_dir: &Path,
+    shape_file: &str,
+    extra: impl Fn(&K::Key, &K::Config) -> Vec<Variant>,
+    out: &mut BTreeSet<VariantJob>,
+) -> Result<(), String> {
     let kernel = K::SCHEMA.kernel;
     for case in served_cases::<K>(target, shapes_dir, shape_file)? {
-        let v: Variant = K::variant(info, &case.key, &case.config);
-        out.insert(VariantJob {
-            name: format!("{kernel} {} {:?}", case.origin, case.config),
-            sources: std::iter::once(PRELUDE).chain(sources.iter().copied()).collect(),
-            entry: v.entry().to_string(),
-            defines: v.defines().to_vec(),
-            arch: target.compile_arch().to_string(),
-        });
+        // Every launch of the call: a multi-launch family's steps each compile.
+        let variants = K::variants(info, &case.key, &case.config);
+        for v in variants.into_iter().chain(extra(&case.key, &case.config)) {
+            out.insert(job(
+                format!("{kernel} {} {:?}", case.origin, case.config),
+                sources,
+                &v,
+                target,
+            ));
+        }
     }
     Ok(())
+}
+
+fn job(name: String, sources: &[&'static str], v: &Variant, target: Target) -> VariantJob {
+    VariantJob {
+        name,
+        sources: std::iter::once(PRELUDE).chain(sources.iter().copied()).collect(),
+        entry: v.entry().to_string(),
+        defines: v.defines().to_vec(),
+        arch: target.compile_arch().to_string(),
+    }
 }
 
 /// The device description variants are derived for on `target` (as `kernels variants`
@@ -200,6 +234,7 @@ pub fn reachable(target: Target, shapes_dir: &Path) -> Result<Vec<VariantJob>, S
             "kernels-gemm/cuda/gemm.cu",
         ];
         jobs_of::<kernels_gemm::Gemm>(target, &info, &gemm, shapes_dir, "gemm.json", &mut jobs)?;
+        moe_jobs(target, &info, shapes_dir, &mut jobs)?;
     }
     // One job per distinct compile (the name of the first origin is kept).
     let mut seen = BTreeSet::new();
@@ -207,6 +242,50 @@ pub fn reachable(target: Target, shapes_dir: &Path) -> Result<Vec<VariantJob>, S
         .into_iter()
         .filter(|j| seen.insert((j.entry.clone(), j.defines.clone(), j.arch.clone())))
         .collect())
+}
+
+/// Fused MoE's variants: each served config's tuned call (both grouped GEMMs and the
+/// combine) and the align step launched before it, and the routing kernels for every
+/// logits dtype and scoring (they take no config).
+fn moe_jobs(
+    target: Target,
+    info: &DeviceInfo,
+    shapes_dir: &Path,
+    jobs: &mut BTreeSet<VariantJob>,
+) -> Result<(), String> {
+    use kernels_moe::plan::{routing_variant, step_variant, Scoring, Step};
+    let moe = ["kernels-gemm/cuda/gemm_ptx.cuh", "kernels-moe/cuda/moe.cu"];
+    jobs_with::<kernels_moe::Moe>(
+        target,
+        info,
+        &moe,
+        shapes_dir,
+        "moe.json",
+        |key, c| vec![step_variant(key, c, Step::Align)],
+        jobs,
+    )?;
+    let scorings = [
+        Scoring::Softmax { renormalize: true },
+        Scoring::Grouped {
+            n_group: 8,
+            topk_group: 4,
+            renormalize: true,
+            scale: 1.0,
+            bias: None,
+        },
+    ];
+    for dtype in [tuned::DType::F32, tuned::DType::Bf16, tuned::DType::F16] {
+        for s in &scorings {
+            let v = routing_variant(dtype, s);
+            jobs.insert(job(
+                format!("moe routing {dtype} {}", v.entry()),
+                &moe,
+                &v,
+                target,
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The shape sets of the source tree this binary was built from.
@@ -235,15 +314,17 @@ pub struct TableVariants {
 fn lines_of<K: Tunable>(target: Target, info: &DeviceInfo, lines: &mut Vec<String>) -> Result<usize, String> {
     let served = served::<K>(target)?;
     for s in &served {
-        let v = K::variant(info, &s.key, &s.config);
-        let defines: Vec<String> = v.defines().iter().map(|(k, v)| format!("{k}={v}")).collect();
-        lines.push(format!(
-            "{} {} {} {}",
-            s.canonical,
-            s.batch,
-            v.entry(),
-            defines.join(",")
-        ));
+        // One line per launch of the call.
+        for v in K::variants(info, &s.key, &s.config) {
+            let defines: Vec<String> = v.defines().iter().map(|(k, v)| format!("{k}={v}")).collect();
+            lines.push(format!(
+                "{} {} {} {}",
+                s.canonical,
+                s.batch,
+                v.entry(),
+                defines.join(",")
+            ));
+        }
     }
     Ok(served.len())
 }
@@ -272,6 +353,9 @@ pub fn served_variants() -> Result<Vec<TableVariants>, String> {
         let mut lines = Vec::new();
         let n = lines_of::<FusedAddRmsNorm>(target, &info, &mut lines)?;
         push_table(&mut out, "fused_add_rmsnorm", target, n, lines);
+        let mut lines = Vec::new();
+        let n = lines_of::<kernels_moe::Moe>(target, &info, &mut lines)?;
+        push_table(&mut out, "moe", target, n, lines);
     }
     out.sort_by_key(|t| (t.kernel, t.target.name()));
     Ok(out)
