@@ -511,9 +511,7 @@ pub unsafe extern "C" fn kernels_moe_topk_softmax(
         experts,
         topk,
     };
-    let scoring = kernels::moe::plan::Scoring::Softmax {
-        renormalize: renormalize != 0,
-    };
+    let scoring = raw::moe::softmax_scoring(renormalize != 0);
     // SAFETY: forwarded from the caller.
     call(|| unsafe {
         raw::moe::route(

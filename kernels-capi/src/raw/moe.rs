@@ -254,6 +254,11 @@ pub unsafe fn route(
     unsafe { on_stream(device, stream, |rt, s| moe::ops::route(rt, s, &p)) }
 }
 
+/// The softmax top-k scoring, for [`route`].
+pub fn softmax_scoring(renormalize: bool) -> Scoring {
+    Scoring::Softmax { renormalize }
+}
+
 /// The grouped scoring of DeepSeek-V3 with its correction `bias` (0: none; else
 /// `experts` f32), for [`route`]; `n_group` and `topk_group` are checked there.
 pub fn grouped(
