@@ -430,6 +430,7 @@ def gemm(a, b, bias=None, out_dtype=None, *, out=None, workspace=None, stream=No
     if oa.dtype != c_dtype:
         raise ValueError(f"`out` has dtype {oa.dtype}; expected {c_dtype}")
     _writable(oa)
+    _arrays.check_devices(arrays)
     if x[1] == 0:
         return out
     device = _arrays.device_of(arrays)
@@ -480,6 +481,8 @@ def fused_moe(hidden_states, w1, w2, topk_weights, topk_ids, *, out=None, worksp
     if h1 != hidden or two_inter % 2:
         raise ValueError(f"`w1` must be [E, 2I, H] with H = {hidden}, got shape {list(w1a.shape)}")
     inter = two_inter // 2
+    if inter % 8 or hidden % 8:
+        raise ValueError(f"`w1` is {list(w1a.shape)}: H and I must be multiples of 8 (rows move in 16-byte pieces)")
     _contiguous(w2a, "w2", 3, (dtype,))
     if w2a.shape != (experts, hidden, inter):
         raise ValueError(f"`w2` must be [E, H, I] = {[experts, hidden, inter]}, got shape {list(w2a.shape)}")
@@ -497,6 +500,7 @@ def fused_moe(hidden_states, w1, w2, topk_weights, topk_ids, *, out=None, worksp
     if oa.shape != (tokens, hidden):
         raise ValueError(f"`out` must be [T, H] = {[tokens, hidden]}, got shape {list(oa.shape)}")
     _writable(oa)
+    _arrays.check_devices(arrays)
     if tokens == 0:
         return out
     code = _CODE[dtype]
@@ -544,17 +548,26 @@ def topk_softmax(topk_weights, topk_ids, gating_output, renormalize=False, *, st
     return None
 
 
-def _routing_outputs(gating_output, topk, hidden_states):
-    _need_torch("topk_weights")
-    g = _read(gating_output, "gating_output")
-    if len(g.shape) != 2:
-        raise ValueError(f"`gating_output` must be [T, E], got shape {list(g.shape)}")
+def _gating(gating_output, hidden_states, topk, stream, extra=()):
+    """The router logits (and `extra` operands) read and bound, with the token and
+    expert counts; `topk` checked against them."""
+    ga = _read(gating_output, "gating_output")
+    stream = _arrays.bind([ga, *extra], stream)
+    _contiguous(ga, "gating_output", 2, ("bf16", "f16", "f32"))
+    tokens, experts = ga.shape
+    if topk > min(experts, 64):
+        raise ValueError(f"`topk` is {topk}; at most 64 and the {experts} experts")
     if hidden_states is not None:
         h = _read(hidden_states, "hidden_states")
-        if not h.shape or h.shape[0] != g.shape[0]:
-            raise ValueError(f"`hidden_states` has {list(h.shape)[:1]} tokens but `gating_output` has {g.shape[0]}")
-    device = f"cuda:{_arrays.device_of([g])}"
-    tokens = g.shape[0]
+        if not h.shape or h.shape[0] != tokens:
+            raise ValueError(f"`hidden_states` has {list(h.shape)[:1]} tokens but `gating_output` has {tokens}")
+    return ga, tokens, experts, stream
+
+
+def _new_routing(tokens, topk, ga):
+    """New `(topk_weights, topk_ids)` for `tokens` tokens on the logits' device."""
+    _need_torch("topk_weights")
+    device = f"cuda:{_arrays.device_of([ga])}"
     return (
         torch.empty(tokens, topk, dtype=torch.float32, device=device),
         torch.empty(tokens, topk, dtype=torch.int32, device=device),
@@ -565,7 +578,8 @@ def fused_topk(hidden_states, gating_output, topk, renormalize, *, stream=None):
     """vLLM's ``fused_topk``: :func:`topk_softmax` into new tensors; returns
     ``(topk_weights, topk_ids)``. ``hidden_states`` only gives the token count."""
     topk = _count(topk, "topk")
-    weights, ids = _routing_outputs(gating_output, topk, hidden_states)
+    ga, tokens, _, _ = _gating(gating_output, hidden_states, topk, stream)
+    weights, ids = _new_routing(tokens, topk, ga)
     topk_softmax(weights, ids, gating_output, renormalize, stream=stream)
     return weights, ids
 
@@ -597,29 +611,26 @@ def grouped_topk(
     n_group = _count(num_expert_group, "num_expert_group")
     topk_group = _count(topk_group, "topk_group")
     scale = _finite(routed_scaling_factor, "routed_scaling_factor")
-    weights, ids = _routing_outputs(gating_output, topk, hidden_states)
-    (wa, ia, ga), stream = _routing_operands(weights, ids, gating_output, stream)
-    tokens, experts = ga.shape
+    ba = None
+    if e_score_correction_bias is not None:
+        ba = _read(e_score_correction_bias, "e_score_correction_bias")
+    ga, tokens, experts, stream = _gating(gating_output, hidden_states, topk, stream, [ba] if ba else [])
     if n_group > 32 or experts % n_group:
         raise ValueError(f"`num_expert_group` is {n_group}; 1..32 groups that divide the {experts} experts")
     if topk_group > n_group or topk > topk_group * (experts // n_group):
         raise ValueError(
             f"`topk_group` is {topk_group}: at most {n_group} groups, holding at least topk = {topk} experts"
         )
-    arrays = [wa, ia, ga]
-    bias_ptr = 0
-    if e_score_correction_bias is not None:
-        ba = _read(e_score_correction_bias, "e_score_correction_bias")
-        _arrays.bind([ba], stream)
+    if ba is not None:
         _contiguous(ba, "e_score_correction_bias", 1, ("f32",))
         if ba.shape != (experts,):
             raise ValueError(f"`e_score_correction_bias` must be [E] = [{experts}], got shape {list(ba.shape)}")
-        arrays.append(ba)
-        bias_ptr = ba.ptr
+    weights, ids = _new_routing(tokens, topk, ga)
     if tokens == 0:
         return weights, ids
-    device, stream = _arrays.launch(arrays, stream)
-    _ext.grouped_topk(ia.ptr, wa.ptr, ga.ptr, bias_ptr, tokens, experts, topk, n_group, topk_group,
+    wa, ia = _read(weights, "topk_weights"), _read(ids, "topk_ids")
+    device, stream = _arrays.launch([wa, ia, ga, ba], stream)
+    _ext.grouped_topk(ia.ptr, wa.ptr, ga.ptr, ba.ptr if ba else 0, tokens, experts, topk, n_group, topk_group,
                       bool(renormalize), scale, _CODE[ga.dtype], device, stream)
     return weights, ids
 
@@ -672,7 +683,8 @@ def warm(shapes, device=None, *, stream=None):
     of these shapes compile nothing. Returns one dict per shape, in order:
     ``{"kernel", "config", "source"}`` (``source``: ``table-exact``,
     ``table-nearest``, ``default``, ...), as ``kernels plan`` prints them. Blocks
-    while compiling; the GIL is released meanwhile.
+    while compiling; the GIL is released meanwhile. The kinds are warmed in turn (row
+    kernels, GEMM, MoE), each checking all its shapes before it compiles.
     """
     rows, gemms, moes = [], [], []
     order = []

@@ -186,6 +186,19 @@ def bind(arrays, stream):
     return stream
 
 
+def check_devices(arrays):
+    """Every operand whose device is known on the first one's; names the first that is
+    not (no driver call: CUDA array interface operands are checked by :func:`launch`)."""
+    device = None
+    for a in arrays:
+        if a is None or a.device is None:
+            continue
+        if device is None:
+            device = a
+        elif a.device != device.device:
+            raise ValueError(f"`{a.name}` is on cuda:{a.device} but `{device.name}` is on cuda:{device.device}")
+
+
 def launch(arrays, stream):
     """``(device, stream)`` to launch on, after the checks: every operand on one device
     (the first differing one is named), and the launch stream waiting for each CUDA
