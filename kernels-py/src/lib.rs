@@ -10,7 +10,7 @@
 //! driver failures raise `llm_kernels.KernelsError` (a `RuntimeError`).
 //! The GIL is released while a call runs: a first call of a shape compiles.
 //!
-//! For arrays of other libraries it also reads DLPack capsules ([`dlpack`]), finds the
+//! For arrays of other libraries it also reads DLPack capsules (`src/dlpack.rs`), finds the
 //! device of an address and makes a stream wait for another
 //! (`kernels_capi::raw::interop`).
 
