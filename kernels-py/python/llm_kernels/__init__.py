@@ -224,6 +224,28 @@ def _contiguous(a, name, dims, dtypes):
         raise ValueError(f"`{name}` must be contiguous, got strides {list(a.strides)}; call .contiguous()")
 
 
+def _named(call, names, *args):
+    """`call(*args)`, with the library's argument names in a ValueError replaced by the
+    Python function's (`names`: library name -> Python name)."""
+    try:
+        return call(*args)
+    except ValueError as e:
+        message = str(e)
+        for lib, py in names.items():
+            message = message.replace(f"`{lib}`", f"`{py}`")
+        raise ValueError(message) from None
+
+
+_GEMM_NAMES = {"c": "out", "ldc": "out", "lda": "a", "ldb": "b"}
+_MOE_NAMES = {"hidden": "hidden_states", "w13": "w1"}
+_ROUTING_NAMES = {
+    "logits": "gating_output",
+    "bias": "e_score_correction_bias",
+    "n_group": "num_expert_group",
+    "scale": "routed_scaling_factor",
+}
+
+
 def _softmax(log, input, out, scale, stream):
     xa = _read(input, "input")
     ya = _read(out, "out") if out is not None else None
@@ -433,12 +455,17 @@ def gemm(a, b, bias=None, out_dtype=None, *, out=None, workspace=None, stream=No
     _arrays.check_devices(arrays)
     if x[1] == 0:
         return out
+    _disjoint(x, "a", y, "out")
+    b_rows, b_cols = (n, k) if layout == _ext.LAYOUT_NT else (k, n)
+    _disjoint((ba.ptr, b_rows, b_cols, ldb, x[4], None), "b", y, "out")
+    if bias_ptr:
+        _disjoint((bias_ptr, 1, n, n, x[4], None), "bias", y, "out")
     device = _arrays.device_of(arrays)
     need = gemm_workspace_bytes(x[1], n, k, aa.dtype, "nt" if layout == _ext.LAYOUT_NT else "nn", device)
     ws = _workspace(workspace, "workspace", need, arrays, stream, zeroed=True)
     device, stream = _arrays.launch(arrays, stream)
-    _ext.gemm(y[0], y[3], _CODE[c_dtype], x[0], x[3], ba.ptr, ldb, layout, bias_ptr, x[1], n, k,
-              x[4], ws[0], ws[1], device, stream)
+    _named(_ext.gemm, _GEMM_NAMES, y[0], y[3], _CODE[c_dtype], x[0], x[3], ba.ptr, ldb, layout, bias_ptr,
+           x[1], n, k, x[4], ws[0], ws[1], device, stream)
     return out
 
 
@@ -504,11 +531,11 @@ def fused_moe(hidden_states, w1, w2, topk_weights, topk_ids, *, out=None, worksp
     if tokens == 0:
         return out
     code = _CODE[dtype]
-    need = _ext.moe_workspace_bytes(tokens, experts, inter, hidden, topk, code)
+    need = _named(_ext.moe_workspace_bytes, _MOE_NAMES, tokens, experts, inter, hidden, topk, code)
     ws = _workspace(workspace, "workspace", need, arrays, stream, zeroed=False)
     device, stream = _arrays.launch(arrays, stream)
-    _ext.fused_moe(oa.ptr, ha.ptr, w1a.ptr, w2a.ptr, ia.ptr, wa.ptr, tokens, experts, inter, hidden, topk,
-                   code, ws[0], ws[1], device, stream)
+    _named(_ext.fused_moe, _MOE_NAMES, oa.ptr, ha.ptr, w1a.ptr, w2a.ptr, ia.ptr, wa.ptr, tokens, experts,
+           inter, hidden, topk, code, ws[0], ws[1], device, stream)
     return out
 
 
@@ -543,8 +570,8 @@ def topk_softmax(topk_weights, topk_ids, gating_output, renormalize=False, *, st
     if tokens == 0:
         return None
     device, stream = _arrays.launch([wa, ia, ga], stream)
-    _ext.topk_softmax(ia.ptr, wa.ptr, ga.ptr, tokens, experts, wa.shape[1], _CODE[ga.dtype], bool(renormalize),
-                      device, stream)
+    _named(_ext.topk_softmax, _ROUTING_NAMES, ia.ptr, wa.ptr, ga.ptr, tokens, experts, wa.shape[1],
+           _CODE[ga.dtype], bool(renormalize), device, stream)
     return None
 
 
@@ -630,8 +657,8 @@ def grouped_topk(
         return weights, ids
     wa, ia = _read(weights, "topk_weights"), _read(ids, "topk_ids")
     device, stream = _arrays.launch([wa, ia, ga, ba], stream)
-    _ext.grouped_topk(ia.ptr, wa.ptr, ga.ptr, ba.ptr if ba else 0, tokens, experts, topk, n_group, topk_group,
-                      bool(renormalize), scale, _CODE[ga.dtype], device, stream)
+    _named(_ext.grouped_topk, _ROUTING_NAMES, ia.ptr, wa.ptr, ga.ptr, ba.ptr if ba else 0, tokens, experts,
+           topk, n_group, topk_group, bool(renormalize), scale, _CODE[ga.dtype], device, stream)
     return weights, ids
 
 
