@@ -30,5 +30,5 @@ echo "== C program"
 echo "== host overhead"
 python3 kernels-py/bench/overhead.py "$OUT/overhead.json" 2>&1 | tee "$OUT/overhead.log" || status=1
 echo "== pytest kernels-py/tests"
-(cd /tmp && timeout 150 python3 -m pytest -p no:cacheprovider -v -rs "$REPO/kernels-py/tests") 2>&1 | tee "$OUT/pytest.log" || status=1
+(cd /tmp && timeout 420 python3 -m pytest -p no:cacheprovider -v -rs "$REPO/kernels-py/tests") 2>&1 | tee "$OUT/pytest.log" || status=1
 exit $status

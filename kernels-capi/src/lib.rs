@@ -1,6 +1,7 @@
-//! The C ABI of the kernels, for C and C++ engines: softmax, log-softmax, RMSNorm and
-//! fused residual-add RMSNorm on raw device pointers, a `CUstream` and a device
-//! ordinal, with the tuned configs of the baked tables. The header is
+//! The C ABI of the kernels, for C and C++ engines: softmax, log-softmax, RMSNorm,
+//! fused residual-add RMSNorm, GEMM, and fused MoE with its routing, on raw device
+//! pointers, a `CUstream` and a device ordinal, with the tuned configs of the baked
+//! tables. The header is
 //! `include/kernels.h`; build the library with `cargo build --release -p kernels-capi`
 //! (`libkernels_capi.so` and `libkernels_capi.a` in `target/release`).
 //!

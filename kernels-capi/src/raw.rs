@@ -5,9 +5,11 @@
 //! argument is an error naming it even where no GPU is present, and nothing is
 //! launched.
 //!
-//! A new kernel family adds one function here (its problem from raw addresses) and
-//! one `extern "C"` wrapper in [`crate::ffi`]; warm-up of a family whose key is not
-//! `(dtype, cols)` gets a warm function of its own.
+//! The row kernels (softmax, RMSNorm) are here; each other family has a module of its
+//! own ([`gemm`], [`moe`]) with its problem from raw addresses, its workspace size and
+//! its warm function (their keys are not `(dtype, cols)`), and one `extern "C"`
+//! wrapper per function in [`crate::ffi`]. [`interop`] serves the Python package's
+//! arrays of other libraries.
 
 use std::ffi::c_void;
 use std::sync::{Arc, OnceLock};
@@ -17,6 +19,10 @@ use kernels::core::{CudaRuntime, Error, Result, Rows};
 use kernels::rmsnorm::{self, ops::NormProblem, FusedAddRmsNorm, RmsNorm, RmsNormKey};
 use kernels::softmax::{self, ops::SoftmaxProblem, LogSoftmax, Softmax, SoftmaxKey};
 use kernels::DType;
+
+pub mod gemm;
+pub mod interop;
+pub mod moe;
 
 /// Element type codes (`kernels_dtype` in the C header).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -128,12 +134,6 @@ pub struct Shape {
 impl Shape {
     /// The shape as `usize`s; zero or negative sizes are errors naming `rows` or `cols`.
     fn sizes(self) -> Result<(usize, usize)> {
-        let positive = |name: &str, v: i64| -> Result<usize> {
-            usize::try_from(v)
-                .ok()
-                .filter(|v| *v > 0)
-                .ok_or_else(|| Error::invalid(name, format!("must be at least 1, got {v}")))
-        };
         Ok((positive("rows", self.rows)?, positive("cols", self.cols)?))
     }
 
@@ -151,6 +151,14 @@ impl Shape {
         let r = Rows::strided(rows, cols, stride);
         Ok((r, r.span().unwrap_or(usize::MAX)))
     }
+}
+
+/// The size `v` of argument `name`: zero or negative is an error naming it.
+fn positive(name: &str, v: i64) -> Result<usize> {
+    usize::try_from(v)
+        .ok()
+        .filter(|v| *v > 0)
+        .ok_or_else(|| Error::invalid(name, format!("must be at least 1, got {v}")))
 }
 
 /// The device ordinal `device`, or an error naming it.
@@ -355,7 +363,7 @@ pub struct WarmShape {
 /// What warm-up resolved for one shape, as `kernels plan` prints it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Warmed {
-    /// `softmax`, `log_softmax`, `rmsnorm` or `fused_add_rmsnorm`.
+    /// `softmax`, `log_softmax`, `rmsnorm`, `fused_add_rmsnorm`, `gemm` or `moe`.
     pub kernel: &'static str,
     /// The config, as `name=value` pairs.
     pub config: String,
@@ -374,18 +382,10 @@ pub const MAX_WARM_SHAPES: usize = 1 << 16;
 /// # Safety
 /// `stream` as for [`rmsnorm()`] (the online policy times candidates on it).
 pub unsafe fn warm(shapes: &[WarmShape], device: i32, stream: *mut c_void) -> Result<Vec<Warmed>> {
-    if shapes.len() > MAX_WARM_SHAPES {
-        return Err(Error::invalid(
-            "count",
-            format!("{} shapes; at most {MAX_WARM_SHAPES} per call", shapes.len()),
-        ));
-    }
+    check_count(shapes.len())?;
     let mut checked = Vec::with_capacity(shapes.len());
     for (i, s) in shapes.iter().enumerate() {
-        let at = |e: Error| match e {
-            Error::InvalidArgument { name, reason } => Error::invalid(format!("shapes[{i}].{name}"), reason),
-            other => other,
-        };
+        let at = |e| at_shape(i, e);
         let op = Op::parse("op", s.op).map_err(at)?;
         let dtype = DTypeCode::parse("dtype", s.dtype).map_err(at)?.dtype();
         let (rows, cols) = Shape {
@@ -474,10 +474,34 @@ pub unsafe fn warm(shapes: &[WarmShape], device: i32, stream: *mut c_void) -> Re
 }
 
 fn warmed<C: std::fmt::Display>(op: Op, r: &kernels::Resolved<C>) -> Warmed {
+    warmed_as(op.kernel(), r)
+}
+
+/// What warm-up resolved for one shape of `kernel`.
+fn warmed_as<C: std::fmt::Display>(kernel: &'static str, r: &kernels::Resolved<C>) -> Warmed {
     Warmed {
-        kernel: op.kernel(),
+        kernel,
         config: r.config.to_string(),
         source: r.source.to_string(),
+    }
+}
+
+/// More shapes than [`MAX_WARM_SHAPES`] in one call is an error naming `count`.
+fn check_count(count: usize) -> Result<()> {
+    if count > MAX_WARM_SHAPES {
+        return Err(Error::invalid(
+            "count",
+            format!("{count} shapes; at most {MAX_WARM_SHAPES} per call"),
+        ));
+    }
+    Ok(())
+}
+
+/// An argument error of shape `i`'s field, named `shapes[i].<field>`.
+fn at_shape(i: usize, e: Error) -> Error {
+    match e {
+        Error::InvalidArgument { name, reason } => Error::invalid(format!("shapes[{i}].{name}"), reason),
+        other => other,
     }
 }
 

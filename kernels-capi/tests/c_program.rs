@@ -84,6 +84,8 @@ fn the_header_compiles_as_cpp() {
     std::fs::write(
         &probe,
         "#include \"kernels.h\"\nstatic_assert(sizeof(kernels_shape) == 24, \"kernels_shape layout\");\n\
+         static_assert(sizeof(kernels_gemm_shape) == 32, \"kernels_gemm_shape layout\");\n\
+         static_assert(sizeof(kernels_moe_shape) == 48, \"kernels_moe_shape layout\");\n\
          int main() { return kernels_abi_version() == KERNELS_ABI_VERSION ? 0 : 1; }\n",
     )
     .unwrap();

@@ -6,6 +6,8 @@
 
 use std::collections::BTreeMap;
 
+use kernels_capi::raw::gemm::LayoutCode;
+use kernels_capi::raw::moe::RoutingCode;
 use kernels_capi::{DTypeCode, Op, Status, ABI_VERSION};
 
 const HEADER: &str = include_str!("../include/kernels.h");
@@ -79,9 +81,17 @@ fn c_type_of(rust: &str) -> String {
         "i32" => "int32_t",
         "u32" => "uint32_t",
         "i64" => "int64_t",
-        "usize" => "size_t",
         "f32" => "float",
+        "usize" => "size_t",
         "*mut c_void" => "void*",
+        "*mut i32" => "int32_t*",
+        "*const i32" => "const int32_t*",
+        "*mut f32" => "float*",
+        "*const f32" => "const float*",
+        "*mut usize" => "size_t*",
+        "KernelsLayout" => "kernels_layout",
+        "*const KernelsGemmShape" => "const kernels_gemm_shape*",
+        "*const KernelsMoeShape" => "const kernels_moe_shape*",
         "*const c_void" => "const void*",
         "*const c_char" => "const char*",
         "KernelsStatus" => "kernels_status",
@@ -175,19 +185,36 @@ fn constants_match_the_enums() {
     for o in Op::ALL {
         expected.insert(o.c_name().into(), o as i64);
     }
+    for l in LayoutCode::ALL {
+        expected.insert(l.c_name().into(), l as i64);
+    }
+    for r in RoutingCode::ALL {
+        expected.insert(r.c_name().into(), r as i64);
+    }
     assert_eq!(header_constants(), expected);
     let abi = format!("#define KERNELS_ABI_VERSION {ABI_VERSION}\n");
     assert!(HEADER.contains(&abi), "kernels.h must say {abi:?}");
 }
 
 #[test]
-fn the_shape_struct_matches() {
+fn the_shape_structs_match() {
+    for (c, rust) in [
+        ("kernels_shape", "KernelsShape"),
+        ("kernels_gemm_shape", "KernelsGemmShape"),
+        ("kernels_moe_shape", "KernelsMoeShape"),
+    ] {
+        struct_matches(c, rust);
+    }
+}
+
+/// The fields of C struct `c` and Rust struct `rust`, names and types in order.
+fn struct_matches(c: &str, rust: &str) {
     let text = strip_c_comments(HEADER);
     let body = text
-        .split("typedef struct kernels_shape {")
+        .split(&format!("typedef struct {c} {{"))
         .nth(1)
         .and_then(|b| b.split('}').next())
-        .expect("kernels_shape in the header");
+        .unwrap_or_else(|| panic!("{c} in the header"));
     let c_fields: Vec<(String, String)> = body
         .split(';')
         .map(str::trim)
@@ -195,10 +222,10 @@ fn the_shape_struct_matches() {
         .map(c_decl)
         .collect();
     let rust_body = FFI
-        .split("pub struct KernelsShape {")
+        .split(&format!("pub struct {rust} {{"))
         .nth(1)
         .and_then(|b| b.split('}').next())
-        .expect("KernelsShape in src/ffi.rs");
+        .unwrap_or_else(|| panic!("{rust} in src/ffi.rs"));
     let rust_fields: Vec<(String, String)> = rust_body
         .lines()
         .map(str::trim)
@@ -212,7 +239,8 @@ fn the_shape_struct_matches() {
             (n.trim().to_string(), c_type_of(t.trim()))
         })
         .collect();
-    assert_eq!(c_fields, rust_fields);
+    assert!(!c_fields.is_empty(), "{c} has no fields");
+    assert_eq!(c_fields, rust_fields, "{c} (left) and {rust} (right) differ");
 }
 
 #[test]

@@ -1,7 +1,9 @@
 """GPU tests of the package against torch: every op and dtype against torch's
 reference, strided and N-d operands, in place, on a side stream behind a long
 producer, inside a CUDA graph after warm-up, and a small Llama-style decoder layer
-with its norms and softmax swapped for ours.
+with its norms and softmax swapped for ours; GEMM, routing and fused MoE against
+torch references, eagerly and in a CUDA graph; operands passed through the CUDA
+array interface and DLPack instead of as torch tensors.
 
 They skip, saying so, where torch or a CUDA GPU is missing; with KERNELS_REQUIRE_GPU
 set (any value but "", "0", "false", "no") a missing GPU fails instead.
@@ -202,6 +204,207 @@ class Ops(unittest.TestCase):
             close(self, x, ref_rmsnorm(want_r, w, 1e-6), dtype, "graph fused x", scale=2.0)
             close(self, p, torch.softmax(logits.float(), -1).to(dtype), dtype, "graph softmax")
             close(self, lp, torch.log_softmax(logits.float(), -1).to(dtype), dtype, "graph log_softmax", scale=4.0)
+
+
+def ref_moe(x, w1, w2, weights, ids):
+    """fused_experts in torch, with the kernel's roundings: the intermediate and each
+    weighted expert output stored in x's dtype, summed in fp32."""
+    inter = w1.shape[1] // 2
+    out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
+    for t in range(x.shape[0]):
+        for j in range(ids.shape[1]):
+            e = int(ids[t, j])
+            if not 0 <= e < w1.shape[0]:
+                continue  # an id outside [0, E) adds nothing
+            gu = w1[e].float() @ x[t].float()
+            h = (torch.nn.functional.silu(gu[:inter]) * gu[inter:]).to(x.dtype)
+            out[t] += ((w2[e].float() @ h.float()) * weights[t, j]).to(x.dtype).float()
+    return out.to(x.dtype)
+
+
+def ref_grouped_topk(logits, bias, topk, n_group, topk_group, renormalize, scale):
+    scores = torch.sigmoid(logits.float())
+    choice = scores + (bias if bias is not None else 0)
+    t, e = choice.shape
+    groups = choice.view(t, n_group, e // n_group).topk(min(2, e // n_group), -1).values.sum(-1)
+    keep = torch.zeros_like(groups).scatter_(1, groups.topk(topk_group, -1).indices, 1)
+    mask = keep.repeat_interleave(e // n_group, 1).bool()
+    ids = choice.masked_fill(~mask, float("-inf")).topk(topk, -1).indices
+    w = scores.gather(1, ids)
+    if renormalize:
+        w = w / w.sum(-1, keepdim=True)
+    return w * scale, ids.int()
+
+
+def moe_weights(e, inter, h, dtype):
+    w1 = (torch.randn(e, 2 * inter, h, device="cuda") / math.sqrt(h)).to(dtype)
+    w2 = (torch.randn(e, h, inter, device="cuda") / math.sqrt(inter)).to(dtype)
+    return w1, w2
+
+
+def close_rel(test, got, want, what, tol=2e-2):
+    err = ((got.float() - want.float()).norm() / want.float().norm().clamp_min(1e-30)).item()
+    test.assertTrue(torch.isfinite(got.float()).all().item(), f"{what}: non-finite values")
+    test.assertLess(err, tol, f"{what}: relative error {err:.3g}")
+
+
+@unittest.skipUnless(HAVE_GPU, SKIP)
+class GemmAndMoe(unittest.TestCase):
+    def setUp(self):
+        torch.manual_seed(0)
+
+    def test_gemm_against_torch(self):
+        for dtype in (torch.bfloat16, torch.float16):
+            for m, n, k in ((1, 256, 512), (17, 384, 1024), (128, 6144, 4096), (3, 100, 72)):
+                a = torch.randn(m, k, device="cuda", dtype=dtype)
+                b = (torch.randn(n, k, device="cuda") / math.sqrt(k)).to(dtype)
+                bias = torch.randn(n, device="cuda", dtype=dtype)
+                want = a.float() @ b.float().T
+                for with_bias in (False, True):
+                    ref = want + bias.float() if with_bias else want
+                    for out_dtype in (None, torch.float32):
+                        got = llm_kernels.gemm(a, b, bias if with_bias else None, out_dtype)
+                        self.assertEqual(got.dtype, out_dtype or dtype)
+                        self.assertEqual(tuple(got.shape), (m, n))
+                        close_rel(self, got, ref, f"gemm {dtype} {m}x{n}x{k} bias={with_bias} out={out_dtype}",
+                                  1e-4 if out_dtype else 1e-2)
+                # b as the transpose of a [k, n] matrix runs as layout nn, no copy
+                bt = b.T.contiguous().T
+                close_rel(self, llm_kernels.gemm(a, bt), want, f"gemm nn {dtype} {m}x{n}x{k}")
+        # 3-d activations and a preallocated, zeroed workspace
+        a = torch.randn(2, 5, 4096, device="cuda", dtype=torch.bfloat16)
+        b = (torch.randn(4096, 4096, device="cuda") / 64).to(torch.bfloat16)
+        ws = torch.zeros(llm_kernels.gemm_workspace_bytes(10, 4096, 4096, torch.bfloat16), dtype=torch.uint8, device="cuda")
+        got = llm_kernels.gemm(a, b, workspace=ws)
+        close_rel(self, got, a.float() @ b.float().T, "gemm 3-d with workspace")
+        self.assertEqual(int(ws.count_nonzero()), 0, "the workspace is left zeroed")
+
+    def test_gemm_in_a_cuda_graph(self):
+        dtype, m, n, k = torch.bfloat16, 8, 4096, 4096
+        report = llm_kernels.warm([("gemm", dtype, m, n, k), ("gemm", dtype, m, n, k, "nn")])
+        self.assertEqual([r["kernel"] for r in report], ["gemm", "gemm"])
+        a = torch.randn(m, k, device="cuda", dtype=dtype)
+        b = (torch.randn(n, k, device="cuda") / 64).to(dtype)
+        bias = torch.randn(n, device="cuda", dtype=dtype)
+        out = torch.empty(m, n, device="cuda", dtype=torch.float32)
+        ws = torch.zeros(llm_kernels.gemm_workspace_bytes(m, n, k, dtype), dtype=torch.uint8, device="cuda")
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            llm_kernels.gemm(a, b, bias, torch.float32, out=out, workspace=ws)
+        for _ in range(2):
+            a.copy_(torch.randn_like(a))
+            g.replay()
+            torch.cuda.synchronize()
+            close_rel(self, out, a.float() @ b.float().T + bias.float(), "graph gemm", 1e-4)
+
+    def test_routing_against_torch(self):
+        for dtype in (torch.float32, torch.bfloat16):
+            logits = torch.randn(33, 64, device="cuda", dtype=dtype)
+            for renormalize in (False, True):
+                w, ids = llm_kernels.fused_topk(logits, logits, 6, renormalize)
+                p = torch.softmax(logits.float(), -1)
+                want_w, want_ids = p.topk(6, -1)
+                if renormalize:
+                    want_w = want_w / want_w.sum(-1, keepdim=True)
+                self.assertTrue(torch.equal(ids, want_ids.int()), f"topk_softmax ids {dtype}")
+                torch.testing.assert_close(w, want_w, rtol=1e-4, atol=1e-5)
+            bias = torch.randn(64, device="cuda") * 0.1
+            for b in (None, bias):
+                w, ids = llm_kernels.grouped_topk(logits, logits, 8, True, 8, 4, "sigmoid", 2.5, b)
+                want_w, want_ids = ref_grouped_topk(logits, b, 8, 8, 4, True, 2.5)
+                self.assertTrue(torch.equal(ids, want_ids), f"grouped_topk ids {dtype} bias={b is not None}")
+                torch.testing.assert_close(w, want_w, rtol=1e-4, atol=1e-5)
+        # sgl_kernel's spelling fills given tensors
+        logits = torch.randn(4, 8, device="cuda")
+        w = torch.empty(4, 2, device="cuda")
+        ids = torch.empty(4, 2, device="cuda", dtype=torch.int32)
+        self.assertIsNone(llm_kernels.topk_softmax(w, ids, logits, True))
+        self.assertTrue(torch.equal(ids, torch.softmax(logits, -1).topk(2, -1).indices.int()))
+
+    def test_fused_moe_against_torch(self):
+        for dtype in (torch.bfloat16, torch.float16):
+            for t, e, inter, h, topk in ((1, 8, 256, 512, 2), (33, 8, 256, 512, 2), (16, 64, 128, 256, 8)):
+                x = torch.randn(t, h, device="cuda", dtype=dtype)
+                w1, w2 = moe_weights(e, inter, h, dtype)
+                logits = torch.randn(t, e, device="cuda")
+                weights, ids = llm_kernels.fused_topk(x, logits, topk, True)
+                got = llm_kernels.fused_moe(x, w1, w2, weights, ids)
+                close_rel(self, got, ref_moe(x, w1, w2, weights, ids), f"fused_moe {dtype} T={t} E={e} topk={topk}")
+                again = llm_kernels.fused_experts(x, w1, w2, weights, ids)
+                self.assertTrue(torch.equal(got, again), "fused_moe is deterministic")
+        # Engine routing: a duplicate id counts twice, an id outside [0, E) adds nothing.
+        dtype = torch.bfloat16
+        x = torch.randn(3, 512, device="cuda", dtype=dtype)
+        w1, w2 = moe_weights(8, 256, 512, dtype)
+        ids = torch.tensor([[1, 1], [2, -1], [7, 8]], device="cuda", dtype=torch.int32)
+        weights = torch.tensor([[0.25, 0.5], [1.0, 1.0], [0.5, 0.5]], device="cuda")
+        out = torch.empty_like(x)
+        ws = torch.empty(llm_kernels.moe_workspace_bytes(3, 8, 256, 512, 2, dtype), dtype=torch.uint8, device="cuda")
+        self.assertIs(llm_kernels.fused_moe(x, w1, w2, weights, ids, out=out, workspace=ws), out)
+        close_rel(self, out, ref_moe(x, w1, w2, weights, ids), "fused_moe with engine ids")
+
+    def test_routing_and_fused_moe_in_a_cuda_graph(self):
+        dtype, t, e, inter, h, topk = torch.bfloat16, 8, 64, 128, 256, 6
+        report = llm_kernels.warm([("fused_moe", dtype, t, e, inter, h, topk, "softmax", torch.float32),
+                                   ("fused_moe", dtype, t, e, inter, h, topk, "grouped", torch.float32)])
+        self.assertEqual([r["kernel"] for r in report], ["moe", "moe"])
+        x = torch.randn(t, h, device="cuda", dtype=dtype)
+        logits = torch.randn(t, e, device="cuda")
+        w1, w2 = moe_weights(e, inter, h, dtype)
+        weights = torch.empty(t, topk, device="cuda")
+        ids = torch.empty(t, topk, device="cuda", dtype=torch.int32)
+        out = torch.empty_like(x)
+        ws = torch.empty(llm_kernels.moe_workspace_bytes(t, e, inter, h, topk, dtype), dtype=torch.uint8, device="cuda")
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            llm_kernels.topk_softmax(weights, ids, logits, True)
+            llm_kernels.fused_moe(x, w1, w2, weights, ids, out=out, workspace=ws)
+        for _ in range(2):
+            x.copy_(torch.randn_like(x))
+            logits.copy_(torch.randn_like(logits))
+            g.replay()
+            torch.cuda.synchronize()
+            want_ids = torch.softmax(logits, -1).topk(topk, -1).indices.int()
+            self.assertTrue(torch.equal(ids, want_ids), "graph routing ids")
+            close_rel(self, out, ref_moe(x, w1, w2, weights, ids), "graph fused_moe")
+
+    def test_cuda_array_interface_and_dlpack_operands(self):
+        class OnlyCai:
+            def __init__(self, t):
+                self.t, self.__cuda_array_interface__ = t, t.__cuda_array_interface__
+
+        class OnlyDlpack:
+            def __init__(self, t):
+                self.t = t
+
+            def __dlpack__(self, stream=None, max_version=None):
+                return self.t.__dlpack__(stream=stream)
+
+            def __dlpack_device__(self):
+                return self.t.__dlpack_device__()
+
+        x = torch.randn(16, 4096, device="cuda", dtype=torch.float32)
+        w = torch.rand(4096, device="cuda") + 0.5
+        for wrap in (OnlyCai, OnlyDlpack):
+            y = torch.empty_like(x)
+            llm_kernels.rmsnorm(wrap(x), wrap(w), out=wrap(y))
+            close(self, y, ref_rmsnorm(x, w, 1e-6), torch.float32, f"rmsnorm via {wrap.__name__}")
+        # bf16 arrives only through DLPack (the CUDA array interface has no bf16).
+        xb, wb = x.to(torch.bfloat16), w.to(torch.bfloat16)
+        got = llm_kernels.rmsnorm(OnlyDlpack(xb), OnlyDlpack(wb))
+        close(self, got, ref_rmsnorm(xb, wb, 1e-6), torch.bfloat16, "bf16 rmsnorm via DLPack")
+        # A producer on a side stream: the CUDA array interface names it and the launch
+        # (on the main stream) waits for it.
+        a = torch.randn(8192, 8192, device="cuda", dtype=torch.float32)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            prod = (a @ a)[:16] / 100
+            cai = OnlyCai(prod)
+        y = torch.empty(16, 8192, device="cuda")
+        llm_kernels.softmax(cai, out=OnlyCai(y))
+        torch.cuda.synchronize()
+        close(self, y, torch.softmax(prod, -1), torch.float32, "softmax after a side-stream producer")
 
 
 @unittest.skipUnless(HAVE_GPU, SKIP)
