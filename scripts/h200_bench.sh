@@ -23,8 +23,12 @@
 #   h200.jsonl, report.md,    step `report`: ours.jsonl and peers.jsonl of this run in one
 #   report/h200-*.png         file, and the results table and plots scripts/report.py makes
 #                             of it (the plots need matplotlib)
+#   defaults-check.log        step `defaults` (not in the default steps: it searches every
+#                             shape in full): the analytic default against the best config
+#                             found on shapes no table holds (`kernels tables check
+#                             --defaults tuned/shapes/defaults`; fails beyond 5%)
 #
-# STEPS picks the steps, run in the order given (default: all five, as above). The
+# STEPS picks the steps, run in the order given (default: the first five, as above). The
 # bench and the peers belong in one run (the table compares them, and the ratios use
 # this run's copy bandwidth); the report step reads $OUT/ours.jsonl and
 # $OUT/peers.jsonl. On H200 the steps take about 5 (tests), 3.5 (bench), 2 (peers) and
@@ -126,6 +130,10 @@ for step in $STEPS; do
             need kernels
             run tables-check 400 "$B/kernels" tables check --sample 6
             ;;
+        defaults)
+            need kernels
+            run defaults-check 1800 "$B/kernels" tables check --defaults tuned/shapes/defaults
+            ;;
         report)
             [ -s "$OUT/ours.jsonl" ] && [ -s "$OUT/peers.jsonl" ] ||
                 die "report needs the bench's and the peers' results of one run in $OUT (steps bench and peers)"
@@ -137,7 +145,7 @@ for step in $STEPS; do
                     "(elsewhere: python3 scripts/report.py h200.jsonl --png docs/report)"
             ;;
         *)
-            die "unknown step $step (steps: tests bench peers check report)"
+            die "unknown step $step (steps: tests bench peers check report defaults)"
             ;;
     esac
 done

@@ -9,6 +9,7 @@
 #[macro_use]
 mod common;
 mod check;
+mod defaults;
 mod info;
 mod precompile;
 mod tune;
@@ -19,6 +20,7 @@ pub use common::cuda::{cuda_runtime, tunables};
 #[cfg(feature = "rocm")]
 pub use common::hip::hip_tunables;
 pub use common::{all_tables_dirs, tables_dir, Backend, CmdResult};
+pub use defaults::{check_defaults, DefaultRow};
 pub use info::info;
 pub use precompile::precompile;
 pub use tune::{tune, ShapeFilter, TuneArgs};

@@ -170,6 +170,15 @@ enum TablesCommand {
         /// (default: tuned/shapes of the source tree this binary was built from).
         #[arg(long, requires = "served")]
         shapes: Option<PathBuf>,
+        /// On an NVIDIA GPU: instead, search every shape of DIR's `<kernel>.json` shape
+        /// files (shapes no table holds, e.g. tuned/shapes/defaults) and compare the
+        /// analytic default with the best config found; fails beyond
+        /// --defaults-threshold.
+        #[arg(long, value_name = "DIR", conflicts_with_all = ["offline", "served"])]
+        defaults: Option<PathBuf>,
+        /// With --defaults: the allowed slowdown of the default against the best found.
+        #[arg(long, default_value = "0.05", requires = "defaults")]
+        defaults_threshold: String,
         /// On a GPU: the allowed slowdown against the default or a quick search.
         #[arg(long, default_value = "0.10")]
         threshold: String,
@@ -643,6 +652,8 @@ fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {
             offline,
             served,
             shapes,
+            defaults,
+            defaults_threshold,
             threshold,
             sample,
             kernel,
@@ -658,6 +669,13 @@ fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {
                 return Err(Usage(
                     "check: PATHS are for --offline; on a GPU the baked tables are re-measured".into(),
                 ));
+            }
+            if let Some(dir) = defaults {
+                if backend != runtime_cmd::Backend::Cuda {
+                    return Err(Usage("check: --defaults runs on CUDA (--backend cuda)".into()));
+                }
+                let t: f64 = arg("defaults-threshold", &defaults_threshold)?;
+                return runtime_cmd::check_defaults(&dir, t, kernel.as_deref()).map_err(Usage);
             }
             if served {
                 if backend != runtime_cmd::Backend::Cuda {

@@ -1,0 +1,179 @@
+//! `kernels tables check --defaults DIR` on an NVIDIA GPU: how good the analytic default
+//! is where no table entry serves. For each kernel with a shape file `DIR/<kernel>.json`
+//! (shapes absent from the tables, from models the catalog does not hold), each shape
+//! is searched in full, and the default's time is compared with the best config found.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use super::common::{read_shapes, CmdResult};
+
+/// One searched shape: the default's and the best config's medians.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DefaultRow {
+    pub kernel: String,
+    pub key: String,
+    pub batch: u64,
+    pub default_us: f64,
+    pub best_us: f64,
+    /// Whether a baked table entry exists for the static key (then the shape is not
+    /// off the table, and the default is not what serves it).
+    pub in_table: bool,
+}
+
+impl DefaultRow {
+    /// How much slower the default is than the best config found (0.05: 5%).
+    pub fn slowdown(&self) -> f64 {
+        self.default_us / self.best_us - 1.0
+    }
+}
+
+/// The verdict of a row under `threshold`.
+fn verdict(row: &DefaultRow, threshold: f64) -> &'static str {
+    if row.in_table {
+        "skip: the table serves this key"
+    } else if row.slowdown() > threshold {
+        "FAIL: the default is slower"
+    } else {
+        "ok"
+    }
+}
+
+/// Prints the rows and a summary; failure when a row off the tables is slower than
+/// the best found by more than `threshold`, or a search failed.
+pub fn report(rows: &[DefaultRow], errors: &[String], threshold: f64) -> ExitCode {
+    println!(
+        "{:<18} {:<36} {:>6} {:>11} {:>10} {:>9}  verdict",
+        "kernel", "static key", "batch", "default us", "best us", "slower"
+    );
+    let mut failed = errors.len();
+    for r in rows {
+        let v = verdict(r, threshold);
+        if v.starts_with("FAIL") {
+            failed += 1;
+        }
+        println!(
+            "{:<18} {:<36} {:>6} {:>11.3} {:>10.3} {:>8.1}%  {v}",
+            r.kernel,
+            r.key,
+            r.batch,
+            r.default_us,
+            r.best_us,
+            r.slowdown() * 100.0
+        );
+    }
+    for e in errors {
+        println!("FAIL: {e}");
+    }
+    let off: Vec<&DefaultRow> = rows.iter().filter(|r| !r.in_table).collect();
+    let worst = off.iter().map(|r| r.slowdown()).fold(0.0f64, f64::max);
+    println!(
+        "{} shape(s) off the tables searched: the default within {:.0}% of the best on {}, worst {:.1}% slower; {} failed",
+        off.len(),
+        threshold * 100.0,
+        off.iter().filter(|r| r.slowdown() <= threshold).count(),
+        worst * 100.0,
+        failed
+    );
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Searches every shape of `dir`'s shape files on device 0 and reports.
+#[cfg(feature = "cuda")]
+pub fn check_defaults(dir: &Path, threshold: f64, only: Option<&str>) -> CmdResult {
+    use super::common::cuda::{open, tunables};
+    let rt = or_fail!("tables check --defaults", open(0));
+    let stream = or_fail!("tables check --defaults", rt.device().new_stream());
+    let Some(target) = rt.info().target() else {
+        eprintln!("kernels: tables check --defaults: this device has no table target");
+        return Ok(ExitCode::FAILURE);
+    };
+    let opts = kernels_core::tune::TuneOptions::default();
+    let (mut rows, mut errors) = (Vec::new(), Vec::new());
+    let mut files = 0;
+    for k in tunables() {
+        let schema = k.schema();
+        if only.is_some_and(|o| o != schema.kernel) {
+            continue;
+        }
+        let path = dir.join(format!("{}.json", schema.kernel));
+        if !path.is_file() {
+            continue;
+        }
+        files += 1;
+        let table = crate::kernel(schema.kernel).and_then(|d| d.baked_table(target));
+        for (key, batch) in read_shapes(schema, &path)? {
+            let in_table = table.is_some_and(|t| t.entries.get(key.as_str()).is_some());
+            match k.search(&rt, &stream, &key, batch, &opts) {
+                Ok(r) => match r.default_us {
+                    Some(default_us) => rows.push(DefaultRow {
+                        kernel: schema.kernel.to_string(),
+                        key: key.as_str().to_string(),
+                        batch,
+                        default_us,
+                        best_us: r.us,
+                        in_table,
+                    }),
+                    None => errors.push(format!(
+                        "{} [{key}] batch {batch}: the default failed",
+                        schema.kernel
+                    )),
+                },
+                Err(e) => errors.push(format!("{} [{key}] batch {batch}: {e}", schema.kernel)),
+            }
+        }
+    }
+    if files == 0 {
+        return Err(format!(
+            "--defaults: no <kernel>.json shape file in {}",
+            dir.display()
+        ));
+    }
+    Ok(report(&rows, &errors, threshold))
+}
+
+/// Without the `cuda` feature there is no GPU runtime to search with.
+#[cfg(not(feature = "cuda"))]
+pub fn check_defaults(dir: &Path, threshold: f64, only: Option<&str>) -> CmdResult {
+    let _ = (dir, threshold, only);
+    Err("check --defaults: this binary was built without the `cuda` feature".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(default_us: f64, best_us: f64, in_table: bool) -> DefaultRow {
+        DefaultRow {
+            kernel: "softmax".into(),
+            key: "dtype=bf16,cols=50257".into(),
+            batch: 64,
+            default_us,
+            best_us,
+            in_table,
+        }
+    }
+
+    #[test]
+    fn a_default_beyond_the_threshold_fails_and_a_tabled_key_is_skipped() {
+        assert_eq!(verdict(&row(10.4, 10.0, false), 0.05), "ok");
+        assert_eq!(
+            verdict(&row(10.6, 10.0, false), 0.05),
+            "FAIL: the default is slower"
+        );
+        assert_eq!(
+            verdict(&row(20.0, 10.0, true), 0.05),
+            "skip: the table serves this key"
+        );
+        assert_eq!(report(&[row(10.4, 10.0, false)], &[], 0.05), ExitCode::SUCCESS);
+        assert_eq!(report(&[row(10.6, 10.0, false)], &[], 0.05), ExitCode::FAILURE);
+        assert_eq!(
+            report(&[row(10.0, 10.0, false)], &["x".into()], 0.05),
+            ExitCode::FAILURE
+        );
+    }
+}
