@@ -908,3 +908,17 @@ print("sglang-ok")
     assert!(!o.status.success());
     assert!(stderr(&o).contains("--format"), "{}", stderr(&o));
 }
+
+#[test]
+fn the_defaults_check_names_a_folder_without_shape_files() {
+    let empty = std::env::temp_dir().join(format!("kernels-defaults-{}", std::process::id()));
+    std::fs::create_dir_all(&empty).unwrap();
+    let o = kernels(&["tables", "check", "--defaults", empty.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--defaults: no <kernel>.json shape file"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::remove_dir(&empty).unwrap();
+}

@@ -86,6 +86,17 @@ pub fn report(rows: &[DefaultRow], errors: &[String], threshold: f64) -> ExitCod
 #[cfg(feature = "cuda")]
 pub fn check_defaults(dir: &Path, threshold: f64, only: Option<&str>) -> CmdResult {
     use super::common::cuda::{open, tunables};
+    let has_file = |k: &&dyn kernels_core::DynTunable<kernels_core::Cuda>| {
+        only.is_none_or(|o| o == k.schema().kernel)
+            && dir.join(format!("{}.json", k.schema().kernel)).is_file()
+    };
+    if !tunables().iter().any(has_file) {
+        return Err(format!(
+            "--defaults: no <kernel>.json shape file{} in {}",
+            only.map(|o| format!(" for `{o}`")).unwrap_or_default(),
+            dir.display()
+        ));
+    }
     let rt = or_fail!("tables check --defaults", open(0));
     let stream = or_fail!("tables check --defaults", rt.device().new_stream());
     let Some(target) = rt.info().target() else {
@@ -94,7 +105,6 @@ pub fn check_defaults(dir: &Path, threshold: f64, only: Option<&str>) -> CmdResu
     };
     let opts = kernels_core::tune::TuneOptions::default();
     let (mut rows, mut errors) = (Vec::new(), Vec::new());
-    let mut files = 0;
     for k in tunables() {
         let schema = k.schema();
         if only.is_some_and(|o| o != schema.kernel) {
@@ -104,7 +114,6 @@ pub fn check_defaults(dir: &Path, threshold: f64, only: Option<&str>) -> CmdResu
         if !path.is_file() {
             continue;
         }
-        files += 1;
         let table = crate::kernel(schema.kernel).and_then(|d| d.baked_table(target));
         for (key, batch) in read_shapes(schema, &path)? {
             let in_table = table.is_some_and(|t| t.entries.get(key.as_str()).is_some());
@@ -126,12 +135,6 @@ pub fn check_defaults(dir: &Path, threshold: f64, only: Option<&str>) -> CmdResu
                 Err(e) => errors.push(format!("{} [{key}] batch {batch}: {e}", schema.kernel)),
             }
         }
-    }
-    if files == 0 {
-        return Err(format!(
-            "--defaults: no <kernel>.json shape file in {}",
-            dir.display()
-        ));
     }
     Ok(report(&rows, &errors, threshold))
 }
