@@ -13,10 +13,17 @@
 #   .device-bin/gpu_rmsnorm    RMSNorm's GPU tests (kernels-rmsnorm/tests/gpu.rs)
 #                              cargo test --release --no-run -p kernels-rmsnorm --test gpu
 #   .device-bin/gpu_gemm       GEMM's GPU tests (kernels-gemm/tests/gpu.rs)
-#   .device-bin/gpu_moe        fused MoE's GPU tests (kernels-moe/tests/gpu.rs)
 #                              cargo test --release --no-run -p kernels-gemm --test gpu
+#   .device-bin/gpu_moe        fused MoE's GPU tests (kernels-moe/tests/gpu.rs)
+#                              cargo test --release --no-run -p kernels-moe --test gpu
 #   .device-bin/bench_kernels  the criterion GPU bench (benches/benches/kernels.rs)
 #                              cargo bench --no-run -p benches --bench kernels
+#   .device-bin/bench_overhead host overhead per call (benches/benches/overhead.rs)
+#   .device-bin/bench_gemm     GEMM against the bench's shapes (benches/benches/gemm.rs)
+#   .device-bin/moe_bench      fused MoE per layer (kernels-moe/examples/moe_bench.rs)
+#   .device-bin/sglang/        SGLang's fused-MoE peer and its bench, where
+#                              ../shared/peers/ is present (fetched from the package
+#                              index by its own script; git-ignored, never committed)
 #
 # The tables are baked into these binaries, so build from the commit whose tables the
 # results are for. TUNED_STRICT=1 (the default here, as in CI) makes a table whose
@@ -69,7 +76,17 @@ build gpu_softmax gpu test test --release --no-run -p kernels-softmax --test gpu
 build gpu_rmsnorm gpu test test --release --no-run -p kernels-rmsnorm --test gpu
 build gpu_gemm gpu test test --release --no-run -p kernels-gemm --test gpu
 build gpu_moe gpu test test --release --no-run -p kernels-moe --test gpu
-[ "${BUILD_BENCH:-1}" = 0 ] || build bench_kernels kernels bench bench --no-run -p benches --bench kernels
+if [ "${BUILD_BENCH:-1}" != 0 ]; then
+    build bench_kernels kernels bench bench --no-run -p benches --bench kernels
+    build bench_overhead overhead bench bench --no-run -p benches --bench overhead
+    build bench_gemm gemm bench bench --no-run -p benches --bench gemm
+    build moe_bench moe_bench example build --release -p kernels-moe --example moe_bench
+    peers=../shared/peers
+    if [ -x "$peers/fetch_sglang_moe.sh" ] && [ ! -d "$DEST/sglang/sglang" ]; then
+        bash "$peers/fetch_sglang_moe.sh" "$DEST/sglang" || echo "note: the SGLang peer was not fetched" >&2
+    fi
+    [ -f "$peers/sglang_moe_bench.py" ] && [ -d "$DEST/sglang" ] && cp "$peers/sglang_moe_bench.py" "$DEST/sglang/"
+fi
 
 ls -l "$DEST"
 if ! ls .whl/liger_kernel-*.whl >/dev/null 2>&1; then

@@ -23,12 +23,19 @@
 #   h200.jsonl, report.md,    step `report`: ours.jsonl and peers.jsonl of this run in one
 #   report/h200-*.png         file, and the results table and plots scripts/report.py makes
 #                             of it (the plots need matplotlib)
+#   overhead.jsonl            step `overhead`: each op's eager per-call cost against a bare
+#                             cuLaunchKernel (benches/benches/overhead.rs)
+#   gemm-h200.jsonl           step `gemm`: our GEMM (benches/benches/gemm.rs) and cuBLAS
+#                             (scripts/gemm_peers.py) on the same shapes, one file
+#   moe-h200.jsonl            step `moe`: fused MoE per layer (kernels-moe's moe_bench) and
+#                             SGLang's Triton kernel (its bench, carried in .device-bin/sglang)
 #   defaults-check.log        step `defaults` (not in the default steps: it searches every
 #                             shape in full): the analytic default against the best config
 #                             found on shapes no table holds (`kernels tables check
 #                             --defaults tuned/shapes/defaults`; fails beyond 5%)
 #
-# STEPS picks the steps, run in the order given (default: the first five, as above). The
+# STEPS picks the steps, run in the order given (default: tests bench peers check
+# report; overhead, gemm, moe and defaults run when named). The
 # bench and the peers belong in one run (the table compares them, and the ratios use
 # this run's copy bandwidth); the report step reads $OUT/ours.jsonl and
 # $OUT/peers.jsonl. On H200 the steps take about 5 (tests), 3.5 (bench), 2 (peers) and
@@ -130,6 +137,27 @@ for step in $STEPS; do
             need kernels
             run tables-check 400 "$B/kernels" tables check --sample 6
             ;;
+        overhead)
+            need bench_overhead
+            KERNELS_BENCH_OUT="$OUT/overhead.jsonl" run overhead 300 "$B/bench_overhead"
+            has "$OUT/overhead.jsonl" overhead || die "the overhead bench wrote no results"
+            ;;
+        gemm)
+            need bench_gemm
+            rm -f "$OUT/gemm-ours.jsonl"
+            KERNELS_BENCH_OUT="$OUT/gemm-ours.jsonl" run gemm 600 "$B/bench_gemm"
+            run gemm-peers 600 python3 scripts/gemm_peers.py --out "$OUT/gemm-cublas.jsonl"
+            cat "$OUT/gemm-ours.jsonl" "$OUT/gemm-cublas.jsonl" > "$OUT/gemm-h200.jsonl"
+            ;;
+        moe)
+            need moe_bench
+            [ -f "$B/sglang/sglang_moe_bench.py" ] ||
+                die "the MoE peer is missing: scripts/build_device_bin.sh fetches it into $B/sglang where ../shared/peers exists"
+            run moe 600 sh -c "\"$B/moe_bench\" 1,16,64,256,1024,4096 > \"$OUT/moe-ours.jsonl\""
+            PYTHONPATH="$B/sglang" run moe-peers 600 sh -c \
+                "python3 $B/sglang/sglang_moe_bench.py --models Mixtral,Qwen3 --tokens 1,16,64,256,1024,4096 > \"$OUT/moe-sglang.jsonl\""
+            cat "$OUT/moe-ours.jsonl" "$OUT/moe-sglang.jsonl" > "$OUT/moe-h200.jsonl"
+            ;;
         defaults)
             need kernels
             run defaults-check 1800 "$B/kernels" tables check --defaults tuned/shapes/defaults
@@ -145,7 +173,7 @@ for step in $STEPS; do
                     "(elsewhere: python3 scripts/report.py h200.jsonl --png docs/report)"
             ;;
         *)
-            die "unknown step $step (steps: tests bench peers check report defaults)"
+            die "unknown step $step (steps: tests bench peers check report overhead gemm moe defaults)"
             ;;
     esac
 done
