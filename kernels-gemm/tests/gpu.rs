@@ -690,3 +690,120 @@ fn the_safe_op_runs_the_default_and_refuses_bad_arguments() {
         assert!(untouched.iter().all(|x| x.is_nan()), "a refused call wrote C");
     }
 }
+
+#[test]
+fn the_safe_op_is_captured_after_warm_aligned_or_not() {
+    use kernels_core::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    use kernels_core::cudarc::driver::CudaSlice as Slice;
+    use kernels_gemm::cuda::{gemm, Matrix};
+    let Some((rt, stream)) = runtime("the_safe_op_is_captured_after_warm_aligned_or_not") else {
+        return;
+    };
+    let ctx = stream.context().clone();
+    // Tracking off for the buffers allocated here (restored at the end): a capture
+    // cannot wait on the events cudarc records outside it.
+    // SAFETY: this test's buffers are used on one stream, which orders them.
+    unsafe { ctx.disable_event_tracking() };
+    let target = rt.device().info().tuning_target();
+    let (m, n, k) = (16usize, 1024usize, 4096usize);
+    let case = Case {
+        dtype: DType::Bf16,
+        layout: Layout::Nt,
+        m,
+        n,
+        k,
+        lda: k,
+        ldb: k,
+        ldc: n,
+        offset: 0,
+        bias: true,
+        c_dtype: DType::Bf16,
+    };
+    let e = expected(&case, 77);
+    let key = GemmKey {
+        dtype: DType::Bf16,
+        layout: Layout::Nt,
+        n: n as u32,
+        k: k as u32,
+    };
+    for r in rt.warm::<Gemm>(&stream, &[(key, m as u64)]) {
+        r.expect("warm");
+    }
+    let compiled = rt.stats().compiled;
+    // A second copy of A one element in: not 16-byte aligned, so the warmed alignment
+    // class of that pointer serves it.
+    let to_dev = |lead: usize, v: &[f32]| -> Slice<half::bf16> {
+        let h: Vec<half::bf16> = std::iter::repeat_n(0.0, lead)
+            .chain(v.iter().copied())
+            .map(half::bf16::from_f32)
+            .collect();
+        stream.clone_htod(&h).expect("htod")
+    };
+    let (a, a_off, b, bias) = (
+        to_dev(0, &e.a),
+        to_dev(1, &e.a),
+        to_dev(0, &e.b),
+        to_dev(0, &e.bias[..n]),
+    );
+    let mut outs = [to_dev(0, &vec![POISON; m * n]), to_dev(0, &vec![POISON; m * n])];
+    let ws_bytes = kernels_gemm::workspace_bytes(target, &key, m as u64);
+    let mut ws = stream.alloc_zeros::<u8>(ws_bytes.max(16)).expect("alloc");
+    stream
+        .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .expect("begin capture");
+    for (i, c) in outs.iter_mut().enumerate() {
+        let a_view = if i == 0 { a.slice(..) } else { a_off.slice(1..) };
+        gemm(
+            &rt,
+            &stream,
+            Layout::Nt,
+            (m, n, k),
+            Matrix { view: &a_view, ld: k },
+            Matrix {
+                view: &b.as_view(),
+                ld: k,
+            },
+            Some(&bias.as_view()),
+            &mut c.as_view_mut(),
+            n,
+            Some(&mut ws.as_view_mut()),
+        )
+        .expect("gemm in capture");
+    }
+    let graph = stream
+        .end_capture(CUgraphInstantiate_flags(0))
+        .expect("end capture")
+        .expect("a graph");
+    assert_eq!(rt.stats().compiled, compiled, "nothing compiled while capturing");
+    // Twice: the split-K counters the graph uses are back at zero after each replay.
+    for replay in 0..2 {
+        graph.launch().expect("graph launch");
+        stream.synchronize().expect("sync");
+        for (i, c) in outs.iter().enumerate() {
+            let got: Vec<f32> = stream
+                .clone_dtoh(c)
+                .expect("dtoh")
+                .iter()
+                .map(|x| x.to_f32())
+                .collect();
+            reference::compare(
+                &format!(
+                    "captured gemm, A {} aligned, replay {replay}",
+                    if i == 0 { "" } else { "not" }
+                ),
+                &got,
+                &e.c,
+                &e.abs_sum,
+                m,
+                n,
+                k,
+                n,
+                DType::Bf16,
+                POISON,
+            )
+            .unwrap_or_else(|err| panic!("{err}"));
+        }
+    }
+    // SAFETY: as above.
+    unsafe { ctx.enable_event_tracking() };
+}
