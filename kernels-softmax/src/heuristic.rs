@@ -34,7 +34,9 @@ pub fn analytic_default(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxC
 
 /// The default before `keep`: a ladder of strategies.
 fn ladder(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxConfig {
-    let vec = kernels_core::widest_vector(key.dtype, key.cols);
+    // 16-byte vectors at any row length: the kernel reads the elements around a row's
+    // aligned vectors one at a time, so odd lengths and offset rows keep them.
+    let vec = (16 / key.dtype.size()) as u32;
     let warp = target.warp_size();
     let sms = u64::from(target.reference_sm_count());
     let cluster = |threads: u32| {
