@@ -10,6 +10,12 @@ use tuned::Target;
 use crate::config::{RmsNormConfig, RmsNormKey};
 use crate::schema::MAX_ITERS;
 
+/// 16-byte vectors at any hidden size: the kernel reads the elements around a row's
+/// aligned vectors one at a time, so odd sizes and offset rows keep them.
+fn widest_vector(key: &RmsNormKey) -> u32 {
+    (16 / key.dtype.size()) as u32
+}
+
 /// Threads for `per_thread` vectors per thread, within one warp and 1024.
 fn threads_for(target: Target, vectors: u32, per_thread: u32) -> u32 {
     (vectors / per_thread)
@@ -34,7 +40,7 @@ fn decode_cluster(target: Target, key: &RmsNormKey, rows: u64) -> Option<RmsNorm
     if target != Target::Sm90 || rows > DECODE_MAX_ROWS || key.cols < DECODE_MIN_COLS {
         return None;
     }
-    let vec = kernels_core::widest_vector(key.dtype, key.cols);
+    let vec = widest_vector(key);
     let vectors = key.cols / vec;
     let mut threads = vectors.div_ceil(DECODE_SPLITS).next_power_of_two().min(1024);
     while threads > target.warp_size() && (DECODE_SPLITS - 1) * threads >= vectors {
@@ -56,7 +62,7 @@ pub fn analytic_default(target: Target, key: &RmsNormKey, rows: u64) -> RmsNormC
     if let Some(c) = decode_cluster(target, key, rows) {
         return c;
     }
-    let vec = kernels_core::widest_vector(key.dtype, key.cols);
+    let vec = widest_vector(key);
     let vectors = key.cols.div_ceil(vec);
     // About 4 vectors per thread: hidden 4096 in bf16 -> 128 threads of 4 x 16 bytes.
     let mut threads = threads_for(target, vectors, 4);
@@ -86,7 +92,7 @@ pub fn analytic_default_fused(target: Target, key: &RmsNormKey, rows: u64) -> Rm
     if let Some(c) = decode_cluster(target, key, rows) {
         return c;
     }
-    let vec = kernels_core::widest_vector(key.dtype, key.cols);
+    let vec = widest_vector(key);
     let vectors = key.cols.div_ceil(vec);
     let mut threads = threads_for(target, vectors, 2);
     // Above 16K the register-held row spills at 1024 threads; 128 threads reading the row
@@ -151,9 +157,10 @@ mod tests {
                 assert_eq!(f(target, &key(cols), rows).splits, 1, "{target} {cols} x {rows}");
             }
         }
-        // An odd hidden size takes 1-wide vectors, still with a vector for every block.
+        // An odd hidden size keeps 16-byte vectors (its head and tail are read by
+        // elements), as its aligned neighbour does.
         let odd = analytic_default(Target::Sm90, &key(4097), 1);
-        assert_eq!((odd.vec, odd.threads, odd.splits), (1, 512, DECODE_SPLITS));
+        assert_eq!((odd.vec, odd.threads, odd.splits), (8, 64, DECODE_SPLITS));
         assert!(crate::space::fits(Target::Sm90, &key(4097), &odd));
     }
 }
