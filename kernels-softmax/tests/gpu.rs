@@ -1,7 +1,9 @@
 //! Softmax and log-softmax on an NVIDIA GPU against the CPU reference
 //! (`reference::check`): every config of the search space on awkward shapes (1, odd and
 //! prime columns, one row, row strides above cols, buffers not 16-byte aligned, inf and
-//! NaN inputs, rows long enough for the streaming paths), the safe ops and the ops on
+//! NaN inputs, rows long enough for the streaming paths), out of place and in place,
+//! with x and y misaligned alike and differently (rows shorter than a vector, odd
+//! vocabularies whose rows each start at another offset), the safe ops and the ops on
 //! raw addresses as an engine calls them, programmatic dependent launch against plain
 //! launches and the reference, and the check failing on a kernel whose normaliser is
 //! off by 1%. Outputs are poisoned before each run; padding between rows must come
@@ -75,7 +77,36 @@ fn cases() -> Vec<Case> {
         c(DType::Bf16, 65536, 140, 8, 0, false),
         c(DType::Bf16, 262144, 2, 0, 0, false),
     ]);
+    cases.extend(odd_cases());
     cases
+}
+
+/// Rows no vector divides, each row starting at another offset from a 16-byte boundary:
+/// a vocabulary of odd length (contiguous, strided by one more, at an element offset,
+/// with special values), hidden-size-like rows of 4097 and 8201, and rows shorter than
+/// a vector or than its head.
+fn odd_cases() -> Vec<Case> {
+    let c = Case::new;
+    vec![
+        c(DType::Bf16, 50257, 3, 0, 0, false),
+        c(DType::Bf16, 50257, 5, 1, 3, true),
+        c(DType::F16, 8201, 6, 0, 5, false),
+        c(DType::F32, 4097, 5, 0, 1, true),
+        c(DType::Bf16, 4097, 9, 2, 7, false),
+        c(DType::Bf16, 5, 6, 0, 3, false),
+        c(DType::F32, 2, 6, 1, 1, false),
+    ]
+}
+
+/// Elements by which y sits further off 16-byte alignment than x in the runs of `case`:
+/// 0, and for the odd cases also 1 (x and y rows split differently, so the vector is
+/// narrowed to what both allow).
+fn y_shifts(case: &Case) -> &'static [usize] {
+    if odd_cases().contains(case) {
+        &[0, 1]
+    } else {
+        &[0]
+    }
 }
 
 /// 1025 vectors of 8 per row: a last step or pass where most threads hold no vector.
@@ -112,7 +143,9 @@ fn every_config_matches_the_reference() {
                     &[0.7]
                 };
                 for &scale in scales {
-                    every_softmax_config(rt, stream, target, &case, &key, &x, shape, scale, tally);
+                    for &shift in y_shifts(&case) {
+                        every_softmax_config(rt, stream, target, &case, &key, &x, shape, scale, shift, tally);
+                    }
                 }
             }
         },
@@ -120,7 +153,9 @@ fn every_config_matches_the_reference() {
 }
 
 /// Every fitting config of the softmax search space, softmax and log-softmax, on one
-/// case at one scale, against the reference.
+/// case at one scale, against the reference: into y (`y_shift` elements further off
+/// alignment than x, the space fitted to the problem's alignment) and, where y splits
+/// like x, in place (its padding left as it was).
 #[allow(clippy::too_many_arguments)]
 fn every_softmax_config(
     rt: &CudaRuntime,
@@ -131,37 +166,71 @@ fn every_softmax_config(
     x: &[f32],
     shape: Rows,
     scale: f32,
+    y_shift: usize,
     tally: &mut Tally,
 ) {
     let poison = vec![f32::NAN; x.len()];
     let wants = [false, true].map(|log| want(log, x, shape, &poison, scale));
+    let in_place = [false, true].map(|log| want(log, x, shape, x, scale));
     let xb = Buf::new(stream, case.dtype, x, case.offset);
-    let mut yb = Buf::new(stream, case.dtype, &poison, case.offset);
-    let align = xb.align(stream, shape.stride);
+    let mut yb = Buf::new(stream, case.dtype, &poison, case.offset + y_shift);
+    let mut ib = Buf::new(stream, case.dtype, x, case.offset);
+    let align = <Softmax as PlannedKernel>::alignment(&problem(stream, &xb, &yb, shape, scale));
     let space = space::search_space(target, key);
     let configs = fitted_and_compiled::<Softmax, LogSoftmax>(rt, key, case.rows as u64, &space, align);
     for c in &configs {
         for log in [false, true] {
-            let what = format!(
-                "{} {} cols={} rows={} offset={} scale={scale} {c}",
-                if log { "log_softmax" } else { "softmax" },
-                case.dtype,
-                case.cols,
-                case.rows,
-                case.offset
-            );
+            let what = |how: &str| {
+                format!(
+                    "{} {how} {} cols={} rows={} offset={} y_shift={y_shift} scale={scale} {c}",
+                    if log { "log_softmax" } else { "softmax" },
+                    case.dtype,
+                    case.cols,
+                    case.rows,
+                    case.offset
+                )
+            };
+            let launch = |p: &SoftmaxProblem<'_>| {
+                if log {
+                    rt.launch_config::<LogSoftmax>(stream, c, p).expect("launch");
+                } else {
+                    rt.launch_config::<Softmax>(stream, c, p).expect("launch");
+                }
+            };
             yb.write(stream, &poison);
-            let p = problem(stream, &xb, &yb, shape, scale);
-            if log {
-                rt.launch_config::<LogSoftmax>(stream, c, &p).expect("launch");
-            } else {
-                rt.launch_config::<Softmax>(stream, c, &p).expect("launch");
-            }
+            launch(&problem(stream, &xb, &yb, shape, scale));
             let got = yb.read(stream);
             let w = &wants[usize::from(log)];
             tally.add(reference::check(
-                &what, case.dtype, log, x, shape, scale, &got, w, shape, 1,
+                &what("into y"),
+                case.dtype,
+                log,
+                x,
+                shape,
+                scale,
+                &got,
+                w,
+                shape,
+                1,
             ));
+            if y_shift == 0 {
+                ib.write(stream, x);
+                launch(&problem(stream, &ib, &ib, shape, scale));
+                let got = ib.read(stream);
+                let w = &in_place[usize::from(log)];
+                tally.add(reference::check(
+                    &what("in place"),
+                    case.dtype,
+                    log,
+                    x,
+                    shape,
+                    scale,
+                    &got,
+                    w,
+                    shape,
+                    1,
+                ));
+            }
         }
     }
 }
