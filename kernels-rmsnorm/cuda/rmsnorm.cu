@@ -40,8 +40,9 @@
 //   no dynamic shared memory; with SPLITS > 1, __cluster_dims__(SPLITS, 1, 1) is
 //   compiled in, so a plain launch forms the clusters (SPLITS consecutive blocks).
 //   Each thread handles ITERS = ceil((COLS / VEC) / (THREADS * SPLITS)) vectors of
-//   its row and at most one edge element. With ITERS <= 16 the row stays in registers between the reduction and the
-//   write (one pass over HBM; with ITERS <= 8 the weights are loaded with the row);
+//   its row and at most one edge element. With ITERS <= 16 the row stays in
+//   registers between the reduction and the write (one pass over HBM; with ITERS <= 8
+//   the weights are loaded with the row);
 //   longer rows are read a second time, last part first so that the re-read starts
 //   with what is still in L2, evict-first (as is the write of y).
 // Programmatic dependent launch: both entry points call kd::pdl_wait() before their
