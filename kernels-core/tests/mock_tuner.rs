@@ -274,3 +274,36 @@ fn served_variants_are_verified_against_the_reference() {
         .unwrap_err();
     assert!(e.contains("out[0] = 9, want 7"), "{e}");
 }
+
+#[test]
+fn a_screened_search_checks_the_fastest_and_never_picks_a_wrong_one() {
+    // One finalist: the quick pass ranks the wrong variant (1 us) first, its full run
+    // fails the check, so the next fastest (3 us) is the finalist and the others are
+    // screened out with their quick times.
+    let rt = runtime(Policy::Serve);
+    let stream = MockStream::default();
+    let key = StaticKey::from_pairs(&SCHEMA, [("bytes", "64")]).unwrap();
+    let tunable: &dyn DynTunable<Mock> = &TunableDyn::<Fill>::new();
+    let opts = TuneOptions {
+        finalists: 1,
+        ..TuneOptions::default()
+    };
+    let record = tunable
+        .search(&rt, &stream, &key, 1, &opts)
+        .expect("a right candidate wins");
+    assert_eq!(record.config, vec![Value::Int(3), Value::Int(RIGHT)]);
+    let outcome = |us: i64, fill: i64| {
+        record
+            .candidates
+            .iter()
+            .find(|c| c.config == vec![Value::Int(us), Value::Int(fill)])
+            .map(|c| c.outcome.clone())
+            .expect("a candidate")
+    };
+    assert!(outcome(1, 9).is_err_and(|e| e.starts_with(kernels_core::tune::WRONG_OUTPUT)));
+    for us in [5, 8] {
+        let e = outcome(us, RIGHT).unwrap_err();
+        assert!(e.starts_with(kernels_core::tune::SCREENED_OUT), "{e}");
+    }
+    assert!(outcome(10, RIGHT).is_ok(), "the default is timed in full");
+}

@@ -96,7 +96,7 @@ impl<'a> GemmProblem<'a> {
     /// bias's) element type, bf16 or f16; `c_dtype` is C's, `dtype` or f32. `bias` is
     /// `(address, elements)`; `workspace` is `(address, bytes)`, at least
     /// [`crate::workspace_bytes`] for split-K configs, zeroed before its first use (the
-    /// kernel leaves it zeroed again), used by one stream at a time. Errors name the
+    /// kernel leaves its tile counters at zero again), used by one stream at a time. Errors name the
     /// argument: `dtype`, `c_dtype`, `m`, `n`, `k`, `a`, `lda`, `b`, `ldb`, `c`,
     /// `ldc`, `bias`, `workspace`.
     ///

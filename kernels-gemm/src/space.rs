@@ -182,8 +182,18 @@ fn wgmma_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>)
 /// rows (a weight stream wants long steps) and of 32 or 64 above, split-K where
 /// [`split_allowed`], grouping only where there are tile rows to group. Tiles taller
 /// than `m` (rounded up to a power of two) are left out: they only add rows of zeros.
-/// On sm_90 with layout nt, the wgmma configs of `wgmma_space` too.
+/// On sm_90 with layout nt the search is the wgmma configs of `wgmma_space` alone
+/// (the mma configs where it has none): on the H200 no mma config beat the wgmma
+/// paths in full searches of n=6144 k=4096 at m=1 (98 candidates) and m=256 (580),
+/// and screening hundreds of them at every shape costs more device time than the
+/// tables can afford. Where TMA cannot run, `plan::fit` still moves a wgmma config
+/// to its mma stand-in.
 pub fn search_space(target: Target, key: &GemmKey, m: u64) -> Vec<GemmConfig> {
+    let mut wgmma = Vec::new();
+    wgmma_space(target, key, m, &mut wgmma);
+    if !wgmma.is_empty() {
+        return wgmma;
+    }
     let mut out = Vec::new();
     let m_cap = m.next_power_of_two().max(16);
     let block_ks: &[i64] = if m <= 64 { &BLOCK_K[1..] } else { &BLOCK_K[..2] };
@@ -224,6 +234,5 @@ pub fn search_space(target: Target, key: &GemmKey, m: u64) -> Vec<GemmConfig> {
             }
         }
     }
-    wgmma_space(target, key, m, &mut out);
     out
 }
