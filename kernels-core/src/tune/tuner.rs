@@ -25,7 +25,10 @@ impl<B: Backend> Runtime<B> {
     /// default's ([`crate::PlannedKernel::check_outputs`]); a candidate outside the
     /// tolerance is recorded as wrong ([`crate::tune::WRONG_OUTPUT`]) and never timed,
     /// and where the default does not run no other candidate is timed, since none can
-    /// be checked. Failures are recorded and skipped. [`crate::select`] picks the
+    /// be checked. Read-only buffers above [`crate::tune::UNREAD_LIMIT`] are compared
+    /// once after the search instead of after each check; if one changed, no candidate
+    /// is trusted and the search fails. With [`TuneOptions::finalists`] the search
+    /// screens first ([`crate::tune::time_screened`]). Failures are recorded and skipped. [`crate::select`] picks the
     /// winner (a candidate must beat the incumbent by more than the noise threshold).
     /// Finally the buffers are restored and the winner runs once, so they hold exactly
     /// one plain run's result. When every candidate fails, the report names the
@@ -140,6 +143,17 @@ impl<B: Backend> Runtime<B> {
             },
         );
         drop(flush);
+        // A large input a candidate wrote into fails the whole search.
+        let winner = match check.verify_unread() {
+            Ok(()) => winner,
+            Err(e) => {
+                report.chosen_index = None;
+                for c in &mut report.candidates {
+                    c.outcome = Err(format!("not trusted: {e}"));
+                }
+                None
+            }
+        };
         // Leave the buffers as one plain run of the winner leaves them.
         guarded.finish(&mut report, winner, |i, kernel| {
             launch::<B, K>(kernel, stream, &configs[i], problem)
