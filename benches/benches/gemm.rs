@@ -10,7 +10,9 @@
 //! one JSON object per point; `GEMM_BENCH_M=1,16,...` picks the m values;
 //! `GEMM_BENCH_ALTS=1` also times a few alternatives to the served config per point
 //! (other tiles, splits and paths of the search space, marked `alt`), and
-//! `GEMM_BENCH_SHAPES=qkv,o,...` keeps the layers named. Last, it prints the host time
+//! `GEMM_BENCH_SHAPES=qkv,o,...` keeps the layers named. Per shape it first times a
+//! plain read of the weight, rotated and graph-timed the same way: the floor of a
+//! decode point's weight stream (`read_floor` records). Last, it prints the host time
 //! of one launch (plan, tensor-map encoding, enqueue) of the served config at decode
 //! and prefill. Without a GPU it says so in one line and exits cleanly.
 
@@ -40,6 +42,21 @@ static FILL: KernelSource = KernelSource::new(
        }\n\
      }",
     "fnv1a64:2",
+);
+
+/// Reads `n16` 16-byte vectors and writes one word per block: the floor of streaming a
+/// weight once, timed like the GEMM (the bound the decode points are held to).
+static READ: KernelSource = KernelSource::new(
+    "gemm_bench_read",
+    "extern \"C\" __global__ void read_all(const uint4* p, long long n16, unsigned* out) {\n\
+       unsigned acc = 0;\n\
+       for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n16; i += (long long)gridDim.x * blockDim.x) {\n\
+         const uint4 v = __ldcs(p + i); acc ^= v.x ^ v.y ^ v.z ^ v.w;\n\
+       }\n\
+       acc = __reduce_xor_sync(0xffffffffu, acc);\n\
+       if (threadIdx.x % 32 == 0) atomicXor(out + blockIdx.x, acc);\n\
+     }",
+    "fnv1a64:3",
 );
 
 const SHAPES: &[(&str, &str, u32, u32)] = &[
@@ -209,6 +226,15 @@ fn main() -> Result<(), BoxError> {
             sets.push((a, w, c, ws));
         }
         stream.synchronize()?;
+        read_floor(
+            &rt,
+            &stream,
+            &opts,
+            (model, layer, n, k),
+            &sets,
+            w_elems,
+            out.as_mut(),
+        )?;
         for &m in &ms {
             let mu = m as usize;
             let resolved = resolve_serve::<Gemm>(target, &key, m);
@@ -276,6 +302,61 @@ fn main() -> Result<(), BoxError> {
                 launch_overhead(&rt, &stream, &key, &problems[0], m)?;
             }
         }
+    }
+    Ok(())
+}
+
+/// One rotation copy of a point's operands: A, the weight, C and the workspace.
+type OperandSet = (CudaSlice<u8>, CudaSlice<u8>, CudaSlice<u8>, CudaSlice<u8>);
+
+/// Times a plain read of the weight (every copy of the rotation in turn, as the GEMM
+/// runs) and prints it: the floor a decode GEMM's weight stream is held to.
+fn read_floor(
+    rt: &CudaRuntime,
+    stream: &Arc<CudaStream>,
+    opts: &TimingOptions,
+    (model, layer, n, k): (&str, &str, u32, u32),
+    sets: &[OperandSet],
+    w_elems: usize,
+    out: Option<&mut std::fs::File>,
+) -> Result<(), BoxError> {
+    let sms = rt.device().info().sm_count as usize;
+    let blocks = sms * 8;
+    let sink = stream.alloc_zeros::<u32>(blocks)?;
+    let kernel = rt.kernel(stream, &READ, &Variant::new("read_all"))?;
+    let bytes = w_elems * 2;
+    let args: Vec<KernelArgs> = sets
+        .iter()
+        .map(|(_, w, _, _)| {
+            let mut a = KernelArgs::new();
+            a.ptr(w.device_ptr(stream).0)
+                .i64((bytes / 16) as i64)
+                .ptr(sink.device_ptr(stream).0);
+            a
+        })
+        .collect();
+    let launches = graph_launches(bytes as u64, args.len());
+    let t = time_graph_runs(stream, opts, launches, args.len(), &mut |i| {
+        // SAFETY: each weight holds `bytes` bytes and the sink one word per block.
+        unsafe {
+            kernel.launch_raw(
+                RawStream::of(stream),
+                LaunchDims::linear(blocks as u32, 512),
+                &args[i],
+            )
+        }
+    })?;
+    let tbs = bytes as f64 / t.median_us / 1e6;
+    println!(
+        "{model:<18} {layer:<8} {n:>6} {k:>6} read  {:>10.1} {:>9} {tbs:>8.2}  the weight read once (floor)",
+        t.median_us, ""
+    );
+    if let Some(f) = out {
+        writeln!(
+            f,
+            "{{\"kind\":\"read_floor\",\"model\":\"{model}\",\"layer\":\"{layer}\",\"n\":{n},\"k\":{k},\"us\":{:.3},\"weight_tbs\":{tbs:.3}}}",
+            t.median_us
+        )?;
     }
     Ok(())
 }

@@ -56,6 +56,8 @@ fn main() -> ExitCode {
             tables: None,
             retune: flag("KERNELS_RETUNE_FRESH"),
             reps: None,
+            // Every candidate checked and timed in full, as the committed row tables were.
+            finalists: 0,
             // The backend's best, as `kernels tune` by default: graph replays on CUDA,
             // as the GPU bench measures.
             timing: None,

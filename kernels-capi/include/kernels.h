@@ -216,8 +216,8 @@ KERNELS_API kernels_status kernels_warm(const kernels_shape *shapes, size_t coun
  * overlap A, B, bias or the workspace; A and B may be at any element alignment (16
  * bytes is fastest).
  * workspace: NULL with workspace_bytes 0, or kernels_gemm_workspace_bytes() bytes
- * (16-byte aligned), zeroed once before its first use (each call leaves it zeroed
- * again). Split-K configs need it; without one, a shape whose config splits k fails
+ * (16-byte aligned), zeroed once before its first use (each call leaves its tile counters
+ * at zero again). Split-K configs need it; without one, a shape whose config splits k fails
  * naming `workspace`. */
 KERNELS_API kernels_status kernels_gemm(void *c, int64_t ldc, kernels_dtype c_dtype, const void *a, int64_t lda,
                                         const void *b, int64_t ldb, kernels_layout layout, const void *bias, int64_t m,

@@ -72,6 +72,10 @@ impl TunedKernel for Fill {
 struct FillProblem<'a> {
     out: u64,
     bytes: u32,
+    /// A read-only input right after `out` (address, bytes), and the `us` of the
+    /// variant that also writes over its first bytes: an input-corrupting candidate
+    /// whose own output is right.
+    input: Option<(u64, usize, i64)>,
     _out: PhantomData<&'a mut [u8]>,
 }
 
@@ -100,20 +104,33 @@ unsafe impl PlannedKernel for Fill {
         (p.bytes, 1)
     }
     fn buffers(p: &FillProblem<'_>) -> Vec<TuneBuffer> {
-        vec![TuneBuffer {
+        let mut out = vec![TuneBuffer {
             name: "out",
             ptr: p.out,
             bytes: p.bytes as usize,
             role: BufferRole::Write,
-        }]
+        }];
+        if let Some((ptr, bytes, _)) = p.input {
+            out.push(TuneBuffer {
+                name: "input",
+                ptr,
+                bytes,
+                role: BufferRole::Read,
+            });
+        }
+        out
     }
     fn launch_args(
         _: &DeviceInfo,
-        _: &FillConfig,
+        c: &FillConfig,
         p: &FillProblem<'_>,
     ) -> kernels_core::Result<(LaunchDims, KernelArgs)> {
+        let spill = match p.input {
+            Some((_, _, greedy)) if greedy == c.us => 64,
+            _ => 0,
+        };
         let mut args = KernelArgs::new();
-        args.ptr(p.out).u64(p.bytes as u64);
+        args.ptr(p.out).u64(p.bytes as u64 + spill);
         Ok((LaunchDims::linear(1, 32), args))
     }
     fn reference(p: &FillProblem<'_>, _before: &[Vec<u8>]) -> Option<Vec<Vec<f32>>> {
@@ -146,6 +163,7 @@ unsafe impl Tunable for Fill {
         FillProblem {
             out: at[0],
             bytes: *bytes,
+            input: None,
             _out: PhantomData,
         }
     }
@@ -217,6 +235,7 @@ fn an_online_search_rejects_the_wrong_candidate_and_serves_a_right_one() {
     let p = FillProblem {
         out: out.as_mut_ptr() as u64,
         bytes: 256,
+        input: None,
         _out: PhantomData,
     };
     let used = rt.run::<Fill>(&stream, &p).expect("online run");
@@ -243,6 +262,7 @@ fn a_search_whose_default_does_not_run_times_nothing_unchecked() {
     let p = FillProblem {
         out: out.as_mut_ptr() as u64,
         bytes: 13,
+        input: None,
         _out: PhantomData,
     };
     let report = rt.tune::<Fill>(&stream, &p, &TuneOptions::default());
@@ -273,4 +293,72 @@ fn served_variants_are_verified_against_the_reference() {
     let e = kernels_core::tune::verify::<Mock, Fill>(&rt, &stream, &64, 1, &FillConfig { us: 1, fill: 9 })
         .unwrap_err();
     assert!(e.contains("out[0] = 9, want 7"), "{e}");
+}
+
+#[test]
+fn a_screened_search_checks_the_fastest_and_never_picks_a_wrong_one() {
+    // One finalist: the quick pass ranks the wrong variant (1 us) first, its full run
+    // fails the check, so the next fastest (3 us) is the finalist and the others are
+    // screened out with their quick times.
+    let rt = runtime(Policy::Serve);
+    let stream = MockStream::default();
+    let key = StaticKey::from_pairs(&SCHEMA, [("bytes", "64")]).unwrap();
+    let tunable: &dyn DynTunable<Mock> = &TunableDyn::<Fill>::new();
+    let opts = TuneOptions {
+        finalists: 1,
+        ..TuneOptions::default()
+    };
+    let record = tunable
+        .search(&rt, &stream, &key, 1, &opts)
+        .expect("a right candidate wins");
+    assert_eq!(record.config, vec![Value::Int(3), Value::Int(RIGHT)]);
+    let outcome = |us: i64, fill: i64| {
+        record
+            .candidates
+            .iter()
+            .find(|c| c.config == vec![Value::Int(us), Value::Int(fill)])
+            .map(|c| c.outcome.clone())
+            .expect("a candidate")
+    };
+    assert!(outcome(1, 9).is_err_and(|e| e.starts_with(kernels_core::tune::WRONG_OUTPUT)));
+    for us in [5, 8] {
+        let e = outcome(us, RIGHT).unwrap_err();
+        assert!(e.starts_with(kernels_core::tune::SCREENED_OUT), "{e}");
+    }
+    assert!(outcome(10, RIGHT).is_ok(), "the default is timed in full");
+}
+
+#[test]
+fn a_candidate_that_writes_into_a_large_input_fails_the_search() {
+    // `out` (64 bytes) followed by a read-only input above the unread limit: the 3 us
+    // variant writes its output right and 64 bytes of the input too. Its check cannot
+    // see that (large inputs are compared once, after the search), so the comparison
+    // after the search fails it and trusts no candidate.
+    let rt = runtime(Policy::Serve);
+    let stream = MockStream::default();
+    let input_bytes = kernels_core::tune::UNREAD_LIMIT + 1;
+    let mut mem = vec![0u8; 64 + input_bytes];
+    let base = mem.as_mut_ptr() as u64;
+    let p = FillProblem {
+        out: base,
+        bytes: 64,
+        input: Some((base + 64, input_bytes, 3)),
+        _out: PhantomData,
+    };
+    let report = rt.tune::<Fill>(&stream, &p, &TuneOptions::default());
+    let failure = report.failure.expect("the search fails");
+    assert!(failure.contains("`input` is only read"), "{failure}");
+    assert_eq!(report.chosen_index, None);
+    // Without the corrupting variant the same search succeeds.
+    let mut mem = vec![0u8; 64 + input_bytes];
+    let base = mem.as_mut_ptr() as u64;
+    let p = FillProblem {
+        out: base,
+        bytes: 64,
+        input: Some((base + 64, input_bytes, -1)),
+        _out: PhantomData,
+    };
+    let report = rt.tune::<Fill>(&stream, &p, &TuneOptions::default());
+    assert!(report.failure.is_none(), "{:?}", report.failure);
+    assert_eq!(report.chosen, FillConfig { us: 3, fill: RIGHT });
 }

@@ -32,7 +32,7 @@ pub struct Matrix<'v, 'a, T> {
 /// `c = a · op(b) (+ bias)` for `a` `[m, k]`, `b` `[n, k]` (`Layout::Nt`) or `[k, n]`
 /// (`Layout::Nn`), `c` `[m, n]` of `T` or f32, with the config the runtime's policy
 /// resolves. `workspace` is needed by split-K configs: [`crate::workspace_bytes`]
-/// bytes, zeroed before its first use (the kernel leaves it zeroed), one stream at a
+/// bytes, zeroed before its first use (the kernel leaves its tile counters at zero), one stream at a
 /// time. Returns the config and where it came from; errors name the argument.
 #[allow(clippy::too_many_arguments)]
 pub fn gemm<T: Element, O: Element>(

@@ -235,6 +235,28 @@ mod space_tests {
         assert!(!plan::has_kernel(Target::Gfx942));
     }
 
+    /// Narrow n at small prefill searches swapped tiles split along k (70B-tp8 qkv at
+    /// m = 256 has 20 unswapped 128x64 tiles for 132 SMs); none are searched above 256.
+    #[test]
+    fn narrow_n_at_small_prefill_searches_split_swapped_tiles() {
+        let key = GemmKey {
+            dtype: DType::Bf16,
+            layout: Layout::Nt,
+            n: 1280,
+            k: 8192,
+        };
+        for m in [128, 256] {
+            let split = space::search_space(Target::Sm90, &key, m)
+                .into_iter()
+                .filter(|c| c.path == Path::WgmmaSwap && c.split_k > 1)
+                .count();
+            assert!(split > 0, "m={m}");
+        }
+        assert!(space::search_space(Target::Sm90, &key, 512)
+            .iter()
+            .all(|c| c.path != Path::WgmmaSwap));
+    }
+
     /// Writes the reachable variants as an `scripts/nvrtc_check.py` input list to the
     /// file named by GEMM_VARIANTS_JSON (for compiling them all without a GPU).
     #[test]

@@ -110,7 +110,7 @@ pub const SEARCH_STAGES_WGMMA: &[u32] = &[3, 4, 5, 6];
 /// The wgmma configs a search for `m` rows of `key` on `target` times (none off
 /// sm_90 or for layout nn): swapped operands up to 64 rows, with 16..=64 token columns
 /// up to `m` rounded up, 64..=256 weight rows, 1 or 2 consumers, every split-K
-/// [`split_allowed`]; unswapped from 17 rows, tiles of 64..=256 (up to `m` rounded up)
+/// [`split_allowed`] (from 65 to 256 rows, 64 or 128 token columns); unswapped from 17 rows, tiles of 64..=256 (up to `m` rounded up)
 /// by 64..=256, 1 or 2 consumers, grouped rasters where there are tile rows to group.
 fn wgmma_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>) {
     if target != Target::Sm90 || key.layout != Layout::Nt {
@@ -123,12 +123,16 @@ fn wgmma_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>)
         }
     };
     for consumers in [1u32, 2] {
-        if m <= 64 {
-            for bm in [16u32, 32, 64].into_iter().filter(|&b| u64::from(b) <= m_cap) {
+        if m <= 256 {
+            // Above 64 tokens, swapped tiles split along k where n is narrow and the
+            // unswapped tiles leave SMs idle (70B-tp8 qkv, n = 1280: 20 tiles of 128x64
+            // at m = 256, about 0.6x cuBLAS with the best unswapped config).
+            let token_tiles: &[u32] = if m <= 64 { &[16, 32, 64] } else { &[64, 128] };
+            for bm in token_tiles.iter().copied().filter(|&b| u64::from(b) <= m_cap) {
                 for bn in [64u32, 128, 256] {
                     for &stages in SEARCH_STAGES_SWAP {
                         for &split_k in SPLIT_K {
-                            push(GemmConfig {
+                            let c = GemmConfig {
                                 path: Path::WgmmaSwap,
                                 block_m: bm,
                                 block_n: bn,
@@ -139,7 +143,12 @@ fn wgmma_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>)
                                 split_k: split_k as u32,
                                 group_m: 8,
                                 vec: 8,
-                            });
+                            };
+                            // At most 64 accumulators a thread where the token tile
+                            // grows: the split-K reduction holds them all.
+                            if m <= 64 || c.accumulators() <= 64 {
+                                push(c);
+                            }
                         }
                     }
                 }
@@ -182,8 +191,18 @@ fn wgmma_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>)
 /// rows (a weight stream wants long steps) and of 32 or 64 above, split-K where
 /// [`split_allowed`], grouping only where there are tile rows to group. Tiles taller
 /// than `m` (rounded up to a power of two) are left out: they only add rows of zeros.
-/// On sm_90 with layout nt, the wgmma configs of `wgmma_space` too.
+/// On sm_90 with layout nt the search is the wgmma configs of `wgmma_space` alone
+/// (the mma configs where it has none): on the H200 no mma config beat the wgmma
+/// paths in full searches of n=6144 k=4096 at m=1 (98 candidates) and m=256 (580),
+/// and screening hundreds of them at every shape costs more device time than the
+/// tables can afford. Where TMA cannot run, `plan::fit` still moves a wgmma config
+/// to its mma stand-in.
 pub fn search_space(target: Target, key: &GemmKey, m: u64) -> Vec<GemmConfig> {
+    let mut wgmma = Vec::new();
+    wgmma_space(target, key, m, &mut wgmma);
+    if !wgmma.is_empty() {
+        return wgmma;
+    }
     let mut out = Vec::new();
     let m_cap = m.next_power_of_two().max(16);
     let block_ks: &[i64] = if m <= 64 { &BLOCK_K[1..] } else { &BLOCK_K[..2] };
@@ -224,6 +243,5 @@ pub fn search_space(target: Target, key: &GemmKey, m: u64) -> Vec<GemmConfig> {
             }
         }
     }
-    wgmma_space(target, key, m, &mut out);
     out
 }

@@ -256,8 +256,11 @@ fn covering_configs() -> Vec<GemmConfig> {
                 n,
                 k,
             };
+            // sm_80's space too: on sm_90 the mma path is searched only where no wgmma
+            // config fits, but it runs wherever TMA cannot (`plan::fit`), and on sm_80.
             for c in space::search_space(Target::Sm90, &key, m)
                 .into_iter()
+                .chain(space::search_space(Target::Sm80, &key, m))
                 .chain([kernels_gemm::analytic_default(Target::Sm90, &key, m)])
             {
                 let tile = (c.block_m, c.block_n, c.block_k, c.warps_m, c.warps_n);

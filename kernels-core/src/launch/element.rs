@@ -57,20 +57,79 @@ pub fn decode(dtype: DType, bytes: &[u8]) -> Vec<f32> {
     }
 }
 
+/// Element `i` of `dtype` storage bytes as f32 (`bytes` holds at least `i + 1`
+/// elements).
+pub fn element_at(dtype: DType, bytes: &[u8], i: usize) -> f32 {
+    match dtype {
+        DType::F32 => {
+            let c = &bytes[4 * i..4 * i + 4];
+            f32::from_le_bytes([c[0], c[1], c[2], c[3]])
+        }
+        DType::F16 => half::f16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]]).to_f32(),
+        DType::Bf16 => half::bf16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]]).to_f32(),
+    }
+}
+
+/// `f(start, out)` over `out` cut into one contiguous run per core, in parallel
+/// (`start` is the index of `out[0]` in the whole): for host-side checks that pass
+/// over gigabytes (a tuner checks every finalist's output against weights that size).
+pub fn par_fill<T: Send>(out: &mut [T], f: impl Fn(usize, &mut [T]) + Sync) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cores == 1 || out.len() < 64 {
+        f(0, out);
+        return;
+    }
+    let chunk = out.len().div_ceil(cores);
+    std::thread::scope(|scope| {
+        for (i, part) in out.chunks_mut(chunk).enumerate() {
+            let f = &f;
+            scope.spawn(move || f(i * chunk, part));
+        }
+    });
+}
+
+/// The L2 norm of each of `rows` rows of `len` elements, row `r` starting at element
+/// `r * ld` of `dtype` storage `bytes`, in f64; decoded on the fly, rows spread over
+/// the cores ([`par_fill`]).
+///
+/// ```
+/// use kernels_core::launch::{encode, row_norms};
+/// let bytes = encode(tuned::DType::Bf16, &[3.0, 4.0, 9.0, 0.0, 0.0, 2.0]);
+/// assert_eq!(row_norms(tuned::DType::Bf16, &bytes, 2, 3, 2), vec![5.0, 0.0]);
+/// ```
+pub fn row_norms(dtype: DType, bytes: &[u8], rows: usize, ld: usize, len: usize) -> Vec<f64> {
+    let mut out = vec![0.0f64; rows];
+    par_fill(&mut out, |start, part| {
+        for (r, slot) in part.iter_mut().enumerate() {
+            let base = (start + r) * ld;
+            *slot = (base..base + len)
+                .map(|i| f64::from(element_at(dtype, bytes, i)).powi(2))
+                .sum::<f64>()
+                .sqrt();
+        }
+    });
+    out
+}
+
 /// Deterministic pseudo-random values in `[offset - scale, offset + scale)` (tuning
 /// and test inputs: never zeros, which hide unwritten outputs and run faster).
 pub fn pseudo_random(n: usize, seed: u64, scale: f32, offset: f32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            // xorshift64*
-            s ^= s >> 12;
-            s ^= s << 25;
-            s ^= s >> 27;
-            let u = (s.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 40) as f32 / (1u64 << 24) as f32;
-            offset + scale * (2.0 * u - 1.0)
-        })
-        .collect()
+    // Counter-based (element i depends on seed and i alone), so the cores fill it
+    // together: tuning inputs reach gigabytes of weights per shape.
+    let key = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut out = vec![0.0f32; n];
+    par_fill(&mut out, |start, part| {
+        for (j, v) in part.iter_mut().enumerate() {
+            // splitmix64 of the element's counter
+            let mut z = key.wrapping_add(((start + j) as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^= z >> 31;
+            let u = (z >> 40) as f32 / (1u64 << 24) as f32;
+            *v = offset + scale * (2.0 * u - 1.0);
+        }
+    });
+    out
 }
 
 /// A device buffer of `n` elements of `dtype` holding [`pseudo_random`] values.

@@ -98,14 +98,30 @@ impl<'s, B: Backend> OutputCheck<'s, B> {
     /// Checks candidate `index`'s run, just made on `problem` from the buffers as they
     /// were before the search: the default's (index 0) becomes the comparison; another
     /// candidate must match it within [`PlannedKernel::check_outputs`] for two runs, or
-    /// the error starts with [`WRONG_OUTPUT`].
+    /// the error starts with [`WRONG_OUTPUT`]. Read-only buffers above
+    /// [`UNREAD_LIMIT`] are not read back for it (the kernel's check sees them as they
+    /// were): [`OutputCheck::verify_unread`] compares them once, after the search.
     pub(crate) fn check<K: PlannedKernel>(
         &mut self,
         index: usize,
         problem: &K::Problem<'_>,
     ) -> std::result::Result<(), String> {
         self.ready(index)?;
-        let got = read_buffers::<B>(self.stream, &self.buffers).map_err(|e| e.to_string())?;
+        let got = self
+            .buffers
+            .iter()
+            .zip(&self.before)
+            .map(|(b, was)| {
+                if unread(b) {
+                    return Ok(was.clone());
+                }
+                let mut host = vec![0u8; b.bytes];
+                // SAFETY: `b.ptr` is valid for b.bytes by the PlannedKernel contract.
+                unsafe { B::read_back(self.stream, b.ptr, &mut host) }?;
+                Ok(host)
+            })
+            .collect::<Result<Vec<_>>>()
+            .map_err(|e| e.to_string())?;
         match &self.default {
             None => {
                 self.default = Some(got);
@@ -115,6 +131,33 @@ impl<'s, B: Backend> OutputCheck<'s, B> {
                 .map_err(|e| format!("{WRONG_OUTPUT}{e}")),
         }
     }
+}
+
+impl<B: Backend> OutputCheck<'_, B> {
+    /// After a search: every read-only buffer [`OutputCheck::check`] did not read back
+    /// per candidate, compared with its contents from before the search. An error names
+    /// the buffer that changed: some candidate wrote into it, so no result of the
+    /// search can be trusted.
+    pub(crate) fn verify_unread(&self) -> std::result::Result<(), String> {
+        for (b, was) in self.buffers.iter().zip(&self.before).filter(|(b, _)| unread(b)) {
+            let now = read_buffers::<B>(self.stream, std::slice::from_ref(b)).map_err(|e| e.to_string())?;
+            if let Some(i) = was.iter().zip(&now[0]).position(|(a, b)| a != b) {
+                return Err(format!(
+                    "`{}` is only read, but after the search its byte {i} had changed: a candidate wrote into it",
+                    b.name
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Read-only buffers larger than this (64 MiB: GEMM and MoE weights reach gigabytes)
+/// are verified once after a search instead of read back after every candidate's check.
+pub const UNREAD_LIMIT: usize = 64 << 20;
+
+fn unread(b: &TuneBuffer) -> bool {
+    b.role == BufferRole::Read && b.bytes > UNREAD_LIMIT
 }
 
 /// Runs `config` of `K` once on the problem the tuner makes for `key` and `batch`

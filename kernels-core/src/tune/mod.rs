@@ -13,16 +13,18 @@ mod tunable;
 mod tuner;
 
 pub(crate) use check::OutputCheck;
-pub use check::{verify, WRONG_OUTPUT};
+pub use check::{verify, UNREAD_LIMIT, WRONG_OUTPUT};
 pub use search::{
     all_failed, cached_config, candidate_configs, conclude, prefer_after_default, recheck_configs,
-    start_search, time_candidates, tune_record, CandidateReport, Recheck, TuneOptions, TuneReport,
+    start_search, time_candidates, time_screened, tune_record, CandidateReport, Recheck, TuneOptions,
+    TuneReport, SCREENED_OUT, SCREEN_REPS,
 };
 pub use select::{median, noise_margin, select, Measured, LONG_KERNEL_US, NOISE_THRESHOLD};
 pub use table::{
     parse_shapes, today, tune_table, CandidateRecord, Progress, TableJob, TableOutcome, TuneRecord,
 };
 pub use timing::{
-    graph_launches, rotation, time_runs, FlushL2, L2Flush, Timing, TimingMethod, TimingOptions, MIN_REPS,
+    graph_launches, rotation, screen_launches, time_runs, FlushL2, L2Flush, Timing, TimingMethod,
+    TimingOptions, MIN_REPS,
 };
 pub use tunable::{DynTunable, Tunable, TunableDyn};

@@ -26,6 +26,12 @@ pub struct TuneOptions {
     pub compile_threads: usize,
     /// Benchmark at most this many candidates, the default first (0: all).
     pub max_candidates: usize,
+    /// Screen first: with `finalists` above 0 and more candidates than the finalists
+    /// plus the default and the preferred config, every other candidate gets a quick
+    /// unchecked timing ([`SCREEN_REPS`] reps), and only the fastest of them, in that
+    /// order, are checked and timed in full until `finalists` have passed the check
+    /// ([`time_screened`]). 0: every candidate is checked and timed in full.
+    pub finalists: usize,
     /// A config to try right after the analytic default (values in the kernel's
     /// parameter order, as tables store them): `kernels tune` passes the table's
     /// current entry. [`crate::select`] takes candidates in order, so this config
@@ -42,6 +48,7 @@ impl Default for TuneOptions {
             noise_threshold: NOISE_THRESHOLD,
             compile_threads: 0,
             max_candidates: 0,
+            finalists: 0,
             prefer: None,
         }
     }
@@ -272,6 +279,95 @@ pub fn time_candidates<C, Kn: Clone, O>(
             Ok(t) => Measured::Time(t.median_us),
             Err(e) => Measured::Failed(e.clone()),
         });
+        report.candidates[i].outcome = outcome;
+    }
+    report.chosen_index = select(&measured, 0, noise);
+    report
+        .chosen_index
+        .and_then(|i| kernels[i].as_ref().ok().map(|(k, _)| (i, k.clone())))
+}
+
+/// Timed reps of a screening pass ([`TuneOptions::finalists`]): the minimum.
+pub const SCREEN_REPS: u32 = crate::MIN_REPS;
+
+/// What the outcome of a candidate left out by screening starts with.
+pub const SCREENED_OUT: &str = "screened out: ";
+
+/// [`time_candidates`] with a screening pass, for spaces too large to check and time
+/// every candidate in full (large GEMMs, where one output check reads back and
+/// compares gigabytes). The first `always` candidates (the analytic default, then the
+/// preferred config) are timed in `full` (which checks the output first); every other
+/// one is timed by `quick` (no check, fewer reps); then, fastest first, candidates are
+/// timed in `full` until `finalists` have passed, and the rest are recorded as
+/// [`SCREENED_OUT`] with their quick time. A wrong candidate is thus never chosen,
+/// however fast it screened. [`crate::select`] then picks among the full timings, in
+/// candidate order, as without screening. With `finalists` 0, or no more candidates
+/// than `always + finalists`, it is [`time_candidates`] with `full`.
+///
+/// ```
+/// use kernels_core::tune::{time_screened, CandidateReport, TuneReport, NOISE_THRESHOLD};
+/// use kernels_core::{cache::AlignClass, tune::Timing};
+/// let configs = [10.0, 9.0, 5.0, 3.0, 7.0];
+/// let t = |us: f64| Ok(Timing { median_us: us, min_us: us, max_us: us, reps: 10, l2_flushed: false });
+/// let mut report = TuneReport {
+///     kernel: "k", static_key: String::new(), batch: 1, alignment: AlignClass::A16, chosen: 10.0,
+///     chosen_index: None, failure: None, final_run: Err("not run".into()),
+///     candidates: configs.iter().map(|&c| CandidateReport { config: c, outcome: Err("not run".into()) }).collect(),
+/// };
+/// let kernels: Vec<kernels_core::Result<(f64, ())>> = configs.iter().map(|&c| Ok((c, ()))).collect();
+/// // The candidate timed 3.0 is wrong: its full run fails the check, so 5.0 wins.
+/// let full = |_: usize, c: &f64, _: &f64| if *c == 3.0 { Err(kernels_core::Error::Output("wrong".into())) } else { t(*c) };
+/// let won = time_screened(&mut report, &configs, &kernels, NOISE_THRESHOLD, 1, 1, |_, c, _| t(*c), full);
+/// assert_eq!(won.map(|(i, _)| i), Some(2));
+/// assert!(report.candidates[1].outcome.as_ref().unwrap_err().starts_with("screened out: "));
+/// ```
+#[allow(clippy::too_many_arguments)]
+pub fn time_screened<C, Kn: Clone, O>(
+    report: &mut TuneReport<C>,
+    configs: &[C],
+    kernels: &[Result<(Kn, O)>],
+    noise: f64,
+    always: usize,
+    finalists: usize,
+    mut quick: impl FnMut(usize, &C, &Kn) -> Result<Timing>,
+    mut full: impl FnMut(usize, &C, &Kn) -> Result<Timing>,
+) -> Option<(usize, Kn)> {
+    if finalists == 0 || configs.len() <= always + finalists {
+        return time_candidates(report, configs, kernels, noise, full);
+    }
+    let run = |i: usize, timer: &mut dyn FnMut(usize, &C, &Kn) -> Result<Timing>| match &kernels[i] {
+        Err(e) => Err(e.to_string()),
+        Ok((kernel, _)) => timer(i, &configs[i], kernel).map_err(|e| e.to_string()),
+    };
+    let mut measured: Vec<Measured> = vec![Measured::Failed("not run".into()); configs.len()];
+    for (i, slot) in measured.iter_mut().enumerate().take(always) {
+        let outcome = run(i, &mut full);
+        *slot = outcome
+            .as_ref()
+            .map_or_else(|e| Measured::Failed(e.clone()), |t| Measured::Time(t.median_us));
+        report.candidates[i].outcome = outcome;
+    }
+    let mut screened = Vec::new();
+    for i in always..configs.len() {
+        match run(i, &mut quick) {
+            Ok(t) => screened.push((i, t.median_us)),
+            Err(e) => report.candidates[i].outcome = Err(e),
+        }
+    }
+    screened.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let mut passed = 0;
+    for (i, quick_us) in screened {
+        if passed == finalists {
+            report.candidates[i].outcome = Err(format!(
+                "{SCREENED_OUT}{quick_us:.3} us in the quick pass, behind the {finalists} finalists"
+            ));
+            continue;
+        }
+        let outcome = run(i, &mut full);
+        if let Ok(t) = &outcome {
+            passed += 1;
+            measured[i] = Measured::Time(t.median_us);
+        }
         report.candidates[i].outcome = outcome;
     }
     report.chosen_index = select(&measured, 0, noise);

@@ -96,6 +96,14 @@ pub fn graph_launches(bytes_per_call: u64, copies: usize) -> usize {
     by_time.clamp(3, 20).max(copies)
 }
 
+/// Launches per captured graph in a screening pass ([`crate::tune::TuneOptions::finalists`]):
+/// as [`graph_launches`] but down to one for calls of 100 us or more, whose replays
+/// are long enough to time alone and which dominate a search's device time.
+pub fn screen_launches(bytes_per_call: u64, copies: usize) -> usize {
+    let est_us = (bytes_per_call as f64 / 3e6).max(0.5);
+    ((100.0 / est_us).ceil() as usize).clamp(1, 20).max(copies)
+}
+
 /// How to time.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TimingOptions {

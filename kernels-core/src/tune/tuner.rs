@@ -7,8 +7,8 @@ use super::search::backend::{plain_stream, working_set, Guarded};
 use super::OutputCheck;
 use crate::runtime::launch;
 use crate::{
-    graph_launches, start_search, time_candidates, time_runs, Backend, Error, L2Flush, PlannedKernel,
-    Runtime, TimingMethod, TuneOptions, TuneReport,
+    graph_launches, start_search, time_runs, time_screened, Backend, Error, L2Flush, PlannedKernel, Runtime,
+    TimingMethod, TuneOptions, TuneReport,
 };
 
 impl<B: Backend> Runtime<B> {
@@ -25,7 +25,10 @@ impl<B: Backend> Runtime<B> {
     /// default's ([`crate::PlannedKernel::check_outputs`]); a candidate outside the
     /// tolerance is recorded as wrong ([`crate::tune::WRONG_OUTPUT`]) and never timed,
     /// and where the default does not run no other candidate is timed, since none can
-    /// be checked. Failures are recorded and skipped. [`crate::select`] picks the
+    /// be checked. Read-only buffers above [`crate::tune::UNREAD_LIMIT`] are compared
+    /// once after the search instead of after each check; if one changed, no candidate
+    /// is trusted and the search fails. With [`TuneOptions::finalists`] the search
+    /// screens first ([`crate::tune::time_screened`]). Failures are recorded and skipped. [`crate::select`] picks the
     /// winner (a candidate must beat the incumbent by more than the noise threshold).
     /// Finally the buffers are restored and the winner runs once, so they hold exactly
     /// one plain run's result. When every candidate fails, the report names the
@@ -92,36 +95,65 @@ impl<B: Backend> Runtime<B> {
         };
         let copies = 1 + rotation.len();
         let launches = graph_launches(working_set, copies);
+        let quick_launches = crate::screen_launches(working_set, copies);
         let problem_at = |i: usize| if i == 0 { problem } else { &rotation[i - 1] };
 
-        let winner = time_candidates(
+        // The preferred config (the table's entry), when present, sits right after the
+        // default and is timed in full like it.
+        let preferred = opts
+            .prefer
+            .as_ref()
+            .is_some_and(|v| configs.get(1).is_some_and(|c| K::config_values(c) == *v));
+        let quick_opts = crate::TimingOptions {
+            warmup: 1,
+            reps: crate::tune::SCREEN_REPS,
+            ..opts.timing.clone()
+        };
+        let time = |timing: &crate::TimingOptions, launches: usize, kernel: &_, config: &_| {
+            if graph {
+                guarded.reset()?;
+                B::time_graph_runs(stream, timing, launches, copies, &mut |i| {
+                    launch::<B, K>(kernel, stream, config, problem_at(i))
+                })
+            } else {
+                time_runs::<B>(
+                    stream,
+                    timing,
+                    flush.as_ref(),
+                    &mut || guarded.reset(),
+                    &mut || launch::<B, K>(kernel, stream, config, problem),
+                )
+            }
+        };
+        let winner = time_screened(
             &mut report,
             &configs,
             &kernels,
             opts.noise_threshold,
+            1 + usize::from(preferred),
+            opts.finalists,
+            |_, config, kernel| time(&quick_opts, quick_launches, kernel, config),
             |index, config, kernel| {
                 check.ready(index).map_err(Error::Output)?;
                 guarded.reset()?;
                 check.restore_written()?;
                 launch::<B, K>(kernel, stream, config, problem)?;
                 check.check::<K>(index, problem).map_err(Error::Output)?;
-                if graph {
-                    guarded.reset()?;
-                    B::time_graph_runs(stream, &opts.timing, launches, copies, &mut |i| {
-                        launch::<B, K>(kernel, stream, config, problem_at(i))
-                    })
-                } else {
-                    time_runs::<B>(
-                        stream,
-                        &opts.timing,
-                        flush.as_ref(),
-                        &mut || guarded.reset(),
-                        &mut || launch::<B, K>(kernel, stream, config, problem),
-                    )
-                }
+                time(&opts.timing, launches, kernel, config)
             },
         );
         drop(flush);
+        // A large input a candidate wrote into fails the whole search.
+        let winner = match check.verify_unread() {
+            Ok(()) => winner,
+            Err(e) => {
+                report.chosen_index = None;
+                for c in &mut report.candidates {
+                    c.outcome = Err(format!("not trusted: {e}"));
+                }
+                None
+            }
+        };
         // Leave the buffers as one plain run of the winner leaves them.
         guarded.finish(&mut report, winner, |i, kernel| {
             launch::<B, K>(kernel, stream, &configs[i], problem)

@@ -354,7 +354,8 @@ def gemm_workspace_bytes(m, n, k, dtype, layout="nt", device=None):
     """Bytes of the workspace a GEMM of ``[m, n, k]`` may need on ``device`` (the most
     any config the tuning policy can pick takes; 0 when none splits k). Allocate it
     once, zeroed, for the largest ``m`` and pass it as ``workspace=``; each call leaves
-    it zeroed. Opens the device; compiles nothing."""
+    its split-K tile counters at zero again (the partial sums stay), so it is reused
+    as it is. Opens the device; compiles nothing."""
     if layout not in _LAYOUTS:
         raise ValueError(f"`layout` is {layout!r}; expected 'nt' (b is [n, k]) or 'nn' (b is [k, n])")
     code = _CODE[_dtype_name(dtype, "dtype")]

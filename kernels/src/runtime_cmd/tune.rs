@@ -28,6 +28,9 @@ pub struct TuneArgs {
     pub retune: bool,
     /// Timed repetitions per candidate (default 25, at least 10).
     pub reps: Option<u32>,
+    /// Candidates checked and timed in full after a quick screening pass (0: every
+    /// candidate; [`kernels_core::tune::TuneOptions::finalists`]).
+    pub finalists: usize,
     /// How candidates are timed; `None`: the backend's best (graph replays on CUDA,
     /// single launches on HIP, which has nothing else and says so when graph is asked).
     pub timing: Option<kernels_core::tune::TimingMethod>,
@@ -321,6 +324,7 @@ fn tune_on(
     if let Some(r) = args.reps {
         opts.timing.reps = r;
     }
+    opts.finalists = args.finalists;
     opts.timing.method = dev.timing;
     let tables = match args
         .tables

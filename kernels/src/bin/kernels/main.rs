@@ -108,6 +108,12 @@ enum Command {
         /// Timed repetitions per candidate (at least 10).
         #[arg(long)]
         reps: Option<u32>,
+        /// Screen large spaces: every candidate but the default and the table's entry
+        /// gets a quick unchecked timing, and only the fastest are checked and timed in
+        /// full, until N have passed the check (0: every candidate checked and timed in
+        /// full). For spaces of hundreds of configs on large problems (GEMM, MoE).
+        #[arg(long, default_value = "0", value_name = "N")]
+        finalists: usize,
         /// `graph`: back-to-back launches replayed from a CUDA graph over rotating
         /// copies, per launch (as engines run them and the GPU bench measures);
         /// `single`: one launch after an L2 flush; `auto`: the backend's best, graph
@@ -418,6 +424,7 @@ fn run(cli: Cli) -> Result<ExitCode, Usage> {
             tables,
             retune,
             reps,
+            finalists,
             timing,
             device,
             backend,
@@ -430,6 +437,7 @@ fn run(cli: Cli) -> Result<ExitCode, Usage> {
             tables,
             retune,
             reps,
+            finalists,
             timing: match timing.as_str() {
                 "auto" => None,
                 t => Some(arg("timing", t)?),

@@ -254,16 +254,18 @@ fn digest_of<K: kernels_core::PlannedKernel>(
 
 /// The searches whose results the table of kernel `kernel` holds, as their digest
 /// functions: softmax's tables serve softmax and log-softmax, whose searches compile
-/// different variants. Empty for a kernel this build cannot search (gemm, moe).
+/// different variants. Empty for a kernel this build cannot search.
 fn searches_of(kernel: &str) -> Vec<DigestFn> {
     use kernels_rmsnorm::{FusedAddRmsNorm, RmsNorm};
     use kernels_softmax::{LogSoftmax, Softmax};
     use tuned::TunedKernel;
-    let all: [(&str, DigestFn); 4] = [
+    let all: [(&str, DigestFn); 6] = [
         (Softmax::SCHEMA.kernel, digest_of::<Softmax>),
         (LogSoftmax::SCHEMA.kernel, digest_of::<LogSoftmax>),
         (RmsNorm::SCHEMA.kernel, digest_of::<RmsNorm>),
         (FusedAddRmsNorm::SCHEMA.kernel, digest_of::<FusedAddRmsNorm>),
+        (kernels_gemm::Gemm::SCHEMA.kernel, digest_of::<kernels_gemm::Gemm>),
+        (kernels_moe::Moe::SCHEMA.kernel, digest_of::<kernels_moe::Moe>),
     ];
     all.into_iter()
         .filter(|(name, _)| *name == kernel)
@@ -563,18 +565,23 @@ mod tests {
         assert!(e.contains("another candidate list") && e.contains(&digest), "{e}");
     }
 
-    /// A kernel this build has no search for cannot have its digest checked.
+    /// GEMM and MoE records are checked like the row kernels': the digest this build
+    /// computes for the problem passes, another is refused naming it.
     #[test]
-    fn a_kernel_without_a_search_is_named() {
+    fn gemm_and_moe_records_have_their_digest_checked() {
         let h200 = DeviceInfo::nominal(Target::Sm90).unwrap();
-        let key = StaticKey::parse(
-            kernels::kernel("gemm").unwrap().schema(),
-            "dtype=bf16,layout=nt,n=6144,k=4096",
-        )
-        .unwrap();
-        let text = key_text(&h200, "sm_90a", "gemm", &key, 64, "fnv1a64:0000000000000001");
-        let e = check_candidates(&text, "gemm", Target::Sm90, &key, 64).unwrap_err();
-        assert!(e.contains("no search for `gemm`"), "{e}");
+        for (kernel, key, batch) in [
+            ("gemm", "dtype=bf16,layout=nt,n=6144,k=4096", 64),
+            ("moe", "dtype=bf16,experts=128,n=768,k=2048,topk=8", 16),
+        ] {
+            let key = StaticKey::parse(kernels::kernel(kernel).unwrap().schema(), key).unwrap();
+            let digest = searches_of(kernel)[0](&h200, &key, batch).unwrap();
+            let text = key_text(&h200, "sm_90a", kernel, &key, batch, &digest);
+            check_candidates(&text, kernel, Target::Sm90, &key, batch).unwrap();
+            let text = key_text(&h200, "sm_90a", kernel, &key, batch, "fnv1a64:0000000000000001");
+            let e = check_candidates(&text, kernel, Target::Sm90, &key, batch).unwrap_err();
+            assert!(e.contains("another candidate list"), "{kernel}: {e}");
+        }
     }
 
     /// An AMD result's digest, computed on the launch limits a HIP device reports,

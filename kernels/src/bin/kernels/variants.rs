@@ -354,6 +354,9 @@ pub fn served_variants() -> Result<Vec<TableVariants>, String> {
         let n = lines_of::<FusedAddRmsNorm>(target, &info, &mut lines)?;
         push_table(&mut out, "fused_add_rmsnorm", target, n, lines);
         let mut lines = Vec::new();
+        let n = lines_of::<kernels_gemm::Gemm>(target, &info, &mut lines)?;
+        push_table(&mut out, "gemm", target, n, lines);
+        let mut lines = Vec::new();
         let n = lines_of::<kernels_moe::Moe>(target, &info, &mut lines)?;
         push_table(&mut out, "moe", target, n, lines);
     }
