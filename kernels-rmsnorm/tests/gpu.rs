@@ -205,6 +205,7 @@ fn every_config_matches_the_reference() {
                             .and_then(|_| exact(&format!("{what} residual"), &fr.read(stream), &fr_want)),
                         );
                     }
+                    tally.progress(&format!("{case:?} w_offset={w_offset} out_shift={shift}"));
                 }
             }
         },

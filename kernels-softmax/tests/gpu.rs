@@ -147,6 +147,7 @@ fn every_config_matches_the_reference() {
                         every_softmax_config(rt, stream, target, &case, &key, &x, shape, scale, shift, tally);
                     }
                 }
+                tally.progress(&format!("{case:?}"));
             }
         },
     );
