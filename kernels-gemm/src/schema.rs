@@ -50,7 +50,10 @@ pub const BLOCK_K: &[i64] = &[32, 64, 128];
 pub const WARPS_M: &[i64] = &[1, 2, 4, 8];
 pub const WARPS_N: &[i64] = &[1, 2, 4, 8];
 pub const STAGES: &[i64] = &[2, 3, 4, 5, 6, 7, 8];
-pub const SPLIT_K: &[i64] = &[1, 2, 4, 8, 16];
+/// Splits of k; not only powers of two, so a weight of few tiles can be cut into about
+/// one wave (70B-tp8 qkv at decode: 20 tiles of 64 rows, 6 splits make 120 units for
+/// 132 SMs where 4 leave 52 idle and 8 need a second wave).
+pub const SPLIT_K: &[i64] = &[1, 2, 3, 4, 6, 8, 12, 16];
 pub const GROUP_M: &[i64] = &[1, 4, 8, 16];
 /// Elements per global load: 8 (16-byte cp.async; A and B 16-byte aligned with
 /// leading dimensions a multiple of 8) or 1 (element loads, any alignment).

@@ -520,7 +520,8 @@ fn split_k_is_deterministic_and_reuses_its_workspace() {
         } else {
             (32, 64, 64, 1, 4)
         };
-        let mut configs: Vec<GemmConfig> = [2, 4, 8, 16]
+        // Uneven splits too (3, 6, 12): k = 4136 leaves their last split short.
+        let mut configs: Vec<GemmConfig> = [2, 3, 4, 6, 8, 12, 16]
             .into_iter()
             .map(|split_k| GemmConfig {
                 path: Path::Mma,
@@ -537,7 +538,15 @@ fn split_k_is_deterministic_and_reuses_its_workspace() {
             .collect();
         // Swapped-operand wgmma with split-K (one and two consumers), where it runs.
         let target = rt.device().info().tuning_target();
-        for (split_k, block_m, warps_n) in [(2, 16, 4), (4, 16, 8), (8, 64, 4), (16, 32, 4)] {
+        for (split_k, block_m, warps_n) in [
+            (2, 16, 4),
+            (3, 16, 4),
+            (4, 16, 8),
+            (6, 16, 8),
+            (8, 64, 4),
+            (12, 32, 4),
+            (16, 32, 4),
+        ] {
             let c = GemmConfig {
                 path: Path::WgmmaSwap,
                 block_m,
