@@ -562,7 +562,13 @@ unsafe impl PlannedKernel for Gemm {
         p.operand_alignment()
     }
 
-    fn fit_alignment(_device: &DeviceInfo, _key: &GemmKey, c: GemmConfig, align: AlignClass) -> GemmConfig {
+    /// [`fit`], and a wgmma config becomes [`portable`]'s on a device other than
+    /// compute capability 9.0 (sm_90a code runs there only): a Blackwell part is
+    /// served from the sm90 table and its defaults, and must not be refused for it.
+    fn fit_alignment(device: &DeviceInfo, key: &GemmKey, c: GemmConfig, align: AlignClass) -> GemmConfig {
+        if c.path.is_wgmma() && (device.compute_capability != (9, 0) || key.layout != Layout::Nt) {
+            return portable(&c);
+        }
         fit(c, align)
     }
 
@@ -919,6 +925,45 @@ mod tests {
             "{v}"
         );
         assert!(v.ends_with("-DSTAGES=4 -DALIGNED=1"), "{v}");
+    }
+
+    /// A device other than compute capability 9.0 is served the sm90 table and
+    /// defaults (Blackwell resolves to sm90): a wgmma config runs there as its mma
+    /// stand-in, and the launch takes it.
+    #[test]
+    fn wgmma_configs_fall_back_to_mma_off_sm_90() {
+        let key = GemmKey {
+            dtype: DType::Bf16,
+            layout: Layout::Nt,
+            n: 4096,
+            k: 4096,
+        };
+        let hopper = DeviceInfo::nominal(Target::Sm90).unwrap();
+        let blackwell = DeviceInfo {
+            compute_capability: (10, 0),
+            ..hopper.clone()
+        };
+        for m in [1, 16, 256, 4096] {
+            let c = crate::analytic_default(blackwell.tuning_target(), &key, m);
+            assert!(c.path.is_wgmma(), "m={m}: {c}");
+            assert_eq!(Gemm::fit_alignment(&hopper, &key, c, AlignClass::A16), c);
+            let f = Gemm::fit_alignment(&blackwell, &key, c, AlignClass::A16);
+            assert_eq!(f, portable(&c), "m={m}");
+            let (mu, n) = (m as usize, 4096);
+            let p = nt(
+                mu,
+                n,
+                n,
+                Operand::new(A, mu * n, n),
+                Operand::new(B, n * n, n),
+                Operand::new(C, mu * n, n),
+                DType::Bf16,
+                None,
+            )
+            .unwrap();
+            assert!(launch_args(&blackwell, &f, &p).is_ok(), "m={m}: {f}");
+            assert!(launch_args(&blackwell, &c, &p).is_err(), "m={m}: {c}");
+        }
     }
 
     #[test]
