@@ -26,6 +26,8 @@ pub static GEMM: KernelSchema = KernelSchema {
         Field::int("split_k"),
         Field::int("group_m"),
         Field::int("vec"),
+        Field::int("cluster"),
+        Field::name("epilogue"),
     ],
 };
 
@@ -60,6 +62,15 @@ pub const GROUP_M: &[i64] = &[1, 4, 8, 16];
 pub const VECS: &[i64] = &[1, 8];
 /// Warps per block: 4 or 8.
 pub const WARPS: &[i64] = &[4, 8];
+/// Blocks per thread-block cluster: 1, or 2 on the `wgmma` path (sm_90a), where the
+/// two blocks compute vertically adjacent tiles and share their B tile, each loading
+/// half of it by TMA multicast into both.
+pub const CLUSTERS: &[i64] = &[1, 2];
+/// How C leaves the kernel: `direct` (each thread stores its accumulators) or `tma`
+/// (the `wgmma` path only, block_n a multiple of 64: each consumer warpgroup stages
+/// 64-row sub-tiles in shared memory and the TMA unit stores them; where C's base or
+/// row stride is not a multiple of 16 bytes the same variant stores directly).
+pub const EPILOGUES: &[&str] = &["direct", "tma"];
 
 pub const PATH_AT: usize = param_index(&GEMM, "path");
 pub const BLOCK_M_AT: usize = param_index(&GEMM, "block_m");
@@ -71,13 +82,16 @@ pub const STAGES_AT: usize = param_index(&GEMM, "stages");
 pub const SPLIT_K_AT: usize = param_index(&GEMM, "split_k");
 pub const GROUP_M_AT: usize = param_index(&GEMM, "group_m");
 pub const VEC_AT: usize = param_index(&GEMM, "vec");
+pub const CLUSTER_AT: usize = param_index(&GEMM, "cluster");
+pub const EPILOGUE_AT: usize = param_index(&GEMM, "epilogue");
 
 /// Checks a config's values against the parameter domains and the rules that tie
 /// parameters together (independent of the problem): 4 or 8 warps, each warp tile a
-/// whole number of 16 x 16 products.
+/// whole number of 16 x 16 products, clusters and TMA stores of C on the `wgmma` path
+/// only, the latter with whole 64-column sub-tiles.
 pub fn check_config(values: &[Value]) -> Result<(), String> {
     let s = &GEMM;
-    name_param(s, values, PATH_AT, PATHS)?;
+    let path = name_param(s, values, PATH_AT, PATHS)?;
     let bm = int_param(s, values, BLOCK_M_AT, BLOCK_M)?;
     let bn = int_param(s, values, BLOCK_N_AT, BLOCK_N)?;
     int_param(s, values, BLOCK_K_AT, BLOCK_K)?;
@@ -87,6 +101,19 @@ pub fn check_config(values: &[Value]) -> Result<(), String> {
     int_param(s, values, SPLIT_K_AT, SPLIT_K)?;
     int_param(s, values, GROUP_M_AT, GROUP_M)?;
     int_param(s, values, VEC_AT, VECS)?;
+    let cluster = int_param(s, values, CLUSTER_AT, CLUSTERS)?;
+    if cluster > 1 && path != "wgmma" {
+        return Err(format!("cluster={cluster} needs path wgmma, got {path}"));
+    }
+    let epilogue = name_param(s, values, EPILOGUE_AT, EPILOGUES)?;
+    if epilogue == "tma" && path != "wgmma" {
+        return Err(format!("epilogue=tma needs path wgmma, got {path}"));
+    }
+    if epilogue == "tma" && bn % 64 != 0 {
+        return Err(format!(
+            "epilogue=tma needs block_n a multiple of 64 (whole 64-column sub-tiles), got {bn}"
+        ));
+    }
     if !WARPS.contains(&(wm * wn)) {
         return Err(format!("warps_m * warps_n = {} must be 4 or 8", wm * wn));
     }
