@@ -606,6 +606,9 @@ fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {
                             path.display()
                         );
                     }
+                    for what in &p.markers {
+                        println!("default marker {what}: the analytic default was at least as fast");
+                    }
                     for (what, why) in &p.skipped {
                         println!("skipped {what}: {why}");
                     }
