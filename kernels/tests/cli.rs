@@ -276,6 +276,67 @@ fn plan_prints_each_config_as_the_config_types_display() {
     }
 }
 
+/// `kernels variants` lists what a lookup serves; `--space` adds a covering sample of
+/// the search spaces, so CI's NVRTC check compiles the searched code paths a default
+/// never takes (on sm_90: the MoE wgmma path, TMA stores of C, clusters of 2).
+#[cfg(feature = "cuda")]
+#[test]
+fn variants_space_adds_the_searched_code_paths() {
+    let list = |space: bool| -> Vec<serde_json::Value> {
+        let mut args = vec!["variants", "--target", "sm90"];
+        if space {
+            args.push("--space");
+        }
+        let o = kernels(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        serde_json::from_str(&stdout(&o)).expect("a JSON list")
+    };
+    let has = |list: &[serde_json::Value], source: &str, define: &str| {
+        list.iter().any(|v| {
+            v["sources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|s| s.as_str().unwrap().ends_with(source))
+                && v["defines"].get(define).is_some()
+        })
+    };
+    let (served, space) = (list(false), list(true));
+    assert!(space.len() > served.len(), "{} vs {}", space.len(), served.len());
+    // Every served variant is still listed.
+    for v in &served {
+        assert!(
+            space
+                .iter()
+                .any(|w| w["defines"] == v["defines"] && w["kernels"] == v["kernels"]),
+            "{v}"
+        );
+    }
+    assert!(
+        !has(&served, "moe.cu", "WGMMA"),
+        "the MoE default is the mma path"
+    );
+    assert!(has(&space, "moe.cu", "WGMMA"));
+    assert!(has(&space, "gemm.cu", "EPILOGUE_TMA"));
+    assert!(has(&space, "gemm.cu", "CLUSTER"));
+    // MoE's wgmma code needs the GEMM's wrappers, as its build concatenates them.
+    let moe = space
+        .iter()
+        .find(|v| {
+            v["sources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|s| s == "kernels-moe/cuda/moe.cu")
+        })
+        .unwrap();
+    assert!(moe["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s == "kernels-gemm/cuda/gemm_wgmma.cuh"));
+}
+
 #[test]
 fn the_variants_lock_passes_on_the_committed_tree_and_names_a_changed_table() {
     let o = kernels(&["tables", "lock", "--check"]);
