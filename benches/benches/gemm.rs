@@ -10,7 +10,8 @@
 //! one JSON object per point; `GEMM_BENCH_M=1,16,...` picks the m values;
 //! `GEMM_BENCH_ALTS=1` also times a few alternatives to the served config per point
 //! (other tiles, splits and paths of the search space, marked `alt`), and
-//! `GEMM_BENCH_SHAPES=qkv,o,...` keeps the layers named. Per shape it first times a
+//! `GEMM_BENCH_SHAPES=qkv,o,...` keeps the layers named; `GEMM_BENCH_PDL=1` also times the
+//! served config launched with programmatic dependent launch (`pdl`). Per shape it first times a
 //! plain read of the weight, rotated and graph-timed the same way: the floor of a
 //! decode point's weight stream (`read_floor` records). Last, it prints the host time
 //! of one launch (plan, tensor-map encoding, enqueue) of the served config at decode
@@ -26,7 +27,7 @@ use kernels::core::{
     CudaDevice, CudaRuntime, KernelArgs, KernelSource, LaunchDims, RuntimeOptions, Variant,
 };
 use kernels::gemm::plan::{GemmProblem, Operand};
-use kernels::gemm::{Gemm, GemmConfig, GemmKey, Layout, Path};
+use kernels::gemm::{Epilogue, Gemm, GemmConfig, GemmKey, Layout, Path};
 use tuned::{resolve_serve, DType};
 
 type BoxError = Box<dyn std::error::Error>;
@@ -86,8 +87,9 @@ fn filled(
 }
 
 /// The alternatives `GEMM_BENCH_ALTS=1` times beside the served config: the portable
-/// default, and for the wgmma paths other splits, tiles and consumer counts, each where
-/// it lies in the space.
+/// default, and for the wgmma paths other splits, tiles, consumer counts and (prefill)
+/// clusters of 2 and TMA stores of C, each where it lies in the space (TMA stores at the
+/// deepest ring that fits beside their staging buffers).
 fn alternatives(key: &GemmKey, m: u64, served: &GemmConfig) -> Vec<GemmConfig> {
     let target = tuned::Target::Sm90;
     let mut out = Vec::new();
@@ -106,6 +108,8 @@ fn alternatives(key: &GemmKey, m: u64, served: &GemmConfig) -> Vec<GemmConfig> {
                         split_k,
                         group_m: 8,
                         vec: 8,
+                        cluster: 1,
+                        epilogue: Epilogue::Direct,
                     });
                 }
             }
@@ -121,18 +125,24 @@ fn alternatives(key: &GemmKey, m: u64, served: &GemmConfig) -> Vec<GemmConfig> {
         ] {
             for stages in [3, 4, 5, 6] {
                 for group_m in [8, 16] {
-                    out.push(GemmConfig {
-                        path: Path::Wgmma,
-                        block_m,
-                        block_n,
-                        block_k: 64,
-                        warps_m,
-                        warps_n: 1,
-                        stages,
-                        split_k: 1,
-                        group_m,
-                        vec: 8,
-                    });
+                    for cluster in [1, 2] {
+                        for epilogue in [Epilogue::Direct, Epilogue::Tma] {
+                            out.push(GemmConfig {
+                                path: Path::Wgmma,
+                                block_m,
+                                block_n,
+                                block_k: 64,
+                                warps_m,
+                                warps_n: 1,
+                                stages,
+                                split_k: 1,
+                                group_m,
+                                vec: 8,
+                                cluster,
+                                epilogue,
+                            });
+                        }
+                    }
                 }
             }
         }
@@ -147,7 +157,8 @@ fn alternatives(key: &GemmKey, m: u64, served: &GemmConfig) -> Vec<GemmConfig> {
         let mut best: Vec<GemmConfig> = Vec::new();
         for c in out {
             match best.iter_mut().find(|b| {
-                (b.block_m, b.block_n, b.warps_m, b.group_m) == (c.block_m, c.block_n, c.warps_m, c.group_m)
+                (b.block_m, b.block_n, b.warps_m, b.group_m, b.cluster, b.epilogue)
+                    == (c.block_m, c.block_n, c.warps_m, c.group_m, c.cluster, c.epilogue)
             }) {
                 Some(b) if b.stages < c.stages => *b = c,
                 Some(_) => {}
@@ -167,7 +178,20 @@ fn main() -> Result<(), BoxError> {
             return Ok(());
         }
     };
-    let rt = CudaRuntime::with_options(dev, RuntimeOptions::default())?;
+    // Plain launches, and with GEMM_BENCH_PDL=1 a second runtime launching the served
+    // config with programmatic dependent launch (`pdl` rows).
+    let rt = CudaRuntime::with_options(dev.clone(), RuntimeOptions::default())?;
+    let rt_pdl = if std::env::var("GEMM_BENCH_PDL").is_ok_and(|v| v == "1") {
+        Some(CudaRuntime::with_options(
+            dev,
+            RuntimeOptions {
+                pdl: true,
+                ..RuntimeOptions::default()
+            },
+        )?)
+    } else {
+        None
+    };
     let stream = rt.device().new_stream()?;
     let info = rt.device().info().clone();
     let target = info.tuning_target();
@@ -263,6 +287,9 @@ fn main() -> Result<(), BoxError> {
             let bytes = (w_elems + mu * (k as usize + n as usize)) as u64 * 2;
             let launches = graph_launches(bytes, problems.len());
             let mut configs = vec![(resolved.config, resolved.source.to_string())];
+            if rt_pdl.is_some() {
+                configs.push((resolved.config, "pdl".to_string()));
+            }
             if alts {
                 let portable = kernels::gemm::heuristic::portable_default(target, &key, m);
                 configs.push((portable, "alt".to_string()));
@@ -273,8 +300,12 @@ fn main() -> Result<(), BoxError> {
                 );
             }
             for (config, source) in configs {
+                let runtime = match (&rt_pdl, source.as_str()) {
+                    (Some(pdl), "pdl") => pdl,
+                    _ => &rt,
+                };
                 let t = match time_graph_runs(&stream, &opts, launches, problems.len(), &mut |i| {
-                    rt.launch_config::<Gemm>(&stream, &config, &problems[i])
+                    runtime.launch_config::<Gemm>(&stream, &config, &problems[i])
                 }) {
                     Ok(t) => t,
                     Err(e) => {

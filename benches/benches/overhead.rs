@@ -13,6 +13,10 @@
 //! - `safe-untracked`: the same after `CudaContext::disable_event_tracking()`, what an
 //!   engine that orders its streams itself gets.
 //!
+//! GEMM runs the same four ways on a launch-bound decode shape (m = 1, n = 256, k = 512,
+//! bf16, layout nt, with the workspace its split-K configs need): on sm_90 that is the
+//! Hopper path, whose launch encodes two tensor maps (`bare` reuses the encoded ones).
+//!
 //! Each figure is the wall time of `CALLS` calls after a synchronize, divided by
 //! `CALLS`, the median of `REPEATS` repeats; the goal is at most 1.3x of `bare`.
 //! `cargo bench -p benches --bench overhead`; `KERNELS_BENCH_OUT=FILE.jsonl` also writes
@@ -38,6 +42,8 @@ type Bf = kernels::core::half::bf16;
 const CALLS: usize = 20_000;
 const REPEATS: usize = 7;
 const COLS: usize = 4096;
+/// The GEMM's m, n and k: a decode step on a small weight, so the call is launch-bound.
+const GEMM_MNK: (usize, usize, usize) = (1, 256, 512);
 
 fn main() {
     if let Err(e) = run() {
@@ -105,7 +111,18 @@ fn bare<K: kernels::core::Tunable>(
 
 /// `COLS` bf16 pseudo-random values on the device.
 fn upload(stream: &Arc<CudaStream>, seed: u64, scale: f32, offset: f32) -> Result<CudaSlice<Bf>, BoxError> {
-    let host: Vec<Bf> = pseudo_random(COLS, seed, scale, offset)
+    upload_n(stream, COLS, seed, scale, offset)
+}
+
+/// `n` bf16 pseudo-random values on the device.
+fn upload_n(
+    stream: &Arc<CudaStream>,
+    n: usize,
+    seed: u64,
+    scale: f32,
+    offset: f32,
+) -> Result<CudaSlice<Bf>, BoxError> {
+    let host: Vec<Bf> = pseudo_random(n, seed, scale, offset)
         .into_iter()
         .map(Bf::from_f32)
         .collect();
@@ -167,6 +184,44 @@ fn run() -> Result<(), BoxError> {
         )
     };
 
+    let (gm, gn, gk) = GEMM_MNK;
+    let gemm_key = kernels::gemm::GemmKey {
+        dtype: DType::Bf16,
+        layout: kernels::gemm::Layout::Nt,
+        n: gn as u32,
+        k: gk as u32,
+    };
+    let ga: CudaSlice<Bf> = upload_n(&stream, gm * gk, 5, 1.0, 0.0)?;
+    let gb: CudaSlice<Bf> = upload_n(&stream, gn * gk, 6, 1.0, 0.0)?;
+    let mut gc: CudaSlice<Bf> = upload_n(&stream, gm * gn, 7, 1.0, 0.0)?;
+    let ws_len = kernels::gemm::workspace_bytes(rt.info().tuning_target(), &gemm_key, gm as u64).max(16);
+    let mut gws: CudaSlice<u8> = stream.alloc_zeros(ws_len)?;
+    let (gap, gbp, gcp, gwsp) = {
+        let (ap, _a) = ga.device_ptr(&stream);
+        let (bp, _b) = gb.device_ptr(&stream);
+        let (cp, _c) = gc.device_ptr_mut(&stream);
+        let (wsp, _d) = gws.device_ptr_mut(&stream);
+        (ap, bp, cp, wsp)
+    };
+    use kernels::gemm::ops::{GemmProblem, Operand};
+    // SAFETY: the four GEMM buffers live to the end of `run` with the lengths given,
+    // and are distinct.
+    let gemm = unsafe {
+        GemmProblem::raw(
+            DType::Bf16,
+            kernels::gemm::Layout::Nt,
+            gm,
+            gn,
+            gk,
+            Operand::new(gap, gm * gk, gk),
+            Operand::new(gbp, gn * gk, gk),
+            Operand::new(gcp, gm * gn, gn),
+            DType::Bf16,
+            None,
+            Some((gwsp, ws_len)),
+        )?
+    };
+
     let mut rows = Vec::new();
     let mut push = |op: &'static str, way: &'static str, us: f64| rows.push(Row { op, way, us });
 
@@ -178,6 +233,7 @@ fn run() -> Result<(), BoxError> {
         "bare",
         bare::<FusedAddRmsNorm>(&rt, &stream, &fused)?,
     );
+    push("gemm", "bare", bare::<kernels::gemm::Gemm>(&rt, &stream, &gemm)?);
 
     let s = &stream;
     push(
@@ -212,6 +268,16 @@ fn run() -> Result<(), BoxError> {
         "raw",
         per_call(s, &mut || {
             kernels::rmsnorm::ops::fused_add_rmsnorm(&rt, s, &fused)
+                .map(drop)
+                .map_err(Into::into)
+        })?,
+    );
+
+    push(
+        "gemm",
+        "raw",
+        per_call(s, &mut || {
+            kernels::gemm::ops::gemm(&rt, s, &gemm)
                 .map(drop)
                 .map_err(Into::into)
         })?,
@@ -290,12 +356,50 @@ fn run() -> Result<(), BoxError> {
         );
     }
 
+    for (way, tracking) in [("safe", true), ("safe-untracked", false)] {
+        let ctx = dev.context();
+        if tracking {
+            // SAFETY: as above.
+            unsafe { ctx.enable_event_tracking() };
+        } else {
+            // SAFETY: as above.
+            unsafe { ctx.disable_event_tracking() };
+        }
+        use kernels::gemm::cuda::Matrix;
+        push(
+            "gemm",
+            way,
+            per_call(s, &mut || {
+                kernels::gemm::cuda::gemm(
+                    &rt,
+                    s,
+                    kernels::gemm::Layout::Nt,
+                    GEMM_MNK,
+                    Matrix {
+                        view: &ga.as_view(),
+                        ld: gk,
+                    },
+                    Matrix {
+                        view: &gb.as_view(),
+                        ld: gk,
+                    },
+                    None,
+                    &mut gc.as_view_mut(),
+                    gn,
+                    Some(&mut gws.as_view_mut()),
+                )
+                .map(drop)
+                .map_err(Into::into)
+            })?,
+        );
+    }
+
     let mut out = match std::env::var_os("KERNELS_BENCH_OUT") {
         Some(p) => Some(std::fs::File::create(p)?),
         None => None,
     };
     println!(
-        "{} (1 x {COLS} bf16, {CALLS} calls back to back, median of {REPEATS})",
+        "{} (rows: 1 x {COLS} bf16; gemm: m, n, k = {GEMM_MNK:?} bf16 nt; {CALLS} calls back to back, median of {REPEATS})",
         rt.info().name
     );
     println!("{:<18} {:>15} {:>9} {:>8}", "op", "way", "us/call", "x bare");
@@ -316,7 +420,8 @@ fn run() -> Result<(), BoxError> {
                 f,
                 "{}",
                 serde_json::json!({
-                    "kind": "overhead", "op": row.op, "way": row.way, "rows": 1, "cols": COLS,
+                    "kind": "overhead", "op": row.op, "way": row.way,
+                    "shape": if row.op == "gemm" { format!("m={gm},n={gn},k={gk}") } else { format!("1x{COLS}") },
                     "us_per_call": row.us, "ratio_bare": row.us / bare, "calls": CALLS,
                     "device": rt.info().name,
                 })

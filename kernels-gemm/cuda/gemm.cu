@@ -43,7 +43,7 @@ namespace kg {
 
 typedef typename kd::Dtype<DTYPE>::T T;
 
-// Bits of `flags`, shared by both kernels.
+// Bits of `flags`, shared by both kernels (and C_TMA, bit 2, of EPILOGUE_TMA variants).
 constexpr int C_PAIRS = 1;
 constexpr int C_F32 = 2;
 
@@ -80,12 +80,14 @@ __device__ __forceinline__ void store_two(void* c, long long ldc, int m, int n, 
 #if WGMMA
 // Hopper path (sm_90a): TMA loads into 128-byte-swizzled shared memory through an
 // mbarrier ring, one producer warpgroup and 1-2 consumer warpgroups issuing wgmma,
-// persistent blocks.
+// persistent blocks, optionally in clusters of 2 sharing the Y tile by TMA multicast.
 //
 // ABI (the Rust host follows exactly this)
 //   extern "C" __global__ void gemm_wgmma_kernel(const __grid_constant__ TmaMap x,
-//       const __grid_constant__ TmaMap y, void* c, const T* bias, float* ws, int m,
-//       int n, int k, long long ldc, int split_k, int group_m, int flags)
+//       const __grid_constant__ TmaMap y, [const __grid_constant__ TmaMap tc,]
+//       void* c, const T* bias, float* ws, int m, int n, int k, long long ldc,
+//       int split_k, int group_m, int flags)
+//   (tc only where EPILOGUE_TMA is 1.)
 //   The kernel computes X . Y^T with both operands K-major (layout nt only). WGMMA 1:
 //   X = A [m, k], Y = B [n, k]. WGMMA 2 (swapped operands, for few tokens): X = B,
 //   Y = A, so the weight fills wgmma's 64-row side and the tokens its N side, and C is
@@ -94,16 +96,45 @@ __device__ __forceinline__ void store_two(void* c, long long ldc, int m, int n, 
 //   zero fill past m, n and k makes ragged edges add nothing. c, bias, ws, split_k,
 //   group_m and flags mean what they mean for gemm_mma_kernel, except that WGMMA 1
 //   takes split_k = 1 only.
+//   EPILOGUE_TMA 1 (WGMMA 1 only): tc is a tensor map of C ([m, n], row stride ldc,
+//   C's element type, 128-byte swizzle) with boxes of 64 rows x 128 bytes. With flags
+//   bit 2 (C_TMA) set, C is stored by TMA from shared staging buffers (see
+//   store_acc_tma); the host sets it only where tc could be encoded and clips at n
+//   (C's base, ldc * size and n * size multiples of 16 bytes), and otherwise passes any valid map as tc and
+//   the kernel stores C directly, as without EPILOGUE_TMA.
 // Defines: DTYPE; WGMMA 1 or 2; BX, BY the tile's rows of X and of Y (BY is wgmma's N);
 //   CONSUMERS 1 or 2 warpgroups, each owning BX / CONSUMERS rows of X (64 or 128);
-//   STAGES the ring depth.
+//   STAGES the ring depth; CLUSTER 2 (WGMMA 1 only; absent: 1) for clusters of 2;
+//   EPILOGUE_TMA 1 (WGMMA 1 only, BY a multiple of 64; absent: 0) for TMA stores of C.
 // Grid: persistent, at most one block per SM; block b takes work units (tile, split)
 //   b, b + gridDim.x, ...; (CONSUMERS + 1) * 128 threads, warpgroup 0 the producer;
 //   STAGES * (BX + BY) * 128 + 1024 bytes of dynamic shared memory (the 1024 realigns
-//   the ring to the 1024-byte swizzle atom).
+//   the ring to the 1024-byte swizzle atom), plus CONSUMERS * 16384 staging bytes
+//   after the ring with EPILOGUE_TMA.
+// CLUSTER 2: __cluster_dims__(2, 1, 1) is compiled in and gridDim.x is even. A work
+//   unit is a band of two vertically adjacent tiles sharing one Y tile; cluster
+//   b / 2 takes units b / 2, b / 2 + gridDim.x / 2, ..., and its block of rank r the
+//   band's tile r (past m when the band is the ragged last one with one tile: computed
+//   from zero fill, never stored). Each block loads its own X tile and half the Y tile
+//   (rows r * BY / 2 on), multicast into both blocks, so y's box is 64 x BY / 2 and
+//   each block's full barrier still counts a whole stage's bytes. A stage is refilled
+//   only when the consumers of both blocks are done with it: every consumer warpgroup
+//   arrives on the empty barrier of both blocks. group_m counts tile rows; the raster
+//   groups group_m / 2 bands (at least one).
 
 #if !defined(BX) || !defined(BY) || !defined(CONSUMERS) || !defined(STAGES)
 #error "the wgmma GEMM needs DTYPE, WGMMA, BX, BY, CONSUMERS, STAGES"
+#endif
+#ifndef CLUSTER
+#define CLUSTER 1
+#endif
+#ifndef EPILOGUE_TMA
+#define EPILOGUE_TMA 0
+#endif
+#if CLUSTER > 1
+#define KG_CLUSTER_DIMS __cluster_dims__(CLUSTER, 1, 1)
+#else
+#define KG_CLUSTER_DIMS
 #endif
 
 namespace kg {
@@ -121,22 +152,43 @@ constexpr int STAGE_BYTES = X_BYTES + Y_BYTES;
 static_assert(WG_X == 64 || WG_X == 128, "a consumer warpgroup owns 64 or 128 rows of X");
 static_assert(BY % 16 == 0 && BY <= 256, "BY is a wgmma N");
 static_assert(X_BYTES % 1024 == 0 && Y_BYTES % 1024 == 0, "each tile starts on a swizzle atom");
+static_assert(CLUSTER == 1 || (CLUSTER == 2 && !SWAP), "clusters of 2, unswapped operands only");
+// With clusters each block loads a slice of Y_BYTES / CLUSTER; each slice starts on a
+// swizzle atom, so the slices land exactly as one whole-tile box would have put them
+// (the 128-byte swizzle depends on the address within the atom).
+static_assert((Y_BYTES / CLUSTER) % 1024 == 0, "each Y slice starts on a swizzle atom");
+static_assert(!EPILOGUE_TMA || (!SWAP && BY % 64 == 0), "TMA stores of C: unswapped, whole 128-byte rows");
 
-// One unit of work: the tile's first rows of X and Y, its split and its index.
+// One unit of work: the tile's first rows of X and Y, its split and its index (with
+// clusters, the index of its band of CLUSTER tiles).
 struct Unit {
     int x0, y0, z, tile;
 };
 
-// Grouped raster: `group` tile rows of X walk the tile columns of Y together, so
-// blocks running at once share Y tiles in L2; the splits of a tile are adjacent.
-__device__ __forceinline__ Unit unit_at(int u, int tiles_x, int tiles_y, int split_k, int group) {
+// Grouped raster over bands of CLUSTER tile rows of X (a band is one tile row without
+// clusters): `group` bands walk the tile columns of Y together, so blocks running at
+// once share Y tiles in L2; the splits of a tile are adjacent. Block `rank` of a
+// cluster takes the band's rank-th tile.
+__device__ __forceinline__ Unit unit_at(int u, int bands, int tiles_y, int split_k, int group, int rank) {
     const int tile = u / split_k;
     const int per_group = group * tiles_y;
     const int first = (tile / per_group) * group;
-    const int rows = min(tiles_x - first, group);
-    const int px = first + (tile % per_group) % rows;
+    const int rows = min(bands - first, group);
+    const int band = first + (tile % per_group) % rows;
     const int py = (tile % per_group) / rows;
-    return Unit{px * BX, py * BY, u % split_k, tile};
+    return Unit{(band * CLUSTER + rank) * BX, py * BY, u % split_k, tile};
+}
+
+// A consumer warpgroup is done reading stage `bar` (its empty barrier): with clusters,
+// on the barrier of every block, as each block's producer refills the shared Y tile
+// of both.
+__device__ __forceinline__ void release_stage(u32 bar) {
+    if constexpr (CLUSTER == 1) {
+        mbar_arrive(bar);
+    } else {
+#pragma unroll
+        for (int r = 0; r < CLUSTER; ++r) mbar_arrive_cluster(cluster_addr(bar, r));
+    }
 }
 
 // Orders the consumer warpgroups among themselves (barrier 1; the producer never joins).
@@ -186,10 +238,128 @@ __device__ __forceinline__ void store_acc(void* c, long long ldc, int m, int n, 
         }
 }
 
+#if EPILOGUE_TMA
+// TMA stores of C. Direct stores write 8 rows x 16 bytes a warp instruction while the
+// tensor cores idle. Here each consumer warpgroup stages its rows in sub-tiles of 64
+// rows x 128 bytes (64 16-bit or 32 f32 columns: one box of tc, 8 KiB), and one of its
+// threads hands each to the TMA unit, which writes it while the warpgroup fills its
+// other buffer (and, after a tile's last sub-tile, runs the next tile's main loop).
+// The 128-byte swizzle of tc puts 16-byte chunk c of row r at chunk c ^ (r % 8): the 8
+// rows one warp store touches then start in 8 different bank groups (conflict-free for
+// 16-bit C; for f32, rows 2i and 2i + 1 share banks, a 2-way conflict). The TMA unit
+// does not write the rows of a box past m, nor its 16-byte column chunks past n (the
+// launch sets C_TMA only where n fills whole chunks), so ragged edges need no masks;
+// whole sub-tiles past m or n are skipped.
+// flags bit 2: C is stored through tc. Defined here only: a namespace-scope constant
+// changes the cubin of every variant, and those without EPILOGUE_TMA stay as they were.
+constexpr int C_TMA = 4;
+constexpr int SUB_BYTES = 64 * 128;
+constexpr int STAGING_BYTES = 2 * SUB_BYTES;  // per consumer warpgroup: double-buffered
+// Named barriers 2 and 3, one per consumer warpgroup (0 is __syncthreads, 1 consumers_sync).
+constexpr int EPILOGUE_BARRIER = 2;
+
+// The accumulators of consumer thread t of warpgroup cw plus bias, as OutT, into C by
+// TMA through the warpgroup's staging buffers at `staging`. `sub` counts the sub-tiles
+// the warpgroup has issued (the same in all its threads): it picks the buffer, and its
+// parity carries over from tile to tile. Values and rounding are store_acc's.
+template <typename OutT>
+__device__ __forceinline__ void store_acc_tma(const TmaMap* tc, u32 staging, int& sub, int m, int n, int x_base,
+                                              int y_base, const float (&acc)[MW][ACC], const T* bias, int t, int cw) {
+    constexpr int COLS = 128 / sizeof(OutT);  // columns of a sub-tile
+    constexpr int J = COLS / 8;               // 8-column fragment groups per sub-tile
+    const int warp = t / 32, lane = t % 32;
+    const int row = warp * 16 + lane / 4;  // (+ 8) within the m64 block and the sub-tile
+    const u32 swz = u32(lane / 4);         // row % 8 for both rows: the swizzle's XOR term
+#pragma unroll
+    for (int q = 0; q < BY / COLS; ++q) {
+        const int y0 = y_base + q * COLS;
+        if (y0 >= n) {
+            break;
+        }
+#pragma unroll
+        for (int mw = 0; mw < MW; ++mw) {
+            const int x0 = x_base + mw * 64;
+            if (x0 >= m) {
+                break;
+            }
+            const u32 buf = staging + u32(sub & 1) * SUB_BYTES;
+            // The store that last read this buffer (two sub-tiles ago) is done with it.
+            if (t == 0) {
+                bulk_wait_read<1>();
+            }
+            named_sync(EPILOGUE_BARRIER + cw, 128);
+#pragma unroll
+            for (int j = 0; j < J; ++j) {
+                const int jj = q * J + j;  // the fragment group among the tile's BY / 8
+                const int y = y0 + j * 8 + (lane % 4) * 2;
+                float b0 = 0.0f, b1 = 0.0f;
+                if (bias != nullptr) {
+                    if (y < n) b0 = kd::to_f32(bias[y]);
+                    if (y + 1 < n) b1 = kd::to_f32(bias[y + 1]);
+                }
+                const u32 off = u32(j * 8 + (lane % 4) * 2) * u32(sizeof(OutT));  // byte within the row
+                const u32 col = ((((off >> 4) ^ swz) << 4) | (off & 15u));
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const u32 at = buf + u32(row + 8 * h) * 128u + col;
+                    const float v0 = acc[mw][4 * jj + 2 * h] + b0, v1 = acc[mw][4 * jj + 2 * h + 1] + b1;
+                    if constexpr (sizeof(OutT) == 4) {
+                        st_shared_v2_f32(at, v0, v1);
+                    } else {
+                        st_shared_b32(at, u32(kd::from_f32<OutT>(v0).bits) | (u32(kd::from_f32<OutT>(v1).bits) << 16));
+                    }
+                }
+            }
+            // Every thread's writes are visible to the TMA unit before the store reads them.
+            fence_proxy_async();
+            named_sync(EPILOGUE_BARRIER + cw, 128);
+            if (t == 0) {
+                tma_store_2d(tc, buf, y0, x0);
+                bulk_commit();
+            }
+            ++sub;
+        }
+    }
+}
+#endif
+
 }  // namespace kg
 
-extern "C" __global__ void __launch_bounds__(kg::THREADS, 1)
+namespace kg {
+
+// One stage's weight tile into the ring stage at `xs` (signalling `bar`): X swapped,
+// Y unswapped; with clusters, this block's slice of the shared Y tile, into every
+// block of the cluster.
+__device__ __forceinline__ void load_weight(u32 xs, const TmaMap* tx, const TmaMap* ty, u32 bar, int k0,
+                                            const Unit& w, int rank) {
+    if constexpr (SWAP) {
+        tma_load_2d(xs, tx, bar, k0, w.x0);
+    } else if constexpr (CLUSTER > 1) {
+        constexpr int slice_bytes = Y_BYTES / CLUSTER, slice_rows = BY / CLUSTER;
+        tma_load_2d_multicast(xs + X_BYTES + rank * slice_bytes, ty, bar, k0, w.y0 + rank * slice_rows,
+                              (unsigned short)((1 << CLUSTER) - 1));
+    } else {
+        tma_load_2d(xs + X_BYTES, ty, bar, k0, w.y0);
+    }
+}
+
+// One stage's activation tile: Y swapped, X unswapped.
+__device__ __forceinline__ void load_activations(u32 xs, const TmaMap* tx, const TmaMap* ty, u32 bar, int k0,
+                                                 const Unit& w) {
+    if constexpr (SWAP) {
+        tma_load_2d(xs + X_BYTES, ty, bar, k0, w.y0);
+    } else {
+        tma_load_2d(xs, tx, bar, k0, w.x0);
+    }
+}
+
+}  // namespace kg
+
+extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
     gemm_wgmma_kernel(const __grid_constant__ kg::TmaMap tx, const __grid_constant__ kg::TmaMap ty,
+#if EPILOGUE_TMA
+                      const __grid_constant__ kg::TmaMap tc,
+#endif
                       void* __restrict__ c, const kg::T* __restrict__ bias, float* __restrict__ ws, int m, int n,
                       int k, long long ldc, int split_k, int group_m, int flags) {
     using namespace kg;
@@ -202,21 +372,32 @@ extern "C" __global__ void __launch_bounds__(kg::THREADS, 1)
     const u32 full0 = kd::smem_addr(full), empty0 = kd::smem_addr(empty);
     const int x_rows = SWAP ? n : m, y_rows = SWAP ? m : n;
     const int tiles_x = (x_rows + BX - 1) / BX, tiles_y = (y_rows + BY - 1) / BY;
-    const int tiles = tiles_x * tiles_y;
+    const int bands = CLUSTER > 1 ? (tiles_x + CLUSTER - 1) / CLUSTER : tiles_x;
+    const int group = CLUSTER > 1 ? max(group_m / CLUSTER, 1) : group_m;
+    const int tiles = bands * tiles_y;
     const int units = tiles * split_k;
     const int ktiles = (k + BK - 1) / BK;
     const int per_split = (ktiles + split_k - 1) / split_k;
+    // This block's rank in its cluster; both blocks of a cluster walk the same units,
+    // cluster b / CLUSTER taking units b / CLUSTER, b / CLUSTER + gridDim.x / CLUSTER, ...
+    const int rank = CLUSTER > 1 ? int(kd::cluster_rank()) : 0;
 
-    // full[s]: stage s has landed (one arrival with its bytes, by the producer);
-    // empty[s]: every consumer warpgroup is done reading it.
+    // full[s]: stage s has landed (one arrival with its bytes, by the producer; with
+    // clusters, half the Y bytes come from the peer's multicast);
+    // empty[s]: every consumer warpgroup (of every block of the cluster) is done reading it.
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full0 + 8 * s, 1);
-            mbar_init(empty0 + 8 * s, CONSUMERS);
+            mbar_init(empty0 + 8 * s, CONSUMERS * CLUSTER);
         }
         mbar_init_fence();
     }
-    __syncthreads();
+    if constexpr (CLUSTER > 1) {
+        // The peer multicasts into this block and arrives on its barriers only after this.
+        cluster_sync();
+    } else {
+        __syncthreads();
+    }
 
     if (wg == 0) {
         // Producer: one thread keeps the ring full, running ahead across tiles.
@@ -224,38 +405,79 @@ extern "C" __global__ void __launch_bounds__(kg::THREADS, 1)
             regs_dec<40>();
         }
         if (threadIdx.x == 0) {
+            // The weight (Y unswapped, X swapped) does not depend on the kernel before
+            // this one, the activations may: under programmatic dependent launch the
+            // first ring's weight loads are issued before kd::pdl_wait(), so they
+            // overlap the previous kernel's tail. A plain launch waits for nothing.
+            int prefetched = 0;
+            if (blockIdx.x / CLUSTER < units) {
+                const Unit w = unit_at(blockIdx.x / CLUSTER, bands, tiles_y, split_k, group, rank);
+                const int kt0 = w.z * per_split;
+                prefetched = min(max(min(ktiles, kt0 + per_split) - kt0, 0), STAGES);
+                for (int i = 0; i < prefetched; ++i) {
+                    // First pass over the ring: nothing to wait for.
+                    const u32 bar = full0 + 8 * i;
+                    mbar_expect_tx(bar, STAGE_BYTES);
+                    load_weight(ring + i * STAGE_BYTES, &tx, &ty, bar, (kt0 + i) * BK, w, rank);
+                }
+            }
+            kd::pdl_wait();
             int it = 0;
-            for (int u = blockIdx.x; u < units; u += gridDim.x) {
-                const Unit w = unit_at(u, tiles_x, tiles_y, split_k, group_m);
+            for (int u = blockIdx.x / CLUSTER; u < units; u += gridDim.x / CLUSTER) {
+                const Unit w = unit_at(u, bands, tiles_y, split_k, group, rank);
                 const int kt0 = w.z * per_split;
                 const int nk = max(min(ktiles, kt0 + per_split) - kt0, 0);
                 for (int i = 0; i < nk; ++i, ++it) {
                     const int s = it % STAGES;
+                    const u32 bar = full0 + 8 * s;
+                    const u32 xs = ring + s * STAGE_BYTES;
+                    if (it < prefetched) {
+                        load_activations(xs, &tx, &ty, bar, (kt0 + i) * BK, w);
+                        continue;
+                    }
                     // A fresh barrier counts as having completed the phase before its
                     // first, so the first pass over the ring does not wait.
-                    mbar_wait(empty0 + 8 * s, ((it / STAGES) & 1) ^ 1);
-                    const u32 bar = full0 + 8 * s;
+                    if constexpr (CLUSTER > 1) {
+                        mbar_wait_cluster(empty0 + 8 * s, ((it / STAGES) & 1) ^ 1);
+                    } else {
+                        mbar_wait(empty0 + 8 * s, ((it / STAGES) & 1) ^ 1);
+                    }
+                    // With clusters the peer's slice may land before this arrival: the
+                    // transaction count dips below zero, and the phase cannot complete
+                    // before the arrival.
                     mbar_expect_tx(bar, STAGE_BYTES);
-                    const u32 xs = ring + s * STAGE_BYTES;
-                    tma_load_2d(xs, &tx, bar, (kt0 + i) * BK, w.x0);
-                    tma_load_2d(xs + X_BYTES, &ty, bar, (kt0 + i) * BK, w.y0);
+                    load_weight(xs, &tx, &ty, bar, (kt0 + i) * BK, w, rank);
+                    load_activations(xs, &tx, &ty, bar, (kt0 + i) * BK, w);
                 }
             }
+        }
+        if constexpr (CLUSTER > 1) {
+            // No block exits while its peer's consumers may still arrive on its empty
+            // barriers: this producer never waits for their last releases. (Its own
+            // multicasts have landed by then: the peer's consumers waited for them.)
+            cluster_sync();
         }
         return;
     }
 
-    // Consumers.
+    // Consumers: C, the bias and the split-K workspace only after the kernel before.
     if constexpr (CONSUMERS == 2) {
         regs_inc<232>();
     }
+    kd::pdl_wait();
     const int cw = wg - 1;
     const int ct = threadIdx.x - 128;
     const int t = threadIdx.x % 128;
     const bool pairs = (flags & C_PAIRS) != 0;
+#if EPILOGUE_TMA
+    // This warpgroup's two staging buffers, after the ring (1024-byte aligned, as the
+    // swizzle needs: the ring and its stages are whole atoms).
+    const u32 staging = ring + STAGES * STAGE_BYTES + cw * STAGING_BYTES;
+    int sub = 0;
+#endif
     int it = 0;
-    for (int u = blockIdx.x; u < units; u += gridDim.x) {
-        const Unit w = unit_at(u, tiles_x, tiles_y, split_k, group_m);
+    for (int u = blockIdx.x / CLUSTER; u < units; u += gridDim.x / CLUSTER) {
+        const Unit w = unit_at(u, bands, tiles_y, split_k, group, rank);
         const int kt0 = w.z * per_split;
         const int nk = max(min(ktiles, kt0 + per_split) - kt0, 0);
         float acc[MW][ACC];
@@ -282,13 +504,17 @@ extern "C" __global__ void __launch_bounds__(kg::THREADS, 1)
             wgmma_commit();
             wgmma_wait<1>();
             if (prev >= 0 && t == 0) {
-                mbar_arrive(empty0 + 8 * prev);
+                release_stage(empty0 + 8 * prev);
             }
             prev = s;
         }
         wgmma_wait<0>();
         if (prev >= 0 && t == 0) {
-            mbar_arrive(empty0 + 8 * prev);
+            release_stage(empty0 + 8 * prev);
+        }
+        if (u + gridDim.x / CLUSTER >= units) {
+            // Every input of this block is read: the next kernel may start its blocks.
+            kd::pdl_launch_dependents();
         }
 
         // Split-K only in the swapped variant (few accumulators): holding a prefill
@@ -346,11 +572,31 @@ extern "C" __global__ void __launch_bounds__(kg::THREADS, 1)
         }
 
         const int x_base = w.x0 + cw * WG_X;
+#if EPILOGUE_TMA
+        if (flags & C_TMA) {
+            if (flags & C_F32) {
+                store_acc_tma<float>(&tc, staging, sub, m, n, x_base, w.y0, acc, bias, t, cw);
+            } else {
+                store_acc_tma<T>(&tc, staging, sub, m, n, x_base, w.y0, acc, bias, t, cw);
+            }
+            continue;
+        }
+#endif
         if (flags & C_F32) {
             store_acc<float>(c, ldc, m, n, x_base, w.y0, acc, bias, pairs, t);
         } else {
             store_acc<T>(c, ldc, m, n, x_base, w.y0, acc, bias, pairs, t);
         }
+    }
+#if EPILOGUE_TMA
+    if (t == 0) {
+        // This warpgroup's stores have read its staging buffers and written C before the
+        // block exits (no-op where C was stored directly).
+        bulk_wait<0>();
+    }
+#endif
+    if constexpr (CLUSTER > 1) {
+        cluster_sync();  // see the producer's
     }
 }
 #else  // portable path
@@ -490,6 +736,10 @@ extern "C" __global__ void __launch_bounds__(kg::THREADS)
         for (int j = 0; j < NJ; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+    // Every global access after the kernel before this one (programmatic dependent
+    // launch; nothing to wait for on a plain launch).
+    kd::pdl_wait();
 
     // Prologue: STAGES - 1 tiles in flight; one commit group per tile, even when empty,
     // so the wait count below always means "the tile about to be used has landed".

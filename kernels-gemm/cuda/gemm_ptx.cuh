@@ -71,9 +71,13 @@ struct Mma<kd::f16> {
 // Hopper (sm_90a) wrappers, compiled only into the WGMMA variants.
 //   mbar_init / mbar_expect_tx / mbar_arrive / mbar_wait   shared-memory mbarriers
 //   tma_load_2d ........ one TMA box global -> shared, completing on an mbarrier
+//   (thread-block clusters: cluster_addr, mbar_arrive_cluster, mbar_wait_cluster,
+//   tma_load_2d_multicast, cluster_sync)
 //   wgmma_fence / wgmma_commit / wgmma_wait<N>            warpgroup MMA ordering
 //   smem_desc_sw128 .... wgmma descriptor of a K-major tile in 128-byte swizzle
 //   regs_dec<N> / regs_inc<N>                            setmaxnreg
+//   (TMA stores of C: fence_proxy_async, tma_store_2d, bulk_commit,
+//   bulk_wait_read<N>, bulk_wait<N>, named_sync, st_shared_b32, st_shared_v2_f32)
 #if WGMMA
 #if DTYPE == 2
 #define KG_WGMMA_TYPE "bf16"
@@ -127,6 +131,53 @@ __device__ __forceinline__ void tma_load_2d(u32 dst, const TmaMap* map, u32 bar,
         : "memory");
 }
 
+// The address of `addr` (a shared address of this block) in block `rank` of the
+// cluster, as a shared::cluster address.
+__device__ __forceinline__ u32 cluster_addr(u32 addr, u32 rank) {
+    u32 r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+    return r;
+}
+
+// Arrives once on an mbarrier of any block of the cluster (a cluster_addr address),
+// releasing at cluster scope what this thread did before (its reads of the stage).
+__device__ __forceinline__ void mbar_arrive_cluster(u32 bar) {
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+// mbar_wait for a barrier that other blocks of the cluster arrive on: acquires at
+// cluster scope, so their released work is ordered before what follows.
+__device__ __forceinline__ void mbar_wait_cluster(u32 bar, u32 parity) {
+    u32 done = 0;
+    while (!done) {
+        asm volatile(
+            "{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n selp.u32 "
+            "%0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    }
+}
+
+// tma_load_2d into the same shared offset `dst` of every block of the cluster whose
+// bit is set in `mask` (bit r: rank r), counting the bytes on each one's mbarrier at
+// the offset of `bar`.
+__device__ __forceinline__ void tma_load_2d_multicast(u32 dst, const TmaMap* map, u32 bar, int col, int row,
+                                                      unsigned short mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, "
+        "{%2, %3}], [%4], %5;\n" ::"r"(dst),
+        "l"(reinterpret_cast<unsigned long long>(map)), "r"(col), "r"(row), "r"(bar), "h"(mask)
+        : "memory");
+}
+
+// Every thread of every block of the cluster, once each: returns when all have
+// arrived. Not .aligned, so it may follow divergent code in a warp.
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
+    asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
+}
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
@@ -141,6 +192,48 @@ __device__ __forceinline__ void wgmma_wait() {
 __device__ __forceinline__ unsigned long long smem_desc_sw128(u32 addr) {
     return (unsigned long long)((addr & 0x3FFFF) >> 4) | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32) |
            (1ull << 62);
+}
+
+// Makes this thread's generic-proxy writes to shared memory visible to the async proxy
+// (a TMA store issued after a barrier reads what they wrote).
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// The box of `map` at (col, row) from shared memory at `src` (laid out as a load of
+// that box would land it, swizzle included) to global memory, in this thread's current
+// bulk async-group. Elements of the box past the tensor's bounds are not written.
+__device__ __forceinline__ void tma_store_2d(const TmaMap* map, u32 src, int col, int row) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
+                     reinterpret_cast<unsigned long long>(map)),
+                 "r"(col), "r"(row), "r"(src)
+                 : "memory");
+}
+
+// Closes this thread's current bulk async-group.
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+
+// Until at most N of this thread's bulk groups still read their shared memory.
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+
+// Until at most N of this thread's bulk groups are still in flight (writes included).
+template <int N>
+__device__ __forceinline__ void bulk_wait() {
+    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Named barrier `id` over `count` threads (whole warps).
+__device__ __forceinline__ void named_sync(int id, int count) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void st_shared_b32(u32 addr, u32 v) {
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ void st_shared_v2_f32(u32 addr, float a, float b) {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(a), "f"(b) : "memory");
 }
 
 template <int N>

@@ -3,8 +3,8 @@
 use tuned::{DType, Value};
 
 use crate::schema::{
-    check_config, BLOCK_K_AT, BLOCK_M_AT, BLOCK_N_AT, GEMM, GROUP_M_AT, LAYOUTS, PATH_AT, SPLIT_K_AT,
-    STAGES_AT, VEC_AT, WARPS_M_AT, WARPS_N_AT,
+    check_config, BLOCK_K_AT, BLOCK_M_AT, BLOCK_N_AT, CLUSTER_AT, EPILOGUE_AT, GEMM, GROUP_M_AT, LAYOUTS,
+    PATH_AT, SPLIT_K_AT, STAGES_AT, VEC_AT, WARPS_M_AT, WARPS_N_AT,
 };
 
 /// Operand layout. See [`crate::schema::GEMM`].
@@ -74,10 +74,30 @@ impl Path {
     }
 }
 
+/// How C is stored. See [`crate::schema::EPILOGUES`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Epilogue {
+    Direct,
+    Tma,
+}
+
+impl Epilogue {
+    pub const fn name(self) -> &'static str {
+        match self {
+            Epilogue::Direct => "direct",
+            Epilogue::Tma => "tma",
+        }
+    }
+}
+
+/// Shared memory of the staging buffers of a `tma` epilogue, per consumer warpgroup:
+/// two sub-tiles of 64 rows x 128 bytes (see `cuda/gemm.cu`).
+pub const TMA_STAGING_BYTES: usize = 2 * 64 * 128;
+
 /// A GEMM launch configuration: the block tile (`block_m` x `block_n`, stepping
 /// `block_k` along k), its warps (`warps_m` x `warps_n`), the shared-memory pipeline
-/// depth, split-K, the tile-grouping factor along m (L2 reuse of B tiles) and the
-/// global load width.
+/// depth, split-K, the tile-grouping factor along m (L2 reuse of B tiles), the
+/// global load width, the blocks per thread-block cluster and how C is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct GemmConfig {
     pub path: Path,
@@ -91,6 +111,12 @@ pub struct GemmConfig {
     pub group_m: u32,
     /// 8: 16-byte loads (aligned operands); 1: element loads.
     pub vec: u32,
+    /// Blocks per cluster: 1, or 2 on the `wgmma` path, where the pair computes two
+    /// vertically adjacent tiles (`2 * block_m` rows) and each block loads half of
+    /// their shared B tile, multicast into both (see [`crate::schema::CLUSTERS`]).
+    pub cluster: u32,
+    /// `Tma` on the `wgmma` path only: C staged in shared memory and stored by TMA.
+    pub epilogue: Epilogue,
 }
 
 /// Split-K tile counters at the head of a workspace (`cuda/gemm.cu`): a fixed region,
@@ -112,6 +138,11 @@ impl GemmConfig {
             Some("wgmma_swap") => Path::WgmmaSwap,
             other => return Err(format!("unknown path {other:?}")),
         };
+        let epilogue = match values[EPILOGUE_AT].as_str() {
+            Some("direct") => Epilogue::Direct,
+            Some("tma") => Epilogue::Tma,
+            other => return Err(format!("unknown epilogue {other:?}")),
+        };
         Ok(GemmConfig {
             path,
             block_m: v(BLOCK_M_AT),
@@ -123,6 +154,8 @@ impl GemmConfig {
             split_k: v(SPLIT_K_AT),
             group_m: v(GROUP_M_AT),
             vec: v(VEC_AT),
+            cluster: v(CLUSTER_AT),
+            epilogue,
         })
     }
 
@@ -139,10 +172,12 @@ impl GemmConfig {
                 self.split_k,
                 self.group_m,
                 self.vec,
+                self.cluster,
             ]
             .into_iter()
             .map(|x| Value::Int(x as i64)),
         );
+        v.push(Value::str(self.epilogue.name()));
         v
     }
 
@@ -173,11 +208,16 @@ impl GemmConfig {
 
     /// Dynamic shared memory of the pipeline, bytes: `stages` copies of the A and B
     /// tiles (16-bit elements), padded rows on the mma path; unpadded 128-byte-swizzled
-    /// rows plus 1 KiB to realign them on the wgmma paths.
+    /// rows plus 1 KiB to realign them on the wgmma paths, and with a `tma` epilogue
+    /// [`TMA_STAGING_BYTES`] per consumer warpgroup.
     pub fn smem_bytes(&self, layout: Layout) -> usize {
         if self.path.is_wgmma() {
             let rows = (self.block_m + self.block_n) as usize;
-            return rows * self.block_k as usize * 2 * self.stages as usize + 1024;
+            let staging = match self.epilogue {
+                Epilogue::Tma => self.consumers() as usize * TMA_STAGING_BYTES,
+                Epilogue::Direct => 0,
+            };
+            return rows * self.block_k as usize * 2 * self.stages as usize + 1024 + staging;
         }
         let (bm, bn, bk, pad) = (self.block_m, self.block_n, self.block_k, SMEM_PAD);
         let b = match layout {
@@ -206,7 +246,7 @@ impl GemmConfig {
 
 impl std::fmt::Display for GemmConfig {
     /// The parameters by name, as `kernels plan` prints them:
-    /// `path=mma block_m=64 block_n=128 block_k=64 warps_m=2 warps_n=2 stages=3 split_k=1 group_m=8 vec=8`.
+    /// `path=mma block_m=64 block_n=128 block_k=64 warps_m=2 warps_n=2 stages=3 split_k=1 group_m=8 vec=8 cluster=1 epilogue=direct`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         tuned::write_config(f, GEMM.param_names().zip(&self.values()))
     }
@@ -232,10 +272,12 @@ mod display_tests {
             split_k: 1,
             group_m: 8,
             vec: 8,
+            cluster: 1,
+            epilogue: Epilogue::Direct,
         };
         assert_eq!(
             c.to_string(),
-            "path=mma block_m=64 block_n=128 block_k=64 warps_m=2 warps_n=2 stages=3 split_k=1 group_m=8 vec=8"
+            "path=mma block_m=64 block_n=128 block_k=64 warps_m=2 warps_n=2 stages=3 split_k=1 group_m=8 vec=8 cluster=1 epilogue=direct"
         );
         // What `kernels plan` prints for a call (the resolution by name) is the resolved
         // config's Display.

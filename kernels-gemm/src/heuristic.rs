@@ -8,7 +8,7 @@
 
 use tuned::Target;
 
-use crate::config::{GemmConfig, GemmKey, Layout, Path};
+use crate::config::{Epilogue, GemmConfig, GemmKey, Layout, Path};
 use crate::space::{fits, split_allowed, warp_grid, MIN_BLOCK_CAP};
 
 /// The default config for `m` rows of `key` on `target`.
@@ -31,12 +31,16 @@ fn wgmma_default(target: Target, key: &GemmKey, m: u64) -> Option<GemmConfig> {
     let sms = u64::from(target.reference_sm_count());
     let n_cap = key.n.next_power_of_two().max(MIN_BLOCK_CAP);
     let c = if m <= 64 {
-        // A weight stream: 128 weight rows per block over two consumers, the tokens in
-        // wgmma's N (16..64), 8 stages (~150-200 KiB) in flight, and the fewest splits
-        // giving 48+ units of work: on the H200, timing splits 1..16 at m = 1 and 16 on
-        // the model shapes (`GEMM_BENCH_ALTS=1`), more blocks streamed no faster from
-        // there; each split keeps 4+ k steps.
-        let block_n = 128.min(n_cap);
+        // A weight stream, the tokens in wgmma's N (16..64). Where the weight has at
+        // most one tile of 64 rows per SM: 64-row tiles over one consumer, 8 stages,
+        // and the largest power-of-two split that keeps the units within one wave
+        // (the tuned H200 table's pick on 8 of the 9 bench projections at m = 1..64,
+        // 1.01-1.23x over 128-row tiles). Wider weights: 128 rows over two consumers
+        // and the fewest splits giving 48+ units (timing splits 1..16 at m = 1 and 16,
+        // `GEMM_BENCH_ALTS=1`; more blocks streamed no faster). Each split keeps 4+ k
+        // steps.
+        let narrow = u64::from(key.n.div_ceil(64)) <= sms;
+        let block_n = if narrow { 64 } else { 128.min(n_cap) };
         let mut c = GemmConfig {
             path: Path::WgmmaSwap,
             block_m: (m.next_power_of_two() as u32).clamp(16, 64),
@@ -48,6 +52,8 @@ fn wgmma_default(target: Target, key: &GemmKey, m: u64) -> Option<GemmConfig> {
             split_k: 1,
             group_m: 8,
             vec: 8,
+            cluster: 1,
+            epilogue: Epilogue::Direct,
         };
         let tiles = c.tiles(m, key.n);
         let k_steps = key.k.div_ceil(64);
@@ -57,8 +63,11 @@ fn wgmma_default(target: Target, key: &GemmKey, m: u64) -> Option<GemmConfig> {
             if split_k > 1 && (k_steps < 4 * split_k || !split_allowed(target, key, m, &s)) {
                 break;
             }
+            if narrow && tiles * u64::from(split_k) > sms {
+                break;
+            }
             best = split_k;
-            if tiles * u64::from(split_k) >= 48 {
+            if !narrow && tiles * u64::from(split_k) >= 48 {
                 break;
             }
         }
@@ -67,11 +76,19 @@ fn wgmma_default(target: Target, key: &GemmKey, m: u64) -> Option<GemmConfig> {
     } else {
         // Warpgroup tiles: 128x256 over two consumers feeds the tensor cores best,
         // smaller tiles fill the SMs when there are few output tiles; the score is the
-        // wave efficiency times a per-tile rate (0.85 for 128x128, 0.7 for 64x128).
+        // wave efficiency times a per-tile rate (0.85 for 128x128, 0.72 for 128x64,
+        // 0.7 for 64x128, 0.55 for 64x64: rates under which the tuned H200 table's picks
+        // at m = 128..512 on the 9 bench projections score highest, or within a few
+        // percent where the default stayed). No clusters: clusters of 2 are searched,
+        // and the tables take them where they win.
         let mut best: Option<(f64, GemmConfig)> = None;
-        for (block_m, block_n, consumers, rate) in
-            [(128, 256, 2, 1.0), (128, 128, 2, 0.85), (64, 128, 1, 0.7)]
-        {
+        for (block_m, block_n, consumers, rate) in [
+            (128, 256, 2, 1.0),
+            (128, 128, 2, 0.85),
+            (128, 64, 2, 0.72),
+            (64, 128, 1, 0.7),
+            (64, 64, 1, 0.55),
+        ] {
             let mut c = GemmConfig {
                 path: Path::Wgmma,
                 block_m,
@@ -83,6 +100,8 @@ fn wgmma_default(target: Target, key: &GemmKey, m: u64) -> Option<GemmConfig> {
                 split_k: 1,
                 group_m: 8,
                 vec: 8,
+                cluster: 1,
+                epilogue: Epilogue::Direct,
             };
             while !fits(target, key, &c) && c.stages > 3 {
                 c.stages -= 1;
@@ -126,6 +145,8 @@ pub fn portable_default(target: Target, key: &GemmKey, m: u64) -> GemmConfig {
         split_k: 1,
         group_m: 8,
         vec: 8,
+        cluster: 1,
+        epilogue: Epilogue::Direct,
     };
     if let Some((wm, wn)) = warp_grid(c.block_m, c.block_n, warps) {
         (c.warps_m, c.warps_n) = (wm, wn);

@@ -30,7 +30,7 @@ pub mod reference;
 pub mod schema;
 pub mod space;
 
-pub use config::{GemmConfig, GemmKey, Layout, Path};
+pub use config::{Epilogue, GemmConfig, GemmKey, Layout, Path};
 pub use heuristic::analytic_default;
 
 use tuned::{BakedTable, KernelSchema, KeyValues, Target, TunedKernel, Value};
@@ -233,6 +233,250 @@ mod space_tests {
         };
         assert!(space::search_space(Target::Gfx942, &key, 16).is_empty());
         assert!(!plan::has_kernel(Target::Gfx942));
+    }
+
+    /// Clusters of 2 are in the sm_90 space for the unswapped wgmma configs of every
+    /// shape with two tile rows to pair, beside the same config without one; nowhere
+    /// else, and never in a default. The schema, `fits` and `plan::fit` agree.
+    #[test]
+    fn clusters_of_two_are_searched_on_unswapped_wgmma_only() {
+        for &(n, k) in MODEL_SHAPES {
+            let key = GemmKey {
+                dtype: DType::Bf16,
+                layout: Layout::Nt,
+                n,
+                k,
+            };
+            for m in [1, 16, 17, 64, 65, 128, 129, 256, 1024, 8192] {
+                for t in [Target::Sm80, Target::Sm90] {
+                    let space = space::search_space(t, &key, m);
+                    for c in space.iter().filter(|c| c.cluster != 1) {
+                        assert_eq!(c.cluster, 2, "{c}");
+                        assert_eq!((t, c.path), (Target::Sm90, Path::Wgmma), "{c}");
+                        assert!(m > u64::from(c.block_m), "m={m}: nothing to pair in {c}");
+                        assert!(space.contains(&GemmConfig { cluster: 1, ..*c }), "{c}");
+                    }
+                    let pairs = space.iter().filter(|c| c.cluster == 2).count();
+                    let unswapped = space
+                        .iter()
+                        .filter(|c| c.path == Path::Wgmma && m > u64::from(c.block_m));
+                    assert_eq!(
+                        pairs,
+                        unswapped.filter(|c| c.cluster == 1).count(),
+                        "{t} n={n} m={m}"
+                    );
+                    assert_eq!(analytic_default(t, &key, m).cluster, 1, "{t} n={n} m={m}");
+                }
+                let nn = GemmKey {
+                    layout: Layout::Nn,
+                    ..key
+                };
+                assert!(space::search_space(Target::Sm90, &nn, m)
+                    .iter()
+                    .all(|c| c.cluster == 1));
+            }
+        }
+        let key = GemmKey {
+            dtype: DType::Bf16,
+            layout: Layout::Nt,
+            n: 4096,
+            k: 4096,
+        };
+        let two = GemmConfig {
+            path: Path::Wgmma,
+            block_m: 128,
+            block_n: 256,
+            block_k: 64,
+            warps_m: 8,
+            warps_n: 1,
+            stages: 4,
+            split_k: 1,
+            group_m: 8,
+            vec: 8,
+            cluster: 2,
+            epilogue: Epilogue::Direct,
+        };
+        assert!(space::fits(Target::Sm90, &key, &two));
+        assert!(!space::fits(Target::Sm80, &key, &two));
+        let nn = GemmKey {
+            layout: Layout::Nn,
+            ..key
+        };
+        assert!(!space::fits(Target::Sm90, &nn, &two));
+        // Only the `wgmma` path and sizes 1 and 2, whatever the problem.
+        let swap = GemmConfig {
+            path: Path::WgmmaSwap,
+            block_m: 16,
+            block_n: 128,
+            warps_m: 1,
+            warps_n: 8,
+            ..two
+        };
+        let mma = plan::portable(&two);
+        assert_eq!(mma.cluster, 1);
+        for bad in [
+            swap,
+            GemmConfig { cluster: 2, ..mma },
+            GemmConfig { cluster: 4, ..two },
+            GemmConfig { cluster: 0, ..two },
+        ] {
+            let e = schema::check_config(&bad.values()).unwrap_err();
+            assert!(e.contains("cluster"), "{bad}: {e}");
+            assert!(!space::fits(Target::Sm90, &key, &bad), "{bad}");
+        }
+        assert!(schema::check_config(&GemmConfig { cluster: 1, ..swap }.values()).is_ok());
+        // Where TMA cannot run, the mma stand-in has no cluster.
+        let fitted = plan::fit(two, kernels_core::cache::AlignClass::A2);
+        assert_eq!((fitted.path, fitted.cluster), (Path::Mma, 1));
+        assert!(space::fits(Target::Sm90, &key, &fitted));
+        assert_eq!(plan::fit(two, kernels_core::cache::AlignClass::A16), two);
+    }
+
+    /// TMA stores of C are in the sm_90 space beside every unswapped wgmma config whose
+    /// staging buffers still fit, nowhere else, and never in a default; the schema keeps
+    /// them to `wgmma` with whole 64-column sub-tiles, `fits` counts their staging, and
+    /// `plan::fit` takes them off where TMA cannot load A and B.
+    #[test]
+    fn tma_epilogues_are_searched_on_unswapped_wgmma_only() {
+        for &(n, k) in MODEL_SHAPES {
+            let key = GemmKey {
+                dtype: DType::Bf16,
+                layout: Layout::Nt,
+                n,
+                k,
+            };
+            for m in [1, 16, 17, 64, 65, 128, 256, 1024, 8192] {
+                for t in [Target::Sm80, Target::Sm90] {
+                    let space = space::search_space(t, &key, m);
+                    let tma: Vec<_> = space.iter().filter(|c| c.epilogue == Epilogue::Tma).collect();
+                    for c in &tma {
+                        assert_eq!((t, c.path), (Target::Sm90, Path::Wgmma), "{c}");
+                        assert_eq!(c.block_n % 64, 0, "{c}");
+                        let direct = GemmConfig {
+                            epilogue: Epilogue::Direct,
+                            ..**c
+                        };
+                        assert!(space.contains(&direct), "{c}");
+                        assert_eq!(
+                            c.smem_bytes(Layout::Nt),
+                            direct.smem_bytes(Layout::Nt)
+                                + c.consumers() as usize * config::TMA_STAGING_BYTES
+                        );
+                    }
+                    // Every unswapped direct config has its tma twin wherever that fits.
+                    let twins = space
+                        .iter()
+                        .filter(|c| c.path == Path::Wgmma && c.epilogue == Epilogue::Direct)
+                        .map(|c| GemmConfig {
+                            epilogue: Epilogue::Tma,
+                            ..*c
+                        })
+                        .filter(|c| space::fits(t, &key, c))
+                        .count();
+                    assert_eq!(tma.len(), twins, "{t} n={n} m={m}");
+                    if t == Target::Sm90 && m > 16 {
+                        assert!(!tma.is_empty(), "n={n} m={m}");
+                    }
+                    assert_eq!(
+                        analytic_default(t, &key, m).epilogue,
+                        Epilogue::Direct,
+                        "{t} n={n} m={m}"
+                    );
+                }
+            }
+        }
+        let key = GemmKey {
+            dtype: DType::Bf16,
+            layout: Layout::Nt,
+            n: 4096,
+            k: 4096,
+        };
+        let tma = GemmConfig {
+            path: Path::Wgmma,
+            block_m: 128,
+            block_n: 128,
+            block_k: 64,
+            warps_m: 8,
+            warps_n: 1,
+            stages: 6,
+            split_k: 1,
+            group_m: 8,
+            vec: 8,
+            cluster: 1,
+            epilogue: Epilogue::Tma,
+        };
+        assert!(space::fits(Target::Sm90, &key, &tma));
+        assert!(!space::fits(Target::Sm80, &key, &tma));
+        // 7 stages of 128x128 fit beside direct stores; the 32 KiB of staging of two
+        // consumer warpgroups leave room for 6.
+        let seven = GemmConfig { stages: 7, ..tma };
+        assert!(!space::fits(Target::Sm90, &key, &seven));
+        assert!(space::fits(
+            Target::Sm90,
+            &key,
+            &GemmConfig {
+                epilogue: Epilogue::Direct,
+                ..seven
+            }
+        ));
+        // 128x256 over two consumers keeps 4 stages.
+        assert!(space::fits(
+            Target::Sm90,
+            &key,
+            &GemmConfig {
+                block_n: 256,
+                stages: 4,
+                ..tma
+            }
+        ));
+        let nn = GemmKey {
+            layout: Layout::Nn,
+            ..key
+        };
+        assert!(!space::fits(Target::Sm90, &nn, &tma));
+        let swap = GemmConfig {
+            path: Path::WgmmaSwap,
+            block_m: 16,
+            block_n: 128,
+            warps_m: 1,
+            warps_n: 8,
+            ..tma
+        };
+        let mma = GemmConfig {
+            epilogue: Epilogue::Tma,
+            ..plan::portable(&tma)
+        };
+        for bad in [
+            swap,
+            mma,
+            GemmConfig {
+                block_n: 32,
+                warps_m: 4,
+                block_m: 64,
+                ..tma
+            },
+        ] {
+            let e = schema::check_config(&bad.values()).unwrap_err();
+            assert!(e.contains("epilogue"), "{bad}: {e}");
+            assert!(!space::fits(Target::Sm90, &key, &bad), "{bad}");
+        }
+        assert!(schema::check_config(
+            &GemmConfig {
+                epilogue: Epilogue::Direct,
+                ..swap
+            }
+            .values()
+        )
+        .is_ok());
+        assert_eq!(GemmConfig::from_values(&tma.values()).unwrap(), tma);
+        let mut unknown = tma.values();
+        unknown[schema::EPILOGUE_AT] = tuned::Value::str("smem");
+        assert!(GemmConfig::from_values(&unknown).is_err());
+        // Where TMA cannot load A and B, the mma stand-in stores directly.
+        let fitted = plan::fit(tma, kernels_core::cache::AlignClass::A8);
+        assert_eq!((fitted.path, fitted.epilogue), (Path::Mma, Epilogue::Direct));
+        assert!(space::fits(Target::Sm90, &key, &fitted));
+        assert_eq!(plan::fit(tma, kernels_core::cache::AlignClass::A16), tma);
     }
 
     /// Narrow n at small prefill searches swapped tiles split along k (70B-tp8 qkv at

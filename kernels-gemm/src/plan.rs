@@ -12,7 +12,7 @@ use kernels_core::{
 };
 use tuned::{DType, Target, TunedKernel, Vendor};
 
-use crate::config::{GemmConfig, GemmKey, Layout, Path};
+use crate::config::{Epilogue, GemmConfig, GemmKey, Layout, Path};
 use crate::{space, Gemm};
 
 /// The PTX wrappers of the GEMM kernels (`cuda/gemm_ptx.cuh`), compiled after the
@@ -23,13 +23,13 @@ pub const PTX: &str = include_str!("../cuda/gemm_ptx.cuh");
 pub const WGMMA: &str = include_str!("../cuda/gemm_wgmma.cuh");
 
 /// The device source: `cuda/gemm.cu`, compiled after the shared prelude, [`PTX`] and
-/// [`WGMMA`].
+/// [`WGMMA`]. Safe under programmatic dependent launch: both kernels wait for the
+/// kernel before them before touching A, C, the bias or the workspace (the wgmma
+/// path streams its first ring of weights before that wait).
 pub static SOURCE: KernelSource =
-    KernelSource::new("gemm", include_str!("../cuda/gemm.cu"), crate::SOURCE_FINGERPRINT).with_preamble(&[
-        kernels_core::PRELUDE,
-        PTX,
-        WGMMA,
-    ]);
+    KernelSource::new("gemm", include_str!("../cuda/gemm.cu"), crate::SOURCE_FINGERPRINT)
+        .with_preamble(&[kernels_core::PRELUDE, PTX, WGMMA])
+        .programmatic_launch();
 
 /// One dense operand of a problem: device address, length in elements (what the
 /// allocation holds from `ptr` on) and leading dimension (elements between rows).
@@ -261,17 +261,29 @@ pub(crate) fn tuning_workspace_bytes(key: &GemmKey, m: u64) -> usize {
 }
 
 /// The compiled variant of `c` for `key`: entry point and defines (split-K, grouping,
-/// bias and the output type are run-time arguments and share it).
+/// bias and the output type are run-time arguments and share it). `CLUSTER` is
+/// defined only for clusters of 2 (the kernel reads its absence as 1) and
+/// `EPILOGUE_TMA` only for TMA stores of C, so a config with neither names the same
+/// variant as before they existed.
 pub fn variant(key: &GemmKey, c: &GemmConfig) -> Variant {
     if c.path.is_wgmma() {
         let (x_rows, y_rows) = c.wgmma_tile();
-        return Variant::new("gemm_wgmma_kernel")
+        let v = Variant::new("gemm_wgmma_kernel")
             .define("DTYPE", dtype_define(key.dtype))
             .define("WGMMA", if c.path == Path::WgmmaSwap { 2 } else { 1 })
             .define("BX", x_rows)
             .define("BY", y_rows)
             .define("CONSUMERS", c.consumers())
             .define("STAGES", c.stages);
+        let v = if c.cluster > 1 {
+            v.define("CLUSTER", c.cluster)
+        } else {
+            v
+        };
+        return match c.epilogue {
+            Epilogue::Tma => v.define("EPILOGUE_TMA", 1),
+            Epilogue::Direct => v,
+        };
     }
     Variant::new("gemm_mma_kernel")
         .define("DTYPE", dtype_define(key.dtype))
@@ -293,7 +305,10 @@ pub fn variant(key: &GemmKey, c: &GemmConfig) -> Variant {
 
 /// `c` as the problem's alignment allows: unless A and B allow 16-byte loads (bases
 /// and row strides multiples of 16 bytes), element loads, and a wgmma config (TMA
-/// needs that alignment) becomes [`portable`]'s.
+/// needs that alignment) becomes [`portable`]'s. The class covers A and B only, and a
+/// `tma` epilogue stays: its variant also stores C directly, which [`launch_args`]
+/// picks where C's base or row stride is not a multiple of 16 bytes (folding C into
+/// the class would move calls whose C alone is misaligned off the wgmma path).
 pub fn fit(c: GemmConfig, align: AlignClass) -> GemmConfig {
     if align >= AlignClass::A16 {
         c
@@ -306,8 +321,8 @@ pub fn fit(c: GemmConfig, align: AlignClass) -> GemmConfig {
 
 /// The mma-path config that stands in for a wgmma config where TMA cannot run: the
 /// same output tile up to 128x128 (so the same or a smaller workspace), 8 warps from
-/// 64x128 up, k steps of 64, 3 stages, the same split-K and raster, element loads. It
-/// lies in the space of every key the wgmma config does.
+/// 64x128 up, k steps of 64, 3 stages, the same split-K and raster, element loads, no
+/// cluster, direct stores of C. It lies in the space of every key the wgmma config does.
 pub fn portable(c: &GemmConfig) -> GemmConfig {
     let (block_m, block_n) = (c.block_m.min(128), c.block_n.min(128));
     let warps = if block_m * block_n >= 64 * 128 { 8 } else { 4 };
@@ -323,6 +338,8 @@ pub fn portable(c: &GemmConfig) -> GemmConfig {
         split_k: c.split_k,
         group_m: c.group_m,
         vec: 1,
+        cluster: 1,
+        epilogue: Epilogue::Direct,
     }
 }
 
@@ -330,6 +347,36 @@ pub fn portable(c: &GemmConfig) -> GemmConfig {
 const C_PAIRS: i32 = 1;
 /// Bit 1: C is f32.
 const C_F32: i32 = 2;
+/// Bit 2 (`EPILOGUE_TMA` variants): C is stored through its tensor map.
+const C_TMA: i32 = 4;
+
+/// The tensor map of C a `tma` epilogue stores through (boxes of 64 rows x 128 bytes,
+/// 128-byte swizzle; see `cuda/gemm.cu`), or none where C cannot have one: its base
+/// or row stride not a multiple of 16 bytes, or a row of C (`n` elements) not whole
+/// 16-byte chunks. The last holds because the H200 clips a store box at n only to a
+/// 16-byte chunk: with n = 300 bf16 the store of the last box wrote columns 300..303,
+/// past C's row (measured by the covering GPU test).
+pub fn c_tensor_map(p: &GemmProblem<'_>) -> Option<TensorMap2d> {
+    let element = match p.c_dtype {
+        DType::F32 => TmaElement::F32,
+        DType::F16 => TmaElement::F16,
+        _ => TmaElement::Bf16,
+    };
+    if !(u64::from(p.key.n) * element.size()).is_multiple_of(16) {
+        return None;
+    }
+    let map = TensorMap2d {
+        ptr: p.c.ptr,
+        element,
+        cols: u64::from(p.key.n),
+        rows: p.m,
+        row_bytes: p.c.ld as u64 * element.size(),
+        box_cols: (128 / element.size()) as u32,
+        box_rows: 64,
+        swizzle: TmaSwizzle::B128,
+    };
+    map.check("c").is_ok().then_some(map)
+}
 
 /// The dimensions and arguments of a launch of `c` on `p` on `device`.
 pub fn launch_args(
@@ -437,8 +484,19 @@ fn c_flags(p: &GemmProblem<'_>) -> i32 {
 }
 
 /// The launch of a wgmma config (alignment, layout, device and workspace already
-/// checked): tensor maps of A and B with the boxes of the tile, and a persistent grid
-/// of at most one block per SM over the (tile, split) units.
+/// checked): tensor maps of A and B with the boxes of the tile (with clusters, B's box
+/// is half the tile: each block of a pair loads one half for both), with a `tma`
+/// epilogue a third of C ([`c_tensor_map`]; where C has none, A's map stands in, never
+/// read, and flag `C_TMA` stays clear, so the kernel stores C directly), and a
+/// persistent grid of at most one block per SM over the work units: (tile, split), or
+/// with clusters one band of `cluster` tile rows per cluster.
+///
+/// A cluster grid is `cluster` x the clusters, at most `sm_count / cluster` of them
+/// (66 pairs, 132 blocks, on an H200). A cluster's blocks share a GPC, and a GPC holds
+/// whole TPCs of 2 SMs, so every pair should find room at once; kernels-core has no
+/// cluster occupancy query (`cuOccupancyMaxActiveClusters`) to confirm it at run time.
+/// Where fewer pairs fit, the rest run when one frees: the kernel never depends on
+/// clusters running together.
 fn wgmma_launch_args(
     device: &DeviceInfo,
     c: &GemmConfig,
@@ -449,8 +507,9 @@ fn wgmma_launch_args(
         _ => TmaElement::Bf16,
     };
     let e = p.key.dtype.size() as u64;
-    // block_m rows of A and block_n rows of B per tile, whichever side each is on.
-    let (a_box, b_box) = (c.block_m, c.block_n);
+    // block_m rows of A and block_n rows of B per tile, whichever side each is on;
+    // with clusters (unswapped only) each block loads block_n / cluster rows of B.
+    let (a_box, b_box) = (c.block_m, c.block_n / c.cluster);
     let map = |ptr: u64, rows: u64, ld: usize, box_rows: u32| TensorMap2d {
         ptr,
         element,
@@ -469,20 +528,34 @@ fn wgmma_launch_args(
         Path::WgmmaSwap => (b_map, a_map),
         _ => (a_map, b_map),
     };
-    let units = c.tiles(p.m, p.key.n) * u64::from(c.split_k);
+    let cluster = u64::from(c.cluster);
+    let bands = p.m.div_ceil(u64::from(c.block_m) * cluster);
+    let units = bands * u64::from(p.key.n).div_ceil(u64::from(c.block_n)) * u64::from(c.split_k);
     if units > i32::MAX as u64 {
         return Err(Error::invalid(
             "m",
             format!("{units} work units exceed one launch"),
         ));
     }
-    let grid = units.min(u64::from(device.sm_count.max(1))) as u32;
+    let clusters = units.min((u64::from(device.sm_count) / cluster).max(1));
+    let grid = (clusters * cluster) as u32;
     let smem = u32::try_from(c.smem_bytes(Layout::Nt))
         .map_err(|_| Error::invalid("config", "the pipeline exceeds shared memory"))?;
     let mut args = KernelArgs::new();
-    args.tensor_map(x)
-        .tensor_map(y)
-        .ptr(p.c.ptr)
+    args.tensor_map(x).tensor_map(y);
+    let mut flags = c_flags(p);
+    if c.epilogue == Epilogue::Tma {
+        match c_tensor_map(p) {
+            Some(c_map) => {
+                args.tensor_map(c_map);
+                flags |= C_TMA;
+            }
+            None => {
+                args.tensor_map(a_map);
+            }
+        }
+    }
+    args.ptr(p.c.ptr)
         .ptr(p.bias)
         .ptr(p.ws)
         .i32(p.m as i32)
@@ -491,8 +564,13 @@ fn wgmma_launch_args(
         .i64(p.c.ld as i64)
         .i32(c.split_k as i32)
         .i32(c.group_m as i32)
-        .i32(c_flags(p));
-    Ok((LaunchDims::linear(grid, c.threads()).with_smem(smem), args))
+        .i32(flags);
+    Ok((
+        LaunchDims::linear(grid, c.threads())
+            .with_smem(smem)
+            .with_cluster(c.cluster),
+        args,
+    ))
 }
 
 // Safety: `buffers` lists A, B, C, bias and the workspace with their full spans, and
@@ -562,7 +640,13 @@ unsafe impl PlannedKernel for Gemm {
         p.operand_alignment()
     }
 
-    fn fit_alignment(_device: &DeviceInfo, _key: &GemmKey, c: GemmConfig, align: AlignClass) -> GemmConfig {
+    /// [`fit`], and a wgmma config becomes [`portable`]'s on a device other than
+    /// compute capability 9.0 (sm_90a code runs there only): a Blackwell part is
+    /// served from the sm90 table and its defaults, and must not be refused for it.
+    fn fit_alignment(device: &DeviceInfo, key: &GemmKey, c: GemmConfig, align: AlignClass) -> GemmConfig {
+        if c.path.is_wgmma() && (device.compute_capability != (9, 0) || key.layout != Layout::Nt) {
+            return portable(&c);
+        }
         fit(c, align)
     }
 
@@ -895,6 +979,8 @@ mod tests {
             split_k,
             group_m: 8,
             vec,
+            cluster: 1,
+            epilogue: Epilogue::Direct,
         }
     }
 
@@ -919,6 +1005,226 @@ mod tests {
             "{v}"
         );
         assert!(v.ends_with("-DSTAGES=4 -DALIGNED=1"), "{v}");
+    }
+
+    /// A cluster launch: the `CLUSTER` define (absent without a cluster, so those
+    /// variants keep their names), whole pairs of blocks up to one block per SM, one
+    /// pair per band of two tile rows where there are fewer, and B's box half a tile.
+    #[test]
+    fn a_cluster_of_two_launches_pairs_with_half_b_boxes() {
+        let one = GemmConfig {
+            path: Path::Wgmma,
+            block_m: 128,
+            block_n: 256,
+            block_k: 64,
+            warps_m: 8,
+            warps_n: 1,
+            stages: 4,
+            split_k: 1,
+            group_m: 8,
+            vec: 8,
+            cluster: 1,
+            epilogue: Epilogue::Direct,
+        };
+        let two = GemmConfig { cluster: 2, ..one };
+        let key = GemmKey {
+            dtype: DType::Bf16,
+            layout: Layout::Nt,
+            n: 4096,
+            k: 4096,
+        };
+        assert!(!variant(&key, &one).to_string().contains("CLUSTER"));
+        assert!(variant(&key, &two)
+            .to_string()
+            .ends_with("-DSTAGES=4 -DCLUSTER=2"));
+        let h200 = h200();
+        // (m, n, blocks): 3 tile rows make 2 bands; 16 x 16 tiles make 128 bands, more
+        // than the 66 pairs of 132 SMs; one tile row still takes a whole pair.
+        for (m, n, blocks) in [(300, 512, 8), (2048, 4096, 132), (5, 100, 2)] {
+            let (a, b, c) = ok_operands(m, n, 4096);
+            let p = unsafe {
+                GemmProblem::raw(
+                    DType::Bf16,
+                    Layout::Nt,
+                    m,
+                    n,
+                    4096,
+                    a,
+                    b,
+                    c,
+                    DType::Bf16,
+                    None,
+                    None,
+                )
+            }
+            .unwrap();
+            let (dims, args) = launch_args(&h200, &two, &p).unwrap();
+            assert_eq!((dims.grid, dims.cluster), ((blocks, 1, 1), 2), "m={m} n={n}");
+            assert_eq!(dims.block, (384, 1, 1));
+            dims.validate(&h200).unwrap();
+            let boxes: Vec<_> = args.tensor_maps().map(|(_, t)| (t.ptr, t.box_rows)).collect();
+            assert_eq!(boxes, [(A, 128), (B, 128)], "m={m}");
+            let (dims, args) = launch_args(&h200, &one, &p).unwrap();
+            assert_eq!(dims.cluster, 1);
+            let boxes: Vec<_> = args.tensor_maps().map(|(_, t)| (t.ptr, t.box_rows)).collect();
+            assert_eq!(boxes, [(A, 128), (B, 256)], "m={m}");
+        }
+    }
+
+    /// A `tma` epilogue: the `EPILOGUE_TMA` define (absent for `direct`, so those
+    /// variants keep their names), a third tensor map of C with boxes of 64 rows x 128
+    /// bytes in C's type, flag `C_TMA` and the staging buffers in the shared memory;
+    /// where C's base or row stride is off 16 bytes, A's map stands in and the flag
+    /// stays clear (the kernel stores C directly), and the launch still plans.
+    #[test]
+    fn a_tma_epilogue_passes_a_map_of_c_or_falls_back_where_c_is_misaligned() {
+        let direct = GemmConfig {
+            path: Path::Wgmma,
+            block_m: 128,
+            block_n: 256,
+            block_k: 64,
+            warps_m: 8,
+            warps_n: 1,
+            stages: 4,
+            split_k: 1,
+            group_m: 8,
+            vec: 8,
+            cluster: 1,
+            epilogue: Epilogue::Direct,
+        };
+        let tma = GemmConfig {
+            epilogue: Epilogue::Tma,
+            ..direct
+        };
+        let (m, n, k) = (300, 1000, 4096);
+        let key = GemmKey {
+            dtype: DType::Bf16,
+            layout: Layout::Nt,
+            n: n as u32,
+            k: k as u32,
+        };
+        assert!(!variant(&key, &direct).to_string().contains("EPILOGUE"));
+        assert!(variant(&key, &tma)
+            .to_string()
+            .ends_with("-DSTAGES=4 -DEPILOGUE_TMA=1"));
+        let two = GemmConfig { cluster: 2, ..tma };
+        assert!(variant(&key, &two)
+            .to_string()
+            .ends_with("-DCLUSTER=2 -DEPILOGUE_TMA=1"));
+        assert_eq!(
+            tma.smem_bytes(Layout::Nt),
+            direct.smem_bytes(Layout::Nt) + 2 * crate::config::TMA_STAGING_BYTES
+        );
+        let flags = |args: &KernelArgs| *args.slots().last().unwrap() as i32;
+        let maps = |args: &KernelArgs| -> Vec<(u64, u64, u64, u32, u32, TmaElement)> {
+            args.tensor_maps()
+                .map(|(_, t)| (t.ptr, t.cols, t.row_bytes, t.box_cols, t.box_rows, t.element))
+                .collect()
+        };
+        let h200 = h200();
+        // (C's address, ldc, C's type, whether C gets a map).
+        for (c_ptr, ldc, c_dtype, aligned) in [
+            (C, n, DType::Bf16, true),
+            (C, n + 8, DType::Bf16, true),
+            (C, n, DType::F32, true),
+            (C, n + 4, DType::F32, true),
+            (C, n + 2, DType::Bf16, false),
+            (C, n + 1, DType::F32, false),
+            (C + 8, n, DType::Bf16, false),
+            (C + 4, n, DType::F32, false),
+        ] {
+            let (a, b, _) = ok_operands(m, n, k);
+            let c = Operand::new(c_ptr, m * ldc, ldc);
+            let p = nt(m, n, k, a, b, c, c_dtype, None).unwrap();
+            let what = format!("C at {c_ptr:#x}, ldc {ldc}, {c_dtype}");
+            // The alignment class covers A and B only: the wgmma config stays.
+            assert_eq!(fit(tma, <Gemm as PlannedKernel>::alignment(&p)), tma, "{what}");
+            let (dims, args) = launch_args(&h200, &tma, &p).unwrap();
+            assert_eq!(dims.smem_bytes as usize, tma.smem_bytes(Layout::Nt), "{what}");
+            dims.validate(&h200).unwrap();
+            let got = maps(&args);
+            assert_eq!(got.len(), 3, "{what}");
+            let f32_out = c_dtype == DType::F32;
+            let size = if f32_out { 4 } else { 2 };
+            if aligned {
+                let element = if f32_out {
+                    TmaElement::F32
+                } else {
+                    TmaElement::Bf16
+                };
+                assert_eq!(
+                    got[2],
+                    (
+                        c_ptr,
+                        n as u64,
+                        (ldc * size) as u64,
+                        128 / size as u32,
+                        64,
+                        element
+                    ),
+                    "{what}"
+                );
+                assert_eq!(flags(&args) & C_TMA, C_TMA, "{what}");
+            } else {
+                assert_eq!(got[2].0, A, "{what}: A's map stands in");
+                assert_eq!(flags(&args) & C_TMA, 0, "{what}");
+                assert!(c_tensor_map(&p).is_none(), "{what}");
+            }
+            assert_eq!(flags(&args) & C_F32 != 0, f32_out, "{what}");
+            // Direct stores: two maps, never the flag.
+            let (_, args) = launch_args(&h200, &direct, &p).unwrap();
+            assert_eq!(maps(&args).len(), 2, "{what}");
+            assert_eq!(flags(&args) & C_TMA, 0, "{what}");
+        }
+        // A row of C that ends inside a 16-byte chunk stores directly, whatever ldc.
+        for (n, c_dtype) in [(998, DType::Bf16), (1002, DType::F32)] {
+            let (a, b, _) = ok_operands(m, n, k);
+            let c = Operand::new(C, m * 1008, 1008);
+            let p = nt(m, n, k, a, b, c, c_dtype, None).unwrap();
+            assert!(c_tensor_map(&p).is_none(), "n {n} {c_dtype}");
+            let (_, args) = launch_args(&h200, &tma, &p).unwrap();
+            assert_eq!(maps(&args)[2].0, A, "n {n} {c_dtype}: A's map stands in");
+            assert_eq!(flags(&args) & C_TMA, 0, "n {n} {c_dtype}");
+        }
+    }
+
+    /// A device other than compute capability 9.0 is served the sm90 table and
+    /// defaults (Blackwell resolves to sm90): a wgmma config runs there as its mma
+    /// stand-in, and the launch takes it.
+    #[test]
+    fn wgmma_configs_fall_back_to_mma_off_sm_90() {
+        let key = GemmKey {
+            dtype: DType::Bf16,
+            layout: Layout::Nt,
+            n: 4096,
+            k: 4096,
+        };
+        let hopper = DeviceInfo::nominal(Target::Sm90).unwrap();
+        let blackwell = DeviceInfo {
+            compute_capability: (10, 0),
+            ..hopper.clone()
+        };
+        for m in [1, 16, 256, 4096] {
+            let c = crate::analytic_default(blackwell.tuning_target(), &key, m);
+            assert!(c.path.is_wgmma(), "m={m}: {c}");
+            assert_eq!(Gemm::fit_alignment(&hopper, &key, c, AlignClass::A16), c);
+            let f = Gemm::fit_alignment(&blackwell, &key, c, AlignClass::A16);
+            assert_eq!(f, portable(&c), "m={m}");
+            let (mu, n) = (m as usize, 4096);
+            let p = nt(
+                mu,
+                n,
+                n,
+                Operand::new(A, mu * n, n),
+                Operand::new(B, n * n, n),
+                Operand::new(C, mu * n, n),
+                DType::Bf16,
+                None,
+            )
+            .unwrap();
+            assert!(launch_args(&blackwell, &f, &p).is_ok(), "m={m}: {f}");
+            assert!(launch_args(&blackwell, &c, &p).is_err(), "m={m}: {c}");
+        }
     }
 
     #[test]

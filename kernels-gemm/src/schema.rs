@@ -26,6 +26,8 @@ pub static GEMM: KernelSchema = KernelSchema {
         Field::int("split_k"),
         Field::int("group_m"),
         Field::int("vec"),
+        Field::int("cluster"),
+        Field::name("epilogue"),
     ],
 };
 
@@ -50,13 +52,25 @@ pub const BLOCK_K: &[i64] = &[32, 64, 128];
 pub const WARPS_M: &[i64] = &[1, 2, 4, 8];
 pub const WARPS_N: &[i64] = &[1, 2, 4, 8];
 pub const STAGES: &[i64] = &[2, 3, 4, 5, 6, 7, 8];
-pub const SPLIT_K: &[i64] = &[1, 2, 4, 8, 16];
+/// Splits of k; not only powers of two, so a weight of few tiles can be cut into about
+/// one wave (70B-tp8 qkv at decode: 20 tiles of 64 rows, 6 splits make 120 units for
+/// 132 SMs where 4 leave 52 idle and 8 need a second wave).
+pub const SPLIT_K: &[i64] = &[1, 2, 3, 4, 6, 8, 12, 16];
 pub const GROUP_M: &[i64] = &[1, 4, 8, 16];
 /// Elements per global load: 8 (16-byte cp.async; A and B 16-byte aligned with
 /// leading dimensions a multiple of 8) or 1 (element loads, any alignment).
 pub const VECS: &[i64] = &[1, 8];
 /// Warps per block: 4 or 8.
 pub const WARPS: &[i64] = &[4, 8];
+/// Blocks per thread-block cluster: 1, or 2 on the `wgmma` path (sm_90a), where the
+/// two blocks compute vertically adjacent tiles and share their B tile, each loading
+/// half of it by TMA multicast into both.
+pub const CLUSTERS: &[i64] = &[1, 2];
+/// How C leaves the kernel: `direct` (each thread stores its accumulators) or `tma`
+/// (the `wgmma` path only, block_n a multiple of 64: each consumer warpgroup stages
+/// 64-row sub-tiles in shared memory and the TMA unit stores them; where C's base or
+/// row stride is not a multiple of 16 bytes the same variant stores directly).
+pub const EPILOGUES: &[&str] = &["direct", "tma"];
 
 pub const PATH_AT: usize = param_index(&GEMM, "path");
 pub const BLOCK_M_AT: usize = param_index(&GEMM, "block_m");
@@ -68,13 +82,16 @@ pub const STAGES_AT: usize = param_index(&GEMM, "stages");
 pub const SPLIT_K_AT: usize = param_index(&GEMM, "split_k");
 pub const GROUP_M_AT: usize = param_index(&GEMM, "group_m");
 pub const VEC_AT: usize = param_index(&GEMM, "vec");
+pub const CLUSTER_AT: usize = param_index(&GEMM, "cluster");
+pub const EPILOGUE_AT: usize = param_index(&GEMM, "epilogue");
 
 /// Checks a config's values against the parameter domains and the rules that tie
 /// parameters together (independent of the problem): 4 or 8 warps, each warp tile a
-/// whole number of 16 x 16 products.
+/// whole number of 16 x 16 products, clusters and TMA stores of C on the `wgmma` path
+/// only, the latter with whole 64-column sub-tiles.
 pub fn check_config(values: &[Value]) -> Result<(), String> {
     let s = &GEMM;
-    name_param(s, values, PATH_AT, PATHS)?;
+    let path = name_param(s, values, PATH_AT, PATHS)?;
     let bm = int_param(s, values, BLOCK_M_AT, BLOCK_M)?;
     let bn = int_param(s, values, BLOCK_N_AT, BLOCK_N)?;
     int_param(s, values, BLOCK_K_AT, BLOCK_K)?;
@@ -84,6 +101,19 @@ pub fn check_config(values: &[Value]) -> Result<(), String> {
     int_param(s, values, SPLIT_K_AT, SPLIT_K)?;
     int_param(s, values, GROUP_M_AT, GROUP_M)?;
     int_param(s, values, VEC_AT, VECS)?;
+    let cluster = int_param(s, values, CLUSTER_AT, CLUSTERS)?;
+    if cluster > 1 && path != "wgmma" {
+        return Err(format!("cluster={cluster} needs path wgmma, got {path}"));
+    }
+    let epilogue = name_param(s, values, EPILOGUE_AT, EPILOGUES)?;
+    if epilogue == "tma" && path != "wgmma" {
+        return Err(format!("epilogue=tma needs path wgmma, got {path}"));
+    }
+    if epilogue == "tma" && bn % 64 != 0 {
+        return Err(format!(
+            "epilogue=tma needs block_n a multiple of 64 (whole 64-column sub-tiles), got {bn}"
+        ));
+    }
     if !WARPS.contains(&(wm * wn)) {
         return Err(format!("warps_m * warps_n = {} must be 4 or 8", wm * wn));
     }

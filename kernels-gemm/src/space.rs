@@ -2,7 +2,7 @@
 
 use tuned::{Target, Vendor};
 
-use crate::config::{GemmConfig, GemmKey, Layout, Path};
+use crate::config::{Epilogue, GemmConfig, GemmKey, Layout, Path};
 use crate::schema::{check_config, BLOCK_K, BLOCK_M, BLOCK_N, GROUP_M, SPLIT_K, WARPS};
 
 /// Shared memory one block may use on `target`, in bytes (opt-in maximum), less 1 KiB
@@ -34,6 +34,10 @@ pub const MIN_BLOCK_CAP: u32 = 64;
 /// nn stays on the mma path), k steps of 64 (one 128-byte swizzle row), 16-byte loads
 /// (TMA), consumer warps stacked along wgmma's 64-row side only, 64 or 128 rows per
 /// consumer warpgroup, and split-K only with swapped operands (see `cuda/gemm.cu`).
+/// Clusters of 2 need no rule of their own here: the schema keeps them to `wgmma`,
+/// and any of its tiles splits into two B halves of whole swizzle atoms (8+ rows). Nor
+/// does a `tma` epilogue: the schema keeps it to `wgmma` with block_n a multiple of
+/// 64, and its staging buffers count in `smem_bytes`.
 fn wgmma_shape_fits(target: Target, key: &GemmKey, c: &GemmConfig) -> bool {
     let (x_rows, _) = c.wgmma_tile();
     let (along, across) = match c.path {
@@ -110,8 +114,11 @@ pub const SEARCH_STAGES_WGMMA: &[u32] = &[3, 4, 5, 6];
 /// The wgmma configs a search for `m` rows of `key` on `target` times (none off
 /// sm_90 or for layout nn): swapped operands up to 64 rows, with 16..=64 token columns
 /// up to `m` rounded up, 64..=256 weight rows, 1 or 2 consumers, every split-K
-/// [`split_allowed`] (from 65 to 256 rows, 64 or 128 token columns); unswapped from 17 rows, tiles of 64..=256 (up to `m` rounded up)
-/// by 64..=256, 1 or 2 consumers, grouped rasters where there are tile rows to group.
+/// [`split_allowed`] (from 65 to 256 rows, 64 or 128 token columns); unswapped from 17
+/// rows, tiles of 64..=256 (up to `m` rounded up) by 64..=256, 1 or 2 consumers, grouped
+/// rasters where there are tile rows to group, clusters of 2 where there are two tile
+/// rows to pair, C stored directly or by TMA (whose staging buffers may leave room for
+/// fewer ring stages: `fits` drops the deepest rings that no longer fit).
 fn wgmma_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>) {
     if target != Target::Sm90 || key.layout != Layout::Nt {
         return;
@@ -143,6 +150,8 @@ fn wgmma_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>)
                                 split_k: split_k as u32,
                                 group_m: 8,
                                 vec: 8,
+                                cluster: 1,
+                                epilogue: Epilogue::Direct,
                             };
                             // At most 64 accumulators a thread where the token tile
                             // grows: the split-K reduction holds them all.
@@ -162,20 +171,28 @@ fn wgmma_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>)
                 for bn in [64u32, 128, 256] {
                     for &stages in SEARCH_STAGES_WGMMA {
                         for &group_m in GROUP_M {
-                            let grouping = m.div_ceil(u64::from(bm)) > 1 || group_m == 8;
-                            if grouping && group_m != 4 {
-                                push(GemmConfig {
-                                    path: Path::Wgmma,
-                                    block_m: bm,
-                                    block_n: bn,
-                                    block_k: 64,
-                                    warps_m: 4 * consumers,
-                                    warps_n: 1,
-                                    stages,
-                                    split_k: 1,
-                                    group_m: group_m as u32,
-                                    vec: 8,
-                                });
+                            let tile_rows = m.div_ceil(u64::from(bm));
+                            let grouping = tile_rows > 1 || group_m == 8;
+                            if !grouping || group_m == 4 {
+                                continue;
+                            }
+                            for cluster in [1u32, 2].into_iter().filter(|&c| c == 1 || tile_rows > 1) {
+                                for epilogue in [Epilogue::Direct, Epilogue::Tma] {
+                                    push(GemmConfig {
+                                        path: Path::Wgmma,
+                                        block_m: bm,
+                                        block_n: bn,
+                                        block_k: 64,
+                                        warps_m: 4 * consumers,
+                                        warps_n: 1,
+                                        stages,
+                                        split_k: 1,
+                                        group_m: group_m as u32,
+                                        vec: 8,
+                                        cluster,
+                                        epilogue,
+                                    });
+                                }
                             }
                         }
                     }
@@ -230,6 +247,8 @@ pub fn search_space(target: Target, key: &GemmKey, m: u64) -> Vec<GemmConfig> {
                                     split_k: split_k as u32,
                                     group_m: group_m as u32,
                                     vec: 8,
+                                    cluster: 1,
+                                    epilogue: Epilogue::Direct,
                                 };
                                 let tiles_m = m.div_ceil(bm as u64);
                                 let grouping = if tiles_m > 1 { true } else { group_m == 8 };

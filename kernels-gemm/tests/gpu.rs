@@ -8,7 +8,14 @@
 //!
 //! The covering set (see `covering_configs`): every distinct tile and warp grid of the
 //! sm_90 search space over the model shapes, at 3 stages; every pipeline depth of the
-//! schema at two tiles; every split-K factor; grouped and plain rasters.
+//! schema at two tiles; every split-K factor; grouped and plain rasters; clusters of 2
+//! at every wgmma tile, on shapes whose last band of two tile rows has its second tile
+//! empty or ragged, with more bands than SM pairs; TMA stores of C at every unswapped
+//! tile and cluster size, at every ring depth of two tiles, with C's row stride a
+//! multiple of 16 bytes or not (then the same variant stores C directly). Clusters of 2
+//! must also give C bit for bit as the same tile without a cluster (each output sums
+//! the same products in the same order), and TMA stores of C bit for bit as direct
+//! stores (the same values, rounded the same way).
 //!
 //! Skips with a message where no GPU is found; fails there when KERNELS_REQUIRE_GPU=1.
 
@@ -24,7 +31,7 @@ use kernels_core::{
     CudaDevice, CudaRuntime, DiskCache, PlannedKernel, Policy, RuntimeOptions,
 };
 use kernels_gemm::plan::{GemmProblem, Operand};
-use kernels_gemm::{reference, space, Gemm, GemmConfig, GemmKey, Layout, Path};
+use kernels_gemm::{reference, space, Epilogue, Gemm, GemmConfig, GemmKey, Layout, Path};
 use tuned::{DType, Target};
 
 fn runtime(test: &str) -> Option<(CudaRuntime, Arc<CudaStream>)> {
@@ -191,7 +198,7 @@ impl Device {
 
 /// Runs `config` (fitted to the case's alignment) on `case` and compares; `runs`
 /// launches on the same workspace without re-zeroing it, each compared, and every run
-/// bitwise equal to the first.
+/// bitwise equal to the first, which it returns.
 fn check(
     rt: &CudaRuntime,
     stream: &Arc<CudaStream>,
@@ -200,7 +207,7 @@ fn check(
     e: &Expected,
     config: &GemmConfig,
     runs: usize,
-) -> Result<(), String> {
+) -> Result<Vec<f32>, String> {
     let p = dev.problem(stream, case);
     let align = <Gemm as PlannedKernel>::alignment(&p);
     let c = kernels_gemm::plan::fit(*config, align);
@@ -238,7 +245,7 @@ fn check(
             }
         }
     }
-    Ok(())
+    Ok(first.unwrap_or_default())
 }
 
 /// (block_m, block_n, block_k, warps_m, warps_n).
@@ -248,6 +255,7 @@ type Tile = (u32, u32, u32, u32, u32);
 fn covering_configs() -> Vec<GemmConfig> {
     let mut tiles = BTreeSet::new();
     let mut wgmma_tiles = BTreeSet::new();
+    // (swapped, cluster, TMA stores of C, tile) of the wgmma configs.
     for (n, k) in [(6144u32, 4096u32), (4096, 14336), (1280, 8192), (28672, 4096)] {
         for m in [1u64, 16, 32, 64, 256, 4096] {
             let key = GemmKey {
@@ -264,10 +272,11 @@ fn covering_configs() -> Vec<GemmConfig> {
                 .chain([kernels_gemm::analytic_default(Target::Sm90, &key, m)])
             {
                 let tile = (c.block_m, c.block_n, c.block_k, c.warps_m, c.warps_n);
+                let tma = c.epilogue == Epilogue::Tma;
                 match c.path {
                     Path::Mma => tiles.insert(tile),
-                    Path::Wgmma => wgmma_tiles.insert((false, tile)),
-                    Path::WgmmaSwap => wgmma_tiles.insert((true, tile)),
+                    Path::Wgmma => wgmma_tiles.insert((false, c.cluster, tma, tile)),
+                    Path::WgmmaSwap => wgmma_tiles.insert((true, c.cluster, tma, tile)),
                 };
             }
         }
@@ -283,6 +292,8 @@ fn covering_configs() -> Vec<GemmConfig> {
         split_k,
         group_m,
         vec: 8,
+        cluster: 1,
+        epilogue: Epilogue::Direct,
     };
     let mut out: Vec<GemmConfig> = tiles.iter().map(|&t| at(t, 3, 1, 8)).collect();
     for stages in 2..=6 {
@@ -295,45 +306,62 @@ fn covering_configs() -> Vec<GemmConfig> {
     out
 }
 
-/// The wgmma part of the covering set: every tile, warpgroup split and operand order of
-/// the sm_90 space at the deepest of 4 or 3 stages that fits; every ring depth 2..=8 at
-/// one tile of each order; plain and wide grouped rasters.
-fn wgmma_covering(tiles: &BTreeSet<(bool, Tile)>) -> Vec<GemmConfig> {
+/// The wgmma part of the covering set: every tile, warpgroup split, operand order,
+/// cluster size and epilogue of the sm_90 space at the deepest of 4 or 3 stages that
+/// fits; every ring depth 2..=8 at one tile of each order, with a cluster of 2 and with
+/// TMA stores of C (and 2..=6 at a two-consumer tile with TMA stores); plain and wide
+/// grouped rasters, with and without clusters and TMA stores.
+fn wgmma_covering(tiles: &BTreeSet<(bool, u32, bool, Tile)>) -> Vec<GemmConfig> {
     let key = GemmKey {
         dtype: DType::Bf16,
         layout: Layout::Nt,
         n: 300,
         k: 200,
     };
-    let wg =
-        |swap: bool, (block_m, block_n, _, warps_m, warps_n): (u32, u32, u32, u32, u32), stages, group_m| {
-            GemmConfig {
-                path: if swap { Path::WgmmaSwap } else { Path::Wgmma },
-                block_m,
-                block_n,
-                block_k: 64,
-                warps_m,
-                warps_n,
-                stages,
-                split_k: 1,
-                group_m,
-                vec: 8,
-            }
-        };
+    let wg = |swap: bool,
+              (block_m, block_n, _, warps_m, warps_n): (u32, u32, u32, u32, u32),
+              stages,
+              group_m,
+              cluster,
+              tma: bool| GemmConfig {
+        path: if swap { Path::WgmmaSwap } else { Path::Wgmma },
+        block_m,
+        block_n,
+        block_k: 64,
+        warps_m,
+        warps_n,
+        stages,
+        split_k: 1,
+        group_m,
+        vec: 8,
+        cluster,
+        epilogue: if tma { Epilogue::Tma } else { Epilogue::Direct },
+    };
     let mut out = Vec::new();
-    for &(swap, tile) in tiles {
+    for &(swap, cluster, tma, tile) in tiles {
         let deepest = [4, 3]
             .into_iter()
-            .map(|stages| wg(swap, tile, stages, 8))
+            .map(|stages| wg(swap, tile, stages, 8, cluster, tma))
             .find(|c| space::fits(Target::Sm90, &key, c));
         out.extend(deepest);
     }
     for stages in 2..=8 {
-        out.push(wg(true, (16, 128, 64, 1, 4), stages, 8));
-        out.push(wg(false, (64, 128, 64, 4, 1), stages, 8));
+        out.push(wg(true, (16, 128, 64, 1, 4), stages, 8, 1, false));
+        for cluster in [1, 2] {
+            for tma in [false, true] {
+                out.push(wg(false, (64, 128, 64, 4, 1), stages, 8, cluster, tma));
+            }
+        }
     }
-    out.push(wg(false, (128, 128, 64, 8, 1), 4, 1));
-    out.push(wg(false, (64, 64, 64, 4, 1), 4, 16));
+    for stages in 2..=6 {
+        out.push(wg(false, (128, 128, 64, 8, 1), stages, 8, 1, true));
+    }
+    for cluster in [1, 2] {
+        for tma in [false, true] {
+            out.push(wg(false, (128, 128, 64, 8, 1), 4, 1, cluster, tma));
+            out.push(wg(false, (64, 64, 64, 4, 1), 4, 16, cluster, tma));
+        }
+    }
     out
 }
 
@@ -383,7 +411,8 @@ fn tile_cases() -> Vec<Case> {
             c_dtype: DType::F32,
         },
         // More output tiles than SMs for every tile (persistent blocks take several),
-        // k over several ring passes.
+        // k over several ring passes; an odd number of tile rows for every wgmma tile
+        // (a cluster's last band has its second tile past m).
         Case {
             dtype: DType::Bf16,
             layout: Layout::Nt,
@@ -393,6 +422,37 @@ fn tile_cases() -> Vec<Case> {
             lda: 1000,
             ldb: 1000,
             ldc: 2056,
+            offset: 0,
+            bias: true,
+            c_dtype: DType::Bf16,
+        },
+        // An even number of tile rows for every wgmma tile (the last band of two
+        // ragged in its second tile), more bands than the H200's 66 SM pairs for
+        // every tile, ragged n and k, f32 out.
+        Case {
+            dtype: DType::Bf16,
+            layout: Layout::Nt,
+            m: 2000,
+            n: 2100,
+            k: 520,
+            lda: 520,
+            ldb: 528,
+            ldc: 2104,
+            offset: 0,
+            bias: true,
+            c_dtype: DType::F32,
+        },
+        // Aligned A and B, bf16 C with a row stride of 404 bytes (not a multiple of 16:
+        // no tensor map of C, so a tma epilogue stores C directly), ragged m, n and k.
+        Case {
+            dtype: DType::Bf16,
+            layout: Layout::Nt,
+            m: 130,
+            n: 200,
+            k: 136,
+            lda: 136,
+            ldb: 136,
+            ldc: 202,
             offset: 0,
             bias: true,
             c_dtype: DType::Bf16,
@@ -520,7 +580,8 @@ fn split_k_is_deterministic_and_reuses_its_workspace() {
         } else {
             (32, 64, 64, 1, 4)
         };
-        let mut configs: Vec<GemmConfig> = [2, 4, 8, 16]
+        // Uneven splits too (3, 6, 12): k = 4136 leaves their last split short.
+        let mut configs: Vec<GemmConfig> = [2, 3, 4, 6, 8, 12, 16]
             .into_iter()
             .map(|split_k| GemmConfig {
                 path: Path::Mma,
@@ -533,11 +594,21 @@ fn split_k_is_deterministic_and_reuses_its_workspace() {
                 split_k,
                 group_m: 8,
                 vec: 8,
+                cluster: 1,
+                epilogue: Epilogue::Direct,
             })
             .collect();
         // Swapped-operand wgmma with split-K (one and two consumers), where it runs.
         let target = rt.device().info().tuning_target();
-        for (split_k, block_m, warps_n) in [(2, 16, 4), (4, 16, 8), (8, 64, 4), (16, 32, 4)] {
+        for (split_k, block_m, warps_n) in [
+            (2, 16, 4),
+            (3, 16, 4),
+            (4, 16, 8),
+            (6, 16, 8),
+            (8, 64, 4),
+            (12, 32, 4),
+            (16, 32, 4),
+        ] {
             let c = GemmConfig {
                 path: Path::WgmmaSwap,
                 block_m,
@@ -549,6 +620,8 @@ fn split_k_is_deterministic_and_reuses_its_workspace() {
                 split_k,
                 group_m: 8,
                 vec: 8,
+                cluster: 1,
+                epilogue: Epilogue::Direct,
             };
             let key = GemmKey {
                 dtype,
@@ -575,6 +648,207 @@ fn split_k_is_deterministic_and_reuses_its_workspace() {
     }
     println!(
         "gemm split-k: {checked} configs checked, {} failed",
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A cluster of 2 computes the same tiles as two unclustered blocks, each output from
+/// the same products in the same order: C must match bit for bit, on every wgmma tile
+/// of the space, with its second tile empty (m = 17), both ragged (m = 1030) and
+/// exact (m = 512), three runs each.
+#[test]
+fn clusters_of_two_match_the_unclustered_tile_bit_for_bit() {
+    let Some((rt, stream)) = runtime("clusters_of_two_match_the_unclustered_tile_bit_for_bit") else {
+        return;
+    };
+    let target = rt.device().info().tuning_target();
+    let nt = |m, n, k, c_dtype| Case {
+        dtype: DType::Bf16,
+        layout: Layout::Nt,
+        m,
+        n,
+        k,
+        lda: k,
+        ldb: k,
+        ldc: n,
+        offset: 0,
+        bias: true,
+        c_dtype,
+    };
+    let cases = [
+        nt(17, 300, 200, DType::Bf16),
+        nt(1030, 2056, 1000, DType::Bf16),
+        nt(512, 512, 1024, DType::F32),
+    ];
+    let (mut checked, mut failures) = (0, Vec::new());
+    for (i, case) in cases.iter().enumerate() {
+        let key = GemmKey {
+            dtype: case.dtype,
+            layout: case.layout,
+            n: case.n as u32,
+            k: case.k as u32,
+        };
+        let e = expected(case, 300 + i as u64);
+        let mut dev = Device::new(&stream, case, &e, 0);
+        for (block_m, block_n, warps_m) in [
+            (64, 64, 4),
+            (64, 256, 4),
+            (128, 128, 8),
+            (128, 256, 8),
+            (256, 128, 8),
+        ] {
+            let one = GemmConfig {
+                path: Path::Wgmma,
+                block_m,
+                block_n,
+                block_k: 64,
+                warps_m,
+                warps_n: 1,
+                stages: 4,
+                split_k: 1,
+                group_m: 8,
+                vec: 8,
+                cluster: 1,
+                epilogue: Epilogue::Direct,
+            };
+            let two = GemmConfig { cluster: 2, ..one };
+            if !space::fits(target, &key, &two) {
+                assert!(target != Target::Sm90, "{two} must fit {key:?}");
+                continue;
+            }
+            checked += 1;
+            let outputs = check(&rt, &stream, case, &mut dev, &e, &one, 1)
+                .and_then(|a| check(&rt, &stream, case, &mut dev, &e, &two, 3).map(|b| (a, b)));
+            match outputs {
+                Err(err) => failures.push(err),
+                Ok((a, b)) => {
+                    let differs = a
+                        .iter()
+                        .zip(&b)
+                        .position(|(x, y)| x.to_bits() != y.to_bits() && !(x.is_nan() && y.is_nan()));
+                    if let Some(at) = differs {
+                        failures.push(format!(
+                            "{case:?} {two}: C[{}, {}] = {}, the unclustered tile gives {}",
+                            at / case.ldc,
+                            at % case.ldc,
+                            b[at],
+                            a[at]
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    println!(
+        "gemm clusters: {checked} tiles checked, {} failed",
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// TMA stores of C write the values direct stores write, rounded the same way: C must
+/// match bit for bit, on every unswapped wgmma tile of the space with and without a
+/// cluster, on ragged edges (m = 17, n = 300; m = 1030, n = 2056), a padded C, f32 and
+/// f16 out, and a row stride off 16 bytes (where both store directly), two runs each
+/// (the staging buffers reused across launches).
+#[test]
+fn tma_stores_of_c_match_direct_stores_bit_for_bit() {
+    let Some((rt, stream)) = runtime("tma_stores_of_c_match_direct_stores_bit_for_bit") else {
+        return;
+    };
+    let target = rt.device().info().tuning_target();
+    let nt = |dtype, m, n, k, ldc, c_dtype| Case {
+        dtype,
+        layout: Layout::Nt,
+        m,
+        n,
+        k,
+        lda: k,
+        ldb: k,
+        ldc,
+        offset: 0,
+        bias: true,
+        c_dtype,
+    };
+    let cases = [
+        nt(DType::Bf16, 17, 300, 200, 304, DType::Bf16),
+        nt(DType::Bf16, 1030, 2056, 1000, 2056, DType::Bf16),
+        nt(DType::Bf16, 512, 520, 1024, 524, DType::F32),
+        nt(DType::F16, 200, 390, 256, 392, DType::F16),
+        nt(DType::Bf16, 130, 200, 136, 202, DType::Bf16),
+    ];
+    let (mut checked, mut failures) = (0, Vec::new());
+    for (i, case) in cases.iter().enumerate() {
+        let key = GemmKey {
+            dtype: case.dtype,
+            layout: case.layout,
+            n: case.n as u32,
+            k: case.k as u32,
+        };
+        let e = expected(case, 400 + i as u64);
+        let mut dev = Device::new(&stream, case, &e, 0);
+        for (block_m, block_n, warps_m, stages) in [
+            (64, 64, 4, 4),
+            (64, 128, 4, 6),
+            (64, 256, 4, 4),
+            (128, 64, 4, 4),
+            (128, 64, 8, 4),
+            (128, 128, 4, 4),
+            (128, 128, 8, 4),
+            (128, 256, 8, 4),
+            (256, 64, 8, 4),
+            (256, 128, 8, 4),
+        ] {
+            for cluster in [1, 2] {
+                let direct = GemmConfig {
+                    path: Path::Wgmma,
+                    block_m,
+                    block_n,
+                    block_k: 64,
+                    warps_m,
+                    warps_n: 1,
+                    stages,
+                    split_k: 1,
+                    group_m: 8,
+                    vec: 8,
+                    cluster,
+                    epilogue: Epilogue::Direct,
+                };
+                let tma = GemmConfig {
+                    epilogue: Epilogue::Tma,
+                    ..direct
+                };
+                if !space::fits(target, &key, &tma) {
+                    assert!(target != Target::Sm90, "{tma} must fit {key:?}");
+                    continue;
+                }
+                checked += 1;
+                let outputs = check(&rt, &stream, case, &mut dev, &e, &direct, 1)
+                    .and_then(|a| check(&rt, &stream, case, &mut dev, &e, &tma, 2).map(|b| (a, b)));
+                match outputs {
+                    Err(err) => failures.push(err),
+                    Ok((a, b)) => {
+                        let differs = a
+                            .iter()
+                            .zip(&b)
+                            .position(|(x, y)| x.to_bits() != y.to_bits() && !(x.is_nan() && y.is_nan()));
+                        if let Some(at) = differs {
+                            failures.push(format!(
+                                "{case:?} {tma}: C[{}, {}] = {}, direct stores give {}",
+                                at / case.ldc,
+                                at % case.ldc,
+                                b[at],
+                                a[at]
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    println!(
+        "gemm tma stores: {checked} tiles checked, {} failed",
         failures.len()
     );
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -809,4 +1083,195 @@ fn the_safe_op_is_captured_after_warm_aligned_or_not() {
     }
     // SAFETY: as above.
     unsafe { ctx.enable_event_tracking() };
+}
+
+/// Under programmatic dependent launch, a chain of GEMMs where each reads what the one
+/// before wrote and overwrites what the one before read: `h = x_i · W1^T` then
+/// `y_i = h · W2^T`, for several `x_i`, back to back on one stream with one shared `h`.
+/// A kernel that touched A or C before the kernel before it finished would read a stale
+/// `h` (the previous `x`'s) or overwrite `h` under its reader; every `y_i` is checked
+/// against the reference of its own `x_i`. Decode (swapped), prefill, clusters of 2 and
+/// TMA stores of C (of `y_i` at m = 256; of `h`, read by the next link, at m = 1000).
+#[test]
+fn a_chain_under_programmatic_launch_reads_and_overwrites_in_order() {
+    let test = "a_chain_under_programmatic_launch_reads_and_overwrites_in_order";
+    let Some((_, stream)) = runtime(test) else {
+        return;
+    };
+    let dev = CudaDevice::open(0).expect("device");
+    if dev.info().compute_capability.0 < 9 {
+        skip_or_fail(test, "programmatic dependent launch needs sm_90");
+        return;
+    }
+    let opts = RuntimeOptions {
+        policy: Policy::DefaultOnly,
+        cache: DiskCache::from_env(),
+        tune: TuneOptions::default(),
+        pdl: true,
+    };
+    let rt = CudaRuntime::with_options(dev, opts).expect("runtime");
+    let stream = {
+        drop(stream);
+        rt.device().new_stream().expect("stream")
+    };
+    assert!(
+        rt.pdl_for(&kernels_gemm::plan::SOURCE),
+        "the GEMM source takes PDL"
+    );
+    let (hidden, inner, chain) = (1024usize, 2048usize, 6usize);
+    let target = rt.device().info().tuning_target();
+    let mut failures = Vec::new();
+    for m in [1usize, 16, 256, 1000] {
+        let w1 = pseudo_random(inner * hidden, 91, 1.0 / (hidden as f32).sqrt(), 0.0);
+        let w2 = pseudo_random(hidden * inner, 92, 1.0 / (inner as f32).sqrt(), 0.0);
+        let xs: Vec<Vec<f32>> = (0..chain)
+            .map(|i| pseudo_random(m * hidden, 100 + i as u64, 1.0, 0.0))
+            .collect();
+        let key1 = GemmKey {
+            dtype: DType::Bf16,
+            layout: Layout::Nt,
+            n: inner as u32,
+            k: hidden as u32,
+        };
+        let key2 = GemmKey {
+            n: hidden as u32,
+            k: inner as u32,
+            ..key1
+        };
+        let mut c1 = kernels_gemm::analytic_default(target, &key1, m as u64);
+        let mut c2 = kernels_gemm::analytic_default(target, &key2, m as u64);
+        if m == 1000 && c1.path == Path::Wgmma {
+            c1.cluster = 2;
+        }
+        // TMA stores where the tile allows them, on a ring shallow enough to fit.
+        let tma = |c: &mut GemmConfig, key: &GemmKey| {
+            let mut t = GemmConfig {
+                epilogue: Epilogue::Tma,
+                ..*c
+            };
+            while !space::fits(target, key, &t) && t.stages > 2 {
+                t.stages -= 1;
+            }
+            if c.path == Path::Wgmma && space::fits(target, key, &t) {
+                *c = t;
+            }
+        };
+        match m {
+            256 => tma(&mut c2, &key2),
+            1000 => tma(&mut c1, &key1),
+            _ => {}
+        }
+        let ws_bytes = kernels_gemm::workspace_bytes(target, &key1, m as u64)
+            .max(kernels_gemm::workspace_bytes(target, &key2, m as u64));
+        let w1b = Buf::new(&stream, DType::Bf16, &w1, 0);
+        let w2b = Buf::new(&stream, DType::Bf16, &w2, 0);
+        let xb: Vec<Buf> = xs.iter().map(|x| Buf::new(&stream, DType::Bf16, x, 0)).collect();
+        let h = Buf::new(&stream, DType::Bf16, &vec![POISON; m * inner], 0);
+        let ys: Vec<Buf> = (0..chain)
+            .map(|_| Buf::new(&stream, DType::F32, &vec![POISON; m * hidden], 0))
+            .collect();
+        let ws1 = Buf::zeros(&stream, ws_bytes);
+        let ws2 = Buf::zeros(&stream, ws_bytes);
+        stream.synchronize().expect("sync");
+        for (x, y) in xb.iter().zip(&ys) {
+            // SAFETY: every buffer holds what its Operand says and outlives the launches
+            // (the stream is synchronized below, before they drop).
+            let (p1, p2) = unsafe {
+                (
+                    GemmProblem::raw(
+                        DType::Bf16,
+                        Layout::Nt,
+                        m,
+                        inner,
+                        hidden,
+                        Operand::new(x.ptr(&stream), m * hidden, hidden),
+                        Operand::new(w1b.ptr(&stream), inner * hidden, hidden),
+                        Operand::new(h.ptr(&stream), m * inner, inner),
+                        DType::Bf16,
+                        None,
+                        Some((ws1.ptr(&stream), ws_bytes)),
+                    )
+                    .expect("problem 1"),
+                    GemmProblem::raw(
+                        DType::Bf16,
+                        Layout::Nt,
+                        m,
+                        hidden,
+                        inner,
+                        Operand::new(h.ptr(&stream), m * inner, inner),
+                        Operand::new(w2b.ptr(&stream), hidden * inner, inner),
+                        Operand::new(y.ptr(&stream), m * hidden, hidden),
+                        DType::F32,
+                        None,
+                        Some((ws2.ptr(&stream), ws_bytes)),
+                    )
+                    .expect("problem 2"),
+                )
+            };
+            rt.launch_config::<Gemm>(&stream, &c1, &p1).expect("launch 1");
+            rt.launch_config::<Gemm>(&stream, &c2, &p2).expect("launch 2");
+        }
+        stream.synchronize().expect("sync");
+        for (i, (x, y)) in xs.iter().zip(&ys).enumerate() {
+            // h as the first GEMM rounds it (bf16), then the second GEMM's reference.
+            let mut h_ref = vec![0.0f32; m * inner];
+            let mut scale = vec![0.0f64; m * inner];
+            reference::gemm(
+                Layout::Nt,
+                m,
+                inner,
+                hidden,
+                x,
+                hidden,
+                &w1,
+                hidden,
+                None,
+                &mut h_ref,
+                inner,
+                &mut scale,
+            );
+            let h_bf16 = decode(DType::Bf16, &encode(DType::Bf16, &h_ref));
+            let mut want = vec![0.0f32; m * hidden];
+            let mut abs_sum = vec![0.0f64; m * hidden];
+            reference::gemm(
+                Layout::Nt,
+                m,
+                hidden,
+                inner,
+                &h_bf16,
+                inner,
+                &w2,
+                inner,
+                None,
+                &mut want,
+                hidden,
+                &mut abs_sum,
+            );
+            // The first GEMM may round an h element to the bf16 neighbour of the
+            // reference's: y moves by up to 2^-7 |h_p| |W2[j, p]| summed over p, that is
+            // 2^-7 abs_sum, added to the second GEMM's own bound. A stale h (another
+            // x's) moves y by about its own size, about abs_sum / sqrt(k): about 3x over.
+            let (_, acc) = reference::tolerance(DType::F32);
+            let widen = 1.0 + (1.0 / 128.0) / ((inner as f64).sqrt() * acc);
+            for s in abs_sum.iter_mut() {
+                *s *= widen;
+            }
+            let what = format!("m={m} link {i} ({c1} then {c2}, PDL)");
+            if let Err(e) = reference::compare(
+                &what,
+                &y.read(&stream),
+                &want,
+                &abs_sum,
+                m,
+                hidden,
+                inner,
+                hidden,
+                DType::F32,
+                POISON,
+            ) {
+                failures.push(e);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -12,8 +12,12 @@
 //   3 moe_align(const int* ids, int pairs, int experts, int* offsets, int* sorted)
 //   4 moe_gemm (UP=1)  intermediate[p, :] = silu(x[p / topk] . gate_e^T) * (x[p / topk] . up_e^T)
 //   5 moe_gemm (UP=0)  y[p, :] = weights[p] * (intermediate[p] . w2_e^T)
-//       moe_gemm(const T* a, const T* w, T* out, const int* offsets, const int* sorted,
-//                const float* weights, int experts, int topk, int n, int k)
+//       mma path:   moe_gemm(const T* a, const T* w, T* out, const int* offsets,
+//                            const int* sorted, const float* weights, int experts,
+//                            int topk, int n, int k)
+//       wgmma path: moe_gemm(const __grid_constant__ kg::TmaMap w, const T* a, T* out,
+//                            then as the mma path from offsets on), w the TMA map of
+//                            the weights (see the wgmma kernel)
 //   6 moe_combine(const T* y, const int* ids, T* out, int tokens, int topk, int experts,
 //                 int h)
 //
@@ -25,7 +29,9 @@
 // sorted position, so the order inside an expert's group changes no result bit.
 //
 // Defines: STEP; DTYPE (1 f16, 2 bf16; for STEP 1-2 the logits' type, 0 f32 allowed);
-// for STEP 4-5: BM BN BK (tile), WM WN (warp grid), STAGES (cp.async ring depth), UP.
+// for STEP 4-5: UP, STAGES (ring depth), BM BN (pairs x output columns per block) and
+// either BK WM WN (mma path: k step, warp grid) or WGMMA CONSUMERS (wgmma path, sm_90a:
+// WGMMA 1 unswapped, 2 swapped; consumer warpgroups).
 // The host guarantees k and n multiples of 8 and 16-byte aligned operands.
 
 #if !defined(STEP) || !defined(DTYPE)
@@ -273,6 +279,47 @@ extern "C" __global__ void __launch_bounds__(km::ALIGN_THREADS)
 
 #if STEP == 4 || STEP == 5
 
+namespace km {
+
+// Row tile `t` of the expert-grouped pairs in tiles of `bm` rows, found by one warp:
+// lane l sums the tiles of a run of experts, a shuffle scan places the runs, and the
+// lane whose run holds tile t names its expert, first sorted row and rows. The expert
+// stays -1 for a spare slot (the grid covers the most tiles any routing can need).
+__device__ __forceinline__ void find_row_tile(const int* __restrict__ offsets, int experts, int bm, int t, int lane,
+                                              int& expert, int& row0, int& rows) {
+    if (lane == 0) expert = -1;
+    __syncwarp();
+    const int chunk = (experts + 31) / 32;
+    const int b = min(lane * chunk, experts), end = min(b + chunk, experts);
+    int local = 0;
+    for (int e = b; e < end; ++e) local += (offsets[e + 1] - offsets[e] + bm - 1) / bm;
+    int incl = local;
+#pragma unroll
+    for (int o = 1; o < 32; o *= 2) {
+        const int v = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += v;
+    }
+    int acc = incl - local;
+    if (t >= acc && t < incl) {
+        for (int e = b; e < end; ++e) {
+            const int c = offsets[e + 1] - offsets[e];
+            const int tiles = (c + bm - 1) / bm;
+            if (t < acc + tiles) {
+                const int j = t - acc;
+                expert = e;
+                row0 = offsets[e] + j * bm;
+                rows = min(bm, c - j * bm);
+                break;
+            }
+            acc += tiles;
+        }
+    }
+}
+
+}  // namespace km
+
+#if !WGMMA
+
 #if !defined(BM) || !defined(BN) || !defined(BK) || !defined(WM) || !defined(WN) || !defined(STAGES) || !defined(UP)
 #error "the MoE GEMM needs BM, BN, BK, WM, WN, STAGES, UP"
 #endif
@@ -315,37 +362,9 @@ extern "C" __global__ void __launch_bounds__(km::THREADS)
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int warp_m = warp % WM, warp_n = warp / WM;
 
-    // Row tile blockIdx.x of the expert-grouped pairs: warp 0 scans the tiles per
-    // expert (lane l owns a run of experts) and the owning lane names the expert.
+    // Row tile blockIdx.x of the expert-grouped pairs.
     if (warp == 0) {
-        if (lane == 0) s_expert = -1;
-        __syncwarp();
-        const int t = blockIdx.x;
-        const int chunk = (experts + 31) / 32;
-        const int b = min(lane * chunk, experts), end = min(b + chunk, experts);
-        int local = 0;
-        for (int e = b; e < end; ++e) local += (offsets[e + 1] - offsets[e] + BM - 1) / BM;
-        int incl = local;
-#pragma unroll
-        for (int o = 1; o < 32; o *= 2) {
-            const int v = __shfl_up_sync(0xffffffffu, incl, o);
-            if (lane >= o) incl += v;
-        }
-        int acc = incl - local;
-        if (t >= acc && t < incl) {
-            for (int e = b; e < end; ++e) {
-                const int c = offsets[e + 1] - offsets[e];
-                const int tiles = (c + BM - 1) / BM;
-                if (t < acc + tiles) {
-                    const int j = t - acc;
-                    s_expert = e;
-                    s_row0 = offsets[e] + j * BM;
-                    s_rows = min(BM, c - j * BM);
-                    break;
-                }
-                acc += tiles;
-            }
-        }
+        find_row_tile(offsets, experts, BM, blockIdx.x, lane, s_expert, s_row0, s_rows);
     }
     __syncthreads();
     const int e = s_expert;
@@ -479,6 +498,262 @@ extern "C" __global__ void __launch_bounds__(km::THREADS)
             }
         }
 }
+
+#else  // WGMMA
+
+// Hopper path (sm_90a). One block per (row tile, column tile), as the mma path: a
+// producer warpgroup fills an mbarrier ring of STAGES k steps of 64 and 1-2 consumer
+// warpgroups multiply out of it with wgmma m64nNk16, both operands K-major in 128-byte
+// swizzle.
+//
+// Per stage: the weight tiles first (gate then up for UP=1, w2 for UP=0; BN rows each),
+// loaded by TMA from the map `w` over all experts' rows (w13 as [E * 2n, k], w2 as
+// [E * n, k] with this kernel's n and k), then the tile's BM activation rows gathered
+// by pair (x[pair / topk] for UP=1, intermediate[pair] for UP=0) with 16-byte cp.async
+// into the layout TMA's 128-byte swizzle writes: chunk c of row r at chunk c ^ (r % 8)
+// of its 128-byte row, 8-row atoms of 1024 bytes. A stage's full barrier completes on
+// the TMA bytes plus one cp.async-tracking arrival of each producer thread.
+//
+// WGMMA 1: pairs on wgmma's 64-row side (each consumer owns BM / CONSUMERS of them),
+// weight rows on its N side (N = BN). WGMMA 2 (few pairs per expert): weight rows on
+// the 64-row side (each consumer owns BN / CONSUMERS), the pairs on the N side (N = BM),
+// so the weights stream at full tensor-core width however few pairs there are.
+// Rows are stored by pair index exactly as on the mma path; padding rows of a ragged
+// tile (pair -1) and columns past n are computed but never stored.
+//
+// Grid: (row-tile slots, column tiles); (CONSUMERS + 1) * 128 threads, warpgroup 0 the
+// producer; STAGES * (BM + NB * BN) * 128 + 1024 bytes of dynamic shared memory (the
+// 1024 realigns the ring to the swizzle atom).
+
+#if !defined(BM) || !defined(BN) || !defined(CONSUMERS) || !defined(STAGES) || !defined(UP)
+#error "the wgmma MoE GEMM needs WGMMA, BM, BN, CONSUMERS, STAGES, UP"
+#endif
+
+namespace km {
+
+using kg::cp_async16;
+using kg::TmaMap;
+
+constexpr bool SWAP = WGMMA == 2;
+constexpr int NB = UP ? 2 : 1;           // weight tiles per stage: gate and up, or w2
+constexpr int BK = 64;                   // 16-bit elements in one 128-byte swizzle row
+constexpr int ROW = 128;                 // bytes of a tile row
+constexpr int BX = SWAP ? BN : BM;       // rows on wgmma's 64-row side
+constexpr int BY = SWAP ? BM : BN;       // rows on its N side
+constexpr int WG_X = BX / CONSUMERS;     // rows of the 64-row side per consumer
+constexpr int MW = WG_X / 64;            // m64 products per consumer, weight tile and k16
+constexpr int ACC = BY / 2;              // accumulators per thread and m64 product
+constexpr int PRODUCERS = 128;
+constexpr int THREADS = (CONSUMERS + 1) * 128;
+constexpr int W_BYTES = BN * ROW;        // one weight tile
+constexpr int A_OFF = NB * W_BYTES;      // the activation tile follows the weight tiles
+constexpr int STAGE_BYTES = A_OFF + BM * ROW;
+constexpr int TMA_BYTES = NB * W_BYTES;  // a stage's TMA transaction bytes
+constexpr int GATHER_ROWS = BM / 16;     // rows per producer thread: 128 threads, 8 chunks a row
+static_assert(WG_X == 64 || WG_X == 128, "a consumer owns 64 or 128 rows of the 64-row side");
+static_assert(BY % 16 == 0 && BY >= 16 && BY <= 256, "the N side is a wgmma width");
+static_assert(BM % 16 == 0, "every producer thread gathers whole rows");
+static_assert(W_BYTES % 1024 == 0 && (BM * ROW) % 1024 == 0, "each tile starts on a swizzle atom");
+static_assert(NB * MW * ACC <= 128, "accumulators stay in registers");
+static_assert(STAGES >= 2, "a ring needs two stages");
+// Two blocks an SM where few accumulators leave registers to spare (the cap halves to
+// 128 a thread); one where setmaxnreg moves the producer's registers to the consumers.
+constexpr int MIN_BLOCKS = CONSUMERS == 1 && NB * MW * ACC <= 64 ? 2 : 1;
+
+// Arrives on `bar` once every cp.async this thread issued so far has landed; the
+// barrier's expected count includes this arrival (noinc).
+__device__ __forceinline__ void cp_async_arrive_noinc(u32 bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+// fence_proxy_async (gemm_ptx.cuh) orders shared-memory writes seen through the generic
+// proxy (cp.async) before this thread's wgmma reads, which go through the async proxy.
+
+__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+}  // namespace km
+
+extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
+    moe_gemm(const __grid_constant__ kg::TmaMap w, const km::T* __restrict__ a, km::T* __restrict__ out,
+             const int* __restrict__ offsets, const int* __restrict__ sorted, const float* __restrict__ weights,
+             int experts, int topk, int n, int k) {
+    using namespace km;
+    using namespace kg;
+    extern __shared__ __align__(1024) unsigned char smem[];
+    __shared__ __align__(8) unsigned long long full[STAGES], empty[STAGES];
+    __shared__ int s_expert, s_row0, s_rows;
+    __shared__ int s_pair[BM];
+
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = tid / 128;
+    const u32 ring = (kd::smem_addr(smem) + 1023u) & ~1023u;
+    const u32 full0 = kd::smem_addr(full), empty0 = kd::smem_addr(empty);
+
+    if (warp == 0) {
+        find_row_tile(offsets, experts, BM, blockIdx.x, lane, s_expert, s_row0, s_rows);
+    }
+    // full[s]: stage s has landed (the TMA bytes, an expect_tx arrival and one arrival
+    // of each producer thread's cp.async); empty[s]: every consumer is done reading it.
+    if (tid == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(full0 + 8 * s, PRODUCERS + 1);
+            mbar_init(empty0 + 8 * s, CONSUMERS);
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();
+    const int e = s_expert;
+    if (e < 0) {
+        return;  // a spare slot
+    }
+    const int rows = s_rows;
+    for (int r = tid; r < BM; r += THREADS) s_pair[r] = r < rows ? sorted[s_row0 + r] : -1;
+    __syncthreads();
+
+    const int n0 = blockIdx.y * BN;
+    const int ktiles = (k + BK - 1) / BK;
+
+    if (wg == 0) {
+        // Producer: thread 0 issues the weight boxes; every thread gathers chunk
+        // tid % 8 of rows tid / 8, tid / 8 + 16, ... of the activation tile.
+        if constexpr (CONSUMERS == 2) {
+            regs_dec<56>();
+        }
+        const int q = tid % 8;
+        const int r0 = tid / 8;
+        const T* src[GATHER_ROWS];
+#pragma unroll
+        for (int j = 0; j < GATHER_ROWS; ++j) {
+            const int p = s_pair[r0 + 16 * j];
+            src[j] = p >= 0 ? a + (long long)(UP ? p / topk : p) * k : nullptr;
+        }
+        // Expert e's first weight row of this column tile (its up rows n further on).
+        const int wrow = e * (NB * n) + n0;
+        // Rows r0 + 16 j all sit at r0 % 8 within their swizzle atom.
+        const u32 chunk_at = A_OFF + r0 * ROW + ((q ^ (r0 % 8)) * 16);
+        for (int i = 0; i < ktiles; ++i) {
+            const int s = i % STAGES;
+            // A fresh barrier counts as having completed the phase before its first,
+            // so the first pass over the ring does not wait.
+            mbar_wait(empty0 + 8 * s, ((i / STAGES) & 1) ^ 1);
+            const u32 bar = full0 + 8 * s;
+            const u32 stage = ring + s * STAGE_BYTES;
+            if (tid == 0) {
+                mbar_expect_tx(bar, TMA_BYTES);
+#pragma unroll
+                for (int h = 0; h < NB; ++h) tma_load_2d(stage + h * W_BYTES, &w, bar, i * BK, wrow + h * n);
+            }
+            const int col = i * BK + q * 8;
+#pragma unroll
+            for (int j = 0; j < GATHER_ROWS; ++j) {
+                // Padding rows and columns past k land as zeros.
+                const bool ok = src[j] != nullptr && col < k;
+                cp_async16(stage + chunk_at + j * 16 * ROW, ok ? src[j] + col : a, ok ? 16 : 0);
+            }
+            cp_async_arrive_noinc(bar);
+        }
+        cp_async_wait_all();
+        return;
+    }
+
+    // Consumers.
+    if constexpr (CONSUMERS == 2) {
+        regs_inc<224>();
+    }
+    const int cw = wg - 1;
+    const int t = tid % 128;
+    float acc[NB][MW][ACC];
+#pragma unroll
+    for (int h = 0; h < NB; ++h)
+#pragma unroll
+        for (int mw = 0; mw < MW; ++mw)
+#pragma unroll
+            for (int x = 0; x < ACC; ++x) acc[h][mw][x] = 0.0f;
+
+    // One wgmma group in flight: a stage is released once the group after the one that
+    // read it has been issued and the older group has completed.
+    int prev = -1;
+    for (int i = 0; i < ktiles; ++i) {
+        const int s = i % STAGES;
+        mbar_wait(full0 + 8 * s, (i / STAGES) & 1);
+        fence_proxy_async();
+        const u32 stage = ring + s * STAGE_BYTES;
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; ++kk)
+#pragma unroll
+            for (int h = 0; h < NB; ++h)
+#pragma unroll
+                for (int mw = 0; mw < MW; ++mw) {
+                    const u32 mine = (cw * WG_X + mw * 64) * ROW + kk * 32;
+                    if constexpr (SWAP) {
+                        Wgmma<BY>::run(acc[h][mw], smem_desc_sw128(stage + h * W_BYTES + mine),
+                                       smem_desc_sw128(stage + A_OFF + kk * 32));
+                    } else {
+                        Wgmma<BY>::run(acc[h][mw], smem_desc_sw128(stage + A_OFF + mine),
+                                       smem_desc_sw128(stage + h * W_BYTES + kk * 32));
+                    }
+                }
+        wgmma_commit();
+        wgmma_wait<1>();
+        if (prev >= 0 && t == 0) {
+            mbar_arrive(empty0 + 8 * prev);
+        }
+        prev = s;
+    }
+    wgmma_wait<0>();
+
+    // Epilogue. The m64nN fragment: thread t holds rows 16 (t / 32) + (t % 32) / 4 (+ 8)
+    // of its m64 block and columns 8 j + 2 (t % 4) (+ 1), as acc[4 j + 2 half + c].
+    const int wl = t / 32;
+#pragma unroll
+    for (int mw = 0; mw < MW; ++mw)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int x = cw * WG_X + mw * 64 + wl * 16 + lane / 4 + half * 8;
+            if constexpr (SWAP) {
+                // x is an output column; the N side's columns are the tile's pairs.
+                const int col = n0 + x;
+                if (col >= n) continue;
+#pragma unroll
+                for (int j = 0; j < BY / 8; ++j)
+#pragma unroll
+                    for (int c = 0; c < 2; ++c) {
+                        const int p = s_pair[j * 8 + (lane % 4) * 2 + c];
+                        if (p < 0) continue;
+                        const int at = 4 * j + 2 * half + c;
+                        const float v = UP ? silu_mul(acc[0][mw][at], acc[NB - 1][mw][at])
+                                           : acc[0][mw][at] * weights[p];
+                        out[(long long)p * n + col] = kd::from_f32<T>(v);
+                    }
+            } else {
+                // x is a tile row (a pair); the N side's columns are output columns; n
+                // is even, so a column pair is in or out together.
+                const int p = s_pair[x];
+                if (p < 0) continue;
+                const float scale = UP ? 1.0f : weights[p];
+                T* orow = out + (long long)p * n;
+#pragma unroll
+                for (int j = 0; j < BY / 8; ++j) {
+                    const int col = n0 + j * 8 + (lane % 4) * 2;
+                    if (col >= n) continue;
+                    const int at = 4 * j + 2 * half;
+                    float v0, v1;
+                    if (UP) {
+                        v0 = silu_mul(acc[0][mw][at], acc[NB - 1][mw][at]);
+                        v1 = silu_mul(acc[0][mw][at + 1], acc[NB - 1][mw][at + 1]);
+                    } else {
+                        v0 = acc[0][mw][at] * scale;
+                        v1 = acc[0][mw][at + 1] * scale;
+                    }
+                    *reinterpret_cast<u32*>(orow + col) = kd::pack2(v0, v1, (T*)nullptr);
+                }
+            }
+        }
+}
+
+#endif  // WGMMA
 #endif  // STEP 4-5
 
 #if STEP == 6

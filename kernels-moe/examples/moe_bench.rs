@@ -12,6 +12,7 @@ use kernels_core::backend::cuda::GraphTimer;
 use kernels_core::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use kernels_core::launch::{encode, pseudo_random};
 use kernels_core::{CudaDevice, CudaRuntime, Result};
+use kernels_moe::config::Path;
 use kernels_moe::ops::{prepare_config, MoePrepared};
 use kernels_moe::plan::{step_variant, Buffer, MoeProblem, Step, SOURCE};
 use kernels_moe::{analytic_default, space, workspace_bytes, MoeConfig, MoeKey};
@@ -68,13 +69,17 @@ fn routing(tokens: usize, experts: u32, topk: u32, seed: u64) -> Vec<i32> {
     out
 }
 
-/// The default and up to SAMPLE configs spread over the space, for `tokens`.
+/// The default and up to SAMPLE configs of each path spread over the space, for
+/// `tokens`.
 fn candidates(key: &MoeKey, tokens: u64) -> Vec<MoeConfig> {
     let default = analytic_default(Target::Sm90, key, tokens);
     let space = space::search_space(Target::Sm90, key, tokens);
-    let step = (space.len() / SAMPLE).max(1);
     let mut out = vec![default];
-    out.extend(space.iter().step_by(step).copied().filter(|c| *c != default));
+    for path in [Path::Mma, Path::Wgmma, Path::WgmmaSwap] {
+        let of_path: Vec<MoeConfig> = space.iter().filter(|c| c.path == path).copied().collect();
+        let step = (of_path.len() / SAMPLE).max(1);
+        out.extend(of_path.into_iter().step_by(step).filter(|c| *c != default));
+    }
     out
 }
 

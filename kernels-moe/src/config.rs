@@ -2,7 +2,7 @@
 
 use tuned::{DType, Value};
 
-use crate::schema::{check_config, MOE};
+use crate::schema::{check_config, BLOCK_K_AT, BLOCK_M_AT, BLOCK_N_AT, MOE, PATH_AT, STAGES_AT, WARPS_AT};
 
 /// The static part of a fused-MoE problem, fixed by the model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -33,11 +33,36 @@ impl MoeKey {
     }
 }
 
-/// A fused-MoE launch configuration, shared by both grouped GEMMs: `block_m` rows of
-/// one expert's pairs by `block_n` output columns per block, `block_k` per pipeline
-/// step, `warps` warps, `stages` shared-memory stages.
+/// The kernel a config runs. See [`crate::schema::PATHS`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Path {
+    Mma,
+    Wgmma,
+    WgmmaSwap,
+}
+
+impl Path {
+    pub const fn name(self) -> &'static str {
+        match self {
+            Path::Mma => "mma",
+            Path::Wgmma => "wgmma",
+            Path::WgmmaSwap => "wgmma_swap",
+        }
+    }
+
+    /// Whether this is a Hopper (wgmma + TMA) path.
+    pub const fn is_wgmma(self) -> bool {
+        matches!(self, Path::Wgmma | Path::WgmmaSwap)
+    }
+}
+
+/// A fused-MoE launch configuration, shared by both grouped GEMMs: the kernel `path`,
+/// `block_m` rows of one expert's pairs by `block_n` output columns per block,
+/// `block_k` per pipeline step, `warps` warps (on the wgmma paths: consumer warps, a
+/// producer warpgroup added), `stages` shared-memory stages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct MoeConfig {
+    pub path: Path,
     pub block_m: u32,
     pub block_n: u32,
     pub block_k: u32,
@@ -45,28 +70,42 @@ pub struct MoeConfig {
     pub stages: u32,
 }
 
+/// Bytes of one 64-element (16-bit) row of a wgmma operand tile: one 128-byte swizzle
+/// row.
+const WGMMA_ROW_BYTES: usize = 128;
+
 impl MoeConfig {
     pub fn from_values(values: &[Value]) -> Result<Self, String> {
         check_config(values)?;
         let v = |i: usize| values[i].as_int().unwrap_or(0) as u32;
+        let path = match values[PATH_AT].as_str() {
+            Some("mma") => Path::Mma,
+            Some("wgmma") => Path::Wgmma,
+            Some("wgmma_swap") => Path::WgmmaSwap,
+            other => return Err(format!("unknown path {other:?}")),
+        };
         Ok(MoeConfig {
-            block_m: v(0),
-            block_n: v(1),
-            block_k: v(2),
-            warps: v(3),
-            stages: v(4),
+            path,
+            block_m: v(BLOCK_M_AT),
+            block_n: v(BLOCK_N_AT),
+            block_k: v(BLOCK_K_AT),
+            warps: v(WARPS_AT),
+            stages: v(STAGES_AT),
         })
     }
 
     pub fn values(&self) -> Vec<Value> {
-        [self.block_m, self.block_n, self.block_k, self.warps, self.stages]
-            .into_iter()
-            .map(|x| Value::Int(x as i64))
-            .collect()
+        let mut v = vec![Value::str(self.path.name())];
+        v.extend(
+            [self.block_m, self.block_n, self.block_k, self.warps, self.stages]
+                .into_iter()
+                .map(|x| Value::Int(x as i64)),
+        );
+        v
     }
 
-    /// Warps along m: two once a tile has 64 rows or more, so each warp's rows stay
-    /// at 16-32 and its accumulators in registers.
+    /// Warps along m (mma path): two once a tile has 64 rows or more, so each warp's
+    /// rows stay at 16-32 and its accumulators in registers.
     pub fn warps_m(&self) -> u32 {
         if self.block_m >= 64 {
             2
@@ -75,30 +114,72 @@ impl MoeConfig {
         }
     }
 
-    /// Warps along n.
+    /// Warps along n (mma path).
     pub fn warps_n(&self) -> u32 {
         self.warps / self.warps_m()
     }
 
-    /// Threads per block.
+    /// Consumer warpgroups of a wgmma config (4 warps each).
+    pub fn consumers(&self) -> u32 {
+        self.warps / 4
+    }
+
+    /// A wgmma config's operand tiles: (rows on wgmma's 64-row side, rows on its N
+    /// side) per block. `wgmma`: pairs, then weight rows; `wgmma_swap`: weight rows, then
+    /// pairs.
+    pub fn wgmma_tile(&self) -> (u32, u32) {
+        match self.path {
+            Path::WgmmaSwap => (self.block_n, self.block_m),
+            _ => (self.block_m, self.block_n),
+        }
+    }
+
+    /// Threads per block (the wgmma paths add a producer warpgroup).
     pub fn threads(&self) -> u32 {
-        self.warps * 32
+        if self.path.is_wgmma() {
+            (self.warps + 4) * 32
+        } else {
+            self.warps * 32
+        }
     }
 
     /// Dynamic shared memory of the gate-up GEMM (two weight tiles per stage; the down
-    /// GEMM takes less): rows padded by 8 elements.
+    /// GEMM takes less).
     pub fn smem_bytes(&self, dtype: DType) -> usize {
-        self.stage_bytes(dtype, 2) * self.stages as usize
+        self.gemm_smem_bytes(dtype, 2)
     }
 
-    /// One pipeline stage with `weight_tiles` weight tiles.
+    /// Dynamic shared memory of a grouped GEMM with `weight_tiles` weight tiles per
+    /// stage: the ring, plus 1024 bytes on the wgmma paths to align it to the swizzle
+    /// atom.
+    pub fn gemm_smem_bytes(&self, dtype: DType, weight_tiles: u32) -> usize {
+        let ring = self.stage_bytes(dtype, weight_tiles) * self.stages as usize;
+        if self.path.is_wgmma() {
+            ring + 1024
+        } else {
+            ring
+        }
+    }
+
+    /// One pipeline stage with `weight_tiles` weight tiles: on the mma path rows padded
+    /// by 8 elements; on the wgmma paths rows of one 128-byte swizzle row.
     pub fn stage_bytes(&self, dtype: DType, weight_tiles: u32) -> usize {
         let rows = (self.block_m + weight_tiles * self.block_n) as usize;
-        rows * (self.block_k as usize + 8) * dtype.size()
+        if self.path.is_wgmma() {
+            rows * WGMMA_ROW_BYTES
+        } else {
+            rows * (self.block_k as usize + 8) * dtype.size()
+        }
     }
 
-    /// fp32 accumulators per thread in the gate-up GEMM (gate and up).
+    /// fp32 accumulators per thread in the gate-up GEMM (gate and up); on the wgmma
+    /// paths per consumer thread (an m64 product of width N holds N / 2 a thread).
     pub fn accumulators(&self) -> u32 {
+        if self.path.is_wgmma() {
+            let (x, y) = self.wgmma_tile();
+            let per_consumer = x / self.consumers().max(1);
+            return 2 * (per_consumer / 64) * (y / 2);
+        }
         let mi = self.block_m / self.warps_m() / 16;
         let nj = self.block_n / self.warps_n().max(1) / 8;
         2 * mi * nj * 4
@@ -107,7 +188,7 @@ impl MoeConfig {
 
 impl std::fmt::Display for MoeConfig {
     /// The parameters by name, as `kernels plan` prints them:
-    /// `block_m=64 block_n=128 block_k=64 warps=4 stages=3`.
+    /// `path=mma block_m=64 block_n=128 block_k=64 warps=4 stages=3`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         tuned::write_config(f, MOE.param_names().zip(&self.values()))
     }
@@ -123,6 +204,7 @@ mod display_tests {
     #[test]
     fn a_config_displays_as_kernels_plan_prints_it() {
         let c = MoeConfig {
+            path: Path::Mma,
             block_m: 64,
             block_n: 128,
             block_k: 64,
@@ -131,7 +213,7 @@ mod display_tests {
         };
         assert_eq!(
             c.to_string(),
-            "block_m=64 block_n=128 block_k=64 warps=4 stages=3"
+            "path=mma block_m=64 block_n=128 block_k=64 warps=4 stages=3"
         );
         // What `kernels plan` prints for a call (the resolution by name) is the resolved
         // config's Display.

@@ -307,8 +307,14 @@ mod space_tests {
                     .filter_map(|d| d.split_once('='))
                     .map(|(n, v)| format!("\"{n}\": {v}"))
                     .collect();
+                // The wgmma variants are sm_90a code; every other variant also builds for sm_80.
+                let archs = if v.contains("-DWGMMA=") {
+                    ", \"archs\": [\"sm_90a\"]"
+                } else {
+                    ", \"archs\": [\"sm_90a\", \"sm_80\"]"
+                };
                 format!(
-                    "{{\"sources\": [\"kernels-prelude/cuda/prelude.cuh\", \"kernels-gemm/cuda/gemm_ptx.cuh\", \"kernels-moe/cuda/moe.cu\"], \"defines\": {{{}}}, \"kernels\": [\"{entry}\"]}}",
+                    "{{\"sources\": [\"kernels-prelude/cuda/prelude.cuh\", \"kernels-gemm/cuda/gemm_ptx.cuh\", \"kernels-gemm/cuda/gemm_wgmma.cuh\", \"kernels-moe/cuda/moe.cu\"], \"defines\": {{{}}}, \"kernels\": [\"{entry}\"]{archs}}}",
                     defines.join(", ")
                 )
             })

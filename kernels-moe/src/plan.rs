@@ -5,20 +5,25 @@
 
 use std::marker::PhantomData;
 
+use kernels_core::launch::{TensorMap2d, TmaElement, TmaSwizzle};
 use kernels_core::{
-    check_disjoint, dtype_define, BufferRole, DeviceInfo, Error, Expected, KernelArgs, KernelSource,
-    LaunchDims, LaunchPlan, Launches, PlannedKernel, Result, TuneBuffer, Variant,
+    cache::AlignClass, check_disjoint, dtype_define, BufferRole, DeviceInfo, Error, Expected, KernelArgs,
+    KernelSource, LaunchDims, LaunchPlan, Launches, PlannedKernel, Result, TuneBuffer, Variant,
 };
 use tuned::{DType, Target, Vendor};
 
-use crate::config::{MoeConfig, MoeKey};
+use crate::config::{MoeConfig, MoeKey, Path};
 use crate::{space, Moe};
 
 /// The device source: `cuda/moe.cu`, compiled after the shared prelude and
-/// kernels-gemm's PTX wrappers ([`kernels_gemm::plan::PTX`]).
+/// kernels-gemm's PTX and wgmma wrappers ([`kernels_gemm::plan::PTX`],
+/// [`kernels_gemm::plan::WGMMA`]; the Hopper ones only where a variant defines WGMMA).
 pub static SOURCE: KernelSource =
-    KernelSource::new("moe", include_str!("../cuda/moe.cu"), crate::SOURCE_FINGERPRINT)
-        .with_preamble(&[kernels_core::PRELUDE, kernels_gemm::plan::PTX]);
+    KernelSource::new("moe", include_str!("../cuda/moe.cu"), crate::SOURCE_FINGERPRINT).with_preamble(&[
+        kernels_core::PRELUDE,
+        kernels_gemm::plan::PTX,
+        kernels_gemm::plan::WGMMA,
+    ]);
 
 /// The most experts a problem may have (the align kernel counts them in shared memory).
 pub const MAX_EXPERTS: u32 = 4096;
@@ -416,6 +421,17 @@ impl Step {
 }
 
 fn gemm_variant(key: &MoeKey, c: &MoeConfig, up: bool) -> Variant {
+    if c.path.is_wgmma() {
+        return Variant::new("moe_gemm")
+            .define("STEP", if up { 4 } else { 5 })
+            .define("DTYPE", dtype_define(key.dtype))
+            .define("WGMMA", if c.path == Path::WgmmaSwap { 2 } else { 1 })
+            .define("BM", c.block_m)
+            .define("BN", c.block_n)
+            .define("CONSUMERS", c.consumers())
+            .define("STAGES", c.stages)
+            .define("UP", u32::from(up));
+    }
     Variant::new("moe_gemm")
         .define("STEP", if up { 4 } else { 5 })
         .define("DTYPE", dtype_define(key.dtype))
@@ -462,6 +478,15 @@ pub fn row_tile_slots(pairs: u64, experts: u32, block_m: u32) -> u64 {
     pairs.min((pairs + nonempty * (bm - 1)) / bm)
 }
 
+/// The mma-path config standing in for a wgmma config where wgmma cannot run: the
+/// sm_80 analytic default for the rows per expert the config's tile was made for (its
+/// `block_m`), which fits every key on every NVIDIA target the kernels take. The
+/// workspace does not depend on the config, so any caller's workspace still fits.
+pub fn portable(key: &MoeKey, c: &MoeConfig) -> MoeConfig {
+    let tokens = (u64::from(c.block_m) * u64::from(key.experts)).div_ceil(u64::from(key.topk.max(1)));
+    crate::heuristic::analytic_default(Target::Sm80, key, tokens.max(1))
+}
+
 fn check_device(device: &DeviceInfo) -> Result<()> {
     if device.amd_arch.is_some() || device.compute_capability < (8, 0) {
         return Err(Error::invalid(
@@ -473,6 +498,59 @@ fn check_device(device: &DeviceInfo) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// The wgmma paths run on sm_90a alone (wgmma, setmaxnreg).
+fn check_wgmma_device(device: &DeviceInfo) -> Result<()> {
+    if device.compute_capability != (9, 0) {
+        return Err(Error::invalid(
+            "device",
+            format!(
+                "{}: the wgmma paths run on compute capability 9.0 (sm_90a) only",
+                device.name
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The TMA map of a wgmma GEMM's weights, all experts as one matrix of k columns:
+/// w13 as `[experts * 2n, k]` (expert e's gate rows from `e * 2n`, its up rows from
+/// `e * 2n + n`), w2 as `[experts * k, n]`; boxes of 64 columns (one 128-byte swizzle
+/// row) by the tile's `block_n` weight rows. A box that runs past an expert's rows
+/// reads rows of the next one (or zeros past the last): they feed only output columns
+/// past n, which are never stored.
+fn weight_map(p: &MoeProblem<'_>, c: &MoeConfig, up: bool) -> Result<TensorMap2d> {
+    let key = &p.key;
+    let element = match key.dtype {
+        DType::F16 => TmaElement::F16,
+        _ => TmaElement::Bf16,
+    };
+    let e = key.dtype.size() as u64;
+    let experts = u64::from(key.experts);
+    let (ptr, rows, cols, name) = if up {
+        (p.w13, experts * 2 * u64::from(key.n), u64::from(key.k), "w13")
+    } else {
+        (p.w2, experts * u64::from(key.k), u64::from(key.n), "w2")
+    };
+    let map = TensorMap2d {
+        ptr,
+        element,
+        cols,
+        rows,
+        row_bytes: cols * e,
+        box_cols: 64,
+        box_rows: c.block_n,
+        swizzle: TmaSwizzle::B128,
+    };
+    map.check(name)?;
+    if rows > i32::MAX as u64 {
+        return Err(Error::invalid(
+            name,
+            format!("{rows} rows exceed TMA's i32 coordinates"),
+        ));
+    }
+    Ok(map)
 }
 
 fn grid_u32(name: &str, v: u64) -> Result<u32> {
@@ -510,9 +588,13 @@ pub fn step_args(
             } else {
                 (p.at(l.intermediate), p.w2, p.at(l.down), key.k, key.n)
             };
-            args.ptr(a)
-                .ptr(w)
-                .ptr(out)
+            if c.path.is_wgmma() {
+                check_wgmma_device(device)?;
+                args.tensor_map(weight_map(p, c, up)?).ptr(a);
+            } else {
+                args.ptr(a).ptr(w);
+            }
+            args.ptr(out)
                 .ptr(p.at(l.offsets))
                 .ptr(p.at(l.sorted))
                 .ptr(if up { 0 } else { p.weights })
@@ -522,7 +604,7 @@ pub fn step_args(
                 .i32(k as i32);
             let slots = grid_u32("tokens", row_tile_slots(pairs, key.experts, c.block_m))?;
             let tiles_n = n.div_ceil(c.block_n);
-            let smem = c.stage_bytes(key.dtype, if up { 2 } else { 1 }) * c.stages as usize;
+            let smem = c.gemm_smem_bytes(key.dtype, if up { 2 } else { 1 });
             let smem = u32::try_from(smem)
                 .map_err(|_| Error::invalid("config", "the pipeline exceeds shared memory"))?;
             let mut d = LaunchDims::linear(slots, c.threads()).with_smem(smem);
@@ -636,6 +718,17 @@ unsafe impl PlannedKernel for Moe {
 
     fn variant(_device: &DeviceInfo, key: &MoeKey, c: &MoeConfig) -> Variant {
         step_variant(key, c, TUNED_STEPS[0])
+    }
+
+    /// A wgmma config becomes [`portable`]'s on a device other than compute capability
+    /// 9.0 (sm_90a code runs there only): a Blackwell part is served from the sm90
+    /// table and must not be refused for it.
+    fn fit_alignment(device: &DeviceInfo, key: &MoeKey, c: MoeConfig, _align: AlignClass) -> MoeConfig {
+        if c.path.is_wgmma() && device.compute_capability != (9, 0) {
+            portable(key, &c)
+        } else {
+            c
+        }
     }
 
     fn variants(_device: &DeviceInfo, key: &MoeKey, c: &MoeConfig) -> Vec<Variant> {
@@ -918,5 +1011,89 @@ mod tests {
             ..info
         };
         assert!(step_plan(&mi300, &c, &p, Step::Align).is_err());
+    }
+
+    #[test]
+    fn a_wgmma_step_takes_the_weights_as_a_tensor_map_on_sm90_only() {
+        let p = build(&ok()).unwrap();
+        let info = DeviceInfo::nominal(Target::Sm90).unwrap();
+        let c = MoeConfig {
+            path: Path::WgmmaSwap,
+            block_m: 16,
+            block_n: 64,
+            block_k: 64,
+            warps: 4,
+            stages: 4,
+        };
+        assert!(space::fits(Target::Sm90, &p.key, &c));
+        let ws = 7 * GB;
+        let l = p.layout;
+        for (step, w, rows, cols, n, k, weights, tiles_n, weight_tiles) in [
+            (Step::GateUp, 2 * GB, E * 2 * N, K, N, K, 0, 1, 2),
+            (Step::Down, 3 * GB, E * K, N, K, N, 5 * GB, 2, 1),
+        ] {
+            let plan = step_plan(&info, &c, &p, step).unwrap();
+            let v = plan.variant.to_string();
+            assert!(v.starts_with("moe_gemm -DSTEP="), "{v}");
+            assert!(
+                v.contains("-DWGMMA=2 -DBM=16 -DBN=64 -DCONSUMERS=1 -DSTAGES=4 -DUP="),
+                "{v}"
+            );
+            let maps: Vec<_> = plan.args.tensor_maps().collect();
+            assert_eq!(maps.len(), 1);
+            let (at, map) = maps[0];
+            assert_eq!(at, 0, "the map is the first parameter");
+            assert_eq!(
+                (map.ptr, map.rows, map.cols, map.row_bytes),
+                (w, rows as u64, cols as u64, cols as u64 * 2)
+            );
+            assert_eq!(
+                (map.box_cols, map.box_rows, map.swizzle),
+                (64, 64, TmaSwizzle::B128)
+            );
+            let (a, out) = if step == Step::GateUp {
+                (GB, ws + l.intermediate as u64)
+            } else {
+                (ws + l.intermediate as u64, ws + l.down as u64)
+            };
+            assert_eq!(
+                &plan.args.slots()[1..],
+                &[
+                    a,
+                    out,
+                    ws,
+                    ws + l.sorted as u64,
+                    weights,
+                    8,
+                    2,
+                    n as u64,
+                    k as u64
+                ]
+            );
+            // 10 pairs in tiles of 16 over 8 experts: at most 8 tiles.
+            assert_eq!(plan.dims.grid, (8, tiles_n, 1));
+            assert_eq!(plan.dims.block.0, 256, "a consumer and the producer warpgroup");
+            assert_eq!(
+                plan.dims.smem_bytes as usize,
+                4 * (16 + weight_tiles * 64) * 128 + 1024
+            );
+        }
+        // An sm_80 device, or a later arch without wgmma, is refused by name.
+        for cc in [(8, 0), (10, 0)] {
+            let other = DeviceInfo {
+                compute_capability: cc,
+                ..info.clone()
+            };
+            match step_plan(&other, &c, &p, Step::GateUp) {
+                Err(Error::InvalidArgument { name, .. }) => assert_eq!(name, "device"),
+                r => panic!("{cc:?}: {:?}", r.map(|p| p.variant.to_string())),
+            }
+            // What the runtime launches there instead: the mma stand-in, which plans.
+            let fitted = Moe::fit_alignment(&other, &p.key, c, AlignClass::A16);
+            assert_eq!(fitted.path, Path::Mma, "{cc:?}");
+            assert!(space::fits(Target::Sm80, &p.key, &fitted), "{cc:?}: {fitted:?}");
+            assert!(step_plan(&other, &fitted, &p, Step::GateUp).is_ok(), "{cc:?}");
+        }
+        assert_eq!(Moe::fit_alignment(&info, &p.key, c, AlignClass::A16), c);
     }
 }

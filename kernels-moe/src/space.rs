@@ -2,8 +2,8 @@
 
 use tuned::{Target, Vendor};
 
-use crate::config::{MoeConfig, MoeKey};
-use crate::schema::{BLOCK_K, BLOCK_M, BLOCK_N, STAGES, WARPS};
+use crate::config::{MoeConfig, MoeKey, Path};
+use crate::schema::{BLOCK_K, BLOCK_M, BLOCK_N, WARPS};
 
 /// Shared memory one block may use on `target`, in bytes.
 pub fn smem_limit(target: Target) -> usize {
@@ -15,20 +15,53 @@ pub fn smem_limit(target: Target) -> usize {
     }
 }
 
-/// Whether `config` fits `key` on `target`. Only NVIDIA targets have the kernel (its
-/// tensor-core steps are `mma.sync`). The pipeline fits shared memory; every warp
-/// owns whole 16x16 fragments; the gate-up GEMM's accumulators stay at or under 128
-/// registers a thread (beyond that they spill); a k step is not longer than k rounded
-/// up to 32; rows per tile do not exceed the pairs a launch can have.
+/// Static shared memory of the wgmma kernel besides the ring: the tile's pair
+/// indices (up to 128), the mbarriers (2 per stage, up to 8 stages) and the tile.
+const WGMMA_STATIC_SMEM: usize = 128 * 4 + 16 * 8 + 16;
+
+/// Whether `config` fits `key` on `target`. Only NVIDIA targets have the kernels.
+///
+/// mma path: every warp owns whole 16x16 fragments; the gate-up GEMM's accumulators
+/// stay at or under 128 registers a thread (beyond that they spill); the pipeline fits
+/// shared memory; a k step is not longer than k rounded up to 32.
+///
+/// wgmma paths (sm90 only): a k step of 64 (one 128-byte swizzle row), 1 or 2
+/// consumer warpgroups each owning 64 or 128 rows of wgmma's M side, an N side that is
+/// a width the wgmma wrappers have (16, 32, 64, 128, 256), at most 128 accumulators a
+/// consumer thread, the ring within shared memory; the weight tensor maps' rows
+/// (experts x 2n, experts x k) within TMA's i32 coordinates.
 pub fn fits(target: Target, key: &MoeKey, c: &MoeConfig) -> bool {
+    if target.vendor() != Vendor::Nvidia || c.smem_bytes(key.dtype) > smem_limit(target) {
+        return false;
+    }
+    if c.path.is_wgmma() {
+        return fits_wgmma(target, key, c);
+    }
     let (wm, wn) = (c.warps_m(), c.warps_n());
-    target.vendor() == Vendor::Nvidia
-        && wm * wn == c.warps
+    wm * wn == c.warps
         && c.block_m.is_multiple_of(16 * wm)
         && c.block_n.is_multiple_of(16 * wn)
         && c.accumulators() <= 128
-        && c.smem_bytes(key.dtype) <= smem_limit(target)
         && c.block_k <= key.k.next_multiple_of(32).max(32)
+}
+
+fn fits_wgmma(target: Target, key: &MoeKey, c: &MoeConfig) -> bool {
+    let (x, y) = c.wgmma_tile();
+    let consumers = c.consumers();
+    let per_consumer = x / consumers.max(1);
+    let rows = |cols: u32| u64::from(key.experts) * u64::from(cols);
+    target == Target::Sm90
+        && c.block_k == 64
+        && (consumers == 1 || consumers == 2)
+        && consumers * 4 == c.warps
+        && (per_consumer == 64 || per_consumer == 128)
+        && x == per_consumer * consumers
+        && (16..=256).contains(&y)
+        && y.is_power_of_two()
+        && c.accumulators() <= 128
+        && c.smem_bytes(key.dtype) + WGMMA_STATIC_SMEM <= smem_limit(target)
+        && rows(2 * key.n) <= i32::MAX as u64
+        && rows(key.k) <= i32::MAX as u64
 }
 
 /// Rows per expert under uniform routing: `tokens * topk / experts`, rounded up.
@@ -36,12 +69,25 @@ pub fn rows_per_expert(key: &MoeKey, tokens: u64) -> u64 {
     (tokens * key.topk as u64).div_ceil(key.experts.max(1) as u64)
 }
 
+/// Pipeline depths the mma path searches (a cp.async ring every warp refills).
+const MMA_STAGES: &[u32] = &[2, 3, 4, 5];
+/// Ring depths the wgmma paths search: their stages are smaller than the mma path's
+/// (no padding; one k step of 64), so deeper rings keep more bytes in flight.
+const WGMMA_STAGES: &[u32] = &[3, 4, 5, 6, 8];
+
 /// Every config of the space that fits `key` on `target` for `tokens`. Tiles of more
 /// rows than twice the rows an expert gets under uniform routing are pruned (beyond
-/// that they compute padding), keeping 16 always.
+/// that they compute padding), keeping 16 always. On sm90 the space adds the wgmma
+/// paths: `wgmma` with 64-128 pair rows and 64-256 weight rows per tile, `wgmma_swap`
+/// with 16-128 pairs and 64-256 weight rows.
 pub fn search_space(target: Target, key: &MoeKey, tokens: u64) -> Vec<MoeConfig> {
     let rows = rows_per_expert(key, tokens);
     let mut out = Vec::new();
+    let mut push = |c: MoeConfig| {
+        if fits(target, key, &c) {
+            out.push(c);
+        }
+    };
     for &block_m in BLOCK_M {
         if block_m > 16 && block_m as u64 > 2 * rows {
             continue;
@@ -49,21 +95,127 @@ pub fn search_space(target: Target, key: &MoeKey, tokens: u64) -> Vec<MoeConfig>
         for &block_n in BLOCK_N {
             for &block_k in BLOCK_K {
                 for &warps in WARPS {
-                    for &stages in STAGES {
-                        let c = MoeConfig {
+                    for &stages in MMA_STAGES {
+                        push(MoeConfig {
+                            path: Path::Mma,
                             block_m: block_m as u32,
                             block_n: block_n as u32,
                             block_k: block_k as u32,
                             warps: warps as u32,
-                            stages: stages as u32,
-                        };
-                        if fits(target, key, &c) {
-                            out.push(c);
-                        }
+                            stages,
+                        });
+                    }
+                }
+            }
+        }
+        if target != Target::Sm90 {
+            continue;
+        }
+        for path in [Path::Wgmma, Path::WgmmaSwap] {
+            for &block_n in BLOCK_N {
+                // The unswapped tile's weight side below 64 rows wastes its pair rows.
+                if path == Path::Wgmma && block_n < 64 {
+                    continue;
+                }
+                for &warps in WARPS {
+                    for &stages in WGMMA_STAGES {
+                        push(MoeConfig {
+                            path,
+                            block_m: block_m as u32,
+                            block_n: block_n as u32,
+                            block_k: 64,
+                            warps: warps as u32,
+                            stages,
+                        });
                     }
                 }
             }
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use tuned::DType;
+
+    use super::*;
+
+    const QWEN3: MoeKey = MoeKey {
+        dtype: DType::Bf16,
+        experts: 128,
+        n: 768,
+        k: 2048,
+        topk: 8,
+    };
+
+    fn wgmma(path: Path, block_m: u32, block_n: u32, warps: u32, stages: u32) -> MoeConfig {
+        MoeConfig {
+            path,
+            block_m,
+            block_n,
+            block_k: 64,
+            warps,
+            stages,
+        }
+    }
+
+    #[test]
+    fn the_wgmma_paths_are_sm90_only_and_follow_the_tile_rules() {
+        for tokens in [1, 64, 4096] {
+            let sm80 = search_space(Target::Sm80, &QWEN3, tokens);
+            assert!(sm80.iter().all(|c| c.path == Path::Mma), "{tokens}");
+            let sm90 = search_space(Target::Sm90, &QWEN3, tokens);
+            assert!(sm90.iter().any(|c| c.path == Path::WgmmaSwap), "{tokens}");
+            for c in sm90.iter().filter(|c| c.path.is_wgmma()) {
+                assert!(!fits(Target::Sm80, &QWEN3, c), "{c}");
+                assert_eq!(c.block_k, 64);
+                assert_eq!(c.threads(), 128 * (c.consumers() + 1));
+                let (x, y) = c.wgmma_tile();
+                assert!([64, 128].contains(&(x / c.consumers())), "{c}");
+                assert!(y.is_power_of_two() && (16..=256).contains(&y), "{c}");
+                assert!(c.accumulators() <= 128, "{c}");
+                assert!(c.smem_bytes(QWEN3.dtype) <= smem_limit(Target::Sm90), "{c}");
+            }
+        }
+        // Prefill: the unswapped tiles too.
+        let prefill = search_space(Target::Sm90, &QWEN3, 4096);
+        assert!(prefill
+            .iter()
+            .any(|c| c.path == Path::Wgmma && c.consumers() == 2));
+
+        let ok = wgmma(Path::WgmmaSwap, 16, 64, 4, 4);
+        assert!(fits(Target::Sm90, &QWEN3, &ok));
+        assert_eq!(ok.accumulators(), 16);
+        assert!(!fits(Target::Sm90, &QWEN3, &MoeConfig { block_k: 128, ..ok }));
+        // 64 weight rows cannot be split over two consumers of 64.
+        assert!(!fits(Target::Sm90, &QWEN3, &MoeConfig { warps: 8, ..ok }));
+        // Unswapped, the pairs fill wgmma's 64-row side: at least 64 of them.
+        assert!(!fits(Target::Sm90, &QWEN3, &wgmma(Path::Wgmma, 32, 128, 4, 4)));
+        // Gate and up of 128 pair rows x 128 columns on one consumer: 256 accumulators.
+        let big = wgmma(Path::Wgmma, 128, 128, 4, 3);
+        assert_eq!(big.accumulators(), 256);
+        assert!(!fits(Target::Sm90, &QWEN3, &big));
+        assert!(fits(Target::Sm90, &QWEN3, &MoeConfig { warps: 8, ..big }));
+        // The ring: 3 stages of 16 pair rows and 2 x 256 weight rows fit, 4 do not.
+        let wide = wgmma(Path::WgmmaSwap, 16, 256, 8, 3);
+        assert!(fits(Target::Sm90, &QWEN3, &wide));
+        assert!(!fits(Target::Sm90, &QWEN3, &MoeConfig { stages: 4, ..wide }));
+        // TMA's i32 row coordinates over all experts' rows.
+        let huge = MoeKey {
+            experts: 4096,
+            n: 1 << 18,
+            ..QWEN3
+        };
+        assert!(!fits(Target::Sm90, &huge, &ok));
+        assert!(fits(
+            Target::Sm90,
+            &huge,
+            &MoeConfig {
+                path: Path::Mma,
+                block_k: 64,
+                ..ok
+            }
+        ));
+    }
 }

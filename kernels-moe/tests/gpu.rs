@@ -7,10 +7,15 @@
 //! routing. `out` and the workspace sit between poisoned guard bytes that must come
 //! back untouched; `out` itself starts poisoned and every element must be written.
 //!
-//! The covering set of compiled variants (`covering_configs`): every tile and warp
-//! count of the schema that the sm_90 space accepts, at 3 stages or the most that fit,
-//! and every pipeline depth at a decode and a prefill tile; each runs on a Qwen3-like
-//! case in both dtypes.
+//! The covering set of compiled variants (`covering_configs`): every path, tile and
+//! warp count of the schema that the sm_90 space accepts, at 3 stages or the most that
+//! fit, and every pipeline depth at a decode and a prefill tile of each path; each runs
+//! on a Qwen3-like case in both dtypes. The wgmma paths' covering set also runs on the
+//! awkward cases (`awkward_cases`): T = 1, experts with no pairs, all pairs on one
+//! expert (full and ragged tiles), topk = 1, ids outside [0, E), and n and k that are
+//! not multiples of the tiles with rings that wrap (more k steps than stages) in both
+//! GEMMs. The wgmma paths run on compute capability 9.0 only; elsewhere they are left
+//! out with a message.
 //!
 //! Skips with a message where no GPU is found; fails there when KERNELS_REQUIRE_GPU=1.
 
@@ -24,6 +29,7 @@ use kernels_core::{
     tune::TuneOptions,
     Cuda, CudaDevice, CudaRuntime, DiskCache, Policy, RuntimeOptions,
 };
+use kernels_moe::config::Path;
 use kernels_moe::ops::{prepare_config, route, MoePrepared};
 use kernels_moe::plan::{
     step_variant, Buffer, MoeProblem, RoutingProblem, Scoring, Step, WorkspaceLayout, SOURCE,
@@ -408,36 +414,43 @@ fn cases(dtype: DType) -> Vec<Case> {
     ]
 }
 
-/// Every tile and warp count of the schema the sm_90 space accepts for `key`, at 3
-/// stages (or the most that fit), plus every depth at a decode and a prefill tile.
-fn covering_configs(key: &MoeKey) -> Vec<MoeConfig> {
-    let all = space::search_space(Target::Sm90, key, 1 << 20);
+/// Every path, tile and warp count of the schema the sm_90 space accepts for `key`
+/// (of `paths`), at 3 stages (or the most that fit), plus every depth at a decode and a
+/// prefill tile of each path.
+fn covering_configs(key: &MoeKey, paths: &[Path]) -> Vec<MoeConfig> {
+    let all: Vec<MoeConfig> = space::search_space(Target::Sm90, key, 1 << 20)
+        .into_iter()
+        .filter(|c| paths.contains(&c.path))
+        .collect();
+    let tile = |c: &MoeConfig| (c.path.name(), c.block_m, c.block_n, c.block_k, c.warps);
     let mut out: Vec<MoeConfig> = Vec::new();
-    let mut tiles = BTreeSet::new();
-    for c in &all {
-        tiles.insert((c.block_m, c.block_n, c.block_k, c.warps));
-    }
-    for (bm, bn, bk, w) in tiles {
+    let tiles: BTreeSet<_> = all.iter().map(tile).collect();
+    for t in tiles {
         let best = all
             .iter()
-            .filter(|c| (c.block_m, c.block_n, c.block_k, c.warps) == (bm, bn, bk, w) && c.stages <= 3)
+            .filter(|c| tile(c) == t && c.stages <= 3)
             .max_by_key(|c| c.stages)
-            .or_else(|| {
-                all.iter()
-                    .find(|c| (c.block_m, c.block_n, c.block_k, c.warps) == (bm, bn, bk, w))
-            });
+            .or_else(|| all.iter().find(|c| tile(c) == t));
         if let Some(c) = best {
             out.push(*c);
         }
     }
+    let mut bases = Vec::new();
+    if paths.contains(&Path::Mma) {
+        bases.push(analytic_default(Target::Sm90, key, 1));
+        bases.push(analytic_default(Target::Sm90, key, 1 << 16));
+    }
+    // The wgmma paths: their first (smallest) tile and their largest-row tile.
+    for path in [Path::Wgmma, Path::WgmmaSwap] {
+        let of_path: Vec<&MoeConfig> = all.iter().filter(|c| c.path == path).collect();
+        bases.extend(of_path.first().copied());
+        bases.extend(of_path.iter().max_by_key(|c| (c.block_m, c.block_n)).copied());
+    }
     for &stages in schema::STAGES {
-        for base in [
-            analytic_default(Target::Sm90, key, 1),
-            analytic_default(Target::Sm90, key, 1 << 16),
-        ] {
+        for base in &bases {
             let c = MoeConfig {
                 stages: stages as u32,
-                ..base
+                ..*base
             };
             if space::fits(Target::Sm90, key, &c) && !out.contains(&c) {
                 out.push(c);
@@ -445,6 +458,19 @@ fn covering_configs(key: &MoeKey) -> Vec<MoeConfig> {
         }
     }
     out
+}
+
+/// The paths this device runs: the wgmma ones on compute capability 9.0 alone.
+fn device_paths(rt: &CudaRuntime, test: &str) -> Vec<Path> {
+    if rt.info().compute_capability == (9, 0) {
+        vec![Path::Mma, Path::Wgmma, Path::WgmmaSwap]
+    } else {
+        println!(
+            "{test}: {} is not compute capability 9.0; the wgmma paths are left out",
+            rt.info().name
+        );
+        vec![Path::Mma]
+    }
 }
 
 /// Compiles every variant `configs` need for both dtypes in parallel.
@@ -510,7 +536,8 @@ fn every_covering_config_matches_the_reference() {
         topk: 8,
         routing: Routing::Softmax,
     };
-    let configs = covering_configs(&base.key());
+    let paths = device_paths(&rt, "every_covering_config_matches_the_reference");
+    let configs = covering_configs(&base.key(), &paths);
     assert!(configs.len() > 20, "{}", configs.len());
     precompile(&rt, &base.key(), &configs);
     for dtype in [DType::Bf16, DType::F16] {
@@ -522,4 +549,65 @@ fn every_covering_config_matches_the_reference() {
         }
     }
     println!("{} configs x 2 dtypes matched the reference", configs.len());
+}
+
+/// Cases where a tile's edges matter, for the wgmma paths' covering set.
+fn awkward_cases(dtype: DType) -> Vec<Case> {
+    let c = |tokens, experts, n, k, topk, routing| Case {
+        dtype,
+        tokens,
+        experts,
+        n,
+        k,
+        topk,
+        routing,
+    };
+    vec![
+        // One token: six of eight experts have no pairs.
+        c(1, 8, 128, 256, 2, Routing::Softmax),
+        // Every pair on one expert: 128 pairs fill whole tiles of 16 to 128 rows...
+        c(64, 8, 128, 256, 2, Routing::AllOn(3)),
+        // ... 66 pairs leave a ragged last tile of every size.
+        c(33, 8, 128, 256, 2, Routing::AllOn(5)),
+        c(40, 8, 128, 256, 1, Routing::Softmax),
+        c(70, 8, 128, 256, 2, Routing::OutOfRange),
+        // Many experts with one or two pairs; n = 96 is not a multiple of any column
+        // tile (gate boxes reach into up rows, up boxes into the next expert).
+        c(17, 128, 96, 128, 8, Routing::Softmax),
+        // k = 1032 and n = 520: 17 and 9 k steps, more than any ring's stages, neither a
+        // multiple of 64; ragged row and column tiles.
+        c(150, 8, 520, 1032, 2, Routing::Softmax),
+    ]
+}
+
+#[test]
+fn every_wgmma_tile_matches_the_reference_on_awkward_cases() {
+    let test = "every_wgmma_tile_matches_the_reference_on_awkward_cases";
+    let Some((rt, stream)) = runtime(test) else {
+        return;
+    };
+    if !device_paths(&rt, test).contains(&Path::Wgmma) {
+        return;
+    }
+    let wgmma = [Path::Wgmma, Path::WgmmaSwap];
+    let mut ran = 0;
+    for dtype in [DType::Bf16, DType::F16] {
+        for (i, case) in awkward_cases(dtype).into_iter().enumerate() {
+            let key = case.key();
+            let configs = covering_configs(&key, &wgmma);
+            assert!(
+                configs.iter().any(|c| c.path == Path::Wgmma)
+                    && configs.iter().any(|c| c.path == Path::WgmmaSwap),
+                "{case:?}: {configs:?}"
+            );
+            precompile(&rt, &key, &configs);
+            let p = prepare_case(&rt, &stream, case, 300 + i as u64);
+            for c in &configs {
+                let prep = prepare_config(&rt, &stream, &key, *c).expect("prepare");
+                check(&stream, &prep, &p, &format!("{c}"));
+                ran += 1;
+            }
+        }
+    }
+    println!("{ran} wgmma runs on the awkward cases matched the reference");
 }

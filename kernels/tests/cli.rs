@@ -276,6 +276,67 @@ fn plan_prints_each_config_as_the_config_types_display() {
     }
 }
 
+/// `kernels variants` lists what a lookup serves; `--space` adds a covering sample of
+/// the search spaces, so CI's NVRTC check compiles the searched code paths a default
+/// never takes (on sm_90: the MoE wgmma path, TMA stores of C, clusters of 2).
+#[cfg(feature = "cuda")]
+#[test]
+fn variants_space_adds_the_searched_code_paths() {
+    let list = |space: bool| -> Vec<serde_json::Value> {
+        let mut args = vec!["variants", "--target", "sm90"];
+        if space {
+            args.push("--space");
+        }
+        let o = kernels(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        serde_json::from_str(&stdout(&o)).expect("a JSON list")
+    };
+    let has = |list: &[serde_json::Value], source: &str, define: &str| {
+        list.iter().any(|v| {
+            v["sources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|s| s.as_str().unwrap().ends_with(source))
+                && v["defines"].get(define).is_some()
+        })
+    };
+    let (served, space) = (list(false), list(true));
+    assert!(space.len() > served.len(), "{} vs {}", space.len(), served.len());
+    // Every served variant is still listed.
+    for v in &served {
+        assert!(
+            space
+                .iter()
+                .any(|w| w["defines"] == v["defines"] && w["kernels"] == v["kernels"]),
+            "{v}"
+        );
+    }
+    assert!(
+        !has(&served, "moe.cu", "WGMMA"),
+        "the MoE default is the mma path"
+    );
+    assert!(has(&space, "moe.cu", "WGMMA"));
+    assert!(has(&space, "gemm.cu", "EPILOGUE_TMA"));
+    assert!(has(&space, "gemm.cu", "CLUSTER"));
+    // MoE's wgmma code needs the GEMM's wrappers, as its build concatenates them.
+    let moe = space
+        .iter()
+        .find(|v| {
+            v["sources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|s| s == "kernels-moe/cuda/moe.cu")
+        })
+        .unwrap();
+    assert!(moe["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s == "kernels-gemm/cuda/gemm_wgmma.cuh"));
+}
+
 #[test]
 fn the_variants_lock_passes_on_the_committed_tree_and_names_a_changed_table() {
     let o = kernels(&["tables", "lock", "--check"]);
@@ -442,12 +503,12 @@ fn promote_moves_online_results_into_tables() {
     store(current, 5120, AlignClass::A16, 3.0); // promoted
     store(current, 6144, AlignClass::A2, 3.0); // misaligned: skipped
     store("fnv1a64:0000000000000000", 7168, AlignClass::A16, 3.0); // stale: skipped
-    store(current, 9216, AlignClass::A16, 4.5); // slower than the default: skipped
+    store(current, 9216, AlignClass::A16, 4.5); // slower than the default: a marker
     let tables = dir.join("tables");
     let o = promote(&dir.join("cache"), &tables, false);
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
     let out = stdout(&o);
-    assert!(out.contains("1 added"), "{out}");
+    assert!(out.contains("2 added"), "{out}");
     assert!(
         out.contains("cols=6144] batch 64: tuned on 2-byte aligned buffers"),
         "{out}"
@@ -457,12 +518,20 @@ fn promote_moves_online_results_into_tables() {
         "{out}"
     );
     assert!(
-        out.contains("cols=9216] batch 64: does not beat the analytic default"),
+        out.contains("cols=9216] batch 64: the analytic default was at least as fast"),
         "{out}"
     );
     let t = tuned::TableFile::read(&tables.join("rmsnorm/sm90.json"), None).unwrap();
-    assert_eq!(t.entries.len(), 1);
+    assert_eq!(t.entries.len(), 2);
     assert_eq!(t.entries[0].key.as_str(), "dtype=bf16,cols=5120");
+    assert_eq!(
+        t.entries[0].config,
+        tuned::EntryConfig::Tuned([256, 8, 1, 0, 1, 0].map(Value::Int).to_vec())
+    );
+    // The default won at 9216: its batch serves the default, with the default's time.
+    assert_eq!(t.entries[1].key.as_str(), "dtype=bf16,cols=9216");
+    assert_eq!(t.entries[1].config, tuned::EntryConfig::Default);
+    assert_eq!((t.entries[1].us, t.entries[1].default_us), (4.0, 4.0));
     assert_eq!(t.header.source_fingerprint, current);
     // The promoted file validates against the kernel and passes the offline guard.
     let o = kernels(&[
@@ -543,19 +612,22 @@ fn promote_reselects_from_recorded_candidates_and_keeps_the_timing_method() {
         assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
         stdout(&o)
     };
-    // As recorded, neither beats the default: nothing to promote.
+    // As recorded, neither beats the default: both batches become default markers.
     let out = promote(false);
-    assert!(out.contains("nothing to promote"), "{out}");
+    assert!(out.contains("2 added"), "{out}");
+    // Reselected, the 4096 result beats its default and replaces the marker.
     let out = promote(true);
-    assert!(out.contains("1 added"), "{out}");
+    assert!(out.contains("0 added, 1 replaced, 1 kept"), "{out}");
     assert!(
-        out.contains("cols=2048] batch 16384: does not beat the analytic default"),
+        out.contains("cols=2048] batch 16384: the analytic default was at least as fast"),
         "{out}"
     );
     let t = tuned::TableFile::read(&tables.join("rmsnorm/sm90.json"), None).unwrap();
     assert_eq!(t.header.timing, tuned::TIMING_GRAPH);
-    assert_eq!(t.entries.len(), 1);
-    let e = &t.entries[0];
+    assert_eq!(t.entries.len(), 2);
+    assert_eq!(t.entries[0].key.as_str(), "dtype=bf16,cols=2048");
+    assert_eq!(t.entries[0].config, tuned::EntryConfig::Default);
+    let e = &t.entries[1];
     assert_eq!((e.key.as_str(), e.batch), ("dtype=bf16,cols=4096", 16384));
     assert_eq!(e.config, tuned::EntryConfig::Tuned(cfg(128, 6)));
     assert_eq!((e.us, e.default_us), (98.5, 100.0));

@@ -91,17 +91,21 @@ pub fn rotation(bytes_per_call: u64, l2_bytes: u64) -> usize {
 /// rotating copies: every copy at least once, at least 3 (so each launch follows
 /// another), and about 100 us of traffic at 3 TB/s, up to 20.
 pub fn graph_launches(bytes_per_call: u64, copies: usize) -> usize {
+    launches_for(bytes_per_call, copies, 3)
+}
+
+/// Launches of a call moving `bytes_per_call` for about 100 us of traffic at 3 TB/s,
+/// from `least` to 20, and at least `copies`.
+fn launches_for(bytes_per_call: u64, copies: usize, least: usize) -> usize {
     let est_us = (bytes_per_call as f64 / 3e6).max(0.5);
-    let by_time = (100.0 / est_us).ceil() as usize;
-    by_time.clamp(3, 20).max(copies)
+    ((100.0 / est_us).ceil() as usize).clamp(least, 20).max(copies)
 }
 
 /// Launches per captured graph in a screening pass ([`crate::tune::TuneOptions::finalists`]):
 /// as [`graph_launches`] but down to one for calls of 100 us or more, whose replays
 /// are long enough to time alone and which dominate a search's device time.
 pub fn screen_launches(bytes_per_call: u64, copies: usize) -> usize {
-    let est_us = (bytes_per_call as f64 / 3e6).max(0.5);
-    ((100.0 / est_us).ceil() as usize).clamp(1, 20).max(copies)
+    launches_for(bytes_per_call, copies, 1)
 }
 
 /// How to time.

@@ -8,7 +8,10 @@
 //! key) is nearest the call's. Each entry holds `BLOCK_SIZE_M`, `BLOCK_SIZE_N`,
 //! `BLOCK_SIZE_K`, `GROUP_SIZE_M`, `num_warps` and `num_stages`.
 //!
-//! Our config maps field by field: block_m, block_n, block_k, warps, stages.
+//! Our config maps field by field: block_m, block_n, block_k, warps, stages. `path`
+//! (which of our kernels runs the tile: mma.sync, or Hopper wgmma plain or swapped)
+//! has no SGLang field and is left out; the tile and depth it was tuned with are still
+//! the best measured for the shape.
 //! `GROUP_SIZE_M` has no counterpart (our GEMM grid walks row tiles without grouping)
 //! and is written as 1, SGLang's "no grouping". A default marker exports the analytic
 //! default for its batch, as the lookup serves it. Keys that SGLang's file name cannot
@@ -125,7 +128,7 @@ pub(crate) mod tests {
 
     /// `tests/fixtures/moe/sm90.json`, a fused-MoE sm90 table as `kernels tune` writes
     /// one: Mixtral (tp 1) tuned at 1 and 64 tokens with a default marker at 4096;
-    /// Qwen3 in bf16 and f16; two hidden sizes under one (E, N).
+    /// Qwen3 in bf16 (a wgmma_swap config) and f16; two hidden sizes under one (E, N).
     pub(crate) const FIXTURE: &str = include_str!("../../../tests/fixtures/moe/sm90.json");
 
     /// The fixture at `<dir>/moe/sm90.json`.
@@ -172,6 +175,12 @@ pub(crate) mod tests {
             e.skipped[0].contains("E=8,N=7168") && e.skipped[0].contains("k=2048 topk=2 and k=4096 topk=2")
         );
         assert!(e.skipped[1].contains("E=128,N=768") && e.skipped[1].contains("f16"));
+        // A wgmma config exports SGLang's fields alone: no `path`.
+        let qwen3: serde_json::Value = serde_json::from_str(&e.files[1].1).unwrap();
+        assert_eq!(
+            qwen3["16"],
+            serde_json::json!({"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1, "num_warps": 4, "num_stages": 6})
+        );
 
         // Another kernel's table is refused.
         let mut other = table.clone();

@@ -77,6 +77,12 @@ enum Command {
         /// Shape sets folder (default: the source tree's tuned/shapes).
         #[arg(long)]
         shapes: Option<PathBuf>,
+        /// Also a covering sample of each search space (every value of every
+        /// parameter at least once) on a sample of its shape set (the first and last
+        /// key, each at its smallest and largest batch): what a retune may pick, so a
+        /// code path that does not compile fails before it is searched.
+        #[arg(long)]
+        space: bool,
     },
     /// Inspect and check tuned tables.
     Tables {
@@ -416,7 +422,11 @@ fn run(cli: Cli) -> Result<ExitCode, Usage> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Tables { command } => tables_command(command),
-        Command::Variants { target, shapes } => variants_command(&target, shapes),
+        Command::Variants {
+            target,
+            shapes,
+            space,
+        } => variants_command(&target, shapes, space),
         Command::Tune {
             kernel,
             shapes,
@@ -502,10 +512,15 @@ fn lock_command(_: bool, _: Option<PathBuf>) -> Result<ExitCode, Usage> {
 }
 
 #[cfg(feature = "cuda")]
-fn variants_command(target: &str, shapes: Option<PathBuf>) -> Result<ExitCode, Usage> {
+fn variants_command(target: &str, shapes: Option<PathBuf>, space: bool) -> Result<ExitCode, Usage> {
     let target: Target = arg("target", target)?;
     let dir = shapes.unwrap_or_else(variants::default_shapes_dir);
-    let jobs = variants::reachable(target, &dir).map_err(Usage)?;
+    let reach = if space {
+        variants::Reach::Space
+    } else {
+        variants::Reach::Served
+    };
+    let jobs = variants::reachable(target, &dir, reach).map_err(Usage)?;
     let list: Vec<_> = jobs.iter().map(|j| j.to_json()).collect();
     println!("{}", serde_json::to_string_pretty(&list).unwrap_or_default());
     eprintln!("{} distinct variants for {target}", jobs.len());
@@ -513,7 +528,7 @@ fn variants_command(target: &str, shapes: Option<PathBuf>) -> Result<ExitCode, U
 }
 
 #[cfg(not(feature = "cuda"))]
-fn variants_command(_: &str, _: Option<PathBuf>) -> Result<ExitCode, Usage> {
+fn variants_command(_: &str, _: Option<PathBuf>, _: bool) -> Result<ExitCode, Usage> {
     Err(Usage(
         "variants: this binary was built without the `cuda` feature".into(),
     ))
@@ -605,6 +620,9 @@ fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {
                             "{}: {added} added, {replaced} replaced, {kept} kept",
                             path.display()
                         );
+                    }
+                    for what in &p.markers {
+                        println!("default marker {what}: the analytic default was at least as fast");
                     }
                     for (what, why) in &p.skipped {
                         println!("skipped {what}: {why}");

@@ -220,6 +220,8 @@ pub struct Promoted {
     pub written: Vec<(PathBuf, usize, usize, usize)>,
     /// (cache file or key, why it was left out).
     pub skipped: Vec<(String, String)>,
+    /// Results written as default markers: the analytic default was at least as fast.
+    pub markers: Vec<String>,
 }
 
 /// One `name = value` line of a cache key's text; string values are JSON-quoted.
@@ -336,10 +338,13 @@ fn check_candidates(
 /// into committed tables (`<tables>/<kernel>/<target>.json`, merged: the faster entry
 /// of each (key, batch) wins; a table holds one timing method, the record's key says
 /// which). Only results that can serve from a table are promoted: measured on 16-byte
-/// aligned buffers, against the kernel source this binary was built from, and faster
-/// than the analytic default, and searched over the candidates this build searches
-/// (the key's candidates digest, see [`kernels_core::cache::CacheKeyParts::candidates`]); the
-/// rest are listed with the reason.
+/// aligned buffers, against the kernel source this binary was built from, with the
+/// analytic default timed beside them, and searched over the candidates this build
+/// searches (the key's candidates digest, see
+/// [`kernels_core::cache::CacheKeyParts::candidates`]); the rest are listed with the
+/// reason. A result no faster than the analytic default becomes a default marker with
+/// the default's time (as `kernels tune` then `tables prune` would write it), so its
+/// batch serves the default rather than a neighbouring batch's config.
 ///
 /// With `reselect`, each record's winner is chosen again from its candidates' recorded
 /// medians by this build's rule ([`kernels_core::tune::select`] at
@@ -425,10 +430,11 @@ pub fn promote(
                 continue;
             }
         }
-        let Some(default_us) = record.default_us.filter(|d| record.us < *d) else {
-            skip("does not beat the analytic default".into());
+        let Some(default_us) = record.default_us else {
+            skip("the analytic default was not timed beside it".into());
             continue;
         };
+        let beats = record.us < default_us;
         let key = match key {
             Ok(k) => k,
             Err(e) => {
@@ -464,11 +470,17 @@ pub fn promote(
             )
         });
         slot.0.tuned_at = slot.0.tuned_at.clone().max(record.tuned_at.clone());
+        let (config, us) = if beats {
+            (EntryConfig::Tuned(record.config), record.us)
+        } else {
+            out.markers.push(label);
+            (EntryConfig::Default, default_us)
+        };
         slot.1.push(TableEntry {
             key,
             batch,
-            config: EntryConfig::Tuned(record.config),
-            us: record.us,
+            config,
+            us,
             default_us,
         });
     }

@@ -1,8 +1,10 @@
 //! Every compiled variant a lookup can return for a target: each committed table
-//! entry, and the analytic default over each shape set (`tuned/shapes`). CI compiles
-//! the lists on a machine with no GPU, NVIDIA targets with NVRTC
-//! (`scripts/nvrtc_check.py`) and AMD ones with clang (`scripts/hip_check.py`), so a
-//! table entry or default that does not compile fails before it ships.
+//! entry, and the analytic default over each shape set (`tuned/shapes`); with
+//! [`Reach::Space`] also every config of the search space on a sample of each shape
+//! set (what the tuner may pick next). CI compiles the lists on a machine with no GPU,
+//! NVIDIA targets with NVRTC (`scripts/nvrtc_check.py`) and AMD ones with clang
+//! (`scripts/hip_check.py`), so a table entry, default or searched config that does
+//! not compile fails before it ships.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -141,7 +143,7 @@ fn jobs_of<K: Tunable>(
     target: Target,
     info: &DeviceInfo,
     sources: &[&'static str],
-    shapes_dir: &Path,
+    (shapes_dir, reach): (&Path, Reach),
     shape_file: &str,
     out: &mut BTreeSet<VariantJob>,
 ) -> Result<(), String> {
@@ -149,7 +151,7 @@ fn jobs_of<K: Tunable>(
         target,
         info,
         sources,
-        shapes_dir,
+        (shapes_dir, reach),
         shape_file,
         |_, _| Vec::new(),
         out,
@@ -162,13 +164,17 @@ fn jobs_with<K: Tunable>(
     target: Target,
     info: &DeviceInfo,
     sources: &[&'static str],
-    shapes_dir: &Path,
+    (shapes_dir, reach): (&Path, Reach),
     shape_file: &str,
     extra: impl Fn(&K::Key, &K::Config) -> Vec<Variant>,
     out: &mut BTreeSet<VariantJob>,
 ) -> Result<(), String> {
     let kernel = K::SCHEMA.kernel;
-    for case in served_cases::<K>(target, shapes_dir, shape_file)? {
+    let mut cases = served_cases::<K>(target, shapes_dir, shape_file)?;
+    if reach == Reach::Space {
+        cases.extend(space_cases::<K>(target, info, shapes_dir, shape_file)?);
+    }
+    for case in cases {
         // Every launch of the call: a multi-launch family's steps each compile.
         let variants = K::variants(info, &case.key, &case.config);
         for v in variants.into_iter().chain(extra(&case.key, &case.config)) {
@@ -181,6 +187,82 @@ fn jobs_with<K: Tunable>(
         }
     }
     Ok(())
+}
+
+/// A covering sample of `K`'s search space on a sample of the shape set: its first
+/// and last static key (the file's order: smallest and largest problems), each at its
+/// smallest and largest batch (spaces differ between decode and prefill); of each
+/// space, the configs that bring a parameter value no config before them had (see
+/// [`covering`]).
+fn space_cases<K: Tunable>(
+    target: Target,
+    info: &DeviceInfo,
+    shapes_dir: &Path,
+    shape_file: &str,
+) -> Result<Vec<ServedCase<K>>, String> {
+    let path = shapes_dir.join(shape_file);
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let shapes = parse_shapes(K::SCHEMA, &text, &path.display().to_string()).map_err(|e| e.to_string())?;
+    let (Some((first, _)), Some((last, _))) = (shapes.first(), shapes.last()) else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for sample in [first, last] {
+        let batches: Vec<u64> = shapes
+            .iter()
+            .filter(|(k, _)| k == sample)
+            .map(|(_, b)| *b)
+            .collect();
+        let (lo, hi) = (batches.iter().min(), batches.iter().max());
+        let key = K::key_from_values(sample.values()).map_err(|e| format!("{}: {e}", path.display()))?;
+        for batch in lo.into_iter().chain(hi).copied().collect::<BTreeSet<u64>>() {
+            // What the tuner times: the space less the configs the kernel refuses here.
+            let space = K::search_space(info, &key, batch)
+                .into_iter()
+                .filter(|c| K::accepts(target, &key, batch, c));
+            for config in covering::<K>(space) {
+                out.push(ServedCase {
+                    origin: format!("space [{sample}] batch {batch}"),
+                    key: key.clone(),
+                    batch,
+                    config,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The configs of `space`, in order, that give some parameter a value none kept
+/// before had: every value of every parameter compiles at least once (every code path
+/// a single parameter selects, such as a GEMM or MoE path, an epilogue or a cluster
+/// size), at a few dozen compiles per space instead of hundreds.
+fn covering<K: Tunable>(space: impl IntoIterator<Item = K::Config>) -> Vec<K::Config> {
+    let mut seen = BTreeSet::new();
+    space
+        .into_iter()
+        .filter(|c| {
+            let values = K::config_values(c);
+            let fresh: Vec<(usize, String)> = values
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (i, format!("{v:?}")))
+                .filter(|p| !seen.contains(p))
+                .collect();
+            let keep = !fresh.is_empty();
+            seen.extend(fresh);
+            keep
+        })
+        .collect()
+}
+
+/// Which variants [`reachable`] lists.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// What a lookup serves: table entries and the analytic defaults.
+    Served,
+    /// And a covering sample of each search space on a sample of its shape set.
+    Space,
 }
 
 fn job(name: String, sources: &[&'static str], v: &Variant, target: Target) -> VariantJob {
@@ -201,10 +283,12 @@ fn nominal(target: Target) -> Result<DeviceInfo, String> {
 }
 
 /// The variants of every tunable kernel reachable on `target`, from its baked tables
-/// and the analytic defaults over the shape sets in `shapes_dir`. Deduplicated by
+/// and the analytic defaults over the shape sets in `shapes_dir` (with
+/// [`Reach::Space`], also its search spaces on a sample of them). Deduplicated by
 /// (entry, defines, arch). AMD targets get the same kinds of defines; they compile
 /// with clang for the gfx arch (`scripts/hip_check.py`).
-pub fn reachable(target: Target, shapes_dir: &Path) -> Result<Vec<VariantJob>, String> {
+pub fn reachable(target: Target, shapes_dir: &Path, reach: Reach) -> Result<Vec<VariantJob>, String> {
+    let shapes = (shapes_dir, reach);
     // `PlannedKernel::variant` takes a device description (the staged softmax's prefetch
     // reads its SM count and shared memory); the target's nominal device stands in.
     let info = nominal(target)?;
@@ -215,14 +299,14 @@ pub fn reachable(target: Target, shapes_dir: &Path) -> Result<Vec<VariantJob>, S
         "kernels-softmax/cuda/softmax.cu",
         "kernels-rmsnorm/cuda/rmsnorm.cu",
     );
-    jobs_of::<Softmax>(target, &info, &[softmax], shapes_dir, "softmax.json", &mut jobs)?;
-    jobs_of::<LogSoftmax>(target, &info, &[softmax], shapes_dir, "softmax.json", &mut jobs)?;
-    jobs_of::<RmsNorm>(target, &info, &[rmsnorm], shapes_dir, "rmsnorm.json", &mut jobs)?;
+    jobs_of::<Softmax>(target, &info, &[softmax], shapes, "softmax.json", &mut jobs)?;
+    jobs_of::<LogSoftmax>(target, &info, &[softmax], shapes, "softmax.json", &mut jobs)?;
+    jobs_of::<RmsNorm>(target, &info, &[rmsnorm], shapes, "rmsnorm.json", &mut jobs)?;
     jobs_of::<FusedAddRmsNorm>(
         target,
         &info,
         &[rmsnorm],
-        shapes_dir,
+        shapes,
         "fused_add_rmsnorm.json",
         &mut jobs,
     )?;
@@ -233,8 +317,8 @@ pub fn reachable(target: Target, shapes_dir: &Path) -> Result<Vec<VariantJob>, S
             "kernels-gemm/cuda/gemm_wgmma.cuh",
             "kernels-gemm/cuda/gemm.cu",
         ];
-        jobs_of::<kernels_gemm::Gemm>(target, &info, &gemm, shapes_dir, "gemm.json", &mut jobs)?;
-        moe_jobs(target, &info, shapes_dir, &mut jobs)?;
+        jobs_of::<kernels_gemm::Gemm>(target, &info, &gemm, shapes, "gemm.json", &mut jobs)?;
+        moe_jobs(target, &info, shapes, &mut jobs)?;
     }
     // One job per distinct compile (the name of the first origin is kept).
     let mut seen = BTreeSet::new();
@@ -250,16 +334,21 @@ pub fn reachable(target: Target, shapes_dir: &Path) -> Result<Vec<VariantJob>, S
 fn moe_jobs(
     target: Target,
     info: &DeviceInfo,
-    shapes_dir: &Path,
+    shapes: (&Path, Reach),
     jobs: &mut BTreeSet<VariantJob>,
 ) -> Result<(), String> {
     use kernels_moe::plan::{routing_variant, step_variant, Scoring, Step};
-    let moe = ["kernels-gemm/cuda/gemm_ptx.cuh", "kernels-moe/cuda/moe.cu"];
+    // As kernels-moe's build concatenates them: the GEMM's PTX and wgmma wrappers first.
+    let moe = [
+        "kernels-gemm/cuda/gemm_ptx.cuh",
+        "kernels-gemm/cuda/gemm_wgmma.cuh",
+        "kernels-moe/cuda/moe.cu",
+    ];
     jobs_with::<kernels_moe::Moe>(
         target,
         info,
         &moe,
-        shapes_dir,
+        shapes,
         "moe.json",
         |key, c| vec![step_variant(key, c, Step::Align)],
         jobs,
