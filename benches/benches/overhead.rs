@@ -30,6 +30,8 @@ use kernels::core::cudarc::driver::sys as dsys;
 use kernels::core::cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use kernels::core::launch::pseudo_random;
 use kernels::core::{CudaDevice, CudaRuntime, Rows, RuntimeOptions};
+use kernels::gemm::cuda::Matrix;
+use kernels::gemm::ops::{GemmProblem, Operand};
 use kernels::rmsnorm::ops::NormProblem;
 use kernels::rmsnorm::{FusedAddRmsNorm, RmsNorm};
 use kernels::softmax::ops::SoftmaxProblem;
@@ -203,7 +205,6 @@ fn run() -> Result<(), BoxError> {
         let (wsp, _d) = gws.device_ptr_mut(&stream);
         (ap, bp, cp, wsp)
     };
-    use kernels::gemm::ops::{GemmProblem, Operand};
     // SAFETY: the four GEMM buffers live to the end of `run` with the lengths given,
     // and are distinct.
     let gemm = unsafe {
@@ -354,18 +355,6 @@ fn run() -> Result<(), BoxError> {
                 .map_err(Into::into)
             })?,
         );
-    }
-
-    for (way, tracking) in [("safe", true), ("safe-untracked", false)] {
-        let ctx = dev.context();
-        if tracking {
-            // SAFETY: as above.
-            unsafe { ctx.enable_event_tracking() };
-        } else {
-            // SAFETY: as above.
-            unsafe { ctx.disable_event_tracking() };
-        }
-        use kernels::gemm::cuda::Matrix;
         push(
             "gemm",
             way,

@@ -33,28 +33,9 @@ impl MoeKey {
     }
 }
 
-/// The kernel a config runs. See [`crate::schema::PATHS`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Path {
-    Mma,
-    Wgmma,
-    WgmmaSwap,
-}
-
-impl Path {
-    pub const fn name(self) -> &'static str {
-        match self {
-            Path::Mma => "mma",
-            Path::Wgmma => "wgmma",
-            Path::WgmmaSwap => "wgmma_swap",
-        }
-    }
-
-    /// Whether this is a Hopper (wgmma + TMA) path.
-    pub const fn is_wgmma(self) -> bool {
-        matches!(self, Path::Wgmma | Path::WgmmaSwap)
-    }
-}
+/// The kernel a config runs: the GEMM's paths (mma.sync; wgmma with TMA; wgmma with
+/// swapped operands), named as [`crate::schema::PATHS`] lists them.
+pub use kernels_gemm::Path;
 
 /// A fused-MoE launch configuration, shared by both grouped GEMMs: the kernel `path`,
 /// `block_m` rows of one expert's pairs by `block_n` output columns per block,
