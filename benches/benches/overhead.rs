@@ -16,6 +16,8 @@
 //! GEMM runs the same four ways on a launch-bound decode shape (m = 1, n = 256, k = 512,
 //! bf16, layout nt, with the workspace its split-K configs need): on sm_90 that is the
 //! Hopper path, whose launch encodes two tensor maps (`bare` reuses the encoded ones).
+//! So does fused MoE (one token, 8 experts of n = 128, k = 256, top-2), whose call is
+//! several launches (align, gate-up, down, combine): `bare` launches each in turn.
 //!
 //! Each figure is the wall time of `CALLS` calls after a synchronize, divided by
 //! `CALLS`, the median of `REPEATS` repeats; the goal is at most 1.3x of `bare`.
@@ -26,12 +28,15 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::Instant;
 
+use kernels::core::backend::cuda::encode_tensor_map;
 use kernels::core::cudarc::driver::sys as dsys;
 use kernels::core::cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use kernels::core::launch::pseudo_random;
-use kernels::core::{CudaDevice, CudaRuntime, Rows, RuntimeOptions};
+use kernels::core::{CudaDevice, CudaRuntime, KernelArgs, LaunchDims, PlannedKernel, Rows, RuntimeOptions};
 use kernels::gemm::cuda::Matrix;
 use kernels::gemm::ops::{GemmProblem, Operand};
+use kernels::moe::plan::{Buffer, MoeProblem};
+use kernels::moe::{Moe, MoeKey};
 use kernels::rmsnorm::ops::NormProblem;
 use kernels::rmsnorm::{FusedAddRmsNorm, RmsNorm};
 use kernels::softmax::ops::SoftmaxProblem;
@@ -46,6 +51,8 @@ const REPEATS: usize = 7;
 const COLS: usize = 4096;
 /// The GEMM's m, n and k: a decode step on a small weight, so the call is launch-bound.
 const GEMM_MNK: (usize, usize, usize) = (1, 256, 512);
+/// Fused MoE's (tokens, experts, n, k, topk): one token on small experts, launch-bound.
+const MOE_DIMS: (usize, usize, usize, usize, usize) = (1, 8, 128, 256, 2);
 
 fn main() {
     if let Err(e) = run() {
@@ -73,42 +80,105 @@ fn per_call(stream: &Arc<CudaStream>, f: &mut dyn FnMut() -> Result<(), BoxError
     Ok(times[REPEATS / 2])
 }
 
-/// `cuLaunchKernel` of `K`'s resolved kernel for `problem`, with the function and the
-/// parameter array prepared once.
+/// One launch of a call as the bare loop replays it: the loaded function, its
+/// dimensions and its arguments.
+type BareLaunch = (dsys::CUfunction, LaunchDims, KernelArgs);
+
+/// `cuLaunchKernel` of `K`'s resolved kernels for `problem` (every launch of its call),
+/// with the functions, the parameter arrays and the tensor maps prepared once.
 fn bare<K: kernels::core::Tunable>(
     rt: &CudaRuntime,
     stream: &Arc<CudaStream>,
     problem: &K::Problem<'_>,
 ) -> Result<f64, BoxError> {
     let prepared = rt.run::<K>(stream, problem)?;
-    let (dims, args) = K::launch_args(rt.info(), &prepared.resolved.config, problem)?;
-    let func = prepared.kernel().function().cu_function();
-    let mut slots = args.slots().to_vec();
-    let mut params: Vec<*mut std::ffi::c_void> = slots
+    let launches = K::launches(rt.info(), &prepared.resolved.config, problem)?;
+    let list = prepared
+        .kernels
+        .iter()
+        .zip(launches.iter())
+        .map(|(k, (dims, args))| (k.function().cu_function(), *dims, args.clone()))
+        .collect();
+    bare_launches(stream, list)
+}
+
+/// Per-call microseconds of `cuLaunchKernel` of each of `launches` in turn.
+fn bare_launches(stream: &Arc<CudaStream>, launches: Vec<BareLaunch>) -> Result<f64, BoxError> {
+    // Each launch's argument slots and encoded tensor maps, boxed so the parameter
+    // pointers into them stay valid.
+    let mut ready = Vec::new();
+    for (func, dims, args) in &launches {
+        let slots: Box<[u64]> = args.slots().into();
+        let maps = args
+            .tensor_maps()
+            .map(|(at, m)| Ok((at, encode_tensor_map(m, "args")?)))
+            .collect::<Result<Vec<_>, kernels::core::Error>>()?
+            .into_boxed_slice();
+        ready.push((*func, *dims, slots, maps));
+    }
+    let mut params: Vec<Vec<*mut std::ffi::c_void>> = ready
         .iter_mut()
-        .map(|s| s as *mut u64 as *mut std::ffi::c_void)
+        .map(|(_, _, slots, maps)| {
+            let mut p: Vec<_> = slots
+                .iter_mut()
+                .map(|s| s as *mut u64 as *mut std::ffi::c_void)
+                .collect();
+            for (at, map) in maps.iter_mut() {
+                p[*at] = map as *mut dsys::CUtensorMap as *mut std::ffi::c_void;
+            }
+            p
+        })
         .collect();
     let raw = stream.cu_stream();
     per_call(stream, &mut || {
-        // SAFETY: the function, dimensions and arguments are exactly those the runtime
-        // launched for this problem, whose buffers outlive the loop.
-        let r = unsafe {
-            dsys::cuLaunchKernel(
-                func,
-                dims.grid.0,
-                dims.grid.1,
-                dims.grid.2,
-                dims.block.0,
-                dims.block.1,
-                dims.block.2,
-                dims.smem_bytes,
-                raw,
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        };
-        r.result().map_err(|e| e.into())
+        for ((func, dims, ..), p) in ready.iter().zip(params.iter_mut()) {
+            // SAFETY: the functions, dimensions and arguments are exactly those the
+            // runtime launched for this problem, whose buffers outlive the loop.
+            let r = unsafe {
+                dsys::cuLaunchKernel(
+                    *func,
+                    dims.grid.0,
+                    dims.grid.1,
+                    dims.grid.2,
+                    dims.block.0,
+                    dims.block.1,
+                    dims.block.2,
+                    dims.smem_bytes,
+                    raw,
+                    p.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            };
+            r.result()?;
+        }
+        Ok(())
     })
+}
+
+/// [`bare_launches`] of fused MoE's call on `problem`: the align step, then the
+/// tuned call's launches, with the kernels the op resolves.
+fn bare_moe(
+    rt: &CudaRuntime,
+    stream: &Arc<CudaStream>,
+    key: &MoeKey,
+    problem: &MoeProblem<'_>,
+) -> Result<f64, BoxError> {
+    use kernels::moe::plan::{step_args, step_variant, Step, SOURCE};
+    let c = kernels::moe::ops::prepare(rt, stream, key, MOE_DIMS.0 as u64)?
+        .resolved
+        .config;
+    let info = rt.info();
+    let align = rt.kernel(stream, &SOURCE, &step_variant(key, &c, Step::Align))?;
+    let (dims, args) = step_args(info, &c, problem, Step::Align)?;
+    let mut list = vec![(align.function().cu_function(), dims, args)];
+    let call = rt.kernels::<Moe>(stream, key, &c)?;
+    let launches = <Moe as PlannedKernel>::launches(info, &c, problem)?;
+    list.extend(
+        call.iter()
+            .zip(launches.iter())
+            .map(|(k, (dims, args))| (k.function().cu_function(), *dims, args.clone())),
+    );
+    bare_launches(stream, list)
 }
 
 /// `COLS` bf16 pseudo-random values on the device.
@@ -223,6 +293,47 @@ fn run() -> Result<(), BoxError> {
         )?
     };
 
+    let (mt, me, mn, mk, mtopk) = MOE_DIMS;
+    let moe_key = MoeKey {
+        dtype: DType::Bf16,
+        experts: me as u32,
+        n: mn as u32,
+        k: mk as u32,
+        topk: mtopk as u32,
+    };
+    let hidden: CudaSlice<Bf> = upload_n(&stream, mt * mk, 8, 1.0, 0.0)?;
+    let w13: CudaSlice<Bf> = upload_n(&stream, me * 2 * mn * mk, 9, 0.1, 0.0)?;
+    let w2: CudaSlice<Bf> = upload_n(&stream, me * mk * mn, 10, 0.1, 0.0)?;
+    let ids: CudaSlice<i32> = stream.clone_htod(&[0, 3])?;
+    let weights: CudaSlice<f32> = stream.clone_htod(&[0.6, 0.4])?;
+    let mut mout: CudaSlice<Bf> = upload_n(&stream, mt * mk, 11, 1.0, 0.0)?;
+    let mws_len = kernels::moe::workspace_bytes(&moe_key, mt as u64).max(16);
+    let mut mws: CudaSlice<u8> = stream.alloc_zeros(mws_len)?;
+    let moe = {
+        let (hp, _a) = hidden.device_ptr(&stream);
+        let (p13, _b) = w13.device_ptr(&stream);
+        let (p2, _c) = w2.device_ptr(&stream);
+        let (ip, _d) = ids.device_ptr(&stream);
+        let (wp, _e) = weights.device_ptr(&stream);
+        let (op, _f) = mout.device_ptr_mut(&stream);
+        let (sp, _g) = mws.device_ptr_mut(&stream);
+        // SAFETY: the seven MoE buffers live to the end of `run` with the lengths
+        // given, and are distinct.
+        unsafe {
+            MoeProblem::raw(
+                DType::Bf16,
+                MOE_DIMS,
+                Buffer::new(hp, mt * mk),
+                Buffer::new(p13, me * 2 * mn * mk),
+                Buffer::new(p2, me * mk * mn),
+                Buffer::new(ip, mt * mtopk),
+                Buffer::new(wp, mt * mtopk),
+                Buffer::new(op, mt * mk),
+                (sp, mws_len),
+            )?
+        }
+    };
+
     let mut rows = Vec::new();
     let mut push = |op: &'static str, way: &'static str, us: f64| rows.push(Row { op, way, us });
 
@@ -235,6 +346,7 @@ fn run() -> Result<(), BoxError> {
         bare::<FusedAddRmsNorm>(&rt, &stream, &fused)?,
     );
     push("gemm", "bare", bare::<kernels::gemm::Gemm>(&rt, &stream, &gemm)?);
+    push("fused_moe", "bare", bare_moe(&rt, &stream, &moe_key, &moe)?);
 
     let s = &stream;
     push(
@@ -279,6 +391,16 @@ fn run() -> Result<(), BoxError> {
         "raw",
         per_call(s, &mut || {
             kernels::gemm::ops::gemm(&rt, s, &gemm)
+                .map(drop)
+                .map_err(Into::into)
+        })?,
+    );
+
+    push(
+        "fused_moe",
+        "raw",
+        per_call(s, &mut || {
+            kernels::moe::ops::fused_moe(&rt, s, &moe)
                 .map(drop)
                 .map_err(Into::into)
         })?,
@@ -381,6 +503,26 @@ fn run() -> Result<(), BoxError> {
                 .map_err(Into::into)
             })?,
         );
+        push(
+            "fused_moe",
+            way,
+            per_call(s, &mut || {
+                kernels::moe::cuda::fused_moe(
+                    &rt,
+                    s,
+                    MOE_DIMS,
+                    &hidden.as_view(),
+                    &w13.as_view(),
+                    &w2.as_view(),
+                    &ids.as_view(),
+                    &weights.as_view(),
+                    &mut mout.as_view_mut(),
+                    &mut mws.as_view_mut(),
+                )
+                .map(drop)
+                .map_err(Into::into)
+            })?,
+        );
     }
 
     let mut out = match std::env::var_os("KERNELS_BENCH_OUT") {
@@ -388,7 +530,7 @@ fn run() -> Result<(), BoxError> {
         None => None,
     };
     println!(
-        "{} (rows: 1 x {COLS} bf16; gemm: m, n, k = {GEMM_MNK:?} bf16 nt; {CALLS} calls back to back, median of {REPEATS})",
+        "{} (rows: 1 x {COLS} bf16; gemm: m, n, k = {GEMM_MNK:?} bf16 nt; fused_moe: tokens, experts, n, k, topk = {MOE_DIMS:?} bf16; {CALLS} calls back to back, median of {REPEATS})",
         rt.info().name
     );
     println!("{:<18} {:>15} {:>9} {:>8}", "op", "way", "us/call", "x bare");
@@ -410,7 +552,11 @@ fn run() -> Result<(), BoxError> {
                 "{}",
                 serde_json::json!({
                     "kind": "overhead", "op": row.op, "way": row.way,
-                    "shape": if row.op == "gemm" { format!("m={gm},n={gn},k={gk}") } else { format!("1x{COLS}") },
+                    "shape": match row.op {
+                        "gemm" => format!("m={gm},n={gn},k={gk}"),
+                        "fused_moe" => format!("tokens={mt},experts={me},n={mn},k={mk},topk={mtopk}"),
+                        _ => format!("1x{COLS}"),
+                    },
                     "us_per_call": row.us, "ratio_bare": row.us / bare, "calls": CALLS,
                     "device": rt.info().name,
                 })

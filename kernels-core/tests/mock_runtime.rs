@@ -227,6 +227,45 @@ fn a_shape_compiles_once_and_later_calls_hit_the_memo() {
     assert_eq!(s.launches().len(), 2);
 }
 
+/// `Runtime::kernel` by variant: the second call returns the same loaded kernel from
+/// the memo (also while capturing), another define compiles another kernel, and a
+/// variant precompiled by `warm`-style precompile is found too.
+#[test]
+fn kernels_named_by_variant_compile_once_and_come_from_the_memo() {
+    use std::sync::Arc;
+    let rt = runtime(Policy::Serve);
+    let s = MockStream::default();
+    let a = Variant::new("scale").define("MOCK_US", 3);
+    let b = Variant::new("scale").define("MOCK_US", 4);
+    let first = rt.kernel(&s, &SOURCE, &a).unwrap();
+    let again = rt.kernel(&s, &SOURCE, &a).unwrap();
+    assert!(Arc::ptr_eq(&first, &again));
+    assert_eq!((rt.stats().compiled, rt.stats().memo_hits), (1, 1));
+    s.capturing.set(true);
+    let captured = rt.kernel(&s, &SOURCE, &a).unwrap();
+    assert!(Arc::ptr_eq(&first, &captured));
+    let err = rt.kernel(&s, &SOURCE, &b).unwrap_err();
+    assert!(matches!(err, Error::CompileWhileCapturing { .. }), "{err}");
+    s.capturing.set(false);
+    let other = rt.kernel(&s, &SOURCE, &b).unwrap();
+    assert!(!Arc::ptr_eq(&first, &other));
+    // A source of another fingerprint is another module, though the variant is equal.
+    static EDITED: KernelSource =
+        KernelSource::new("scale", "extern \"C\" __global__ void scale() {}", "fnv1a64:1");
+    let edited = rt.kernel(&s, &EDITED, &a).unwrap();
+    assert!(!Arc::ptr_eq(&first, &edited));
+    assert_eq!((rt.stats().compiled, rt.stats().memo_hits), (3, 2));
+    // Precompiled modules are found by variant as well.
+    let c = Variant::new("scale").define("MOCK_US", 5);
+    for r in rt.precompile(&[(SOURCE, c.clone())]) {
+        r.unwrap();
+    }
+    s.capturing.set(true);
+    rt.kernel(&s, &SOURCE, &c).unwrap();
+    rt.kernel(&s, &SOURCE, &c).unwrap();
+    assert_eq!((rt.stats().compiled, rt.stats().memo_hits), (4, 4));
+}
+
 #[test]
 fn a_compile_while_capturing_is_refused_and_nothing_is_launched() {
     let rt = runtime(Policy::Serve);

@@ -25,7 +25,9 @@ use crate::{
     Variant,
 };
 use counters::{bump, lock, Counters};
-use precompile::{cached_image, check_batch, check_config, compile_and_store, Modules, TypedMemo};
+use precompile::{
+    cached_image, check_batch, check_config, compile_and_store, Modules, TypedMemo, VariantMemo,
+};
 
 /// The version of this crate, part of every cache key.
 pub const CRATE_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -156,6 +158,8 @@ pub struct Runtime<B: Backend> {
     options: RuntimeOptions,
     /// Module cache key text -> loaded kernel.
     modules: Modules<B::Kernel>,
+    /// (source, variant) -> loaded kernel: the fast path in front of `modules`.
+    by_variant: VariantMemo<B::Kernel>,
     /// Per kernel type: (key, batch, alignment) -> prepared config and kernel.
     typed: TypedMemo,
     counters: Counters,
@@ -194,6 +198,7 @@ impl<B: Backend> Runtime<B> {
             device,
             options,
             modules: Modules::default(),
+            by_variant: VariantMemo::default(),
             typed: TypedMemo::default(),
             counters: Counters::default(),
         })
@@ -419,14 +424,20 @@ impl<B: Backend> Runtime<B> {
         source: &KernelSource,
         variant: &Variant,
     ) -> Result<Loaded<B>> {
-        let key = self.module_key(source, variant);
-        if let Some(hit) = self.modules.hit(&key, &self.counters) {
-            return Ok(hit);
+        if let Some(kernel) = self.by_variant.hit(source, variant, &self.counters) {
+            return Ok((kernel, ModuleOrigin::Memo));
         }
-        refuse_if_capturing::<B>(stream, source.name, &variant.to_string())?;
-        let (image, origin) = self.image(source, variant, &key)?;
-        let kernel = self.load(&image, origin, source, variant, &key)?;
-        Ok((kernel, origin))
+        let key = self.module_key(source, variant);
+        let loaded = match self.modules.hit(&key, &self.counters) {
+            Some(hit) => hit,
+            None => {
+                refuse_if_capturing::<B>(stream, source.name, &variant.to_string())?;
+                let (image, origin) = self.image(source, variant, &key)?;
+                (self.load(&image, origin, source, variant, &key)?, origin)
+            }
+        };
+        self.by_variant.insert(source, variant, &loaded.0);
+        Ok(loaded)
     }
 
     /// The module image: the disk cache's (checked), else compiled now and stored.

@@ -19,6 +19,62 @@ use crate::{
     PlannedKernel, Result, Section, Variant,
 };
 
+/// A runtime's loaded kernels by (source name, source fingerprint, variant): the memo
+/// `Runtime::kernel` looks in before it builds the module cache key. Within one
+/// runtime the key's text is a function of these (its compiler, architecture, device
+/// and code-generation settings are the runtime's own), so a launch that names its
+/// variant pays one hash of the variant instead of formatting and hashing the key.
+/// Buckets by the triple's hash; entries are compared whole, so a hash collision
+/// never returns another variant's kernel.
+pub(crate) struct VariantMemo<Kn>(Mutex<HashMap<u64, Vec<VariantSlot<Kn>>>>);
+
+type VariantSlot<Kn> = (&'static str, &'static str, Variant, Arc<Kn>);
+
+impl<Kn> Default for VariantMemo<Kn> {
+    fn default() -> Self {
+        VariantMemo(Mutex::new(HashMap::new()))
+    }
+}
+
+impl<Kn> VariantMemo<Kn> {
+    fn hash(source: &KernelSource, variant: &Variant) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (source.name, source.fingerprint, variant).hash(&mut h);
+        h.finish()
+    }
+
+    /// The kernel memoized for `variant` of `source`, counted as a memo hit.
+    pub(crate) fn hit(
+        &self,
+        source: &KernelSource,
+        variant: &Variant,
+        counters: &Counters,
+    ) -> Option<Arc<Kn>> {
+        let memo = lock(&self.0);
+        let kernel = memo
+            .get(&Self::hash(source, variant))?
+            .iter()
+            .find(|(n, f, v, _)| *n == source.name && *f == source.fingerprint && v == variant)
+            .map(|(.., k)| k.clone())?;
+        bump(&counters.memo_hits);
+        Some(kernel)
+    }
+
+    /// Memoizes `kernel` for `variant` of `source` (a second insert of the same
+    /// triple keeps the first).
+    pub(crate) fn insert(&self, source: &KernelSource, variant: &Variant, kernel: &Arc<Kn>) {
+        let mut memo = lock(&self.0);
+        let bucket = memo.entry(Self::hash(source, variant)).or_default();
+        if !bucket
+            .iter()
+            .any(|(n, f, v, _)| *n == source.name && *f == source.fingerprint && v == variant)
+        {
+            bucket.push((source.name, source.fingerprint, variant.clone(), kernel.clone()));
+        }
+    }
+}
+
 /// A runtime's loaded kernels, by module cache key text.
 pub(crate) struct Modules<Kn>(Mutex<HashMap<String, Arc<Kn>>>);
 

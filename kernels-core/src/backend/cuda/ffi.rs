@@ -285,7 +285,9 @@ pub(crate) unsafe fn launch(
 
 /// `cuTensorMapEncodeTiled` of a 2-D map (no interleave, 256-byte L2 promotion,
 /// zero fill out of bounds); the map is checked first, so an error names `name`.
-pub(crate) fn encode_tensor_map(map: &crate::launch::TensorMap2d, name: &str) -> Result<dsys::CUtensorMap> {
+/// Launches encode their maps with it on every call; a caller replaying one launch
+/// with `cuLaunchKernel` (the overhead bench's bare launch) encodes them once.
+pub fn encode_tensor_map(map: &crate::launch::TensorMap2d, name: &str) -> Result<dsys::CUtensorMap> {
     use crate::launch::{TmaElement, TmaSwizzle};
     use dsys::CUtensorMapDataType_enum as D;
     use dsys::CUtensorMapSwizzle_enum as S;

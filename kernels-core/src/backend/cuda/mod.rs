@@ -19,6 +19,7 @@ mod graph;
 mod kernel;
 
 pub use device::CudaDevice;
+pub use ffi::encode_tensor_map;
 pub use graph::{time_graph_runs, GraphTimer};
 pub use kernel::{CudaKernel, Launch, RawStream};
 
