@@ -30,9 +30,12 @@
 #   moe-h200.jsonl            step `moe`: fused MoE per layer (kernels-moe's moe_bench) and
 #                             SGLang's Triton kernel (its bench, carried in .device-bin/sglang)
 #   defaults-check.log        step `defaults` (not in the default steps: it searches every
-#                             shape in full): the analytic default against the best config
-#                             found on shapes no table holds (`kernels tables check
-#                             --defaults tuned/shapes/defaults`; fails beyond 5%)
+#                             shape): the analytic default against the best config found on
+#                             shapes no table holds (`kernels tables check --defaults
+#                             tuned/shapes/defaults --finalists 6`: each search screened, the
+#                             6 fastest timed in full; fails beyond 5%; a row is printed as
+#                             each search ends). DEFAULTS_KERNEL=softmax (or rmsnorm,
+#                             fused_add_rmsnorm) checks one kernel's shapes.
 #
 # STEPS picks the steps, run in the order given (default: tests bench peers check
 # report; overhead, gemm, moe and defaults run when named). The
@@ -160,7 +163,8 @@ for step in $STEPS; do
             ;;
         defaults)
             need kernels
-            run defaults-check 1800 "$B/kernels" tables check --defaults tuned/shapes/defaults
+            run defaults-check 1800 "$B/kernels" tables check --defaults tuned/shapes/defaults --finalists 6 \
+                ${DEFAULTS_KERNEL:+--kernel "$DEFAULTS_KERNEL"}
             ;;
         report)
             [ -s "$OUT/ours.jsonl" ] && [ -s "$OUT/peers.jsonl" ] ||

@@ -39,29 +39,38 @@ fn verdict(row: &DefaultRow, threshold: f64) -> &'static str {
     }
 }
 
-/// Prints the rows and a summary; failure when a row off the tables is slower than
-/// the best found by more than `threshold`, or a search failed.
-pub fn report(rows: &[DefaultRow], errors: &[String], threshold: f64) -> ExitCode {
-    println!(
+/// The header of the rows [`row_line`] prints.
+pub fn header() -> String {
+    format!(
         "{:<18} {:<36} {:>6} {:>11} {:>10} {:>9}  verdict",
         "kernel", "static key", "batch", "default us", "best us", "slower"
-    );
+    )
+}
+
+/// One row and its verdict under `threshold`, as printed when its search ends (so a
+/// run stopped by a time limit keeps the rows it finished).
+pub fn row_line(r: &DefaultRow, threshold: f64) -> String {
+    format!(
+        "{:<18} {:<36} {:>6} {:>11.3} {:>10.3} {:>8.1}%  {}",
+        r.kernel,
+        r.key,
+        r.batch,
+        r.default_us,
+        r.best_us,
+        r.slowdown() * 100.0,
+        verdict(r, threshold)
+    )
+}
+
+/// The summary of the rows (already printed one by one) and the errors; failure when
+/// a row off the tables is slower than the best found by more than `threshold`, or a
+/// search failed.
+pub fn report(rows: &[DefaultRow], errors: &[String], threshold: f64) -> ExitCode {
     let mut failed = errors.len();
-    for r in rows {
-        let v = verdict(r, threshold);
-        if v.starts_with("FAIL") {
-            failed += 1;
-        }
-        println!(
-            "{:<18} {:<36} {:>6} {:>11.3} {:>10.3} {:>8.1}%  {v}",
-            r.kernel,
-            r.key,
-            r.batch,
-            r.default_us,
-            r.best_us,
-            r.slowdown() * 100.0
-        );
-    }
+    failed += rows
+        .iter()
+        .filter(|r| verdict(r, threshold).starts_with("FAIL"))
+        .count();
     for e in errors {
         println!("FAIL: {e}");
     }
@@ -82,9 +91,11 @@ pub fn report(rows: &[DefaultRow], errors: &[String], threshold: f64) -> ExitCod
     }
 }
 
-/// Searches every shape of `dir`'s shape files on device 0 and reports.
+/// Searches every shape of `dir`'s shape files on device 0 and reports; with
+/// `finalists` above 0 each search screens its candidates first (see
+/// [`kernels_core::tune::TuneOptions::finalists`]).
 #[cfg(feature = "cuda")]
-pub fn check_defaults(dir: &Path, threshold: f64, only: Option<&str>) -> CmdResult {
+pub fn check_defaults(dir: &Path, threshold: f64, only: Option<&str>, finalists: usize) -> CmdResult {
     use super::common::cuda::{open, tunables};
     let has_file = |k: &&dyn kernels_core::DynTunable<kernels_core::Cuda>| {
         only.is_none_or(|o| o == k.schema().kernel)
@@ -103,8 +114,12 @@ pub fn check_defaults(dir: &Path, threshold: f64, only: Option<&str>) -> CmdResu
         eprintln!("kernels: tables check --defaults: this device has no table target");
         return Ok(ExitCode::FAILURE);
     };
-    let opts = kernels_core::tune::TuneOptions::default();
+    let opts = kernels_core::tune::TuneOptions {
+        finalists,
+        ..kernels_core::tune::TuneOptions::default()
+    };
     let (mut rows, mut errors) = (Vec::new(), Vec::new());
+    println!("{}", header());
     for k in tunables() {
         let schema = k.schema();
         if only.is_some_and(|o| o != schema.kernel) {
@@ -119,14 +134,18 @@ pub fn check_defaults(dir: &Path, threshold: f64, only: Option<&str>) -> CmdResu
             let in_table = table.is_some_and(|t| t.entries.get(key.as_str()).is_some());
             match k.search(&rt, &stream, &key, batch, &opts) {
                 Ok(r) => match r.default_us {
-                    Some(default_us) => rows.push(DefaultRow {
-                        kernel: schema.kernel.to_string(),
-                        key: key.as_str().to_string(),
-                        batch,
-                        default_us,
-                        best_us: r.us,
-                        in_table,
-                    }),
+                    Some(default_us) => {
+                        let row = DefaultRow {
+                            kernel: schema.kernel.to_string(),
+                            key: key.as_str().to_string(),
+                            batch,
+                            default_us,
+                            best_us: r.us,
+                            in_table,
+                        };
+                        println!("{}", row_line(&row, threshold));
+                        rows.push(row);
+                    }
                     None => errors.push(format!(
                         "{} [{key}] batch {batch}: the default failed",
                         schema.kernel
@@ -141,8 +160,8 @@ pub fn check_defaults(dir: &Path, threshold: f64, only: Option<&str>) -> CmdResu
 
 /// Without the `cuda` feature there is no GPU runtime to search with.
 #[cfg(not(feature = "cuda"))]
-pub fn check_defaults(dir: &Path, threshold: f64, only: Option<&str>) -> CmdResult {
-    let _ = (dir, threshold, only);
+pub fn check_defaults(dir: &Path, threshold: f64, only: Option<&str>, finalists: usize) -> CmdResult {
+    let _ = (dir, threshold, only, finalists);
     Err("check --defaults: this binary was built without the `cuda` feature".into())
 }
 
@@ -172,6 +191,7 @@ mod tests {
             verdict(&row(20.0, 10.0, true), 0.05),
             "skip: the table serves this key"
         );
+        assert!(row_line(&row(10.6, 10.0, false), 0.05).ends_with("6.0%  FAIL: the default is slower"));
         assert_eq!(report(&[row(10.4, 10.0, false)], &[], 0.05), ExitCode::SUCCESS);
         assert_eq!(report(&[row(10.6, 10.0, false)], &[], 0.05), ExitCode::FAILURE);
         assert_eq!(

@@ -191,6 +191,11 @@ enum TablesCommand {
         /// With --defaults: the allowed slowdown of the default against the best found.
         #[arg(long, default_value = "0.05", requires = "defaults")]
         defaults_threshold: String,
+        /// With --defaults: screen each search's candidates and time only the N fastest
+        /// that pass the output check in full (0: every candidate in full), as `kernels
+        /// tune --finalists`.
+        #[arg(long, default_value = "0", requires = "defaults")]
+        finalists: String,
         /// On a GPU: the allowed slowdown against the default or a quick search.
         #[arg(long, default_value = "0.10")]
         threshold: String,
@@ -680,6 +685,7 @@ fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {
             shapes,
             defaults,
             defaults_threshold,
+            finalists,
             threshold,
             sample,
             kernel,
@@ -701,7 +707,8 @@ fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {
                     return Err(Usage("check: --defaults runs on CUDA (--backend cuda)".into()));
                 }
                 let t: f64 = arg("defaults-threshold", &defaults_threshold)?;
-                return runtime_cmd::check_defaults(&dir, t, kernel.as_deref()).map_err(Usage);
+                let finalists: usize = arg("finalists", &finalists)?;
+                return runtime_cmd::check_defaults(&dir, t, kernel.as_deref(), finalists).map_err(Usage);
             }
             if served {
                 if backend != runtime_cmd::Backend::Cuda {
