@@ -64,6 +64,7 @@ fn main() -> ExitCode {
             device: 0,
             backend: Backend::Cuda,
             filter: Default::default(),
+            deadline: None,
         };
         match tune(args) {
             Ok(code) if code == ExitCode::SUCCESS => {}

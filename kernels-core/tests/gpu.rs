@@ -1117,6 +1117,7 @@ fn tune_command_path_writes_a_table_and_resumes() {
         tables_dir: &tables,
         retune: false,
         timing: kernels_core::tune::TimingMethod::Single,
+        deadline: None,
     };
     let key_for = |key: &tuned::StaticKey, batch: u64| {
         rt.tuning_key(

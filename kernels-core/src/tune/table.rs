@@ -253,6 +253,11 @@ pub struct TableJob<'a> {
     /// How `search` times candidates (recorded in the table; a table's entries all
     /// share one method).
     pub timing: crate::TimingMethod,
+    /// No search starts that would end past this instant, as estimated from the
+    /// longest search of this run so far (the first always starts): the run then
+    /// writes the table from what it has, and a later run resumes from the cache.
+    /// For runs under a time limit, which would otherwise be killed before writing.
+    pub deadline: Option<std::time::Instant>,
 }
 
 impl TableJob<'_> {
@@ -316,6 +321,8 @@ pub struct TableOutcome {
     pub no_default_time: Vec<(StaticKey, u64)>,
     /// How the new entries merged with the existing file.
     pub merge: MergeReport,
+    /// Shapes not searched because the job's deadline would have passed.
+    pub past_deadline: usize,
 }
 
 /// Tunes every shape and merges the results into the job's table file.
@@ -339,6 +346,7 @@ pub fn tune_table(
         ..TableOutcome::default()
     };
     let mut entries = Vec::new();
+    let mut longest = std::time::Duration::ZERO;
     for (index, (key, batch)) in shapes.iter().enumerate() {
         let batch = *batch;
         let ck = key_for(key, batch);
@@ -365,13 +373,23 @@ pub fn tune_table(
                 r
             }
             None => {
+                if job
+                    .deadline
+                    .is_some_and(|d| std::time::Instant::now() + longest > d)
+                {
+                    outcome.past_deadline += 1;
+                    continue;
+                }
                 progress(Progress::Searching {
                     index,
                     total,
                     key,
                     batch,
                 });
-                match search(key, batch) {
+                let started = std::time::Instant::now();
+                let result = search(key, batch);
+                longest = longest.max(started.elapsed());
+                match result {
                     Ok(r) => {
                         // Persist before moving on: this is what makes the run resumable.
                         cache.store(Section::Tuning, &ck, "tune", r.to_json().as_bytes())?;
@@ -587,7 +605,50 @@ mod tests {
             tables_dir: dir,
             retune,
             timing: crate::TimingMethod::Single,
+            deadline: None,
         }
+    }
+
+    /// With a deadline, no search starts that the longest search so far says would
+    /// end past it; the table is written from what was found, and a later run
+    /// resumes from the cache.
+    #[test]
+    fn a_deadline_stops_starting_searches_and_the_table_is_still_written() {
+        let dir = temp_dir("deadline");
+        let tables = dir.join("tables");
+        let cache = DiskCache::at(dir.join("cache"));
+        let shapes = parse_shapes(
+            &SCHEMA,
+            r#"[{"dtype": "bf16", "cols": 4096, "batch": [1, 64, 512]}]"#,
+            "s",
+        )
+        .unwrap();
+        let step = std::time::Duration::from_millis(40);
+        let mut calls = Vec::new();
+        let mut search = |_: &StaticKey, b: u64| {
+            calls.push(b);
+            std::thread::sleep(step);
+            Ok(record(128, 10.0, Some(12.0)))
+        };
+        // Room for one search and a bit: the second would end past the deadline.
+        let limited = TableJob {
+            deadline: Some(std::time::Instant::now() + step + step / 2),
+            ..job(&tables, false)
+        };
+        let out = tune_quietly(&limited, &shapes, &cache, &mut search).unwrap();
+        assert_eq!(calls, [1]);
+        assert_eq!((out.tuned, out.past_deadline), (1, 2));
+        assert!(out.written);
+        // No deadline: the run resumes with the two left.
+        let mut calls = Vec::new();
+        let mut search = |_: &StaticKey, b: u64| {
+            calls.push(b);
+            Ok(record(128, 10.0, Some(12.0)))
+        };
+        let out = tune_quietly(&job(&tables, false), &shapes, &cache, &mut search).unwrap();
+        assert_eq!(calls, [64, 512]);
+        assert_eq!((out.tuned, out.cached, out.past_deadline), (2, 1, 0));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// [`tune_table`] of `job` on `shapes` with the test keys and no progress reports.

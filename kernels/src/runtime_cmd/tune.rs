@@ -39,6 +39,9 @@ pub struct TuneArgs {
     pub backend: Backend,
     /// Which shapes of the file to tune (`--only`, `--batch`); empty: all of them.
     pub filter: ShapeFilter,
+    /// `--deadline`: no search starts that would end past it
+    /// ([`kernels_core::tune::TableJob::deadline`]).
+    pub deadline: Option<std::time::Instant>,
 }
 
 /// `kernels tune --only FIELD=VALUE --batch N`: the part of a shape file to tune, to
@@ -222,6 +225,12 @@ fn report_table(out: &kernels_core::tune::TableOutcome) -> ExitCode {
     } else {
         println!("nothing to write to {}", out.path.display());
     }
+    if out.past_deadline > 0 {
+        println!(
+            "{} shape(s) not searched: they would have ended past --deadline; run again to resume",
+            out.past_deadline
+        );
+    }
     if out.failed.is_empty() {
         ExitCode::SUCCESS
     } else {
@@ -348,6 +357,7 @@ fn tune_on(
         tables_dir: &tables,
         retune: args.retune,
         timing: dev.timing,
+        deadline: args.deadline,
     };
     args.filter
         .check_table(&job.table_path(), dev.fingerprint, &dev.timing.to_string())?;

@@ -139,6 +139,12 @@ enum Command {
         /// Tune only these batches of the file's shapes (repeatable).
         #[arg(long = "batch", value_name = "N")]
         batches: Vec<u64>,
+        /// Start no search that would end later than SECS seconds after the command
+        /// started (estimated from the longest search so far), then write the table from
+        /// what was found: for runs under a time limit, which would otherwise be killed
+        /// before the table is written. A later run resumes from the cache.
+        #[arg(long, value_name = "SECS")]
+        deadline: Option<String>,
     },
     /// Resolve a kernel's shapes under KERNELS_TUNING and compile them in parallel into
     /// the module cache.
@@ -325,6 +331,8 @@ fn unknown<S: AsRef<str>>(arg: &str, what: &str, name: &str, known: impl IntoIte
 }
 
 fn run(cli: Cli) -> Result<ExitCode, Usage> {
+    // Where `kernels tune --deadline` counts from.
+    let started = std::time::Instant::now();
     match cli.command {
         Command::Lookup {
             kernel,
@@ -445,6 +453,7 @@ fn run(cli: Cli) -> Result<ExitCode, Usage> {
             backend,
             only,
             batches,
+            deadline,
         } => runtime_cmd::tune(runtime_cmd::TuneArgs {
             kernel,
             shapes,
@@ -460,6 +469,18 @@ fn run(cli: Cli) -> Result<ExitCode, Usage> {
             device,
             backend: arg("backend", &backend)?,
             filter: runtime_cmd::ShapeFilter::new(&only, &batches).map_err(Usage)?,
+            deadline: match deadline {
+                None => None,
+                Some(d) => {
+                    let secs: f64 = arg("deadline", &d)?;
+                    if !(secs.is_finite() && secs > 0.0) {
+                        return Err(Usage(format!(
+                            "--deadline: must be a number of seconds above 0, got {d}"
+                        )));
+                    }
+                    Some(started + std::time::Duration::from_secs_f64(secs))
+                }
+            },
         })
         .map_err(Usage),
         Command::Precompile {
