@@ -248,6 +248,35 @@ fn check(
     Ok(first.unwrap_or_default())
 }
 
+/// Runs `base` once and `other` `other_runs` times on `case`, each checked against the
+/// reference ([`check`]), and the failure, if any: a check's, or the first element of
+/// C where `other` differs in bits from `base` (`base_name` says what `base` is).
+fn same_bits(
+    (rt, stream, case, dev, e): (&CudaRuntime, &Arc<CudaStream>, &Case, &mut Device, &Expected),
+    (base, base_name): (&GemmConfig, &str),
+    (other, other_runs): (&GemmConfig, usize),
+) -> Option<String> {
+    let a = match check(rt, stream, case, dev, e, base, 1) {
+        Ok(a) => a,
+        Err(err) => return Some(err),
+    };
+    let b = match check(rt, stream, case, dev, e, other, other_runs) {
+        Ok(b) => b,
+        Err(err) => return Some(err),
+    };
+    let at = a
+        .iter()
+        .zip(&b)
+        .position(|(x, y)| x.to_bits() != y.to_bits() && !(x.is_nan() && y.is_nan()))?;
+    Some(format!(
+        "{case:?} {other}: C[{}, {}] = {}, against {} from {base_name}",
+        at / case.ldc,
+        at % case.ldc,
+        b[at],
+        a[at]
+    ))
+}
+
 /// (block_m, block_n, block_k, warps_m, warps_n).
 type Tile = (u32, u32, u32, u32, u32);
 
@@ -718,26 +747,8 @@ fn clusters_of_two_match_the_unclustered_tile_bit_for_bit() {
                 continue;
             }
             checked += 1;
-            let outputs = check(&rt, &stream, case, &mut dev, &e, &one, 1)
-                .and_then(|a| check(&rt, &stream, case, &mut dev, &e, &two, 3).map(|b| (a, b)));
-            match outputs {
-                Err(err) => failures.push(err),
-                Ok((a, b)) => {
-                    let differs = a
-                        .iter()
-                        .zip(&b)
-                        .position(|(x, y)| x.to_bits() != y.to_bits() && !(x.is_nan() && y.is_nan()));
-                    if let Some(at) = differs {
-                        failures.push(format!(
-                            "{case:?} {two}: C[{}, {}] = {}, the unclustered tile gives {}",
-                            at / case.ldc,
-                            at % case.ldc,
-                            b[at],
-                            a[at]
-                        ));
-                    }
-                }
-            }
+            let runs = (&rt, &stream, case, &mut dev, &e);
+            failures.extend(same_bits(runs, (&one, "the unclustered tile"), (&two, 3)));
         }
     }
     println!(
@@ -824,26 +835,8 @@ fn tma_stores_of_c_match_direct_stores_bit_for_bit() {
                     continue;
                 }
                 checked += 1;
-                let outputs = check(&rt, &stream, case, &mut dev, &e, &direct, 1)
-                    .and_then(|a| check(&rt, &stream, case, &mut dev, &e, &tma, 2).map(|b| (a, b)));
-                match outputs {
-                    Err(err) => failures.push(err),
-                    Ok((a, b)) => {
-                        let differs = a
-                            .iter()
-                            .zip(&b)
-                            .position(|(x, y)| x.to_bits() != y.to_bits() && !(x.is_nan() && y.is_nan()));
-                        if let Some(at) = differs {
-                            failures.push(format!(
-                                "{case:?} {tma}: C[{}, {}] = {}, direct stores give {}",
-                                at / case.ldc,
-                                at % case.ldc,
-                                b[at],
-                                a[at]
-                            ));
-                        }
-                    }
-                }
+                let runs = (&rt, &stream, case, &mut dev, &e);
+                failures.extend(same_bits(runs, (&direct, "direct stores"), (&tma, 2)));
             }
         }
     }

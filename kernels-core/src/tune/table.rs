@@ -609,6 +609,16 @@ mod tests {
         }
     }
 
+    /// One key at batches 1, 64 and 512.
+    fn three_batches() -> Vec<(StaticKey, u64)> {
+        parse_shapes(
+            &SCHEMA,
+            r#"[{"dtype": "bf16", "cols": 4096, "batch": [1, 64, 512]}]"#,
+            "s",
+        )
+        .unwrap()
+    }
+
     /// With a deadline, no search starts that the longest search so far says would
     /// end past it; the table is written from what was found, and a later run
     /// resumes from the cache.
@@ -617,12 +627,7 @@ mod tests {
         let dir = temp_dir("deadline");
         let tables = dir.join("tables");
         let cache = DiskCache::at(dir.join("cache"));
-        let shapes = parse_shapes(
-            &SCHEMA,
-            r#"[{"dtype": "bf16", "cols": 4096, "batch": [1, 64, 512]}]"#,
-            "s",
-        )
-        .unwrap();
+        let shapes = three_batches();
         let step = std::time::Duration::from_millis(40);
         let mut calls = Vec::new();
         let mut search = |_: &StaticKey, b: u64| {
@@ -666,12 +671,7 @@ mod tests {
         let dir = temp_dir("resume");
         let tables = dir.join("tables");
         let cache = DiskCache::at(dir.join("cache"));
-        let shapes = parse_shapes(
-            &SCHEMA,
-            r#"[{"dtype": "bf16", "cols": 4096, "batch": [1, 64, 512]}]"#,
-            "s",
-        )
-        .unwrap();
+        let shapes = three_batches();
 
         // First run: the search "crashes" (errors) on the third shape.
         let mut calls = Vec::new();
