@@ -164,9 +164,11 @@ fn bare_moe(
     problem: &MoeProblem<'_>,
 ) -> Result<f64, BoxError> {
     use kernels::moe::plan::{step_args, step_variant, Step, SOURCE};
-    let c = kernels::moe::ops::prepare(rt, stream, key, MOE_DIMS.0 as u64)?
-        .resolved
-        .config;
+    let prepared = kernels::moe::ops::prepare(rt, stream, key, MOE_DIMS.0 as u64)?;
+    // One launch through the op first: it sets each kernel's shared-memory limit, which
+    // a bare cuLaunchKernel of more than 48 KiB needs.
+    prepared.launch(stream, problem)?;
+    let c = prepared.resolved.config;
     let info = rt.info();
     let align = rt.kernel(stream, &SOURCE, &step_variant(key, &c, Step::Align))?;
     let (dims, args) = step_args(info, &c, problem, Step::Align)?;
