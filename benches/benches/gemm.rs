@@ -128,18 +128,10 @@ fn alternatives(key: &GemmKey, m: u64, served: &GemmConfig) -> Vec<GemmConfig> {
                     for cluster in [1, 2] {
                         for epilogue in [Epilogue::Direct, Epilogue::Tma] {
                             out.push(GemmConfig {
-                                path: Path::Wgmma,
-                                block_m,
-                                block_n,
-                                block_k: 64,
-                                warps_m,
-                                warps_n: 1,
-                                stages,
-                                split_k: 1,
                                 group_m,
-                                vec: 8,
                                 cluster,
                                 epilogue,
+                                ..GemmConfig::wgmma(block_m, block_n, warps_m, stages)
                             });
                         }
                     }

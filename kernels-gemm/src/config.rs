@@ -128,6 +128,26 @@ pub const SPLIT_COUNTERS: u32 = 16384;
 pub const SMEM_PAD: u32 = 8;
 
 impl GemmConfig {
+    /// The unswapped Hopper tile `block_m` x `block_n` over `warps_m` / 4 consumer
+    /// warpgroups with a ring of `stages`: 64-wide k steps, no split, grouped raster of
+    /// 8, no cluster, C stored directly. Other choices are struct updates of it.
+    pub const fn wgmma(block_m: u32, block_n: u32, warps_m: u32, stages: u32) -> GemmConfig {
+        GemmConfig {
+            path: Path::Wgmma,
+            block_m,
+            block_n,
+            block_k: 64,
+            warps_m,
+            warps_n: 1,
+            stages,
+            split_k: 1,
+            group_m: 8,
+            vec: 8,
+            cluster: 1,
+            epilogue: Epilogue::Direct,
+        }
+    }
+
     /// Decodes and checks a config (values in parameter order).
     pub fn from_values(values: &[Value]) -> Result<Self, String> {
         check_config(values)?;

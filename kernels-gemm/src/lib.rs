@@ -283,18 +283,8 @@ mod space_tests {
             k: 4096,
         };
         let two = GemmConfig {
-            path: Path::Wgmma,
-            block_m: 128,
-            block_n: 256,
-            block_k: 64,
-            warps_m: 8,
-            warps_n: 1,
-            stages: 4,
-            split_k: 1,
-            group_m: 8,
-            vec: 8,
             cluster: 2,
-            epilogue: Epilogue::Direct,
+            ..GemmConfig::wgmma(128, 256, 8, 4)
         };
         assert!(space::fits(Target::Sm90, &key, &two));
         assert!(!space::fits(Target::Sm80, &key, &two));
@@ -393,18 +383,8 @@ mod space_tests {
             k: 4096,
         };
         let tma = GemmConfig {
-            path: Path::Wgmma,
-            block_m: 128,
-            block_n: 128,
-            block_k: 64,
-            warps_m: 8,
-            warps_n: 1,
-            stages: 6,
-            split_k: 1,
-            group_m: 8,
-            vec: 8,
-            cluster: 1,
             epilogue: Epilogue::Tma,
+            ..GemmConfig::wgmma(128, 128, 8, 6)
         };
         assert!(space::fits(Target::Sm90, &key, &tma));
         assert!(!space::fits(Target::Sm80, &key, &tma));

@@ -1012,20 +1012,7 @@ mod tests {
     /// pair per band of two tile rows where there are fewer, and B's box half a tile.
     #[test]
     fn a_cluster_of_two_launches_pairs_with_half_b_boxes() {
-        let one = GemmConfig {
-            path: Path::Wgmma,
-            block_m: 128,
-            block_n: 256,
-            block_k: 64,
-            warps_m: 8,
-            warps_n: 1,
-            stages: 4,
-            split_k: 1,
-            group_m: 8,
-            vec: 8,
-            cluster: 1,
-            epilogue: Epilogue::Direct,
-        };
+        let one = GemmConfig::wgmma(128, 256, 8, 4);
         let two = GemmConfig { cluster: 2, ..one };
         let key = GemmKey {
             dtype: DType::Bf16,
@@ -1078,20 +1065,7 @@ mod tests {
     /// stays clear (the kernel stores C directly), and the launch still plans.
     #[test]
     fn a_tma_epilogue_passes_a_map_of_c_or_falls_back_where_c_is_misaligned() {
-        let direct = GemmConfig {
-            path: Path::Wgmma,
-            block_m: 128,
-            block_n: 256,
-            block_k: 64,
-            warps_m: 8,
-            warps_n: 1,
-            stages: 4,
-            split_k: 1,
-            group_m: 8,
-            vec: 8,
-            cluster: 1,
-            epilogue: Epilogue::Direct,
-        };
+        let direct = GemmConfig::wgmma(128, 256, 8, 4);
         let tma = GemmConfig {
             epilogue: Epilogue::Tma,
             ..direct

@@ -179,18 +179,10 @@ fn wgmma_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>)
                             for cluster in [1u32, 2].into_iter().filter(|&c| c == 1 || tile_rows > 1) {
                                 for epilogue in [Epilogue::Direct, Epilogue::Tma] {
                                     push(GemmConfig {
-                                        path: Path::Wgmma,
-                                        block_m: bm,
-                                        block_n: bn,
-                                        block_k: 64,
-                                        warps_m: 4 * consumers,
-                                        warps_n: 1,
-                                        stages,
-                                        split_k: 1,
                                         group_m: group_m as u32,
-                                        vec: 8,
                                         cluster,
                                         epilogue,
+                                        ..GemmConfig::wgmma(bm, bn, 4 * consumers, stages)
                                     });
                                 }
                             }

@@ -727,20 +727,7 @@ fn clusters_of_two_match_the_unclustered_tile_bit_for_bit() {
             (128, 256, 8),
             (256, 128, 8),
         ] {
-            let one = GemmConfig {
-                path: Path::Wgmma,
-                block_m,
-                block_n,
-                block_k: 64,
-                warps_m,
-                warps_n: 1,
-                stages: 4,
-                split_k: 1,
-                group_m: 8,
-                vec: 8,
-                cluster: 1,
-                epilogue: Epilogue::Direct,
-            };
+            let one = GemmConfig::wgmma(block_m, block_n, warps_m, 4);
             let two = GemmConfig { cluster: 2, ..one };
             if !space::fits(target, &key, &two) {
                 assert!(target != Target::Sm90, "{two} must fit {key:?}");
@@ -813,18 +800,8 @@ fn tma_stores_of_c_match_direct_stores_bit_for_bit() {
         ] {
             for cluster in [1, 2] {
                 let direct = GemmConfig {
-                    path: Path::Wgmma,
-                    block_m,
-                    block_n,
-                    block_k: 64,
-                    warps_m,
-                    warps_n: 1,
-                    stages,
-                    split_k: 1,
-                    group_m: 8,
-                    vec: 8,
                     cluster,
-                    epilogue: Epilogue::Direct,
+                    ..GemmConfig::wgmma(block_m, block_n, warps_m, stages)
                 };
                 let tma = GemmConfig {
                     epilogue: Epilogue::Tma,
