@@ -11,7 +11,12 @@
 //!   the views on every call, with cudarc's cross-stream tracking on (the context has
 //!   a second stream, so every buffer's events are waited on and recorded);
 //! - `safe-untracked`: the same after `CudaContext::disable_event_tracking()`, what an
-//!   engine that orders its streams itself gets.
+//!   engine that orders its streams itself gets;
+//! - `bare-tracked`: `bare` inside the cudarc guards of the op's buffers, taken as the
+//!   safe op takes them (a read guard per input, a write guard per output) and dropped
+//!   after the launch: the floor cudarc's tracking sets for any launch on its buffers
+//!   (each guard waits on the buffer's events and records one), which `safe` is read
+//!   against.
 //!
 //! GEMM runs the same four ways on a launch-bound decode shape (m = 1, n = 256, k = 512,
 //! bf16, layout nt, with the workspace its split-K configs need): on sm_90 that is the
@@ -84,12 +89,22 @@ fn per_call(stream: &Arc<CudaStream>, f: &mut dyn FnMut() -> Result<(), BoxError
 /// dimensions and its arguments.
 type BareLaunch = (dsys::CUfunction, LaunchDims, KernelArgs);
 
+/// What runs around each bare call: the call itself (`bare`), or the call inside the
+/// cudarc guards of the op's buffers (`bare-tracked`).
+type Hold<'h> = &'h mut dyn FnMut(&mut dyn FnMut() -> Result<(), BoxError>) -> Result<(), BoxError>;
+
+/// The bare call as it is.
+fn plain(f: &mut dyn FnMut() -> Result<(), BoxError>) -> Result<(), BoxError> {
+    f()
+}
+
 /// `cuLaunchKernel` of `K`'s resolved kernels for `problem` (every launch of its call),
 /// with the functions, the parameter arrays and the tensor maps prepared once.
 fn bare<K: kernels::core::Tunable>(
     rt: &CudaRuntime,
     stream: &Arc<CudaStream>,
     problem: &K::Problem<'_>,
+    hold: Hold<'_>,
 ) -> Result<f64, BoxError> {
     let prepared = rt.run::<K>(stream, problem)?;
     let launches = K::launches(rt.info(), &prepared.resolved.config, problem)?;
@@ -99,11 +114,15 @@ fn bare<K: kernels::core::Tunable>(
         .zip(launches.iter())
         .map(|(k, (dims, args))| (k.function().cu_function(), *dims, args.clone()))
         .collect();
-    bare_launches(stream, list)
+    bare_launches(stream, list, hold)
 }
 
-/// Per-call microseconds of `cuLaunchKernel` of each of `launches` in turn.
-fn bare_launches(stream: &Arc<CudaStream>, launches: Vec<BareLaunch>) -> Result<f64, BoxError> {
+/// Per-call microseconds of `cuLaunchKernel` of each of `launches` in turn, inside `hold`.
+fn bare_launches(
+    stream: &Arc<CudaStream>,
+    launches: Vec<BareLaunch>,
+    hold: Hold<'_>,
+) -> Result<f64, BoxError> {
     // Each launch's argument slots and encoded tensor maps, boxed so the parameter
     // pointers into them stay valid.
     let mut ready = Vec::new();
@@ -131,27 +150,29 @@ fn bare_launches(stream: &Arc<CudaStream>, launches: Vec<BareLaunch>) -> Result<
         .collect();
     let raw = stream.cu_stream();
     per_call(stream, &mut || {
-        for ((func, dims, ..), p) in ready.iter().zip(params.iter_mut()) {
-            // SAFETY: the functions, dimensions and arguments are exactly those the
-            // runtime launched for this problem, whose buffers outlive the loop.
-            let r = unsafe {
-                dsys::cuLaunchKernel(
-                    *func,
-                    dims.grid.0,
-                    dims.grid.1,
-                    dims.grid.2,
-                    dims.block.0,
-                    dims.block.1,
-                    dims.block.2,
-                    dims.smem_bytes,
-                    raw,
-                    p.as_mut_ptr(),
-                    std::ptr::null_mut(),
-                )
-            };
-            r.result()?;
-        }
-        Ok(())
+        hold(&mut || {
+            for ((func, dims, ..), p) in ready.iter().zip(params.iter_mut()) {
+                // SAFETY: the functions, dimensions and arguments are exactly those the
+                // runtime launched for this problem, whose buffers outlive the loop.
+                let r = unsafe {
+                    dsys::cuLaunchKernel(
+                        *func,
+                        dims.grid.0,
+                        dims.grid.1,
+                        dims.grid.2,
+                        dims.block.0,
+                        dims.block.1,
+                        dims.block.2,
+                        dims.smem_bytes,
+                        raw,
+                        p.as_mut_ptr(),
+                        std::ptr::null_mut(),
+                    )
+                };
+                r.result()?;
+            }
+            Ok(())
+        })
     })
 }
 
@@ -162,6 +183,7 @@ fn bare_moe(
     stream: &Arc<CudaStream>,
     key: &MoeKey,
     problem: &MoeProblem<'_>,
+    hold: Hold<'_>,
 ) -> Result<f64, BoxError> {
     use kernels::moe::plan::{step_args, step_variant, Step, SOURCE};
     let prepared = kernels::moe::ops::prepare(rt, stream, key, MOE_DIMS.0 as u64)?;
@@ -180,7 +202,7 @@ fn bare_moe(
             .zip(launches.iter())
             .map(|(k, (dims, args))| (k.function().cu_function(), *dims, args.clone())),
     );
-    bare_launches(stream, list)
+    bare_launches(stream, list, hold)
 }
 
 /// `COLS` bf16 pseudo-random values on the device.
@@ -339,16 +361,36 @@ fn run() -> Result<(), BoxError> {
     let mut rows = Vec::new();
     let mut push = |op: &'static str, way: &'static str, us: f64| rows.push(Row { op, way, us });
 
-    push("softmax", "bare", bare::<Softmax>(&rt, &stream, &softmax)?);
-    push("log_softmax", "bare", bare::<LogSoftmax>(&rt, &stream, &softmax)?);
-    push("rmsnorm", "bare", bare::<RmsNorm>(&rt, &stream, &norm)?);
+    push(
+        "softmax",
+        "bare",
+        bare::<Softmax>(&rt, &stream, &softmax, &mut plain)?,
+    );
+    push(
+        "log_softmax",
+        "bare",
+        bare::<LogSoftmax>(&rt, &stream, &softmax, &mut plain)?,
+    );
+    push(
+        "rmsnorm",
+        "bare",
+        bare::<RmsNorm>(&rt, &stream, &norm, &mut plain)?,
+    );
     push(
         "fused_add_rmsnorm",
         "bare",
-        bare::<FusedAddRmsNorm>(&rt, &stream, &fused)?,
+        bare::<FusedAddRmsNorm>(&rt, &stream, &fused, &mut plain)?,
     );
-    push("gemm", "bare", bare::<kernels::gemm::Gemm>(&rt, &stream, &gemm)?);
-    push("fused_moe", "bare", bare_moe(&rt, &stream, &moe_key, &moe)?);
+    push(
+        "gemm",
+        "bare",
+        bare::<kernels::gemm::Gemm>(&rt, &stream, &gemm, &mut plain)?,
+    );
+    push(
+        "fused_moe",
+        "bare",
+        bare_moe(&rt, &stream, &moe_key, &moe, &mut plain)?,
+    );
 
     let s = &stream;
     push(
@@ -405,6 +447,71 @@ fn run() -> Result<(), BoxError> {
             kernels::moe::ops::fused_moe(&rt, s, &moe)
                 .map(drop)
                 .map_err(Into::into)
+        })?,
+    );
+
+    // The floor of cudarc's tracking: the bare calls inside the guards the safe ops take.
+    push(
+        "softmax",
+        "bare-tracked",
+        bare::<Softmax>(&rt, s, &softmax, &mut |f| {
+            let (_, _x) = x.device_ptr(s);
+            let (_, _y) = y.device_ptr_mut(s);
+            f()
+        })?,
+    );
+    push(
+        "log_softmax",
+        "bare-tracked",
+        bare::<LogSoftmax>(&rt, s, &softmax, &mut |f| {
+            let (_, _x) = x.device_ptr(s);
+            let (_, _y) = y.device_ptr_mut(s);
+            f()
+        })?,
+    );
+    push(
+        "rmsnorm",
+        "bare-tracked",
+        bare::<RmsNorm>(&rt, s, &norm, &mut |f| {
+            let (_, _x) = x.device_ptr(s);
+            let (_, _w) = w.device_ptr(s);
+            let (_, _y) = y.device_ptr_mut(s);
+            f()
+        })?,
+    );
+    push(
+        "fused_add_rmsnorm",
+        "bare-tracked",
+        bare::<FusedAddRmsNorm>(&rt, s, &fused, &mut |f| {
+            let (_, _x) = y.device_ptr_mut(s);
+            let (_, _r) = r.device_ptr_mut(s);
+            let (_, _w) = w.device_ptr(s);
+            f()
+        })?,
+    );
+    push(
+        "gemm",
+        "bare-tracked",
+        bare::<kernels::gemm::Gemm>(&rt, s, &gemm, &mut |f| {
+            let (_, _a) = ga.device_ptr(s);
+            let (_, _b) = gb.device_ptr(s);
+            let (_, _c) = gc.device_ptr_mut(s);
+            let (_, _ws) = gws.device_ptr_mut(s);
+            f()
+        })?,
+    );
+    push(
+        "fused_moe",
+        "bare-tracked",
+        bare_moe(&rt, s, &moe_key, &moe, &mut |f| {
+            let (_, _h) = hidden.device_ptr(s);
+            let (_, _w13) = w13.device_ptr(s);
+            let (_, _w2) = w2.device_ptr(s);
+            let (_, _i) = ids.device_ptr(s);
+            let (_, _w) = weights.device_ptr(s);
+            let (_, _o) = mout.device_ptr_mut(s);
+            let (_, _ws) = mws.device_ptr_mut(s);
+            f()
         })?,
     );
 
