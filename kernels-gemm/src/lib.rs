@@ -370,7 +370,7 @@ mod space_tests {
                     // The default stores by TMA exactly where it is an unswapped
                     // wgmma tile of whole 64-column sub-tiles.
                     let d = analytic_default(t, &key, m);
-                    let tma_tile = d.path == Path::Wgmma && d.block_n % 64 == 0;
+                    let tma_tile = d.path == Path::Wgmma && d.block_n.is_multiple_of(64);
                     assert_eq!(d.epilogue == Epilogue::Tma, tma_tile, "{t} n={n} m={m}: {d}");
                     assert!(space.contains(&d), "{t} n={n} m={m}: {d}");
                 }
