@@ -139,7 +139,11 @@ mod tests {
                             (analytic_default_fused, true),
                         ] {
                             let c = f(t, &key(odd), rows);
-                            assert_eq!(c.vec, wide, "{t} {dtype} {rows} x {odd}: {c:?}");
+                            // Narrower accesses only where the default takes them by
+                            // design at any size (the sm90 decode clusters).
+                            if rows > 16 || t != Target::Sm90 {
+                                assert_eq!(c.vec, wide, "{t} {dtype} {rows} x {odd}: {c:?}");
+                            }
                             assert_eq!(c, f(t, &key(even), rows), "{t} {dtype} {rows} x {odd}");
                             let space = space::search_space(t, &key(odd), fused);
                             assert!(space.iter().filter(|c| c.vec == wide).count() > 10);

@@ -729,7 +729,8 @@ mod tests {
         .unwrap();
         assert_eq!(f.alignment(), AlignClass::A16);
         let key = f.key();
-        let c = crate::analytic_default_fused(tuned::Target::Sm90, &key, 7);
+        // A default with 16-byte vectors (at 64 rows; fewer take 4-byte accesses).
+        let c = crate::analytic_default_fused(tuned::Target::Sm90, &key, 64);
         assert_eq!(c.vec, 8);
         let info = DeviceInfo::nominal(tuned::Target::Sm90).unwrap();
         assert!(<FusedAddRmsNorm as PlannedKernel>::plan(&info, &c, &f).is_ok());

@@ -198,40 +198,56 @@ mod tests {
         assert!(analytic_default(Target::Sm80, &key, 1).splits == 1);
     }
 
-    /// Vocabulary rows of 16-bit types at batches past half the H200's SMs default to a
-    /// cluster of 128-thread blocks with 16 vectors per thread at most: vectors of 4
-    /// where 16 blocks or fewer suffice, else of 8, odd vocabularies (GPT-2's 50257,
-    /// 151655) alike; f32 and other targets keep the other rules.
+    /// Vocabulary rows of 16-bit types from 32 rows default to a cluster of 128-thread
+    /// blocks with 16 vectors per thread at most: below 256 rows the narrowest vector
+    /// with 8 or 16 blocks per row, from 256 rows vectors of 4 where 16 blocks or fewer
+    /// suffice, else of 8, odd vocabularies (GPT-2's 50257, 151655) alike. Clusters keep
+    /// the exponentials up to 64 rows, and up to 1024 rows of at most 32768 columns. f32
+    /// and other targets keep the other rules.
     #[test]
     fn vocabulary_batches_default_to_the_cluster_on_sm90() {
         let at = |dtype, cols, rows| analytic_default(Target::Sm90, &SoftmaxKey { dtype, cols }, rows);
-        for rows in [66, 128, 1024, 16384] {
-            for (cols, vec, splits) in [
-                (32000, 4, 4),
-                (65536, 4, 8),
-                (128256, 4, 16),
-                (151936, 8, 16),
-                (262144, 8, 16),
-                (50257, 4, 8),
-                (151655, 8, 16),
-            ] {
+        let few = [
+            (32000, 2, 8),
+            (65536, 2, 16),
+            (128256, 4, 16),
+            (151936, 8, 16),
+            (262144, 8, 16),
+            (50257, 2, 16),
+            (151655, 8, 16),
+        ];
+        let many = [
+            (32000, 4, 4),
+            (65536, 4, 8),
+            (128256, 4, 16),
+            (151936, 8, 16),
+            (262144, 8, 16),
+            (50257, 4, 8),
+            (151655, 8, 16),
+        ];
+        for rows in [32, 64, 66, 128, 255, 256, 1024, 1025, 16384] {
+            for (cols, vec, splits) in if rows < 256 { few } else { many } {
                 for dtype in [DType::Bf16, DType::F16] {
                     let c = at(dtype, cols, rows);
-                    let want = SoftmaxConfig {
+                    let mut want = SoftmaxConfig {
                         strategy: Strategy::Cluster,
                         threads: 128,
                         vec,
                         rows: 1,
                         splits,
-                        keep: false,
+                        keep: true,
                     };
+                    // Kept where the exponentials fit the registers (not 262144).
+                    want.keep = (rows < 64 || (cols <= 32768 && rows <= 1024))
+                        && crate::space::fits(Target::Sm90, &SoftmaxKey { dtype, cols }, &want);
                     assert_eq!(c, want, "{dtype} {rows} x {cols}");
                     assert!(c.iters(cols) <= 16, "{c:?}");
+                    assert!(crate::space::fits(Target::Sm90, &SoftmaxKey { dtype, cols }, &c));
                 }
             }
         }
-        // Below half the SMs the few-rows rule still decides (8 blocks per row at 64).
-        assert_eq!(at(DType::Bf16, 128256, 64).splits, 8);
+        // Below 32 rows the few-rows rule still decides (8 blocks per row at 16).
+        assert_eq!(at(DType::Bf16, 128256, 16).splits, 8);
         // 16384 columns, f32 and sm80: not this rule.
         assert_ne!(at(DType::Bf16, 16384, 1024).strategy, Strategy::Cluster);
         assert_ne!(at(DType::F32, 128256, 1024).threads, 128);
