@@ -365,9 +365,25 @@ pub mod cuda {
     pub struct Tally {
         checked: usize,
         failures: Vec<String>,
+        /// When the test began, and the runs checked at the last [`Tally::progress`].
+        started: Option<std::time::Instant>,
+        reported: usize,
     }
 
     impl Tally {
+        /// Prints one line for the case just finished: its runs, the failures so far and
+        /// the seconds since the test began, so a run stopped by a time limit shows
+        /// which cases it finished and where its time went.
+        pub fn progress(&mut self, case: &str) {
+            let secs = self.started.map_or(0.0, |t| t.elapsed().as_secs_f64());
+            println!(
+                "  {case}: {} runs, {} failed so far, {secs:.1} s",
+                self.checked - self.reported,
+                self.failures.len()
+            );
+            self.reported = self.checked;
+        }
+
         /// Counts one checked run, and its failure if any.
         pub fn add(&mut self, run: Result<(), String>) {
             self.checked += 1;
@@ -405,7 +421,10 @@ pub mod cuda {
             return;
         };
         let target = rt.info().tuning_target();
-        let mut tally = Tally::default();
+        let mut tally = Tally {
+            started: Some(std::time::Instant::now()),
+            ..Tally::default()
+        };
         check(&rt, &stream, target, &mut tally);
         tally.report(family);
     }

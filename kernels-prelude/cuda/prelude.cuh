@@ -17,6 +17,7 @@
 //   Vec<T, N> ................... N elements in one aligned access (at most 16 bytes)
 //   load_vec / store_vec ........ one vector access; the address must be aligned to it
 //   load_stream / store_stream .. the same, evict-first (last use of the data)
+//   RowSplit .................... a row as its unaligned head, aligned vectors and tail
 //   KD_LAUNCH_BOUNDS ............ __launch_bounds__ with an optional blocks-per-SM hint
 //   unpack / pack ............... a vector to floats and back (round to nearest even)
 //   opaque ...................... a register barrier for a vector held across passes
@@ -171,6 +172,24 @@ template <typename T, int N>
 __device__ __forceinline__ void store_vec(T* p, const Vec<T, N>& v) {
     *reinterpret_cast<Vec<T, N>*>(p) = v;
 }
+
+// A row of L elements of T at `row` (aligned to T), seen by vectors of N elements
+// (a power of two): `head` elements before the first address aligned to a vector,
+// `nvec` aligned vectors, then the tail. The head and tail together, `edges` elements
+// (fewer than 2 * N), are read one element at a time; edge j is column edge_col(j).
+// Rows of one tensor split differently when the row stride is not a multiple of N
+// (an odd column count), so each row computes its own.
+template <typename T, int N, int L>
+struct RowSplit {
+    int head, nvec, edges;
+    __device__ __forceinline__ explicit RowSplit(const T* row) {
+        const int mis = int(((unsigned long long)row / sizeof(T)) & (N - 1));
+        head = mis == 0 ? 0 : (N - mis < L ? N - mis : L);
+        nvec = (L - head) / N;
+        edges = L - nvec * N;
+    }
+    __device__ __forceinline__ int edge_col(int j) const { return j < head ? j : j + nvec * N; }
+};
 
 // Two floats to two packed 16-bit values, `lo` in the low half; round to nearest
 // even. sm_80+ has one instruction for the pair.

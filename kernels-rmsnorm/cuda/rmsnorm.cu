@@ -19,8 +19,16 @@
 // Defines (the config; the host guarantees kernels-rmsnorm `space::fits`)
 //   DTYPE 0 = f32, 1 = f16, 2 = bf16      COLS  row length (hidden size, >= 1)
 //   THREADS threads per row, a multiple of the warp      ROWS rows per block
-//   VEC elements per vector access, VEC * sizeof(T) <= 16, COLS % VEC == 0; every
-//       pointer and stride aligned to VEC elements
+//   VEC elements per vector access, VEC * sizeof(T) <= 16. Any COLS and any
+//       alignment (to T): each row is split by kd::RowSplit, from its own address
+//       (rows of an odd hidden size start at different offsets), into its aligned
+//       vectors and its head and tail elements (the edges, fewer than 2 * VEC), which
+//       threads 0 .. edges - 1 of the row read one each and keep in a register. The
+//       rows of x and y (fused: x and residual) must split alike: their addresses'
+//       and strides' differences multiples of VEC * sizeof(T) (the host narrows VEC
+//       until they are). w may sit anywhere: where w's element at the row's first
+//       vector is aligned to a vector, w is read by vectors; otherwise one element at
+//       a time (the same row of w for every row, so from L1 or L2).
 //   SPLITS (optional, default 1) blocks per row: 1, or (sm_90, ROWS = 1, ITERS <= 16)
 //       a thread-block cluster of 2..16 blocks that share one row held in registers;
 //       16 is a non-portable cluster size, which the host allows on the function
@@ -31,9 +39,10 @@
 // Grid: ceil(rows / ROWS) * SPLITS (at most 2^31 - 1) blocks of THREADS * ROWS threads,
 //   no dynamic shared memory; with SPLITS > 1, __cluster_dims__(SPLITS, 1, 1) is
 //   compiled in, so a plain launch forms the clusters (SPLITS consecutive blocks).
-//   Each thread handles ITERS = ceil(COLS / (THREADS * SPLITS * VEC)) vectors of its
-//   row. With ITERS <= 16 the row stays in registers between the reduction and the
-//   write (one pass over HBM; with ITERS <= 8 the weights are loaded with the row);
+//   Each thread handles ITERS = ceil((COLS / VEC) / (THREADS * SPLITS)) vectors of
+//   its row and at most one edge element. With ITERS <= 16 the row stays in
+//   registers between the reduction and the write (one pass over HBM; with ITERS <= 8
+//   the weights are loaded with the row);
 //   longer rows are read a second time, last part first so that the re-read starts
 //   with what is still in L2, evict-first (as is the write of y).
 // Programmatic dependent launch: both entry points call kd::pdl_wait() before their
@@ -57,11 +66,16 @@ typedef kd::Vec<T, VEC> V;
 #define LATE 0
 #endif
 
-constexpr int NVEC = COLS / VEC;           // vectors per row
+typedef kd::RowSplit<T, VEC, COLS> Split;
+// Aligned vectors per row: NVEC with no head (or a short one), NVEC_MIN with a head of
+// VEC - 1 elements. Register storage is sized for NVEC; loop bounds below NVEC_MIN are
+// known at compile time.
+constexpr int NVEC = COLS / VEC;
+constexpr int NVEC_MIN = COLS >= VEC - 1 ? (COLS - (VEC - 1)) / VEC : 0;
 constexpr int WARPS = THREADS / kd::WARP;  // warps per row group
 constexpr int MAX_ITERS = 16;              // schema::MAX_ITERS
 constexpr int ROW_THREADS = THREADS * SPLITS;  // threads sharing one row
-constexpr int ITERS = (NVEC + ROW_THREADS - 1) / ROW_THREADS;
+constexpr int ITERS = NVEC < 1 ? 1 : (NVEC + ROW_THREADS - 1) / ROW_THREADS;
 constexpr bool CACHED = ITERS <= MAX_ITERS;  // the row fits in registers
 // Short cached rows load their weights with the row, before the reduction, so the
 // weights' latency is not paid after it (the barrier keeps later loads after it).
@@ -71,7 +85,8 @@ constexpr int UNROLL = CACHED ? ITERS : (64 / int(sizeof(V)) > 8 ? 8 : 64 / int(
 constexpr int STEP = ROW_THREADS * UNROLL;  // vectors per row (group or cluster) per step
 constexpr int STEPS = (NVEC + STEP - 1) / STEP;
 
-static_assert(COLS >= 1 && COLS % VEC == 0, "VEC must divide COLS");
+static_assert(COLS >= 1, "COLS >= 1");
+static_assert(2 * (VEC - 1) <= THREADS, "one thread per edge element");
 static_assert(sizeof(V) <= 16, "a vector is at most 16 bytes");
 static_assert(THREADS % kd::WARP == 0 && THREADS * ROWS <= 1024, "THREADS: whole warps");
 static_assert(SPLITS == 1 || (SPLITS >= 2 && SPLITS <= 16 && ROWS == 1 && CACHED),
@@ -95,6 +110,15 @@ __device__ __forceinline__ float sum_squares(const V& a) {
 #pragma unroll
     for (int e = 0; e < VEC; ++e) s = fmaf(f[e], f[e], s);
     return s;
+}
+
+// VEC weights from `p`: one vector load where `aligned`, else one load per element.
+__device__ __forceinline__ V load_w(const T* p, bool aligned) {
+    if (aligned) return kd::load_vec<T, VEC>(p);
+    V v;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) v.v[e] = p[e];
+    return v;
 }
 
 __device__ __forceinline__ V normalise(const V& a, const V& w, float r) {
@@ -172,19 +196,34 @@ __device__ __forceinline__ void rmsnorm_rows(const T* in, long long in_stride, T
     // Groups past the last row load and store nothing but still meet the barrier.
     const bool active = row < rows;
     const long long r = active ? row : 0;
+    const T* xr = in + r * in_stride;
+    T* rr = FUSED ? res + r * res_stride : nullptr;
+    T* yr = out + r * out_stride;
+    const Split sp(xr);
     // Vector u of step s of this thread is s * STEP + u * ROW_THREADS + tid: one base
     // pointer per thread and constant offsets keep addresses out of registers.
-    const T* xp = in + r * in_stride + tid * VEC;
-    T* rp = FUSED ? res + r * res_stride + tid * VEC : nullptr;
-    T* yp = out + r * out_stride + tid * VEC;
-    const T* wp = w + tid * VEC;
+    const T* xp = xr + sp.head + tid * VEC;
+    T* rp = FUSED ? rr + sp.head + tid * VEC : nullptr;
+    T* yp = yr + sp.head + tid * VEC;
+    const T* wp = w + sp.head + tid * VEC;
+    // Uniform over the row: w's vectors line up with the row's.
+    const bool w_vec = (unsigned long long)(w + sp.head) % sizeof(V) == 0;
     auto at = [&](int s, int u) { return (s * STEP + u * ROW_THREADS) * VEC; };
-    // Only the last step may be partial; `NVEC - s * STEP` cannot overflow where
+    // Only the last step may be partial; `nvec - s * STEP` cannot overflow where
     // (s + 1) * STEP could.
     auto valid = [&](int s, int u) {
-        const int left = NVEC - s * STEP;
-        return active && ((u + 1) * ROW_THREADS <= left || u * ROW_THREADS + tid < left);
+        return active && ((u + 1) * ROW_THREADS <= NVEC_MIN - s * STEP || u * ROW_THREADS + tid < sp.nvec - s * STEP);
     };
+    // This thread's edge element, if any, kept as a float (fused: the rounded sum).
+    const bool edge = active && tid < sp.edges;
+    const int ecol = sp.edge_col(tid);
+    float ev = 0.f;
+    // Its loads issued first, so they are in flight with the row's.
+    T ex, er;
+    if (edge) {
+        ex = xr[ecol];
+        if (FUSED) er = rr[ecol];
+    }
 
     // Pass 1: read the row (fused: add the residual, store the rounded sum), sum x^2.
     V buf[UNROLL];
@@ -197,7 +236,7 @@ __device__ __forceinline__ void rmsnorm_rows(const T* in, long long in_stride, T
         if (EARLY_W) {
 #pragma unroll
             for (int u = 0; u < UNROLL; ++u)
-                if (valid(s, u)) wb[u] = kd::load_vec<T, VEC>(wp + at(s, u));
+                if (valid(s, u)) wb[u] = load_w(wp + at(s, u), w_vec);
         }
         if (FUSED) {
             V rb[UNROLL];
@@ -220,6 +259,14 @@ __device__ __forceinline__ void rmsnorm_rows(const T* in, long long in_stride, T
                 if (valid(s, u)) ss += sum_squares(buf[u]);
         }
     }
+    if (edge) {
+        ev = kd::to_f32(ex);
+        if (FUSED) {
+            ev = kd::to_f32(kd::from_f32<T>(ev + kd::to_f32(er)));
+            if (!LATE) rr[ecol] = kd::from_f32<T>(ev);
+        }
+        ss = fmaf(ev, ev, ss);
+    }
     kd::pdl_launch_dependents();
 #if SPLITS > 1
     ss = cluster_sum(ss, cl);
@@ -233,6 +280,10 @@ __device__ __forceinline__ void rmsnorm_rows(const T* in, long long in_stride, T
     // evict-first, as it also writes y, so that what pass 1 left in L2 stays there
     // (figures in docs/results/rmsnorm.md).
     const T* src = FUSED ? rp : xp;
+    if (edge) {
+        if (FUSED && LATE) rr[ecol] = kd::from_f32<T>(ev);
+        yr[ecol] = kd::from_f32<T>(ev * rstd * kd::to_f32(w[ecol]));
+    }
     for (int s = STEPS - 1; s >= 0; --s) {
         if (CACHED) {
             // Re-unpack rather than keep pass 1's floats alive (see kd::opaque).
@@ -246,7 +297,7 @@ __device__ __forceinline__ void rmsnorm_rows(const T* in, long long in_stride, T
         if (!EARLY_W) {
 #pragma unroll
             for (int u = 0; u < UNROLL; ++u)
-                if (valid(s, u)) wb[u] = kd::load_vec<T, VEC>(wp + at(s, u));
+                if (valid(s, u)) wb[u] = load_w(wp + at(s, u), w_vec);
         }
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u)

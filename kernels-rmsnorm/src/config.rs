@@ -77,9 +77,11 @@ impl RmsNormConfig {
         self.threads * self.splits
     }
 
-    /// Vectors each thread handles per row.
+    /// Vectors each thread handles per row, at most: the row's `cols / vec` aligned
+    /// vectors (fewer when the row has a head; see cuda/rmsnorm.cu) over the row's
+    /// threads, at least 1 as the device code sizes it.
     pub fn iters(&self, cols: u32) -> u32 {
-        cols.div_ceil(self.row_threads() * self.vec)
+        (cols / self.vec.max(1)).div_ceil(self.row_threads()).max(1)
     }
 }
 

@@ -10,45 +10,124 @@ use tuned::Target;
 use crate::config::{RmsNormConfig, RmsNormKey};
 use crate::schema::MAX_ITERS;
 
+/// 16-byte vectors at any hidden size: the kernel reads the elements around a row's
+/// aligned vectors one at a time, so odd sizes and offset rows keep them.
+fn widest_vector(key: &RmsNormKey) -> u32 {
+    (16 / key.dtype.size()) as u32
+}
+
 /// Threads for `per_thread` vectors per thread, within one warp and 1024.
 fn threads_for(target: Target, vectors: u32, per_thread: u32) -> u32 {
     (vectors / per_thread)
+        .max(1)
         .next_power_of_two()
         .clamp(target.warp_size(), 1024)
 }
 
-/// Few rows of 4096 columns or more on sm90: a cluster of [`DECODE_SPLITS`] blocks per
-/// row (so a decode batch uses more SMs than it has rows), at the widest vector, with
-/// about one vector per thread; fewer threads where that would leave the cluster's last
-/// block without vectors. `None` elsewhere.
-///
-/// In the H200's tuning records of 1-64 rows of 4096, 7168 and 8192 columns (bf16, every
-/// candidate timed in one pass) this config took 1.000-1.086x the best candidate's time
-/// (fused: 1.000-1.043x), one block per row up to 1.341x; at 128 rows, and below 4096
-/// columns, one block per row wins (docs/results/rmsnorm.md).
+/// Most rows that take a cluster per row by default on sm90 (plain RMSNorm); at 256 rows
+/// one block per row won in every tuned shape (docs/results/rmsnorm.md).
+pub const DECODE_MAX_ROWS: u64 = 128;
+/// Fewest columns that take a cluster by default (plain RMSNorm): in the H200's tables
+/// 3584 columns took one at 1-128 rows, 2048 never did.
+pub const DECODE_MIN_COLS: u32 = 3072;
+/// Fewest columns that take a cluster by default (fused): 2048 columns took one at 1-16 rows.
+pub const DECODE_MIN_COLS_FUSED: u32 = 2048;
+/// Blocks per row of the decode cluster at its fewest rows.
 pub const DECODE_SPLITS: u32 = 8;
-pub const DECODE_MAX_ROWS: u64 = 64;
-pub const DECODE_MIN_COLS: u32 = 4096;
 
+/// A cluster config of `splits` blocks of `threads` threads reading `vec` elements per
+/// access, if it fits `key` on `target`.
+fn cluster(target: Target, key: &RmsNormKey, splits: u32, vec: u32, threads: u32) -> Option<RmsNormConfig> {
+    let c = RmsNormConfig {
+        threads: threads.clamp(target.warp_size(), 1024),
+        vec,
+        rows: 1,
+        occ: 0,
+        splits,
+        late: 0,
+    };
+    crate::space::fits(target, key, &c).then_some(c)
+}
+
+/// About one 16-byte vector per thread of a cluster of `splits` blocks, if it fits (the
+/// cluster's last block must get vectors, which rules it out where rounding the threads
+/// up to a power of two overshoots by `splits / (splits - 1)`).
+fn one_vector_each(target: Target, key: &RmsNormKey, splits: u32) -> Option<RmsNormConfig> {
+    let vec = widest_vector(key);
+    let threads = (key.cols / vec).div_ceil(splits).next_power_of_two();
+    cluster(target, key, splits, vec, threads)
+}
+
+/// Plain RMSNorm's cluster per row for few rows on sm90 (`None` elsewhere), from the
+/// H200's tuning records of 1-128 rows of 3584-8192 columns (bf16, docs/results/rmsnorm.md):
+/// up to 8 rows a cluster of 8 with about one 16-byte vector per thread where that fits
+/// (8192: the best config at 1-64 rows), else single elements over 8 blocks of 128
+/// threads or more (3584, 4096, 7168: the best at 1-8 rows, 1.2-1.4x ahead of two
+/// vectors per thread); from 9 rows a cluster of 8 or 4 with one vector per thread (the
+/// best at 16-128 rows of 3584-8192), else two vectors per thread over 8 blocks.
 fn decode_cluster(target: Target, key: &RmsNormKey, rows: u64) -> Option<RmsNormConfig> {
     if target != Target::Sm90 || rows > DECODE_MAX_ROWS || key.cols < DECODE_MIN_COLS {
         return None;
     }
-    let vec = kernels_core::widest_vector(key.dtype, key.cols);
-    let vectors = key.cols / vec;
-    let mut threads = vectors.div_ceil(DECODE_SPLITS).next_power_of_two().min(1024);
-    while threads > target.warp_size() && (DECODE_SPLITS - 1) * threads >= vectors {
-        threads /= 2;
+    if rows <= 8 {
+        return one_vector_each(target, key, DECODE_SPLITS).or_else(|| {
+            let threads = (key.cols / DECODE_SPLITS / 8).next_power_of_two().max(128);
+            cluster(target, key, DECODE_SPLITS, 1, threads)
+        });
     }
-    let c = RmsNormConfig {
-        threads,
-        vec,
-        rows: 1,
-        occ: 0,
-        splits: DECODE_SPLITS,
-        late: 0,
-    };
-    crate::space::fits(target, key, &c).then_some(c)
+    let splits = if rows <= 64 { [8, 4] } else { [4, 4] };
+    splits
+        .into_iter()
+        .find_map(|s| one_vector_each(target, key, s))
+        .or_else(|| {
+            let vec = widest_vector(key);
+            let mut threads = (key.cols / vec).div_ceil(DECODE_SPLITS).next_power_of_two();
+            while threads > target.warp_size() && (DECODE_SPLITS - 1) * threads >= key.cols / vec {
+                threads /= 2;
+            }
+            cluster(target, key, DECODE_SPLITS, vec, threads)
+        })
+}
+
+/// Fused add RMSNorm's cluster per row for few rows on sm90 (`None` elsewhere), from the
+/// H200's tuning records of 1-128 rows of 2048-8192 columns (bf16, docs/results/rmsnorm.md):
+/// up to 16 rows 8 blocks of 4-byte accesses, about two per thread (the best config, or
+/// within 2% of it, at every such shape; 16-byte vectors took 1.1-1.2x as long); at
+/// 17-64 rows 32-thread blocks with two 16-byte vectors each, 8 or 16 of them per row
+/// (the best at 32-64 rows of 3584-8192); at 65-128 rows of 6144 columns or more a
+/// cluster of 4 with one vector per thread.
+fn decode_cluster_fused(target: Target, key: &RmsNormKey, rows: u64) -> Option<RmsNormConfig> {
+    if target != Target::Sm90 || rows > DECODE_MAX_ROWS || key.cols < DECODE_MIN_COLS_FUSED {
+        return None;
+    }
+    let pair = (4 / key.dtype.size()) as u32;
+    if rows <= 16 {
+        let threads = (key.cols / pair / DECODE_SPLITS / 2).next_power_of_two();
+        return cluster(target, key, DECODE_SPLITS, pair.max(1), threads);
+    }
+    let vec = widest_vector(key);
+    if rows <= 64 && key.cols >= DECODE_MIN_COLS {
+        let splits = (key.cols / vec / 64).next_power_of_two().clamp(8, 16);
+        return cluster(target, key, splits, vec, target.warp_size())
+            .or_else(|| cluster(target, key, DECODE_SPLITS, vec, target.warp_size()));
+    }
+    if rows > 64 && key.cols >= 6144 {
+        return one_vector_each(target, key, 4);
+    }
+    None
+}
+
+/// Vectors per thread for one block per row, from the vectors of the whole batch: with
+/// few, every thread takes one so more loads are in flight; with many, blocks are
+/// plentiful and fewer, longer threads cost less. In the H200's tables of 2048-8192
+/// columns one vector per thread won up to about 0.6 M vectors in the batch (2048 x
+/// 256: 1.38 us against 1.98 for four), two up to about 1.2 M, four above.
+fn vectors_per_thread(rows: u64, vectors: u32) -> u32 {
+    match rows.saturating_mul(u64::from(vectors)) {
+        0..=655_360 => 1,
+        655_361..=1_310_720 => 2,
+        _ => 4,
+    }
 }
 
 /// The default for plain RMSNorm on `rows` rows of `key`.
@@ -56,10 +135,10 @@ pub fn analytic_default(target: Target, key: &RmsNormKey, rows: u64) -> RmsNormC
     if let Some(c) = decode_cluster(target, key, rows) {
         return c;
     }
-    let vec = kernels_core::widest_vector(key.dtype, key.cols);
-    let vectors = key.cols.div_ceil(vec);
-    // About 4 vectors per thread: hidden 4096 in bf16 -> 128 threads of 4 x 16 bytes.
-    let mut threads = threads_for(target, vectors, 4);
+    let vec = widest_vector(key);
+    // Whole vectors (the space's count), so an odd size takes its neighbour's threads.
+    let vectors = (key.cols / vec).max(1);
+    let mut threads = threads_for(target, vectors, vectors_per_thread(rows, vectors));
     // Keep the row in registers when 1024 threads can.
     while threads < 1024 && (vectors.div_ceil(threads) as i64) > MAX_ITERS {
         threads *= 2;
@@ -83,10 +162,10 @@ pub fn analytic_default(target: Target, key: &RmsNormKey, rows: u64) -> RmsNormC
 /// vectors per thread (f16 32768x4096: t256 4.14 TB/s against t128 3.84; 16384x2048
 /// bf16: t256 3.96 against t64 r2 3.77).
 pub fn analytic_default_fused(target: Target, key: &RmsNormKey, rows: u64) -> RmsNormConfig {
-    if let Some(c) = decode_cluster(target, key, rows) {
+    if let Some(c) = decode_cluster_fused(target, key, rows) {
         return c;
     }
-    let vec = kernels_core::widest_vector(key.dtype, key.cols);
+    let vec = widest_vector(key);
     let vectors = key.cols.div_ceil(vec);
     let mut threads = threads_for(target, vectors, 2);
     // Above 16K the register-held row spills at 1024 threads; 128 threads reading the row
@@ -116,44 +195,98 @@ mod tests {
         }
     }
 
-    /// Decode batches of 4096+ columns on sm90 default to an 8-block cluster with about
-    /// one 16-byte vector per thread (the configs the tuning records rank first or close
-    /// behind; docs/results/rmsnorm.md); more rows, shorter rows and other targets do not.
+    /// Few rows on sm90 default to a cluster per row with the shapes the H200's tables
+    /// ranked first (docs/results/rmsnorm.md); more rows, shorter rows and other targets
+    /// do not; every default lies in the space.
     #[test]
     fn decode_rows_default_to_a_cluster_on_sm90() {
-        for (cols, threads) in [(4096, 64), (7168, 64), (8192, 128), (16384, 256)] {
-            for rows in [1, 16, DECODE_MAX_ROWS] {
-                for f in [analytic_default, analytic_default_fused] {
-                    let c = f(Target::Sm90, &key(cols), rows);
-                    assert_eq!(
-                        c,
-                        RmsNormConfig {
-                            threads,
-                            vec: 8,
-                            rows: 1,
-                            occ: 0,
-                            splits: DECODE_SPLITS,
-                            late: 0,
-                        },
-                        "{cols} x {rows}"
-                    );
-                    assert!(crate::space::fits(Target::Sm90, &key(cols), &c));
+        let cfg = |threads, vec, splits| RmsNormConfig {
+            threads,
+            vec,
+            rows: 1,
+            occ: 0,
+            splits,
+            late: 0,
+        };
+        // Plain: one 16-byte vector per thread where it fits, single elements otherwise.
+        assert_eq!(analytic_default(Target::Sm90, &key(8192), 1), cfg(128, 8, 8));
+        assert_eq!(analytic_default(Target::Sm90, &key(4096), 4), cfg(64, 8, 8));
+        assert_eq!(analytic_default(Target::Sm90, &key(7168), 1), cfg(128, 1, 8));
+        assert_eq!(analytic_default(Target::Sm90, &key(7168), 16), cfg(256, 8, 4));
+        assert_eq!(analytic_default(Target::Sm90, &key(3584), 128), cfg(128, 8, 4));
+        assert_eq!(analytic_default(Target::Sm90, &key(8192), 128), cfg(256, 8, 4));
+        // Fused: 4-byte accesses over 8 blocks up to 16 rows, 32-thread blocks to 64.
+        assert_eq!(
+            analytic_default_fused(Target::Sm90, &key(7168), 1),
+            cfg(256, 2, 8)
+        );
+        assert_eq!(
+            analytic_default_fused(Target::Sm90, &key(4096), 16),
+            cfg(128, 2, 8)
+        );
+        assert_eq!(
+            analytic_default_fused(Target::Sm90, &key(8192), 32),
+            cfg(32, 8, 16)
+        );
+        assert_eq!(
+            analytic_default_fused(Target::Sm90, &key(3584), 64),
+            cfg(32, 8, 8)
+        );
+        assert_eq!(
+            analytic_default_fused(Target::Sm90, &key(7168), 128),
+            cfg(256, 8, 4)
+        );
+        assert_eq!(analytic_default_fused(Target::Sm90, &key(4096), 128).splits, 1);
+        for cols in [
+            2048, 3072, 3584, 4096, 4097, 4544, 4608, 5120, 6144, 7168, 8192, 16384, 40000,
+        ] {
+            for rows in [1, 2, 8, 9, 16, 17, 32, 64, 65, 128, 129, 4096] {
+                let (p, f) = (
+                    analytic_default(Target::Sm90, &key(cols), rows),
+                    analytic_default_fused(Target::Sm90, &key(cols), rows),
+                );
+                assert!(
+                    crate::space::fits_plain(Target::Sm90, &key(cols), &p),
+                    "{cols} x {rows}: {p}"
+                );
+                assert!(
+                    crate::space::fits(Target::Sm90, &key(cols), &f),
+                    "{cols} x {rows}: {f}"
+                );
+                if rows > DECODE_MAX_ROWS {
+                    assert_eq!((p.splits, f.splits), (1, 1), "{cols} x {rows}");
+                }
+                if cols >= DECODE_MIN_COLS && rows <= DECODE_MAX_ROWS {
+                    assert!(p.splits > 1, "{cols} x {rows}: {p}");
+                }
+                if rows <= 16 {
+                    assert!(f.splits > 1, "{cols} x {rows}: {f}");
                 }
             }
         }
         for (target, cols, rows) in [
             (Target::Sm90, 8192, DECODE_MAX_ROWS + 1),
-            (Target::Sm90, 3584, 1),
+            (Target::Sm90, 2048, 1),
             (Target::Sm80, 8192, 1),
             (Target::Gfx942, 8192, 1),
         ] {
-            for f in [analytic_default, analytic_default_fused] {
-                assert_eq!(f(target, &key(cols), rows).splits, 1, "{target} {cols} x {rows}");
-            }
+            assert_eq!(
+                analytic_default(target, &key(cols), rows).splits,
+                1,
+                "{target} {cols} x {rows}"
+            );
         }
-        // An odd hidden size takes 1-wide vectors, still with a vector for every block.
-        let odd = analytic_default(Target::Sm90, &key(4097), 1);
-        assert_eq!((odd.vec, odd.threads, odd.splits), (1, 512, DECODE_SPLITS));
-        assert!(crate::space::fits(Target::Sm90, &key(4097), &odd));
+        assert_eq!(analytic_default_fused(Target::Sm80, &key(8192), 1).splits, 1);
+    }
+
+    /// One block per row: one vector per thread while the batch holds few vectors, two
+    /// and then four as it grows (2048 columns: 256 threads up to 2560 rows, then 128,
+    /// then 64).
+    #[test]
+    fn threads_shrink_as_the_batch_grows() {
+        let t = |rows| analytic_default(Target::Sm90, &key(2048), rows).threads;
+        assert_eq!((t(256), t(2560), t(4096), t(16384)), (256, 256, 128, 64));
+        let t = |rows| analytic_default(Target::Sm80, &key(768), rows).threads;
+        assert_eq!((t(1), t(4096)), (128, 128));
     }
 }

@@ -100,14 +100,55 @@ mod tests {
                     32768,
                     65536,
                     1 << 20,
+                    4097,
+                    5121,
+                    65537,
                 ] {
-                    let key = RmsNormKey { dtype, cols };
-                    let c = analytic_default(t, &key, 1);
-                    assert!(space::fits_plain(t, &key, &c), "{t} {dtype} cols={cols}: {c:?}");
-                    assert!(schema::check_rmsnorm_config(&c.values()).is_ok(), "{c:?}");
-                    let c = analytic_default_fused(t, &key, 1);
-                    assert!(space::fits(t, &key, &c), "{t} {dtype} cols={cols}: {c:?}");
-                    assert!(schema::check_config(&c.values()).is_ok(), "{c:?}");
+                    for rows in [1, 64, 65536] {
+                        let key = RmsNormKey { dtype, cols };
+                        let c = analytic_default(t, &key, rows);
+                        assert!(space::fits_plain(t, &key, &c), "{t} {dtype} cols={cols}: {c:?}");
+                        assert!(space::search_space(t, &key, false).contains(&c), "{c:?}");
+                        assert!(schema::check_rmsnorm_config(&c.values()).is_ok(), "{c:?}");
+                        let c = analytic_default_fused(t, &key, rows);
+                        assert!(space::fits(t, &key, &c), "{t} {dtype} cols={cols}: {c:?}");
+                        assert!(space::search_space(t, &key, true).contains(&c), "{c:?}");
+                        assert!(schema::check_config(&c.values()).is_ok(), "{c:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Hidden sizes no 16-byte vector divides take 16-byte vectors by default, in the
+    /// space and as the default, as their aligned neighbours do (the kernel reads each
+    /// row's head and tail by elements).
+    #[test]
+    fn odd_hidden_sizes_keep_16_byte_vectors() {
+        for t in [Target::Sm80, Target::Sm90, Target::Gfx942] {
+            for dtype in DType::ALL {
+                let wide = (16 / dtype.size()) as u32;
+                for (odd, even) in [(4097, 4096), (5121, 5120), (3583, 3584), (65537, 65536)] {
+                    for rows in [1, 16, 64, 1024, 65536] {
+                        let key = |cols| RmsNormKey { dtype, cols };
+                        for (f, fused) in [
+                            (
+                                analytic_default as fn(Target, &RmsNormKey, u64) -> RmsNormConfig,
+                                false,
+                            ),
+                            (analytic_default_fused, true),
+                        ] {
+                            let c = f(t, &key(odd), rows);
+                            // Narrower accesses only where the default takes them by
+                            // design at any size (the sm90 decode clusters).
+                            if rows > 16 || t != Target::Sm90 {
+                                assert_eq!(c.vec, wide, "{t} {dtype} {rows} x {odd}: {c:?}");
+                            }
+                            assert_eq!(c, f(t, &key(even), rows), "{t} {dtype} {rows} x {odd}");
+                            let space = space::search_space(t, &key(odd), fused);
+                            assert!(space.iter().filter(|c| c.vec == wide).count() > 10);
+                        }
+                    }
                 }
             }
         }

@@ -184,9 +184,19 @@ impl<'a> NormProblem<'a> {
         Rows::strided(self.rows as usize, self.key.cols as usize, stride as usize).span_bytes(self.key.dtype)
     }
 
+    /// How far apart, in alignment, the rows of `x` and of the output (`y`, or the
+    /// residual) are: the class of the differences of their addresses and of their
+    /// byte strides. The kernel splits each row at its own first aligned vector
+    /// (cuda/rmsnorm.cu), so where both rows split alike (buffers allocated alike with
+    /// equal strides: A16 at any hidden size or offset) any vector runs. The weight
+    /// does not count: the kernel reads it by vectors where it lines up with the row
+    /// and by elements where not.
     pub(crate) fn alignment(&self) -> AlignClass {
         let s = self.key.dtype.size() as u64;
-        AlignClass::of([self.x, self.w, self.out, self.x_stride * s, self.out_stride * s])
+        AlignClass::of([
+            self.x.wrapping_sub(self.out),
+            self.x_stride.wrapping_sub(self.out_stride).wrapping_mul(s),
+        ])
     }
 }
 
@@ -204,13 +214,14 @@ fn check_writes_disjoint(operands: &[(&str, (u64, u64), bool)]) -> Result<()> {
     Ok(())
 }
 
-/// The config with its vector narrowed to what the buffers' alignment allows. A
-/// cluster config whose row no longer fits in registers at the narrower vector takes
-/// one block per row instead (which streams a long row), and a late residual store
-/// (which needs the row in registers) becomes an early one.
+/// The config with its vector narrowed to what the relative alignment of `x` and the
+/// output allows ([`NormProblem::alignment`]; odd hidden sizes and offset views keep
+/// the vector). A cluster config whose row no longer fits in registers at the narrower
+/// vector takes one block per row instead (which streams a long row), and a late
+/// residual store (which needs the row in registers) becomes an early one.
 pub(crate) fn fit(key: &RmsNormKey, mut c: RmsNormConfig, align: AlignClass) -> RmsNormConfig {
     let size = key.dtype.size() as u32;
-    while c.vec > 1 && (c.vec * size > align.bytes() || !key.cols.is_multiple_of(c.vec)) {
+    while c.vec > 1 && c.vec * size > align.bytes() {
         c.vec /= 2;
     }
     if c.iters(key.cols) as i64 > crate::schema::MAX_ITERS {
@@ -319,8 +330,8 @@ impl Entry {
 /// cluster of `c.splits` blocks per row (with the
 /// shared memory and carveout of its blocks-per-SM cap, if any), and cuda/rmsnorm.cu's
 /// arguments in `entry`'s order. A problem built for the other entry point is an error
-/// naming `problem`; a config whose vector the buffers' alignment does not allow is an
-/// error naming `x`; so are more than 2^31 - 1 blocks (`rows`) and a cap on a device
+/// naming `problem`; a config whose vector the relative alignment of x and the output
+/// does not allow ([`NormProblem::alignment`]) is an error naming `x`; so are more than 2^31 - 1 blocks (`rows`) and a cap on a device
 /// without Hopper's carveouts (`occ`).
 pub(crate) fn launch_args(
     entry: Entry,
@@ -342,7 +353,7 @@ pub(crate) fn launch_args(
         return Err(Error::invalid(
             "x",
             format!(
-                "buffers aligned to {} do not allow {}-element vectors",
+                "rows of x and the output {} apart in alignment do not allow {}-element vectors",
                 p.alignment(),
                 c.vec
             ),
@@ -670,19 +681,59 @@ mod tests {
         assert_eq!(fit(&key, c, AlignClass::A16).vec, 8);
         assert_eq!(fit(&key, c, AlignClass::A4).vec, 2);
         assert_eq!(fit(&key, c, AlignClass::A2).vec, 1);
-        // An odd row length never takes a vector wider than 1.
-        assert_eq!(
-            fit(
-                &RmsNormKey {
-                    dtype: DType::Bf16,
-                    cols: 97
-                },
-                c,
-                AlignClass::A16
+        // An odd row length keeps its vector: the kernel reads head and tail by elements.
+        let odd = RmsNormKey {
+            dtype: DType::Bf16,
+            cols: 97,
+        };
+        assert_eq!(fit(&odd, c, AlignClass::A16).vec, 8);
+    }
+
+    /// The class a launch is fitted to is the relative alignment of x's rows and the
+    /// output's: what engines pass (contiguous `[tokens, hidden]` buffers of an odd
+    /// hidden size, views at the same element offset, an aligned or misaligned weight)
+    /// keeps 16-byte vectors; only x and output rows misaligned differently narrow them.
+    #[test]
+    fn only_differently_misaligned_rows_narrow_the_vector() {
+        let class = |x: u64, xr: Rows, w: u64, y: u64, yr: Rows| {
+            let span = |r: Rows| r.span().unwrap();
+            let p = unsafe {
+                NormProblem::rmsnorm_raw(DType::Bf16, x, span(xr), xr, w, xr.cols, y, span(yr), yr, 1e-6)
+            }
+            .unwrap();
+            p.alignment()
+        };
+        let odd = Rows::contiguous(7, 4097);
+        assert_eq!(class(X, odd, W, Y, odd), AlignClass::A16);
+        assert_eq!(class(X + 2, odd, W + 6, Y + 2, odd), AlignClass::A16);
+        assert_eq!(class(X + 2, odd, W, Y, odd), AlignClass::A2);
+        assert_eq!(class(X + 4, odd, W, Y, odd), AlignClass::A4);
+        let padded = Rows::strided(7, 4097, 4099);
+        assert_eq!(class(X, padded, W, Y, padded), AlignClass::A16);
+        assert_eq!(class(X, padded, W, Y, odd), AlignClass::A4);
+        // The fused problem pairs x with the residual.
+        let f = unsafe {
+            NormProblem::fused_add_rmsnorm_raw(
+                DType::Bf16,
+                X + 2,
+                7 * 4097,
+                odd,
+                Y + 2,
+                7 * 4097,
+                odd,
+                W,
+                4097,
+                1e-6,
             )
-            .vec,
-            1
-        );
+        }
+        .unwrap();
+        assert_eq!(f.alignment(), AlignClass::A16);
+        let key = f.key();
+        // A default with 16-byte vectors (at 64 rows; fewer take 4-byte accesses).
+        let c = crate::analytic_default_fused(tuned::Target::Sm90, &key, 64);
+        assert_eq!(c.vec, 8);
+        let info = DeviceInfo::nominal(tuned::Target::Sm90).unwrap();
+        assert!(<FusedAddRmsNorm as PlannedKernel>::plan(&info, &c, &f).is_ok());
     }
 
     #[test]

@@ -6,7 +6,8 @@ use crate::config::{RmsNormConfig, RmsNormKey};
 use crate::schema::{occ_leaves_enough_threads, LATES, MAX_ITERS, OCCS, ROWS, SPLITS, THREADS, VECS};
 
 /// Whether `config` can run rows of `key` on `target`: a vector is at most 16 bytes
-/// and divides the row; a thread group is at least a warp (64 lanes on AMD) and has
+/// (any row length: the kernel reads the elements before a row's first aligned vector
+/// and after its last one by themselves); a thread group is at least a warp (64 lanes on AMD) and has
 /// no more threads than the row has vectors (idle warps), except the smallest group.
 /// Rows longer than registers hold are read twice, which is correct for any length.
 /// A blocks-per-SM cap needs Hopper's 196 KiB carveout (sm90 only) and leaves
@@ -30,7 +31,6 @@ pub fn fits(target: Target, key: &RmsNormKey, config: &RmsNormConfig) -> bool {
                 && (config.splits - 1) * config.threads < vectors))
         && (config.late == 0 || config.iters(key.cols) as i64 <= MAX_ITERS)
         && vec_bytes <= 16
-        && key.cols.is_multiple_of(config.vec)
         && config.threads >= target.warp_size()
         && config.threads <= group_limit
 }

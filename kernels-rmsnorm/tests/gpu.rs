@@ -1,7 +1,9 @@
 //! RMSNorm and fused residual-add RMSNorm on an NVIDIA GPU against the CPU reference
 //! (`reference::check`; the stored residual exactly): every config of the search space
 //! on awkward shapes (1, odd and prime columns, one row, row strides above cols,
-//! buffers not 16-byte aligned, inf and NaN inputs), the safe ops and the ops on raw
+//! buffers not 16-byte aligned, inf and NaN inputs; odd hidden sizes whose rows each
+//! start at another offset, rows shorter than a vector; the weight aligned, misaligned
+//! like x or otherwise; the output or residual misaligned like x or not), the safe ops and the ops on raw
 //! addresses as an engine calls them, online tuning on the caller's buffers and its
 //! memo, and programmatic dependent launch against plain launches and the reference.
 //! Outputs are poisoned before each run; padding between rows must come back untouched.
@@ -12,8 +14,8 @@
 use kernels_core::cudarc::driver::{CudaSlice, CudaStream};
 use kernels_core::launch::pseudo_random;
 use kernels_core::testing::cuda::{every_config, fitted_and_compiled, runtime, runtime_with, Buf};
-use kernels_core::testing::{case_input, row_cases, stored};
-use kernels_core::{CudaRuntime, DiskCache, Policy, Rows, RuntimeOptions};
+use kernels_core::testing::{case_input, row_cases, stored, Case};
+use kernels_core::{CudaRuntime, DiskCache, PlannedKernel, Policy, Rows, RuntimeOptions};
 use kernels_rmsnorm::plan::NormProblem;
 use kernels_rmsnorm::{cuda as safe, ops, reference, space, FusedAddRmsNorm, RmsNorm, RmsNormKey};
 use tuned::{DType, Source, TunedKernel};
@@ -104,69 +106,106 @@ fn exact(what: &str, got: &[f32], want: &[f32]) -> Result<(), String> {
     }
 }
 
+/// Hidden sizes no vector divides, each row starting at another offset from a 16-byte
+/// boundary (contiguous, strided by one more, at an element offset), and rows shorter
+/// than a vector or than its head.
+fn odd_cases() -> Vec<Case> {
+    let c = Case::new;
+    vec![
+        c(DType::Bf16, 4097, 9, 0, 0, false),
+        c(DType::Bf16, 5121, 6, 1, 3, false),
+        c(DType::F16, 8201, 4, 0, 5, false),
+        c(DType::F32, 4097, 5, 2, 1, false),
+        c(DType::Bf16, 33333, 3, 0, 1, false),
+        c(DType::Bf16, 5, 6, 0, 3, false),
+        c(DType::F32, 2, 6, 1, 1, false),
+    ]
+}
+
+/// Where the weight and the output (`y`, or the fused op's residual) sit for `case`:
+/// `(weight offset, elements by which the output sits further off alignment than x)`.
+/// Every case: the weight misaligned like x, and aligned. Odd cases also: the weight
+/// 3 elements in, and the output one element further off than x (rows of x and the
+/// output split differently, so the vector is narrowed to what both allow).
+fn layouts(case: &Case, odd: bool) -> Vec<(usize, usize)> {
+    let mut out = vec![(case.offset, 0)];
+    if case.offset != 0 {
+        out.push((0, 0));
+    }
+    if odd {
+        out.extend([(3, 0), (0, 1)]);
+    }
+    out
+}
+
 #[test]
 fn every_config_matches_the_reference() {
     every_config(
         "every_config_matches_the_reference",
         "rmsnorm",
         |rt, stream, target, tally| {
-            for case in row_cases() {
-                let key = RmsNormKey {
-                    dtype: case.dtype,
-                    cols: case.cols as u32,
-                };
-                let (x, shape) = case_input(&case, 7, 2.0, false);
-                let (res, _) = case_input(&case, 8, 2.0, false);
-                let w = stored(case.dtype, &pseudo_random(case.cols, 9, 0.5, 1.0));
-                let poison = vec![f32::NAN; x.len()];
-                let [y_want, fx_want, fr_want] = wants(case.dtype, &x, &res, &w, &poison, shape);
+            let cases = row_cases().into_iter().map(|c| (c, false));
+            for (case, odd) in cases.chain(odd_cases().into_iter().map(|c| (c, true))) {
+                for (w_offset, shift) in layouts(&case, odd) {
+                    let key = RmsNormKey {
+                        dtype: case.dtype,
+                        cols: case.cols as u32,
+                    };
+                    let (x, shape) = case_input(&case, 7, 2.0, false);
+                    let (res, _) = case_input(&case, 8, 2.0, false);
+                    let w = stored(case.dtype, &pseudo_random(case.cols, 9, 0.5, 1.0));
+                    let poison = vec![f32::NAN; x.len()];
+                    let [y_want, fx_want, fr_want] = wants(case.dtype, &x, &res, &w, &poison, shape);
 
-                let xb = Buf::new(stream, case.dtype, &x, case.offset);
-                let wb = Buf::new(stream, case.dtype, &w, case.offset);
-                let mut yb = Buf::new(stream, case.dtype, &poison, case.offset);
-                let mut fx = Buf::new(stream, case.dtype, &x, case.offset);
-                let mut fr = Buf::new(stream, case.dtype, &res, case.offset);
-                let align = xb.align(stream, shape.stride);
-                // The fused kernel's space: the plain one's and its late residual stores.
-                let space = space::search_space(target, &key, true);
-                let rows = case.rows as u64;
-                for c in &fitted_and_compiled::<RmsNorm, FusedAddRmsNorm>(rt, &key, rows, &space, align) {
-                    let what = format!(
-                        "rmsnorm {} cols={} rows={} offset={} {c}",
-                        case.dtype, case.cols, case.rows, case.offset
-                    );
-                    // Plain RMSNorm has no residual to store late: it refuses those.
-                    if RmsNorm::accepts(target, &key, rows, c) {
-                        yb.write(stream, &poison);
-                        let p = plain_problem(stream, &xb, &wb, &yb, shape);
-                        rt.launch_config::<RmsNorm>(stream, c, &p).expect("launch");
-                        tally.add(reference::check(
-                            &what,
-                            case.dtype,
-                            &yb.read(stream),
-                            &y_want,
-                            shape,
-                            1,
-                        ));
+                    let xb = Buf::new(stream, case.dtype, &x, case.offset);
+                    let wb = Buf::new(stream, case.dtype, &w, w_offset);
+                    let mut yb = Buf::new(stream, case.dtype, &poison, case.offset + shift);
+                    let mut fx = Buf::new(stream, case.dtype, &x, case.offset);
+                    let mut fr = Buf::new(stream, case.dtype, &res, case.offset + shift);
+                    let align =
+                        <RmsNorm as PlannedKernel>::alignment(&plain_problem(stream, &xb, &wb, &yb, shape));
+                    // The fused kernel's space: the plain one's and its late residual stores.
+                    let space = space::search_space(target, &key, true);
+                    let rows = case.rows as u64;
+                    for c in &fitted_and_compiled::<RmsNorm, FusedAddRmsNorm>(rt, &key, rows, &space, align) {
+                        let what = format!(
+                            "rmsnorm {} cols={} rows={} offset={} w_offset={w_offset} out_shift={shift} {c}",
+                            case.dtype, case.cols, case.rows, case.offset
+                        );
+                        // Plain RMSNorm has no residual to store late: it refuses those.
+                        if RmsNorm::accepts(target, &key, rows, c) {
+                            yb.write(stream, &poison);
+                            let p = plain_problem(stream, &xb, &wb, &yb, shape);
+                            rt.launch_config::<RmsNorm>(stream, c, &p).expect("launch");
+                            tally.add(reference::check(
+                                &what,
+                                case.dtype,
+                                &yb.read(stream),
+                                &y_want,
+                                shape,
+                                1,
+                            ));
+                        }
+
+                        let what = what.replacen("rmsnorm", "fused_add_rmsnorm", 1);
+                        fx.write(stream, &x);
+                        fr.write(stream, &res);
+                        let p = fused_problem(stream, &fx, &fr, &wb, shape);
+                        rt.launch_config::<FusedAddRmsNorm>(stream, c, &p)
+                            .expect("launch");
+                        tally.add(
+                            reference::check(
+                                &format!("{what} x"),
+                                case.dtype,
+                                &fx.read(stream),
+                                &fx_want,
+                                shape,
+                                1,
+                            )
+                            .and_then(|_| exact(&format!("{what} residual"), &fr.read(stream), &fr_want)),
+                        );
                     }
-
-                    let what = what.replacen("rmsnorm", "fused_add_rmsnorm", 1);
-                    fx.write(stream, &x);
-                    fr.write(stream, &res);
-                    let p = fused_problem(stream, &fx, &fr, &wb, shape);
-                    rt.launch_config::<FusedAddRmsNorm>(stream, c, &p)
-                        .expect("launch");
-                    tally.add(
-                        reference::check(
-                            &format!("{what} x"),
-                            case.dtype,
-                            &fx.read(stream),
-                            &fx_want,
-                            shape,
-                            1,
-                        )
-                        .and_then(|_| exact(&format!("{what} residual"), &fr.read(stream), &fr_want)),
-                    );
+                    tally.progress(&format!("{case:?} w_offset={w_offset} out_shift={shift}"));
                 }
             }
         },

@@ -13,8 +13,14 @@
 // Defines (the config; the host guarantees kernels-softmax `space::fits`)
 //   DTYPE 0 = f32, 1 = f16, 2 = bf16      COLS  row length (>= 1)
 //   THREADS threads per row (per block for online and cluster), a multiple of the warp
-//   VEC elements per vector access, VEC * sizeof(T) <= 16, COLS % VEC == 0; x, y
-//       and both strides aligned to VEC elements
+//   VEC elements per vector access, VEC * sizeof(T) <= 16. Any COLS and any
+//       alignment of x and y (to T): each row is split by kd::RowSplit into its
+//       aligned vectors and its head and tail elements (the edges, fewer than 2 * VEC),
+//       which threads 0 .. edges - 1 of the row's first block read one each and keep
+//       in a register. The split is computed per row from the row's address, since
+//       rows of an odd-length tensor start at different offsets. x and y rows must
+//       split alike: x - y and (x_stride - y_stride) * sizeof(T) multiples of
+//       VEC * sizeof(T) (the host narrows VEC until they are; always in place).
 //   ROWS rows per block (row strategy; 1 otherwise)
 //   STRATEGY 0 = row, 1 = online, 2 = cluster (sm_90), 3 = staged
 //   SPLITS blocks per row (cluster: 2, 4, 8 or 16, where 16 is non-portable and the
@@ -26,8 +32,8 @@
 // Grid (1D, at most 2^31 - 1 blocks, blocks of the given size; dynamic shared memory
 // for the staged strategy only)
 //   row:     ceil(rows / ROWS) blocks of THREADS * ROWS threads. THREADS threads own
-//            one row, held in registers: ceil(COLS / (THREADS * VEC)) <= 16 vectors
-//            per thread. One pass over HBM.
+//            one row, held in registers: ceil((COLS / VEC) / THREADS) <= 16 vectors
+//            and at most one edge element per thread. One pass over HBM.
 //   online:  rows blocks of THREADS threads, any COLS. Pass 1 reads the row keeping a
 //            running (max, sum); pass 2 reads it again, back to front so its first
 //            reads hit what pass 1 left in L2, and writes, both evict-first.
@@ -81,11 +87,17 @@
 typedef kd::Dtype<DTYPE>::T T;
 typedef kd::Vec<T, VEC> V;
 
-constexpr int NVEC = COLS / VEC;           // vectors per row
+typedef kd::RowSplit<T, VEC, COLS> Split;
+// Aligned vectors per row: NVEC with no head (or a short one), NVEC_MIN with a head of
+// VEC - 1 elements. Register storage is sized for NVEC; loop bounds below NVEC_MIN are
+// known at compile time.
+constexpr int NVEC = COLS / VEC;
+constexpr int NVEC_MIN = COLS >= VEC - 1 ? (COLS - (VEC - 1)) / VEC : 0;
 constexpr int WARPS = THREADS / kd::WARP;  // warps per row group
 constexpr int MAX_ITERS = 16;              // schema::MAX_ITERS
 
-static_assert(COLS >= 1 && COLS % VEC == 0, "VEC must divide COLS");
+static_assert(COLS >= 1, "COLS >= 1");
+static_assert(2 * (VEC - 1) <= THREADS, "one thread per edge element");
 static_assert(sizeof(V) <= 16, "a vector is at most 16 bytes");
 static_assert(THREADS % kd::WARP == 0 && THREADS * ROWS <= 1024, "THREADS: whole warps");
 
@@ -104,6 +116,23 @@ __device__ __forceinline__ Stats merge(Stats a, Stats b) {
     const float r = ref(m);
     return {m, a.s * kd::fast_exp2(a.m - r) + b.s * kd::fast_exp2(b.m - r)};
 }
+
+// One element's part: t, and 2^(t - ref(t)) (1; 0 for -inf; NaN for +inf and NaN).
+__device__ __forceinline__ Stats single(float t) { return {t, kd::fast_exp2(t - ref(t))}; }
+
+// The edge element of the row this thread holds, if any (see VEC above): `owner`
+// threads tid < edges, the first block's of the row.
+struct Edge {
+    bool on;
+    int col;
+    float f;
+    __device__ __forceinline__ Edge(const Split& sp, const T* row, int tid, bool owner)
+        : on(owner && tid < sp.edges), col(sp.edge_col(tid)) {
+        f = on ? kd::to_f32(row[col]) : 0.f;
+    }
+    // The part of the running (max, sum) it starts: its own, or an empty one.
+    __device__ __forceinline__ Stats stats(float k) const { return on ? single(f * k) : Stats{kd::neg_inf(), 0.f}; }
+};
 
 template <int N>
 __device__ __forceinline__ Stats warp_merge(Stats st) {
@@ -265,14 +294,15 @@ struct Finish {
         log_s = logf(st.s);
         if (FOLD_SUM && !LOG_SOFTMAX) m = st.m + log2f(st.s);
     }
+    __device__ __forceinline__ float one(float f) const {
+        const float t = fmaf(f, k, -m);
+        return LOG_SOFTMAX ? fmaf(t, kd::LN2, -log_s) : FOLD_SUM ? kd::fast_exp2(t) : kd::fast_exp2(t) * inv_s;
+    }
     __device__ __forceinline__ V operator()(const V& in) const {
         float f[VEC];
         kd::unpack(in, f);
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-            const float t = fmaf(f[e], k, -m);
-            f[e] = LOG_SOFTMAX ? fmaf(t, kd::LN2, -log_s) : FOLD_SUM ? kd::fast_exp2(t) : kd::fast_exp2(t) * inv_s;
-        }
+        for (int e = 0; e < VEC; ++e) f[e] = one(f[e]);
         return kd::pack<T, VEC>(f);
     }
 };
@@ -372,7 +402,7 @@ __device__ __forceinline__ Stats cluster_merge(Stats st, Exchange& x) {
 #if STRATEGY == 0
 // ---- row: THREADS threads per row, ROWS rows per block, row in registers ----------
 
-constexpr int ITERS = (NVEC + THREADS - 1) / THREADS;
+constexpr int ITERS = NVEC < 1 ? 1 : (NVEC + THREADS - 1) / THREADS;
 static_assert(ITERS <= MAX_ITERS, "row strategy holds at most 16 vectors per thread");
 
 extern "C" __global__ void KD_LAUNCH_BOUNDS(THREADS * ROWS)
@@ -391,24 +421,31 @@ extern "C" __global__ void KD_LAUNCH_BOUNDS(THREADS * ROWS)
     // Vector i of this thread is i * THREADS + tid; only the last may fall outside.
     // One base pointer per thread and constant offsets keep addresses out of registers.
     const long long at = (active ? row : 0);
-    const T* xp = x + at * x_stride + tid * VEC;
-    auto valid = [&](int i) { return active && ((i + 1) * THREADS <= NVEC || i * THREADS + tid < NVEC); };
+    const T* xr = x + at * x_stride;
+    const Split sp(xr);
+    const T* xp = xr + sp.head + tid * VEC;
+    auto valid = [&](int i) { return active && ((i + 1) * THREADS <= NVEC_MIN || i * THREADS + tid < sp.nvec); };
 
     V buf[ITERS];
 #pragma unroll
     for (int i = 0; i < ITERS; ++i)
         if (valid(i)) buf[i] = kd::load_vec<T, VEC>(xp + i * THREADS * VEC);
+    const Edge edge(sp, xr, tid, active);
 
     Stats st = part_stats(buf, k, valid);
+    if (edge.on) st.m = fmaxf(st.m, edge.f * k);
     kd::pdl_launch_dependents();
     st.m = kd::group_max<THREADS>(st.m, red_max + group * WARPS);
     // The exact max: a row of only -inf gives 2^(-inf + inf) = NaN, as torch does.
     forget(buf);
-    T* yp = y + at * y_stride + tid * VEC;
+    T* yr = y + at * y_stride;
+    T* yp = yr + sp.head + tid * VEC;
 #if KD_KEEP
     // The row's exact max is known here, so the kept 2^(t - max) only need 1 / sum.
     float e[ITERS][VEC];
     st.s = part_sum_keep(buf, k, st.m, valid, e);
+    const float edge_e = kd::fast_exp2(fmaf(edge.f, k, -st.m));
+    if (edge.on) st.s += edge_e;
     st.s = kd::group_sum<THREADS>(st.s, red_sum + group * WARPS);
     const float inv_s = 1.f / st.s;
 #pragma unroll
@@ -419,8 +456,10 @@ extern "C" __global__ void KD_LAUNCH_BOUNDS(THREADS * ROWS)
         for (int j = 0; j < VEC; ++j) f[j] = e[i][j] * inv_s;
         kd::store_vec<T, VEC>(yp + i * THREADS * VEC, kd::pack<T, VEC>(f));
     }
+    if (edge.on) yr[edge.col] = kd::from_f32<T>(edge_e * inv_s);
 #else
     st.s = part_sum(buf, k, st.m, valid);
+    if (edge.on) st.s += kd::fast_exp2(fmaf(edge.f, k, -st.m));
     st.s = kd::group_sum<THREADS>(st.s, red_sum + group * WARPS);
     forget(buf);
 
@@ -428,6 +467,7 @@ extern "C" __global__ void KD_LAUNCH_BOUNDS(THREADS * ROWS)
 #pragma unroll
     for (int i = 0; i < ITERS; ++i)
         if (valid(i)) kd::store_vec<T, VEC>(yp + i * THREADS * VEC, finish(buf[i]));
+    if (edge.on) yr[edge.col] = kd::from_f32<T>(finish.one(edge.f));
 #endif
 }
 
@@ -448,15 +488,19 @@ extern "C" __global__ void KD_LAUNCH_BOUNDS(THREADS)
     const int tid = int(threadIdx.x);
     const long long row = blockIdx.x;
     if (row >= rows) return;  // whole block: no barrier is skipped by part of it
-    const T* xp = x + row * x_stride + tid * VEC;
-    T* yp = y + row * y_stride + tid * VEC;
+    const T* xr = x + row * x_stride;
+    const Split sp(xr);
+    const T* xp = xr + sp.head + tid * VEC;
+    T* yr = y + row * y_stride;
+    T* yp = yr + sp.head + tid * VEC;
     const float k = scale * kd::LOG2E;
+    const Edge edge(sp, xr, tid, true);
 
     // Pass 1: per step, the step's max first, then one rescale of the running sum.
-    Stats st = {kd::neg_inf(), 0.f};
+    Stats st = edge.stats(k);
     for (int step = 0; step < STEPS; ++step) {
         const int base = step * STEP * VEC;  // this step's first element
-        const int left = NVEC - step * STEP;  // cannot overflow where (step + 1) * STEP could
+        const int left = sp.nvec - step * STEP;  // cannot overflow where (step + 1) * STEP could
         auto valid = [&](int u) { return (u + 1) * THREADS <= left || u * THREADS + tid < left; };
         V buf[UNROLL];
 #pragma unroll
@@ -474,9 +518,10 @@ extern "C" __global__ void KD_LAUNCH_BOUNDS(THREADS)
     // reads and writes are evict-first so they do not push out the part of the row
     // pass 1 left in L2 (figures in docs/results/softmax.md).
     const Finish finish(k, st);
+    if (edge.on) yr[edge.col] = kd::from_f32<T>(finish.one(edge.f));
     for (int step = STEPS - 1; step >= 0; --step) {
         const int base = step * STEP * VEC;  // this step's first element
-        const int left = NVEC - step * STEP;  // cannot overflow where (step + 1) * STEP could
+        const int left = sp.nvec - step * STEP;  // cannot overflow where (step + 1) * STEP could
         auto valid = [&](int u) { return (u + 1) * THREADS <= left || u * THREADS + tid < left; };
         V buf[UNROLL];
 #pragma unroll
@@ -494,7 +539,7 @@ extern "C" __global__ void KD_LAUNCH_BOUNDS(THREADS)
 // 16 is a non-portable cluster size: the host allows it on the function before launch.
 static_assert(SPLITS >= 2 && SPLITS <= 16, "a cluster has 2..16 blocks");
 
-constexpr int ITERS = (NVEC + THREADS * SPLITS - 1) / (THREADS * SPLITS);
+constexpr int ITERS = NVEC < 1 ? 1 : (NVEC + THREADS * SPLITS - 1) / (THREADS * SPLITS);
 static_assert(ITERS <= MAX_ITERS, "cluster strategy holds at most 16 vectors per thread");
 constexpr int CHUNK = 4;  // pass 1 vectors per step (see the kernel)
 
@@ -514,32 +559,42 @@ extern "C" __global__ void __cluster_dims__(SPLITS, 1, 1) KD_LAUNCH_BOUNDS(THREA
     // `rank` of each, so every block reads contiguous THREADS * VEC elements at a time.
     // This thread's vector i is (i * SPLITS + rank) * THREADS + tid.
     const int first = rank * THREADS + tid;
-    const T* xp = x + row * x_stride + first * VEC;
+    const T* xr = x + row * x_stride;
+    const Split sp(xr);
+    const T* xp = xr + sp.head + first * VEC;
     constexpr int PASS = SPLITS * THREADS * VEC;  // elements per pass
-    auto valid = [&](int i) { return (i + 1) * SPLITS * THREADS <= NVEC || i * SPLITS * THREADS + first < NVEC; };
+    auto valid = [&](int i) {
+        return (i + 1) * SPLITS * THREADS <= NVEC_MIN || i * SPLITS * THREADS + first < sp.nvec;
+    };
 
     V buf[ITERS];
 #pragma unroll
     for (int i = 0; i < ITERS; ++i)
         if (valid(i)) buf[i] = kd::load_vec<T, VEC>(xp + i * PASS);
+    const Edge edge(sp, xr, tid, rank == 0);
 
     // Each thread's (max, sum), then one merge over the block and one over the cluster.
-    T* yp = y + row * y_stride + first * VEC;
+    T* yr = y + row * y_stride;
+    T* yp = yr + sp.head + first * VEC;
 #if KD_KEEP
     Stats st = part_stats(buf, k, valid);
+    if (edge.on) st.m = fmaxf(st.m, edge.f * k);
     kd::pdl_launch_dependents();
     forget(buf);
     float e[ITERS][VEC];
     const float m = st.m;
     st.s = part_sum_keep(buf, k, ref(m), valid, e);
+    const float edge_e = kd::fast_exp2(fmaf(edge.f, k, -ref(m)));
+    if (edge.on) st.s += edge_e;
     const FinishKept finish(m, cluster_merge(WARP_PARTS ? st : block_merge(st, red_m, red_s), xch));
 #pragma unroll
     for (int i = 0; i < ITERS; ++i)
         if (valid(i)) kd::store_vec<T, VEC>(yp + i * PASS, finish(e[i]));
+    if (edge.on) yr[edge.col] = kd::from_f32<T>(edge_e * finish.c);
 #else
     // CHUNK vectors at a time, in load order, merged into a running (max, sum): the
     // exponentials of the first chunks run while the later loads are still landing.
-    Stats st = {kd::neg_inf(), 0.f};
+    Stats st = edge.stats(k);
 #pragma unroll
     for (int c0 = 0; c0 < ITERS; c0 += CHUNK) {
         auto in_chunk = [&](int i) { return i >= c0 && i < c0 + CHUNK && valid(i); };
@@ -553,6 +608,7 @@ extern "C" __global__ void __cluster_dims__(SPLITS, 1, 1) KD_LAUNCH_BOUNDS(THREA
 #pragma unroll
     for (int i = 0; i < ITERS; ++i)
         if (valid(i)) kd::store_vec<T, VEC>(yp + i * PASS, finish(buf[i]));
+    if (edge.on) yr[edge.col] = kd::from_f32<T>(finish.one(edge.f));
 #endif
 }
 
@@ -632,11 +688,13 @@ extern "C" __global__ void KD_STAGED_CLUSTER KD_LAUNCH_BOUNDS(THREADS)
     const long long row = blockIdx.x / SPLITS;  // a cluster is SPLITS consecutive blocks
     if (SPLITS == 1 && row >= rows) return;  // whole block; clusters never exceed rows
     const int first = rank * SLICE_VECS;  // this block's first vector of the row
+    const T* xr = x + row * x_stride;
+    const Split sp(xr);
     // Vectors in this slice: SLICE_VECS except for the last block (space::fits keeps
     // every slice non-empty), and how many of them are staged.
-    const int len = NVEC - first < SLICE_VECS ? NVEC - first : SLICE_VECS;
+    const int len = sp.nvec - first < SLICE_VECS ? sp.nvec - first : SLICE_VECS;
     const int staged = len < STAGE_VECS ? len : STAGE_VECS;
-    const T* xp = x + row * x_stride + (long long)(first + tid) * VEC;
+    const T* xp = xr + sp.head + (long long)(first + tid) * VEC;
     const float k = scale * kd::LOG2E;
     // Thread tid owns staged vectors step * STEP + u * THREADS + tid: it copies them,
     // reads them back and writes their results, so no barrier guards the stage.
@@ -659,16 +717,18 @@ extern "C" __global__ void KD_STAGED_CLUSTER KD_LAUNCH_BOUNDS(THREADS)
     // Pass 1: a running (max, sum), one part at a time (the part's max, then one
     // rescale). The tail first, from HBM while the copies land, then the stage as its
     // copy groups land.
-    Stats st = {kd::neg_inf(), 0.f};
+    const Edge edge(sp, xr, tid, rank == 0);
+    Stats st = edge.stats(k);
     V tail[REG_TAIL && TAIL_ITERS > 0 ? TAIL_ITERS : 1];
     if (REG_TAIL && TAIL_ITERS > 0) {
 #pragma unroll
         for (int i = 0; i < TAIL_ITERS; ++i)
             if (in_tail(i)) tail[i] = kd::load_vec<T, VEC>(xp + (STAGE_VECS + i * THREADS) * VEC);
-        st = part_stats(tail, k, in_tail);
+        Stats p = part_stats(tail, k, in_tail);
         forget(tail);
-        st.s = part_sum(tail, k, ref(st.m), in_tail);
+        p.s = part_sum(tail, k, ref(p.m), in_tail);
         forget(tail);
+        st = merge(st, p);
     }
     for (int i0 = 0; !REG_TAIL && i0 < TAIL_ITERS; i0 += UNROLL) {
         V buf[UNROLL];
@@ -703,8 +763,11 @@ extern "C" __global__ void KD_STAGED_CLUSTER KD_LAUNCH_BOUNDS(THREADS)
     // The next wave's row: the 16-byte aligned part of this block's slice of it (a
     // bulk prefetch needs 16-byte bounds; nothing outside the slice is touched).
     if (tid == 0 && row + PREFETCH_ROWS < rows) {
-        const unsigned long long b = (unsigned long long)(x + (row + PREFETCH_ROWS) * x_stride + (long long)first * VEC);
-        const unsigned long long e = b + (unsigned long long)len * sizeof(V);
+        const T* nr = x + (row + PREFETCH_ROWS) * x_stride;
+        const Split ns(nr);
+        const int nlen = ns.nvec - first < SLICE_VECS ? ns.nvec - first : SLICE_VECS;
+        const unsigned long long b = (unsigned long long)(nr + ns.head + (long long)first * VEC);
+        const unsigned long long e = b + (unsigned long long)(nlen > 0 ? nlen : 0) * sizeof(V);
         const unsigned long long b16 = (b + 15) & ~15ull, e16 = e & ~15ull;
         if (e16 > b16)
             asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(b16), "r"(unsigned(e16 - b16)) : "memory");
@@ -714,7 +777,9 @@ extern "C" __global__ void KD_STAGED_CLUSTER KD_LAUNCH_BOUNDS(THREADS)
     // Pass 2: the tail (from registers, or read again last part first, the likeliest
     // still in L2), then the stage; stores evict-first, nothing reads y back here.
     const Finish finish(k, st);
-    T* yp = y + row * y_stride + (long long)(first + tid) * VEC;
+    T* yr = y + row * y_stride;
+    T* yp = yr + sp.head + (long long)(first + tid) * VEC;
+    if (edge.on) yr[edge.col] = kd::from_f32<T>(finish.one(edge.f));
     if (REG_TAIL && TAIL_ITERS > 0) {
 #pragma unroll
         for (int i = 0; i < TAIL_ITERS; ++i)

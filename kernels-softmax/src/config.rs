@@ -120,10 +120,13 @@ impl SoftmaxConfig {
         self.stage_vectors(target, key) as u64 * self.vec as u64 * key.dtype.size() as u64
     }
 
-    /// Vectors each thread handles per row (per split for `cluster`).
+    /// Vectors each thread handles per row (per split for `cluster`), at most: the
+    /// row's `cols / vec` aligned vectors (fewer when the row has a head; see
+    /// cuda/softmax.cu) over the threads, at least 1 as the device code sizes it.
     pub fn iters(&self, cols: u32) -> u32 {
-        let per_pass = self.threads * self.vec * self.splits;
-        cols.div_ceil(per_pass)
+        (cols / self.vec.max(1))
+            .div_ceil(self.threads * self.splits)
+            .max(1)
     }
 }
 

@@ -19,12 +19,20 @@ use crate::space::fits;
 /// to 2.78 us, 8 x 151936 8 x 256 4.78 to 4.52, 1 x 4096 1.71 to 1.65), while at
 /// larger grids the extra registers cost more (64 x 128256 8 x 256: 13.32 to 14.02;
 /// docs/results/softmax.md).
+///
+/// Vocabulary rows on clusters keep them at larger grids too: up to 64 rows, and up to
+/// 1024 rows of at most 32768 columns (the H200's tables: 32000 x 256 9.95 us kept
+/// against 11.15; 128256 x 32 7.07 against 8.32; from 64 rows of 128256 not keeping
+/// was ahead).
 pub fn analytic_default(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxConfig {
     let c = ladder(target, key, rows);
     let blocks = rows.div_ceil(u64::from(c.rows)) * u64::from(c.splits);
     let kept = SoftmaxConfig { keep: true, ..c };
+    let vocabulary_cluster = c.strategy == Strategy::Cluster
+        && key.cols >= 16384
+        && (rows < 64 || (key.cols <= 32768 && rows <= 1024));
     if target.vendor() == Vendor::Nvidia
-        && blocks <= u64::from(target.reference_sm_count())
+        && (blocks <= u64::from(target.reference_sm_count()) || vocabulary_cluster)
         && fits(target, key, &kept)
     {
         return kept;
@@ -34,7 +42,9 @@ pub fn analytic_default(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxC
 
 /// The default before `keep`: a ladder of strategies.
 fn ladder(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxConfig {
-    let vec = kernels_core::widest_vector(key.dtype, key.cols);
+    // 16-byte vectors at any row length: the kernel reads the elements around a row's
+    // aligned vectors one at a time, so odd lengths and offset rows keep them.
+    let vec = (16 / key.dtype.size()) as u32;
     let warp = target.warp_size();
     let sms = u64::from(target.reference_sm_count());
     let cluster = |threads: u32| {
@@ -54,7 +64,10 @@ fn ladder(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxConfig {
     // cluster of 8 so more SMs stream it. 256 threads per block beat 1024 (64x128256:
     // 2.02 against 1.36 TB/s; 1 row: 4.6 against 5.6 us); 128 at 32000 columns (1 row:
     // 3.0 us against 5.6 for a block per row).
-    if target == Target::Sm90 && rows < sms / 2 && key.cols >= 16384 {
+    // From 32 rows of 32000 columns and more, the vocabulary rule below (narrower
+    // accesses, more blocks per row) took 1.09-1.18x less time in the H200's tables.
+    let vocabulary = key.dtype != DType::F32 && key.cols >= 32000;
+    if target == Target::Sm90 && rows < sms / 2 && key.cols >= 16384 && !(vocabulary && rows >= 32) {
         // One vocabulary row: a non-portable cluster of 16 x 128, faster than 8 x 256 at
         // one row while 8 x 256 stays ahead from 8 rows (docs/results/softmax.md).
         let wide = SoftmaxConfig {
@@ -78,7 +91,27 @@ fn ladder(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxConfig {
     // in the H200's tuning records of 128-8192 rows of 32000-152064 columns it took
     // 1.00-1.10x the best candidate's time, the staged config below up to 1.35x
     // (docs/results/softmax.md).
-    if target == Target::Sm90 && key.dtype != DType::F32 && key.cols >= 32000 {
+    // Below 256 rows, 4-byte accesses first and clusters of 8 or 16 (32000 x 32-128: 8 x
+    // 128 x 2 elements, 3.36-6.08 us against 3.73-7.23 for 4 x 128 x 4; 65536 x 32: 16 x
+    // 128 x 2; 128256 x 32-128: 16 x 128 x 4; 151936: 16 x 128 x 8, the same rule).
+    if target == Target::Sm90 && vocabulary && rows < 256 {
+        for vec in [2, 4, 8] {
+            for splits in [8, 16] {
+                let c = SoftmaxConfig {
+                    strategy: Strategy::Cluster,
+                    threads: 128,
+                    vec,
+                    rows: 1,
+                    splits,
+                    keep: false,
+                };
+                if fits(target, key, &c) {
+                    return c;
+                }
+            }
+        }
+    }
+    if target == Target::Sm90 && vocabulary {
         for vec in [4, 8] {
             for splits in [2, 4, 8, 16] {
                 let c = SoftmaxConfig {

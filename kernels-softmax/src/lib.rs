@@ -84,6 +84,9 @@ mod tests {
                     151936,
                     262144,
                     1 << 20,
+                    4097,
+                    50257,
+                    151655,
                 ] {
                     for rows in [1, 7, 64, 16384] {
                         let key = SoftmaxKey { dtype, cols };
@@ -92,10 +95,48 @@ mod tests {
                             space::fits(t, &key, &c),
                             "{t} {dtype} cols={cols} rows={rows}: {c:?}"
                         );
+                        assert!(space::search_space(t, &key).contains(&c), "{c:?}");
                         assert!(schema::check_config(&c.values()).is_ok(), "{c:?}");
                     }
                 }
             }
+        }
+    }
+
+    /// Row lengths no 16-byte vector divides (GPT-2's 50257-token vocabulary, Qwen's
+    /// 151655) take 16-byte vectors: the default for bf16 50257 at one row holds 8-wide
+    /// vectors, every default takes the strategy and width of its aligned neighbour, and
+    /// the space has configs of every strategy at the widest vector.
+    #[test]
+    fn odd_row_lengths_keep_16_byte_vectors() {
+        let bf16 = |cols| SoftmaxKey {
+            dtype: DType::Bf16,
+            cols,
+        };
+        assert_eq!(analytic_default(Target::Sm90, &bf16(50257), 1).vec, 8);
+        for t in [Target::Sm80, Target::Sm90, Target::Gfx942] {
+            for dtype in DType::ALL {
+                for (odd, even) in [(50257, 50256), (151655, 151656), (4097, 4096), (32001, 32000)] {
+                    for rows in [1, 8, 64, 1024, 8192] {
+                        let c = analytic_default(t, &SoftmaxKey { dtype, cols: odd }, rows);
+                        let e = analytic_default(t, &SoftmaxKey { dtype, cols: even }, rows);
+                        assert_eq!(
+                            (c.strategy, c.vec, c.threads, c.splits),
+                            (e.strategy, e.vec, e.threads, e.splits),
+                            "{t} {dtype} {rows} x {odd}"
+                        );
+                    }
+                }
+            }
+        }
+        let space = space::search_space(Target::Sm90, &bf16(50257));
+        for s in [
+            Strategy::Row,
+            Strategy::Online,
+            Strategy::Cluster,
+            Strategy::Staged,
+        ] {
+            assert!(space.iter().any(|c| c.strategy == s && c.vec == 8), "{s:?}");
         }
     }
 
@@ -157,42 +198,59 @@ mod tests {
         assert!(analytic_default(Target::Sm80, &key, 1).splits == 1);
     }
 
-    /// Vocabulary rows of 16-bit types at batches past half the H200's SMs default to a
-    /// cluster of 128-thread blocks with 16 vectors per thread at most: vectors of 4
-    /// where 16 blocks or fewer suffice, else of 8; f32, other targets and rows no
-    /// vector of 4 divides keep the other rules.
+    /// Vocabulary rows of 16-bit types from 32 rows default to a cluster of 128-thread
+    /// blocks with 16 vectors per thread at most: below 256 rows the narrowest vector
+    /// with 8 or 16 blocks per row, from 256 rows vectors of 4 where 16 blocks or fewer
+    /// suffice, else of 8, odd vocabularies (GPT-2's 50257, 151655) alike. Clusters keep
+    /// the exponentials up to 64 rows, and up to 1024 rows of at most 32768 columns. f32
+    /// and other targets keep the other rules.
     #[test]
     fn vocabulary_batches_default_to_the_cluster_on_sm90() {
         let at = |dtype, cols, rows| analytic_default(Target::Sm90, &SoftmaxKey { dtype, cols }, rows);
-        for rows in [66, 128, 1024, 16384] {
-            for (cols, vec, splits) in [
-                (32000, 4, 4),
-                (65536, 4, 8),
-                (128256, 4, 16),
-                (151936, 8, 16),
-                (262144, 8, 16),
-            ] {
+        let few = [
+            (32000, 2, 8),
+            (65536, 2, 16),
+            (128256, 4, 16),
+            (151936, 8, 16),
+            (262144, 8, 16),
+            (50257, 2, 16),
+            (151655, 8, 16),
+        ];
+        let many = [
+            (32000, 4, 4),
+            (65536, 4, 8),
+            (128256, 4, 16),
+            (151936, 8, 16),
+            (262144, 8, 16),
+            (50257, 4, 8),
+            (151655, 8, 16),
+        ];
+        for rows in [32, 64, 66, 128, 255, 256, 1024, 1025, 16384] {
+            for (cols, vec, splits) in if rows < 256 { few } else { many } {
                 for dtype in [DType::Bf16, DType::F16] {
                     let c = at(dtype, cols, rows);
-                    let want = SoftmaxConfig {
+                    let mut want = SoftmaxConfig {
                         strategy: Strategy::Cluster,
                         threads: 128,
                         vec,
                         rows: 1,
                         splits,
-                        keep: false,
+                        keep: true,
                     };
+                    // Kept where the exponentials fit the registers (not 262144).
+                    want.keep = (rows < 64 || (cols <= 32768 && rows <= 1024))
+                        && crate::space::fits(Target::Sm90, &SoftmaxKey { dtype, cols }, &want);
                     assert_eq!(c, want, "{dtype} {rows} x {cols}");
                     assert!(c.iters(cols) <= 16, "{c:?}");
+                    assert!(crate::space::fits(Target::Sm90, &SoftmaxKey { dtype, cols }, &c));
                 }
             }
         }
-        // Below half the SMs the few-rows rule still decides (8 blocks per row at 64).
-        assert_eq!(at(DType::Bf16, 128256, 64).splits, 8);
-        // 16384 columns, f32, rows no vector of 4 divides, and sm80: not this rule.
+        // Below 32 rows the few-rows rule still decides (8 blocks per row at 16).
+        assert_eq!(at(DType::Bf16, 128256, 16).splits, 8);
+        // 16384 columns, f32 and sm80: not this rule.
         assert_ne!(at(DType::Bf16, 16384, 1024).strategy, Strategy::Cluster);
         assert_ne!(at(DType::F32, 128256, 1024).threads, 128);
-        assert_ne!(at(DType::Bf16, 50257, 1024).strategy, Strategy::Cluster);
         let sm80 = analytic_default(
             Target::Sm80,
             &SoftmaxKey {

@@ -117,16 +117,26 @@ impl SoftmaxProblem<'_> {
         Rows::strided(self.rows as usize, self.key.cols as usize, stride as usize).span_bytes(self.key.dtype)
     }
 
+    /// How far apart, in alignment, `x`'s rows and `y`'s are: the class of the
+    /// differences of their addresses and of their byte strides. The kernel splits each
+    /// row at its own first aligned vector (cuda/softmax.cu), so where x and y rows
+    /// split alike (A16: in place, or buffers allocated alike with equal strides,
+    /// whatever the column count or offset) any vector runs; only rows of x and y
+    /// misaligned differently narrow it.
     pub(crate) fn alignment(&self) -> AlignClass {
         let s = self.key.dtype.size() as u64;
-        AlignClass::of([self.x, self.y, self.x_stride * s, self.y_stride * s])
+        AlignClass::of([
+            self.x.wrapping_sub(self.y),
+            self.x_stride.wrapping_sub(self.y_stride).wrapping_mul(s),
+        ])
     }
 }
 
-/// The config with its vector narrowed to what the buffers' alignment allows; a
-/// narrower vector needs more vectors per thread, so a register strategy that no
-/// longer fits drops `keep` (more vectors, more kept values), then moves to `online`,
-/// which takes any length.
+/// The config with its vector narrowed to what the relative alignment of `x` and `y`
+/// allows ([`SoftmaxProblem::alignment`]; odd column counts and offset views keep
+/// the vector). A narrower vector needs more vectors per thread, so a register
+/// strategy that no longer fits drops `keep` (more vectors, more kept values), then
+/// moves to `online`, which takes any length.
 pub(crate) fn fit(
     target: Target,
     key: &SoftmaxKey,
@@ -135,7 +145,7 @@ pub(crate) fn fit(
 ) -> SoftmaxConfig {
     let size = key.dtype.size() as u32;
     let before = c.vec;
-    while c.vec > 1 && (c.vec * size > align.bytes() || !key.cols.is_multiple_of(c.vec)) {
+    while c.vec > 1 && c.vec * size > align.bytes() {
         c.vec /= 2;
     }
     if c.vec != before && c.keep && !space::fits(target, key, &c) {
@@ -220,9 +230,9 @@ pub(crate) fn variant(
 /// The launch of `c` on `p` on `device` (softmax and log-softmax alike): one block
 /// per row group (`row`), per row (`online`) or per row slice (`cluster`, `staged`,
 /// whose stage takes dynamic shared memory), and cuda/softmax.cu's arguments
-/// `(x, y, rows, x_stride, y_stride, scale)`. A config whose vector the buffers'
-/// alignment does not allow is an error naming `x`; so are more than 2^31 - 1 blocks
-/// (`rows`).
+/// `(x, y, rows, x_stride, y_stride, scale)`. A config whose vector the relative
+/// alignment of x and y does not allow ([`SoftmaxProblem::alignment`]) is an error
+/// naming `x`; so are more than 2^31 - 1 blocks (`rows`).
 pub fn launch_args(
     device: &DeviceInfo,
     c: &SoftmaxConfig,
@@ -233,7 +243,7 @@ pub fn launch_args(
         return Err(Error::invalid(
             "x",
             format!(
-                "buffers aligned to {align} do not allow {}-element vectors",
+                "x and y rows {align} apart in alignment do not allow {}-element vectors",
                 c.vec
             ),
         ));
@@ -508,6 +518,81 @@ mod tests {
                 space::fits(Target::Sm90, &key, &f),
                 "{align}: {f:?} must still fit"
             );
+        }
+    }
+
+    /// The class a launch is fitted to is the relative alignment of x's rows and y's:
+    /// what engines pass (contiguous `[rows, vocab]` buffers of an odd vocabulary, views
+    /// at the same element offset, in place) keeps 16-byte vectors, and so does `fit`;
+    /// only x and y rows misaligned differently narrow them.
+    #[test]
+    fn only_differently_misaligned_rows_narrow_the_vector() {
+        let class = |x: u64, xr: Rows, y: u64, yr: Rows| {
+            let span = |r: Rows| r.span().unwrap();
+            unsafe { SoftmaxProblem::raw(DType::Bf16, x, span(xr), xr, y, span(yr), yr, 1.0) }
+                .unwrap()
+                .alignment()
+        };
+        let odd = Rows::contiguous(7, 50257);
+        assert_eq!(class(X, odd, Y, odd), AlignClass::A16);
+        assert_eq!(class(X + 2, odd, Y + 2, odd), AlignClass::A16);
+        assert_eq!(class(X + 6, odd, X + 6, odd), AlignClass::A16, "in place");
+        assert_eq!(class(X + 2, odd, Y, odd), AlignClass::A2);
+        assert_eq!(class(X + 8, odd, Y, odd), AlignClass::A8);
+        let padded = Rows::strided(7, 50257, 50259);
+        assert_eq!(class(X, padded, Y, padded), AlignClass::A16);
+        assert_eq!(class(X, padded, Y, odd), AlignClass::A4);
+
+        let key = SoftmaxKey {
+            dtype: DType::Bf16,
+            cols: 50257,
+        };
+        let h200 = DeviceInfo::nominal(Target::Sm90).unwrap();
+        for rows in [1, 8, 64, 1024, 8192] {
+            let c = crate::analytic_default(Target::Sm90, &key, rows);
+            assert_eq!(fit(Target::Sm90, &key, c, AlignClass::A16), c, "{rows} rows");
+            let s = Rows::contiguous(rows as usize, 50257);
+            let n = s.span().unwrap();
+            let p = unsafe { SoftmaxProblem::raw(DType::Bf16, X + 2, n, s, Y + 2, n, s, 1.0) }.unwrap();
+            assert!(<Softmax as PlannedKernel>::plan(&h200, &c, &p).is_ok(), "{c}");
+        }
+    }
+
+    /// Register strategies size a thread's storage for the row's most aligned vectors,
+    /// `cols / vec` (a row with a head has one fewer where vec divides cols): `iters`
+    /// covers them, as the device code's ITERS does, and a row's edge elements (head
+    /// and tail, fewer than 2 * vec) take at most one per thread of a warp.
+    #[test]
+    fn iters_cover_every_split_of_a_row() {
+        for cols in [1u32, 3, 7, 8, 9, 97, 4096, 4097, 50257, 151655] {
+            for vec in [1u32, 2, 4, 8] {
+                let most = cols / vec;
+                for head in 0..vec.min(cols + 1) {
+                    let nvec = (cols - head) / vec;
+                    let edges = cols - nvec * vec;
+                    assert!(nvec <= most && edges < 2 * vec && 2 * (vec - 1) <= 32);
+                }
+                for (strategy, threads, splits) in [
+                    (Strategy::Row, 32, 1),
+                    (Strategy::Row, 256, 1),
+                    (Strategy::Cluster, 128, 8),
+                ] {
+                    let c = SoftmaxConfig {
+                        strategy,
+                        threads,
+                        vec,
+                        rows: 1,
+                        splits,
+                        keep: false,
+                    };
+                    let i = c.iters(cols);
+                    assert!(i >= 1 && i * threads * splits >= most, "{cols} {c:?}");
+                    assert!(
+                        (i - 1) * threads * splits < most.max(1),
+                        "{cols} {c:?}: no spare vector"
+                    );
+                }
+            }
         }
     }
 

@@ -6,7 +6,8 @@ use crate::config::{SoftmaxConfig, SoftmaxKey, Strategy};
 use crate::schema::{MAX_ITERS, ROWS, SPLITS, THREADS, VECS};
 
 /// Whether `config` can run rows of `key` on `target`: a vector is at most 16 bytes
-/// and divides the row; `row` and `cluster` must hold the row in registers
+/// (any row length: the kernel reads the elements before a row's first aligned vector
+/// and after its last one by themselves); `row` and `cluster` must hold the row in registers
 /// (at most `MAX_ITERS` vectors per thread); clusters exist on Hopper only (16-block
 /// clusters with at most 256 threads per block); a warp (64 lanes on AMD) is the
 /// smallest thread group. `staged` runs on NVIDIA targets
@@ -15,7 +16,7 @@ use crate::schema::{MAX_ITERS, ROWS, SPLITS, THREADS, VECS};
 /// one step staged in shared memory. `keep` only where `keep_fits`.
 pub fn fits(target: Target, key: &SoftmaxKey, config: &SoftmaxConfig) -> bool {
     let vec_bytes = config.vec as usize * key.dtype.size();
-    if vec_bytes > 16 || !key.cols.is_multiple_of(config.vec) {
+    if vec_bytes > 16 {
         return false;
     }
     if config.threads < target.warp_size() {

@@ -1,7 +1,9 @@
 //! Softmax and log-softmax on an NVIDIA GPU against the CPU reference
 //! (`reference::check`): every config of the search space on awkward shapes (1, odd and
 //! prime columns, one row, row strides above cols, buffers not 16-byte aligned, inf and
-//! NaN inputs, rows long enough for the streaming paths), the safe ops and the ops on
+//! NaN inputs, rows long enough for the streaming paths), out of place and in place,
+//! with x and y misaligned alike and differently (rows shorter than a vector, odd
+//! vocabularies whose rows each start at another offset), the safe ops and the ops on
 //! raw addresses as an engine calls them, programmatic dependent launch against plain
 //! launches and the reference, and the check failing on a kernel whose normaliser is
 //! off by 1%. Outputs are poisoned before each run; padding between rows must come
@@ -18,7 +20,7 @@ use kernels_core::testing::cuda::{every_config, fitted_and_compiled, runtime, Bu
 use kernels_core::testing::{case_input, row_cases, Case};
 use kernels_core::{launch, CudaRuntime, KernelSource, PlannedKernel, Policy, Rows};
 use kernels_softmax::plan::SoftmaxProblem;
-use kernels_softmax::{cuda as safe, ops, reference, space, LogSoftmax, Softmax, SoftmaxKey};
+use kernels_softmax::{cuda as safe, ops, reference, space, LogSoftmax, Softmax, SoftmaxKey, Strategy};
 use tuned::{DType, Target, TunedKernel};
 
 /// The problem of `y = softmax(x * scale)` (or log-softmax) over two buffers.
@@ -60,22 +62,64 @@ fn want(log: bool, x: &[f32], shape: Rows, y0: &[f32], scale: f32) -> Vec<f32> {
     y
 }
 
-/// The shapes every row kernel runs on, and the long rows of softmax's streaming,
-/// staged and cluster paths.
+/// The shapes every row kernel runs on, and long rows with special values and padded
+/// strides for the streaming and staged paths (the odd rows are [`odd_cases`] and the
+/// longest rows [`long_cases`], tests of their own so each fits the runner's limit).
 fn cases() -> Vec<Case> {
     let c = Case::new;
     let mut cases = row_cases();
     cases.extend([
         c(DType::Bf16, 151936, 3, 8, 0, false),
-        // Long rows with special values and padded strides: the staged and online paths.
         c(DType::F32, 50001, 5, 3, 0, true),
         c(DType::F16, 65536, 5, 8, 0, true),
-        // More rows than one wave of 128 KiB stages: the staged blocks prefetch the
-        // next wave's rows into L2.
-        c(DType::Bf16, 65536, 140, 8, 0, false),
-        c(DType::Bf16, 262144, 2, 0, 0, false),
     ]);
     cases
+}
+
+/// More rows than one wave of 128 KiB stages: the staged blocks prefetch the next wave's
+/// rows into L2. Only the staged configs run on it, the path it exists for (every other
+/// config runs on the shorter cases; this one is 9 M elements per run).
+const WAVES: Case = Case {
+    dtype: DType::Bf16,
+    cols: 65536,
+    rows: 140,
+    pad: 8,
+    offset: 0,
+    specials: false,
+};
+
+/// The longest rows: a wave-crossing staged case, one row longer than any stage, and
+/// the sparse tail.
+fn long_cases() -> Vec<Case> {
+    vec![WAVES, Case::new(DType::Bf16, 262144, 2, 0, 0, false), SPARSE_TAIL]
+}
+
+/// Rows no vector divides, each row starting at another offset from a 16-byte boundary:
+/// a vocabulary of odd length (contiguous, strided by one more, at an element offset,
+/// with special values), hidden-size-like rows of 4097 and 8201, and rows shorter than
+/// a vector or than its head.
+fn odd_cases() -> Vec<Case> {
+    let c = Case::new;
+    vec![
+        c(DType::Bf16, 50257, 3, 0, 0, false),
+        c(DType::Bf16, 50257, 5, 1, 3, true),
+        c(DType::F16, 8201, 6, 0, 5, false),
+        c(DType::F32, 4097, 5, 0, 1, true),
+        c(DType::Bf16, 4097, 9, 2, 7, false),
+        c(DType::Bf16, 5, 6, 0, 3, false),
+        c(DType::F32, 2, 6, 1, 1, false),
+    ]
+}
+
+/// Elements by which y sits further off 16-byte alignment than x in the runs of `case`:
+/// 0, and for the odd cases also 1 (x and y rows split differently, so the vector is
+/// narrowed to what both allow).
+fn y_shifts(case: &Case) -> &'static [usize] {
+    if odd_cases().contains(case) {
+        &[0, 1]
+    } else {
+        &[0]
+    }
 }
 
 /// 1025 vectors of 8 per row: a last step or pass where most threads hold no vector.
@@ -91,36 +135,53 @@ const SPARSE_TAIL: Case = Case {
 
 #[test]
 fn every_config_matches_the_reference() {
-    every_config(
-        "every_config_matches_the_reference",
-        "softmax",
-        |rt, stream, target, tally| {
-            for case in cases().into_iter().chain([SPARSE_TAIL]) {
-                let key = SoftmaxKey {
-                    dtype: case.dtype,
-                    cols: case.cols as u32,
-                };
-                let (x, shape) = case_input(&case, 17, 6.0, true);
-                // A negative scale takes the min path of the 16-bit packed max, and 0 turns
-                // infinities into NaN: both on the cases with special values; 0 on the
-                // sparse tail too.
-                let scales: &[f32] = if case.specials {
-                    &[0.7, -1.3, 0.0]
-                } else if case == SPARSE_TAIL {
-                    &[0.7, 0.0]
-                } else {
-                    &[0.7]
-                };
-                for &scale in scales {
-                    every_softmax_config(rt, stream, target, &case, &key, &x, shape, scale, tally);
+    every_config_on("every_config_matches_the_reference", cases());
+}
+
+/// The odd rows apart (each length compiles the whole space anew), so each test fits a
+/// time limit and the two can run in parallel processes.
+#[test]
+fn every_config_matches_the_reference_on_odd_rows() {
+    every_config_on("every_config_matches_the_reference_on_odd_rows", odd_cases());
+}
+
+#[test]
+fn every_config_matches_the_reference_on_long_rows() {
+    every_config_on("every_config_matches_the_reference_on_long_rows", long_cases());
+}
+
+fn every_config_on(test: &str, cases: impl IntoIterator<Item = Case>) {
+    every_config(test, "softmax", |rt, stream, target, tally| {
+        for case in cases {
+            let key = SoftmaxKey {
+                dtype: case.dtype,
+                cols: case.cols as u32,
+            };
+            let (x, shape) = case_input(&case, 17, 6.0, true);
+            // A negative scale takes the min path of the 16-bit packed max, and 0 turns
+            // infinities into NaN: both on the cases with special values; 0 on the
+            // sparse tail too.
+            let scales: &[f32] = if case.specials {
+                &[0.7, -1.3, 0.0]
+            } else if case == SPARSE_TAIL {
+                &[0.7, 0.0]
+            } else {
+                &[0.7]
+            };
+            for &scale in scales {
+                for &shift in y_shifts(&case) {
+                    every_softmax_config(rt, stream, target, &case, &key, &x, shape, scale, shift, tally);
                 }
             }
-        },
-    );
+            tally.progress(&format!("{case:?}"));
+        }
+    });
 }
 
 /// Every fitting config of the softmax search space, softmax and log-softmax, on one
-/// case at one scale, against the reference.
+/// case at one scale, against the reference: into y (`y_shift` elements further off
+/// alignment than x, the space fitted to the problem's alignment) and, where y splits
+/// like x, in place (its padding left as it was).
 #[allow(clippy::too_many_arguments)]
 fn every_softmax_config(
     rt: &CudaRuntime,
@@ -131,37 +192,74 @@ fn every_softmax_config(
     x: &[f32],
     shape: Rows,
     scale: f32,
+    y_shift: usize,
     tally: &mut Tally,
 ) {
     let poison = vec![f32::NAN; x.len()];
     let wants = [false, true].map(|log| want(log, x, shape, &poison, scale));
+    let in_place = [false, true].map(|log| want(log, x, shape, x, scale));
     let xb = Buf::new(stream, case.dtype, x, case.offset);
-    let mut yb = Buf::new(stream, case.dtype, &poison, case.offset);
-    let align = xb.align(stream, shape.stride);
-    let space = space::search_space(target, key);
+    let mut yb = Buf::new(stream, case.dtype, &poison, case.offset + y_shift);
+    let mut ib = Buf::new(stream, case.dtype, x, case.offset);
+    let align = <Softmax as PlannedKernel>::alignment(&problem(stream, &xb, &yb, shape, scale));
+    let mut space = space::search_space(target, key);
+    if *case == WAVES {
+        space.retain(|c| c.strategy == Strategy::Staged);
+    }
     let configs = fitted_and_compiled::<Softmax, LogSoftmax>(rt, key, case.rows as u64, &space, align);
     for c in &configs {
         for log in [false, true] {
-            let what = format!(
-                "{} {} cols={} rows={} offset={} scale={scale} {c}",
-                if log { "log_softmax" } else { "softmax" },
-                case.dtype,
-                case.cols,
-                case.rows,
-                case.offset
-            );
+            let what = |how: &str| {
+                format!(
+                    "{} {how} {} cols={} rows={} offset={} y_shift={y_shift} scale={scale} {c}",
+                    if log { "log_softmax" } else { "softmax" },
+                    case.dtype,
+                    case.cols,
+                    case.rows,
+                    case.offset
+                )
+            };
+            let launch = |p: &SoftmaxProblem<'_>| {
+                if log {
+                    rt.launch_config::<LogSoftmax>(stream, c, p).expect("launch");
+                } else {
+                    rt.launch_config::<Softmax>(stream, c, p).expect("launch");
+                }
+            };
             yb.write(stream, &poison);
-            let p = problem(stream, &xb, &yb, shape, scale);
-            if log {
-                rt.launch_config::<LogSoftmax>(stream, c, &p).expect("launch");
-            } else {
-                rt.launch_config::<Softmax>(stream, c, &p).expect("launch");
-            }
+            launch(&problem(stream, &xb, &yb, shape, scale));
             let got = yb.read(stream);
             let w = &wants[usize::from(log)];
             tally.add(reference::check(
-                &what, case.dtype, log, x, shape, scale, &got, w, shape, 1,
+                &what("into y"),
+                case.dtype,
+                log,
+                x,
+                shape,
+                scale,
+                &got,
+                w,
+                shape,
+                1,
             ));
+            if y_shift == 0 {
+                ib.write(stream, x);
+                launch(&problem(stream, &ib, &ib, shape, scale));
+                let got = ib.read(stream);
+                let w = &in_place[usize::from(log)];
+                tally.add(reference::check(
+                    &what("in place"),
+                    case.dtype,
+                    log,
+                    x,
+                    shape,
+                    scale,
+                    &got,
+                    w,
+                    shape,
+                    1,
+                ));
+            }
         }
     }
 }

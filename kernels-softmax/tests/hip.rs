@@ -168,9 +168,10 @@ fn bad_input_is_refused_naming_the_argument_and_launches_nothing() {
     };
     let (dtype, shape) = (DType::Bf16, Rows::contiguous(4, 4096));
     let poison = vec![1.5f32; 4 * 4096];
-    // Shifted by one element: 2-byte aligned, so 8-wide vectors are not allowed.
+    // x one element off alignment, y two: their rows split 2 bytes apart, so 8-wide
+    // vectors are not allowed (x and y misaligned alike would allow them).
     let x = Buf::new(&rt, dtype, &pseudo_random(4 * 4096, 1, 1.0, 0.0), 1);
-    let y = Buf::new(&rt, dtype, &poison, 1);
+    let y = Buf::new(&rt, dtype, &poison, 2);
     let p = problem(dtype, &x, &y, shape, 1.0);
     let wide = SoftmaxConfig {
         strategy: Strategy::Row,

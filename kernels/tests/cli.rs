@@ -462,6 +462,47 @@ fn prune_marks_entries_that_do_not_beat_the_default() {
 }
 
 #[test]
+fn pin_turns_default_markers_into_the_configs_they_serve() {
+    // The fixture has one marker (bf16/8192 batch 1024); pinning writes the config the
+    // analytic default gives there, which is what resolution served for it before.
+    let (dir, file) = edited_fixture("pin", "\"us\": 3.0", "\"us\": 3.0");
+    let before = tuned::TableFile::read(&file, None).unwrap();
+    let marker = before
+        .entries
+        .iter()
+        .find(|e| e.config.is_default())
+        .expect("the fixture has a marker")
+        .clone();
+    let key = kernels::rmsnorm::RmsNormKey {
+        dtype: tuned::DType::Bf16,
+        cols: 8192,
+    };
+    let want = <kernels::rmsnorm::RmsNorm as tuned::TunedKernel>::config_values(
+        &kernels::rmsnorm::analytic_default(tuned::Target::Sm90, &key, marker.batch),
+    );
+    let o = kernels(&["tables", "pin", file.to_str().unwrap()]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    assert_stdout_has(&o, "pinned 1 default marker(s)");
+    let t = tuned::TableFile::read(&file, None).unwrap();
+    assert_eq!(t.entries.len(), before.entries.len());
+    for (now, was) in t.entries.iter().zip(&before.entries) {
+        if was.config.is_default() {
+            assert_eq!(now.config.tuned(), Some(&want), "{now:?}");
+            assert_eq!((now.us, now.default_us), (was.us, was.default_us));
+        } else {
+            assert_eq!(now, was, "tuned entries are left alone");
+        }
+    }
+    // Pinned entries validate, and pinning again changes nothing.
+    let o = kernels(&["tables", "validate", file.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stdout(&o));
+    let o = kernels(&["tables", "pin", file.to_str().unwrap()]);
+    assert_stdout_has(&o, "pinned 0 default marker(s)");
+    assert_eq!(tuned::TableFile::read(&file, None).unwrap(), t);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn promote_moves_online_results_into_tables() {
     use kernels::core::{
         cache::{cache_key, AlignClass, CacheKeyParts, Component, Section},

@@ -310,6 +310,15 @@ pub trait DynKernel: Sync {
     fn resolve(&self, target: Target, key: &StaticKey, batch: u64) -> Result<Resolution, String>;
     /// Checks a config (values in parameter order) against the kernel's search space.
     fn check_config(&self, values: &[Value]) -> Result<(), String>;
+    /// The analytic default's config for `key` at `batch` on `target`, values in
+    /// parameter order (what a default marker serves there today). Errors name a bad key
+    /// field.
+    fn analytic_default_values(
+        &self,
+        target: Target,
+        key: &StaticKey,
+        batch: u64,
+    ) -> Result<Vec<Value>, String>;
 }
 
 /// The [`DynKernel`] of a [`TunedKernel`]: `static SOFTMAX: Dyn<Softmax> = Dyn::new();`.
@@ -360,6 +369,16 @@ impl<K: TunedKernel> DynKernel for Dyn<K> {
     fn check_config(&self, values: &[Value]) -> Result<(), String> {
         K::SCHEMA.check_params(values)?;
         K::config_from_values(values).map(|_| ())
+    }
+
+    fn analytic_default_values(
+        &self,
+        target: Target,
+        key: &StaticKey,
+        batch: u64,
+    ) -> Result<Vec<Value>, String> {
+        let k = K::key_from_values(key.values())?;
+        Ok(K::config_values(&K::analytic_default(target, &k, batch)))
     }
 }
 

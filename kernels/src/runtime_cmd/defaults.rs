@@ -19,6 +19,10 @@ pub struct DefaultRow {
     /// Whether a baked table entry exists for the static key (then the shape is not
     /// off the table, and the default is not what serves it).
     pub in_table: bool,
+    /// The analytic default and the best config found, values in parameter order (what
+    /// a revision of the heuristic starts from).
+    pub default: String,
+    pub best: String,
 }
 
 impl DefaultRow {
@@ -42,7 +46,7 @@ fn verdict(row: &DefaultRow, threshold: f64) -> &'static str {
 /// The header of the rows [`row_line`] prints.
 pub fn header() -> String {
     format!(
-        "{:<18} {:<36} {:>6} {:>11} {:>10} {:>9}  verdict",
+        "{:<18} {:<36} {:>6} {:>11} {:>10} {:>9}  verdict  [default] -> [best]",
         "kernel", "static key", "batch", "default us", "best us", "slower"
     )
 }
@@ -51,14 +55,16 @@ pub fn header() -> String {
 /// run stopped by a time limit keeps the rows it finished).
 pub fn row_line(r: &DefaultRow, threshold: f64) -> String {
     format!(
-        "{:<18} {:<36} {:>6} {:>11.3} {:>10.3} {:>8.1}%  {}",
+        "{:<18} {:<36} {:>6} {:>11.3} {:>10.3} {:>8.1}%  {}  [{}] -> [{}]",
         r.kernel,
         r.key,
         r.batch,
         r.default_us,
         r.best_us,
         r.slowdown() * 100.0,
-        verdict(r, threshold)
+        verdict(r, threshold),
+        r.default,
+        r.best
     )
 }
 
@@ -114,10 +120,14 @@ pub fn check_defaults(dir: &Path, threshold: f64, only: Option<&str>, finalists:
         eprintln!("kernels: tables check --defaults: this device has no table target");
         return Ok(ExitCode::FAILURE);
     };
-    let opts = kernels_core::tune::TuneOptions {
+    let mut opts = kernels_core::tune::TuneOptions {
         finalists,
         ..kernels_core::tune::TuneOptions::default()
     };
+    // The tables' timing (`kernels tune`'s on CUDA), so the default is judged as an entry
+    // of them would be: single launches would add the launch cost to every time.
+    opts.timing.method = kernels_core::tune::TimingMethod::Graph;
+    let values = |v: &[tuned::Value]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(" ");
     let (mut rows, mut errors) = (Vec::new(), Vec::new());
     println!("{}", header());
     for k in tunables() {
@@ -129,7 +139,8 @@ pub fn check_defaults(dir: &Path, threshold: f64, only: Option<&str>, finalists:
         if !path.is_file() {
             continue;
         }
-        let table = crate::kernel(schema.kernel).and_then(|d| d.baked_table(target));
+        let dynk = crate::kernel(schema.kernel);
+        let table = dynk.and_then(|d| d.baked_table(target));
         for (key, batch) in read_shapes(schema, &path)? {
             let in_table = table.is_some_and(|t| t.entries.get(key.as_str()).is_some());
             match k.search(&rt, &stream, &key, batch, &opts) {
@@ -142,6 +153,11 @@ pub fn check_defaults(dir: &Path, threshold: f64, only: Option<&str>, finalists:
                             default_us,
                             best_us: r.us,
                             in_table,
+                            default: dynk
+                                .and_then(|d| d.analytic_default_values(target, &key, batch).ok())
+                                .map(|v| values(&v))
+                                .unwrap_or_default(),
+                            best: values(&r.config),
                         };
                         println!("{}", row_line(&row, threshold));
                         rows.push(row);
@@ -177,6 +193,8 @@ mod tests {
             default_us,
             best_us,
             in_table,
+            default: "online 1024 8 1 1 0".into(),
+            best: "cluster 128 8 1 16 0".into(),
         }
     }
 
@@ -191,7 +209,8 @@ mod tests {
             verdict(&row(20.0, 10.0, true), 0.05),
             "skip: the table serves this key"
         );
-        assert!(row_line(&row(10.6, 10.0, false), 0.05).ends_with("6.0%  FAIL: the default is slower"));
+        assert!(row_line(&row(10.6, 10.0, false), 0.05)
+            .ends_with("6.0%  FAIL: the default is slower  [online 1024 8 1 1 0] -> [cluster 128 8 1 16 0]"));
         assert_eq!(report(&[row(10.4, 10.0, false)], &[], 0.05), ExitCode::SUCCESS);
         assert_eq!(report(&[row(10.6, 10.0, false)], &[], 0.05), ExitCode::FAILURE);
         assert_eq!(

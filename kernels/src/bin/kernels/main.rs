@@ -269,6 +269,14 @@ enum TablesCommand {
         #[arg(required = true)]
         paths: Vec<PathBuf>,
     },
+    /// Replace every default marker with the config the analytic default gives for its
+    /// key and batch now, rewriting the files atomically. Run before changing a
+    /// heuristic, so the tables keep serving what tuning measured (then `tables lock
+    /// --check` still passes and only batches off the tables see the new default).
+    Pin {
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
 }
 
 /// A bad argument: one line naming it, exit status 2.
@@ -665,6 +673,24 @@ fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {
             }
         }
         TablesCommand::Lock { check, path } => lock_command(check, path),
+        TablesCommand::Pin { paths } => {
+            let files = tables::collect(&paths).map_err(|f| Usage(f.to_string()))?;
+            let mut failed = false;
+            for f in files {
+                match tables::pin(&f) {
+                    Ok(n) => println!("{}: pinned {n} default marker(s)", f.display()),
+                    Err(e) => {
+                        failed = true;
+                        println!("FAIL {e}");
+                    }
+                }
+            }
+            Ok(if failed {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
         TablesCommand::Prune { margin, paths } => {
             let margin: f64 = arg("margin", &margin)?;
             if !(0.0..1.0).contains(&margin) {

@@ -190,6 +190,43 @@ pub fn prune(path: &Path, margin: f64) -> Result<Pruned, Finding> {
     Ok(pruned)
 }
 
+/// Replaces every default marker of the table at `path` with the config the analytic
+/// default gives for its key and batch now, and rewrites the file atomically; returns how
+/// many were pinned. Run before changing a heuristic: a marker records that the default
+/// of the heuristic it was tuned with won, so it would otherwise serve whatever the new
+/// heuristic picks, which tuning never measured there. A pinned entry keeps its times
+/// (`us` equal to `default_us`, the default's measured time).
+pub fn pin(path: &Path) -> Result<usize, Finding> {
+    let file = path.display().to_string();
+    let finding = |entry, reason: String| Finding {
+        file: file.clone(),
+        entry,
+        reason,
+    };
+    let (kernel_name, target) = origin_of_path(path).map_err(|e| finding(None, e))?;
+    let kernel = kernels::kernel(&kernel_name)
+        .ok_or_else(|| finding(None, format!("no kernel named `{kernel_name}`")))?;
+    let mut table = TableFile::read(path, Some(kernel.schema())).map_err(|e| finding(e.entry, e.reason))?;
+    let mut pinned = 0;
+    for (i, e) in table.entries.iter_mut().enumerate() {
+        if e.config.tuned().is_some() {
+            continue;
+        }
+        let values = kernel
+            .analytic_default_values(target, &e.key, e.batch)
+            .map_err(|r| finding(Some(i), r))?;
+        kernel
+            .check_config(&values)
+            .map_err(|r| finding(Some(i), format!("the analytic default is outside the space: {r}")))?;
+        e.config = EntryConfig::Tuned(values);
+        pinned += 1;
+    }
+    table
+        .write(path)
+        .map_err(|e| finding(None, format!("cannot write: {e}")))?;
+    Ok(pinned)
+}
+
 /// Chooses `record`'s winner again from its candidates (the analytic default first, as
 /// every search records them) by [`kernels_core::tune::select`]; an error when no candidate
 /// ran or the record holds none.
