@@ -49,6 +49,23 @@ fn cluster(target: Target, key: &RmsNormKey, splits: u32, vec: u32, threads: u32
     crate::space::fits(target, key, &c).then_some(c)
 }
 
+/// The fused kernel's cluster: [`cluster`] storing the residual after the reduction
+/// (`late` 1), which the cluster's exchange hides: 1 x 4544 and 1 x 5120 bf16 on the H200
+/// took 1.62-1.63 us against 1.91-1.93 storing it early (docs/results/rmsnorm.md).
+fn cluster_fused(
+    target: Target,
+    key: &RmsNormKey,
+    splits: u32,
+    vec: u32,
+    threads: u32,
+) -> Option<RmsNormConfig> {
+    let c = RmsNormConfig {
+        late: 1,
+        ..cluster(target, key, splits, vec, threads)?
+    };
+    crate::space::fits(target, key, &c).then_some(c)
+}
+
 /// About one 16-byte vector per thread of a cluster of `splits` blocks, if it fits (the
 /// cluster's last block must get vectors, which rules it out where rounding the threads
 /// up to a power of two overshoots by `splits / (splits - 1)`).
@@ -60,16 +77,16 @@ fn one_vector_each(target: Target, key: &RmsNormKey, splits: u32) -> Option<RmsN
 
 /// Plain RMSNorm's cluster per row for few rows on sm90 (`None` elsewhere), from the
 /// H200's tuning records of 1-128 rows of 3584-8192 columns (bf16, docs/results/rmsnorm.md):
-/// up to 8 rows a cluster of 8 with about one 16-byte vector per thread where that fits
+/// up to 16 rows a cluster of 8 with about one 16-byte vector per thread where that fits
 /// (8192: the best config at 1-64 rows), else single elements over 8 blocks of 128
 /// threads or more (3584, 4096, 7168: the best at 1-8 rows, 1.2-1.4x ahead of two
-/// vectors per thread); from 9 rows a cluster of 8 or 4 with one vector per thread (the
+/// vectors per thread; 3072-6144 at 16 rows off the tables: 1.13-1.20x); from 17 rows a cluster of 8 or 4 with one vector per thread (the
 /// best at 16-128 rows of 3584-8192), else two vectors per thread over 8 blocks.
 fn decode_cluster(target: Target, key: &RmsNormKey, rows: u64) -> Option<RmsNormConfig> {
     if target != Target::Sm90 || rows > DECODE_MAX_ROWS || key.cols < DECODE_MIN_COLS {
         return None;
     }
-    if rows <= 8 {
+    if rows <= 16 {
         return one_vector_each(target, key, DECODE_SPLITS).or_else(|| {
             let threads = (key.cols / DECODE_SPLITS / 8).next_power_of_two().max(128);
             cluster(target, key, DECODE_SPLITS, 1, threads)
@@ -103,16 +120,16 @@ fn decode_cluster_fused(target: Target, key: &RmsNormKey, rows: u64) -> Option<R
     let pair = (4 / key.dtype.size()) as u32;
     if rows <= 16 {
         let threads = (key.cols / pair / DECODE_SPLITS / 2).next_power_of_two();
-        return cluster(target, key, DECODE_SPLITS, pair.max(1), threads);
+        return cluster_fused(target, key, DECODE_SPLITS, pair.max(1), threads);
     }
     let vec = widest_vector(key);
     if rows <= 64 && key.cols >= DECODE_MIN_COLS {
         let splits = (key.cols / vec / 64).next_power_of_two().clamp(8, 16);
-        return cluster(target, key, splits, vec, target.warp_size())
-            .or_else(|| cluster(target, key, DECODE_SPLITS, vec, target.warp_size()));
+        return cluster_fused(target, key, splits, vec, target.warp_size())
+            .or_else(|| cluster_fused(target, key, DECODE_SPLITS, vec, target.warp_size()));
     }
     if rows > 64 && key.cols >= 6144 {
-        return one_vector_each(target, key, 4);
+        return one_vector_each(target, key, 4).and_then(|c| cluster_fused(target, key, 4, c.vec, c.threads));
     }
     None
 }
@@ -147,14 +164,32 @@ pub fn analytic_default(target: Target, key: &RmsNormKey, rows: u64) -> RmsNormC
     if key.cols > 16384 {
         threads = threads.min(512).max(target.warp_size());
     }
-    // One row per block: 16384x2048 bf16 ran 3.75 TB/s at rows=1 against 3.62 at t64 r2.
-    RmsNormConfig {
+    // One row per block: 16384x2048 bf16 ran 3.75 TB/s at rows=1 against 3.62 at t64 r2;
+    // rows of 128 vectors or fewer take two per block from 2048 rows (768 x 4096 bf16:
+    // 5.33 us against 5.76).
+    let per_block = if vectors <= 128 && rows >= 2048 { 2 } else { 1 };
+    let c = RmsNormConfig {
         threads,
         vec,
-        rows: 1,
+        rows: per_block,
         occ: 0,
         splits: 1,
         late: 0,
+    };
+    if crate::space::fits_plain(target, key, &c) {
+        c
+    } else {
+        RmsNormConfig { rows: 1, ..c }
+    }
+}
+
+/// The power of two nearest `x` (the larger one at a tie).
+fn nearest_power_of_two(x: u32) -> u32 {
+    let up = x.max(1).next_power_of_two();
+    if up - x <= x - up / 2 || up == 1 {
+        up
+    } else {
+        up / 2
     }
 }
 
@@ -165,9 +200,34 @@ pub fn analytic_default_fused(target: Target, key: &RmsNormKey, rows: u64) -> Rm
     if let Some(c) = decode_cluster_fused(target, key, rows) {
         return c;
     }
+    // Short rows at small batches: 4-byte accesses, about one per thread (768 and 1024
+    // columns at 256 rows on the H200: 512 threads of them were the best config, 1.27x
+    // ahead of 256; 16-byte vectors took 1.2x the best time at 1-256 rows).
+    if key.cols < DECODE_MIN_COLS_FUSED && rows <= 256 {
+        let pair = (4 / key.dtype.size()).max(1) as u32;
+        let c = RmsNormConfig {
+            threads: threads_for(target, key.cols / pair, 1),
+            vec: pair,
+            rows: 1,
+            occ: 0,
+            splits: 1,
+            late: 0,
+        };
+        if crate::space::fits(target, key, &c) {
+            return c;
+        }
+    }
     let vec = widest_vector(key);
-    let vectors = key.cols.div_ceil(vec);
-    let mut threads = threads_for(target, vectors, 2);
+    let vectors = (key.cols / vec).max(1);
+    // About two vectors per thread: rounded up while the batch holds few vectors (4544 x
+    // 256 bf16: 512 threads 4.44 us, 256 threads 4.79), to the nearest power of two
+    // above (4544 x 4096: 256 threads 39.8 us, 512 threads 43.3).
+    let per_two = if vectors_per_thread(rows, vectors) == 1 {
+        (vectors / 2).max(1).next_power_of_two()
+    } else {
+        nearest_power_of_two(vectors / 2)
+    };
+    let mut threads = per_two.clamp(target.warp_size(), 1024);
     // Above 16K the register-held row spills at 1024 threads; 128 threads reading the row
     // twice ran 3.51 TB/s at 4096x32768 against 2.62 for t1024.
     if key.cols > 16384 {
@@ -208,33 +268,36 @@ mod tests {
             splits,
             late: 0,
         };
+        let late = |c: RmsNormConfig| RmsNormConfig { late: 1, ..c };
         // Plain: one 16-byte vector per thread where it fits, single elements otherwise.
         assert_eq!(analytic_default(Target::Sm90, &key(8192), 1), cfg(128, 8, 8));
         assert_eq!(analytic_default(Target::Sm90, &key(4096), 4), cfg(64, 8, 8));
         assert_eq!(analytic_default(Target::Sm90, &key(7168), 1), cfg(128, 1, 8));
-        assert_eq!(analytic_default(Target::Sm90, &key(7168), 16), cfg(256, 8, 4));
+        assert_eq!(analytic_default(Target::Sm90, &key(7168), 16), cfg(128, 1, 8));
+        assert_eq!(analytic_default(Target::Sm90, &key(7168), 32), cfg(256, 8, 4));
         assert_eq!(analytic_default(Target::Sm90, &key(3584), 128), cfg(128, 8, 4));
         assert_eq!(analytic_default(Target::Sm90, &key(8192), 128), cfg(256, 8, 4));
-        // Fused: 4-byte accesses over 8 blocks up to 16 rows, 32-thread blocks to 64.
+        // Fused: 4-byte accesses over 8 blocks up to 16 rows, 32-thread blocks to 64, the
+        // residual stored late.
         assert_eq!(
             analytic_default_fused(Target::Sm90, &key(7168), 1),
-            cfg(256, 2, 8)
+            late(cfg(256, 2, 8))
         );
         assert_eq!(
             analytic_default_fused(Target::Sm90, &key(4096), 16),
-            cfg(128, 2, 8)
+            late(cfg(128, 2, 8))
         );
         assert_eq!(
             analytic_default_fused(Target::Sm90, &key(8192), 32),
-            cfg(32, 8, 16)
+            late(cfg(32, 8, 16))
         );
         assert_eq!(
             analytic_default_fused(Target::Sm90, &key(3584), 64),
-            cfg(32, 8, 8)
+            late(cfg(32, 8, 8))
         );
         assert_eq!(
             analytic_default_fused(Target::Sm90, &key(7168), 128),
-            cfg(256, 8, 4)
+            late(cfg(256, 8, 4))
         );
         assert_eq!(analytic_default_fused(Target::Sm90, &key(4096), 128).splits, 1);
         for cols in [
@@ -286,7 +349,24 @@ mod tests {
     fn threads_shrink_as_the_batch_grows() {
         let t = |rows| analytic_default(Target::Sm90, &key(2048), rows).threads;
         assert_eq!((t(256), t(2560), t(4096), t(16384)), (256, 256, 128, 64));
-        let t = |rows| analytic_default(Target::Sm80, &key(768), rows).threads;
-        assert_eq!((t(1), t(4096)), (128, 128));
+        let c = |rows| analytic_default(Target::Sm80, &key(768), rows);
+        assert_eq!((c(1).threads, c(1).rows), (128, 1));
+        assert_eq!((c(4096).threads, c(4096).rows), (128, 2));
+        // Fused: about two vectors per thread to the nearest power of two; short rows at
+        // small batches on 4-byte accesses.
+        let f = |cols, rows| analytic_default_fused(Target::Sm90, &key(cols), rows);
+        assert_eq!(
+            (
+                f(4608, 4096).threads,
+                f(6144, 4096).threads,
+                f(7168, 4096).threads
+            ),
+            (256, 512, 512)
+        );
+        assert_eq!((f(768, 16).threads, f(768, 16).vec), (512, 2));
+        assert_eq!((f(4608, 256).threads, f(2304, 256).threads), (512, 256));
+        assert_eq!(f(768, 4096).vec, 8);
+        assert_eq!(nearest_power_of_two(1), 1);
+        assert_eq!((nearest_power_of_two(284), nearest_power_of_two(384)), (256, 512));
     }
 }
