@@ -215,7 +215,7 @@ fn check_writes_disjoint(operands: &[(&str, (u64, u64), bool)]) -> Result<()> {
 }
 
 /// The config with its vector narrowed to what the relative alignment of `x` and the
-/// output allows ([`NormProblem::alignment`]; odd hidden sizes and offset views keep
+/// output allows (`NormProblem::alignment`; odd hidden sizes and offset views keep
 /// the vector). A cluster config whose row no longer fits in registers at the narrower
 /// vector takes one block per row instead (which streams a long row), and a late
 /// residual store (which needs the row in registers) becomes an early one.
@@ -331,7 +331,7 @@ impl Entry {
 /// shared memory and carveout of its blocks-per-SM cap, if any), and cuda/rmsnorm.cu's
 /// arguments in `entry`'s order. A problem built for the other entry point is an error
 /// naming `problem`; a config whose vector the relative alignment of x and the output
-/// does not allow ([`NormProblem::alignment`]) is an error naming `x`; so are more than 2^31 - 1 blocks (`rows`) and a cap on a device
+/// does not allow (`NormProblem::alignment`) is an error naming `x`; so are more than 2^31 - 1 blocks (`rows`) and a cap on a device
 /// without Hopper's carveouts (`occ`).
 pub(crate) fn launch_args(
     entry: Entry,

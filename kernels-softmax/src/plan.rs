@@ -133,7 +133,7 @@ impl SoftmaxProblem<'_> {
 }
 
 /// The config with its vector narrowed to what the relative alignment of `x` and `y`
-/// allows ([`SoftmaxProblem::alignment`]; odd column counts and offset views keep
+/// allows (`SoftmaxProblem::alignment`; odd column counts and offset views keep
 /// the vector). A narrower vector needs more vectors per thread, so a register
 /// strategy that no longer fits drops `keep` (more vectors, more kept values), then
 /// moves to `online`, which takes any length.
@@ -231,7 +231,7 @@ pub(crate) fn variant(
 /// per row group (`row`), per row (`online`) or per row slice (`cluster`, `staged`,
 /// whose stage takes dynamic shared memory), and cuda/softmax.cu's arguments
 /// `(x, y, rows, x_stride, y_stride, scale)`. A config whose vector the relative
-/// alignment of x and y does not allow ([`SoftmaxProblem::alignment`]) is an error
+/// alignment of x and y does not allow (`SoftmaxProblem::alignment`) is an error
 /// naming `x`; so are more than 2^31 - 1 blocks (`rows`).
 pub fn launch_args(
     device: &DeviceInfo,
