@@ -637,11 +637,11 @@ mod tests {
     #[cfg(any(feature = "cuda", feature = "rocm"))]
     #[test]
     fn a_retune_prefers_each_shapes_current_entry_and_markers_prefer_nothing() {
-        // The committed GEMM table (it has both): every tuned entry is offered back, by
-        // key and batch, exactly as stored; markers (the default serves) are not.
-        let schema = &kernels_gemm::schema::GEMM;
-        let path =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernels-gemm/tables/gemm/sm90.json");
+        // The fixture table (tuned entries and a marker): every tuned entry is offered
+        // back, by key and batch, exactly as stored; markers (the default serves) are not.
+        let schema = &kernels_rmsnorm::schema::RMSNORM;
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/tables/rmsnorm/sm90.json");
         let table = TableFile::read(&path, Some(schema)).unwrap();
         let prefer = super::previous_configs(&path, schema);
         let tuned: Vec<_> = table
