@@ -94,38 +94,29 @@ fn ladder(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxConfig {
     // Below 256 rows, 4-byte accesses first and clusters of 8 or 16 (32000 x 32-128: 8 x
     // 128 x 2 elements, 3.36-6.08 us against 3.73-7.23 for 4 x 128 x 4; 65536 x 32: 16 x
     // 128 x 2; 128256 x 32-128: 16 x 128 x 4; 151936: 16 x 128 x 8, the same rule).
-    if target == Target::Sm90 && vocabulary && rows < 256 {
-        for vec in [2, 4, 8] {
-            for splits in [8, 16] {
-                let c = SoftmaxConfig {
-                    strategy: Strategy::Cluster,
-                    threads: 128,
-                    vec,
-                    rows: 1,
-                    splits,
-                    keep: false,
-                };
-                if fits(target, key, &c) {
-                    return c;
-                }
-            }
-        }
-    }
+    // The first cluster of 128-thread blocks that fits, trying vector widths in `vecs`
+    // order and, for each, blocks per row in `splits` order.
+    let vocabulary_cluster = |vecs: &[u32], splits: &[u32]| {
+        vecs.iter()
+            .flat_map(|&vec| splits.iter().map(move |&splits| (vec, splits)))
+            .map(|(vec, splits)| SoftmaxConfig {
+                strategy: Strategy::Cluster,
+                threads: 128,
+                vec,
+                rows: 1,
+                splits,
+                keep: false,
+            })
+            .find(|c| fits(target, key, c))
+    };
     if target == Target::Sm90 && vocabulary {
-        for vec in [4, 8] {
-            for splits in [2, 4, 8, 16] {
-                let c = SoftmaxConfig {
-                    strategy: Strategy::Cluster,
-                    threads: 128,
-                    vec,
-                    rows: 1,
-                    splits,
-                    keep: false,
-                };
-                if fits(target, key, &c) {
-                    return c;
-                }
-            }
+        let c = if rows < 256 {
+            vocabulary_cluster(&[2, 4, 8], &[8, 16]).or_else(|| vocabulary_cluster(&[4, 8], &[2, 4, 8, 16]))
+        } else {
+            vocabulary_cluster(&[4, 8], &[2, 4, 8, 16])
+        };
+        if let Some(c) = c {
+            return c;
         }
     }
     // Long rows at larger batches, staged in shared memory by cp.async (one pass over

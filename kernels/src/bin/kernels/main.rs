@@ -282,6 +282,27 @@ enum TablesCommand {
 /// A bad argument: one line naming it, exit status 2.
 struct Usage(String);
 
+/// Runs `edit` on every table file under `paths` (a bad path is a usage error), printing
+/// `FAIL <finding>` for each file it fails on; failure when any did.
+fn each_table_file(
+    paths: &[PathBuf],
+    mut edit: impl FnMut(&std::path::Path) -> Result<(), tables::Finding>,
+) -> Result<ExitCode, Usage> {
+    let files = tables::collect(paths).map_err(|f| Usage(f.to_string()))?;
+    let mut failed = false;
+    for f in files {
+        if let Err(e) = edit(&f) {
+            failed = true;
+            println!("FAIL {e}");
+        }
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -673,57 +694,29 @@ fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {
             }
         }
         TablesCommand::Lock { check, path } => lock_command(check, path),
-        TablesCommand::Pin { paths } => {
-            let files = tables::collect(&paths).map_err(|f| Usage(f.to_string()))?;
-            let mut failed = false;
-            for f in files {
-                match tables::pin(&f) {
-                    Ok(n) => println!("{}: pinned {n} default marker(s)", f.display()),
-                    Err(e) => {
-                        failed = true;
-                        println!("FAIL {e}");
-                    }
-                }
-            }
-            Ok(if failed {
-                ExitCode::FAILURE
-            } else {
-                ExitCode::SUCCESS
-            })
-        }
+        TablesCommand::Pin { paths } => each_table_file(&paths, |f| {
+            tables::pin(f).map(|n| println!("{}: pinned {n} default marker(s)", f.display()))
+        }),
         TablesCommand::Prune { margin, paths } => {
             let margin: f64 = arg("margin", &margin)?;
             if !(0.0..1.0).contains(&margin) {
                 return Err(Usage(format!("--margin: must be in [0, 1), got {margin}")));
             }
-            let files = tables::collect(&paths).map_err(|f| Usage(f.to_string()))?;
-            let mut failed = false;
-            for f in files {
-                match tables::prune(&f, margin) {
-                    Ok(p) => {
-                        println!(
-                            "{}: kept {}, marked default {} (markers already there: {})",
-                            f.display(),
-                            p.kept,
-                            p.marked.len(),
-                            p.markers_before
-                        );
-                        for (key, batch, us, default_us) in p.marked {
-                            println!(
-                                "  marked default {key} batch {batch}: {us:.3} us vs default {default_us:.3} us"
-                            );
-                        }
-                    }
-                    Err(e) => {
-                        failed = true;
-                        println!("FAIL {e}");
-                    }
+            each_table_file(&paths, |f| {
+                let p = tables::prune(f, margin)?;
+                println!(
+                    "{}: kept {}, marked default {} (markers already there: {})",
+                    f.display(),
+                    p.kept,
+                    p.marked.len(),
+                    p.markers_before
+                );
+                for (key, batch, us, default_us) in p.marked {
+                    println!(
+                        "  marked default {key} batch {batch}: {us:.3} us vs default {default_us:.3} us"
+                    );
                 }
-            }
-            Ok(if failed {
-                ExitCode::FAILURE
-            } else {
-                ExitCode::SUCCESS
+                Ok(())
             })
         }
         TablesCommand::Check {
