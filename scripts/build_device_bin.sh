@@ -88,6 +88,11 @@ if [ "${BUILD_BENCH:-1}" != 0 ]; then
     [ -f "$peers/sglang_moe_bench.py" ] && [ -d "$DEST/sglang" ] && cp "$peers/sglang_moe_bench.py" "$DEST/sglang/"
 fi
 
+# The commit the binaries were built from (with "-dirty" when tracked files differed), for
+# the results' records: the GPU machine's copy of the tree may not carry the git history.
+commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+git diff --quiet HEAD 2>/dev/null || commit="$commit-dirty"
+echo "$commit" > "$DEST/COMMIT"
 ls -l "$DEST"
 if ! ls .whl/liger_kernel-*.whl >/dev/null 2>&1; then
     echo "note: no Liger wheel in .whl/; the peers step of scripts/h200_bench.sh needs one" \

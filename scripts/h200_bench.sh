@@ -5,7 +5,7 @@
 # .whl/ (installed into a temporary folder, no network needed). Everything is written
 # under $OUT:
 #
-#   device.txt                GPU, driver and clocks (nvidia-smi)
+#   device.txt                GPU, driver and clocks (nvidia-smi), the binaries' commit
 #   gpu-tests/*.log           step `tests`: scripts/gpu_tests.sh, every GPU test (one
 #                             process each, KERNELS_REQUIRE_GPU=1: a skip is a failure)
 #                             and every served variant against the reference
@@ -107,7 +107,13 @@ has() {
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv \
     > "$OUT/device.txt" || die "nvidia-smi failed: no NVIDIA GPU here?"
-if commit=$(git rev-parse HEAD 2>/dev/null); then echo "commit $commit" >> "$OUT/device.txt"; fi
+# The binaries' commit (scripts/build_device_bin.sh records it); the tree's own HEAD only where
+# they carry no record, since a copied tree may not carry its git history.
+if [ -s "$B/COMMIT" ]; then
+    echo "binaries built at commit $(cat "$B/COMMIT")" >> "$OUT/device.txt"
+elif commit=$(git rev-parse HEAD 2>/dev/null); then
+    echo "commit $commit (the tree; the binaries carry no record)" >> "$OUT/device.txt"
+fi
 cat "$OUT/device.txt"
 
 for step in $STEPS; do
