@@ -60,8 +60,12 @@ fn cluster_fused(
     threads: u32,
 ) -> Option<RmsNormConfig> {
     let c = RmsNormConfig {
+        threads: threads.clamp(target.warp_size(), 1024),
+        vec,
+        rows: 1,
+        occ: 0,
+        splits,
         late: 1,
-        ..cluster(target, key, splits, vec, threads)?
     };
     crate::space::fits(target, key, &c).then_some(c)
 }
@@ -279,26 +283,19 @@ mod tests {
         assert_eq!(analytic_default(Target::Sm90, &key(8192), 128), cfg(256, 8, 4));
         // Fused: 4-byte accesses over 8 blocks up to 16 rows, 32-thread blocks to 64, the
         // residual stored late.
-        assert_eq!(
-            analytic_default_fused(Target::Sm90, &key(7168), 1),
-            late(cfg(256, 2, 8))
-        );
-        assert_eq!(
-            analytic_default_fused(Target::Sm90, &key(4096), 16),
-            late(cfg(128, 2, 8))
-        );
-        assert_eq!(
-            analytic_default_fused(Target::Sm90, &key(8192), 32),
-            late(cfg(32, 8, 16))
-        );
-        assert_eq!(
-            analytic_default_fused(Target::Sm90, &key(3584), 64),
-            late(cfg(32, 8, 8))
-        );
-        assert_eq!(
-            analytic_default_fused(Target::Sm90, &key(7168), 128),
-            late(cfg(256, 8, 4))
-        );
+        for (cols, rows, want) in [
+            (7168, 1, cfg(256, 2, 8)),
+            (4096, 16, cfg(128, 2, 8)),
+            (8192, 32, cfg(32, 8, 16)),
+            (3584, 64, cfg(32, 8, 8)),
+            (7168, 128, cfg(256, 8, 4)),
+        ] {
+            assert_eq!(
+                analytic_default_fused(Target::Sm90, &key(cols), rows),
+                late(want),
+                "{cols} x {rows}"
+            );
+        }
         assert_eq!(analytic_default_fused(Target::Sm90, &key(4096), 128).splits, 1);
         for cols in [
             2048, 3072, 3584, 4096, 4097, 4544, 4608, 5120, 6144, 7168, 8192, 16384, 40000,
