@@ -9,7 +9,9 @@
 //! `cargo bench -p benches --bench gemm`; `KERNELS_BENCH_OUT=FILE.jsonl` also writes
 //! one JSON object per point; `GEMM_BENCH_M=1,16,...` picks the m values;
 //! `GEMM_BENCH_ALTS=1` also times a few alternatives to the served config per point
-//! (other tiles, splits and paths of the search space, marked `alt`), and
+//! (other tiles, splits and paths of the search space, marked `alt`;
+//! `GEMM_BENCH_ALTS=clusters` only the prefill tiles with TMA stores of C, each without
+//! and with a cluster of 2), and
 //! `GEMM_BENCH_SHAPES=qkv,o,...` keeps the layers named; `GEMM_BENCH_PDL=1` also times the
 //! served config launched with programmatic dependent launch (`pdl`). Per shape it first times a
 //! plain read of the weight, rotated and graph-timed the same way: the floor of a
@@ -210,7 +212,9 @@ fn main() -> Result<(), BoxError> {
         "{:<18} {:<8} {:>6} {:>6} {:>5} {:>10} {:>9} {:>8}  config (source)",
         "model", "layer", "n", "k", "m", "us", "TFLOP/s", "W TB/s"
     );
-    let alts = std::env::var("GEMM_BENCH_ALTS").is_ok_and(|v| v == "1");
+    let alts_var = std::env::var("GEMM_BENCH_ALTS").unwrap_or_default();
+    let alts = alts_var == "1" || alts_var == "clusters";
+    let clusters_only = alts_var == "clusters";
     let only: Option<Vec<String>> = std::env::var("GEMM_BENCH_SHAPES")
         .ok()
         .map(|s| s.split(',').map(|x| x.trim().to_string()).collect());
@@ -283,11 +287,17 @@ fn main() -> Result<(), BoxError> {
                 configs.push((resolved.config, "pdl".to_string()));
             }
             if alts {
-                let portable = kernels::gemm::heuristic::portable_default(target, &key, m);
-                configs.push((portable, "alt".to_string()));
+                if !clusters_only {
+                    let portable = kernels::gemm::heuristic::portable_default(target, &key, m);
+                    configs.push((portable, "alt".to_string()));
+                }
                 configs.extend(
                     alternatives(&key, m, &resolved.config)
                         .into_iter()
+                        .filter(|c| {
+                            !clusters_only
+                                || (c.path == Path::Wgmma && c.epilogue == Epilogue::Tma && c.group_m == 8)
+                        })
                         .map(|c| (c, "alt".to_string())),
                 );
             }

@@ -13,8 +13,9 @@
 //!
 //! `cargo bench -p benches --bench kernels` (criterion's options after `--`, e.g. a
 //! filter: `-- softmax`); `KERNELS_BENCH_OUT=FILE.jsonl` also writes the table as
-//! JSON lines (scripts/report.py reads them). Without a GPU it says so in one line
-//! and exits cleanly.
+//! JSON lines (scripts/report.py reads them); `KERNELS_BENCH_ONLY=KERNEL/ROWSxCOLS,...`
+//! (e.g. `fused_add_rmsnorm/16384x5121`) measures only the shapes named. Without a GPU
+//! it says so in one line and exits cleanly.
 
 use std::cell::RefCell;
 use std::io::Write;
@@ -332,6 +333,13 @@ fn run(c: &mut Criterion, dev: CudaDevice, out_path: Option<String>) -> Result<(
     emit(serde_json::json!({"kind": "empty_graph_pdl", "us": empty_pdl_us, "pdl": pdl_on}));
 
     let shapes: serde_json::Value = serde_json::from_str(include_str!("../shapes/norm_softmax.json"))?;
+    // KERNELS_BENCH_ONLY=kernel/ROWSxCOLS,... keeps the shapes named (all when unset).
+    let only: Option<Vec<String>> = std::env::var("KERNELS_BENCH_ONLY").ok().map(|v| {
+        v.split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect()
+    });
     let list = |k: &str| -> Vec<(usize, usize)> {
         shapes[k]
             .as_array()
@@ -343,6 +351,7 @@ fn run(c: &mut Criterion, dev: CudaDevice, out_path: Option<String>) -> Result<(
                             s[1].as_u64().unwrap_or(1) as usize,
                         )
                     })
+                    .filter(|(r, c)| only.as_ref().is_none_or(|o| o.contains(&format!("{k}/{r}x{c}"))))
                     .collect()
             })
             .unwrap_or_default()

@@ -437,11 +437,7 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
                     }
                     // A fresh barrier counts as having completed the phase before its
                     // first, so the first pass over the ring does not wait.
-                    if constexpr (CLUSTER > 1) {
-                        mbar_wait_cluster(empty0 + 8 * s, ((it / STAGES) & 1) ^ 1);
-                    } else {
-                        mbar_wait(empty0 + 8 * s, ((it / STAGES) & 1) ^ 1);
-                    }
+                    mbar_wait(empty0 + 8 * s, ((it / STAGES) & 1) ^ 1);
                     // With clusters the peer's slice may land before this arrival: the
                     // transaction count dips below zero, and the phase cannot complete
                     // before the arrival.

@@ -71,7 +71,7 @@ struct Mma<kd::f16> {
 // Hopper (sm_90a) wrappers, compiled only into the WGMMA variants.
 //   mbar_init / mbar_expect_tx / mbar_arrive / mbar_wait   shared-memory mbarriers
 //   tma_load_2d ........ one TMA box global -> shared, completing on an mbarrier
-//   (thread-block clusters: cluster_addr, mbar_arrive_cluster, mbar_wait_cluster,
+//   (thread-block clusters: cluster_addr, mbar_arrive_cluster,
 //   tma_load_2d_multicast, cluster_sync)
 //   wgmma_fence / wgmma_commit / wgmma_wait<N>            warpgroup MMA ordering
 //   smem_desc_sw128 .... wgmma descriptor of a K-major tile in 128-byte swizzle
@@ -139,24 +139,12 @@ __device__ __forceinline__ u32 cluster_addr(u32 addr, u32 rank) {
     return r;
 }
 
-// Arrives once on an mbarrier of any block of the cluster (a cluster_addr address),
-// releasing at cluster scope what this thread did before (its reads of the stage).
+// Arrives once on an mbarrier of any block of the cluster (a cluster_addr address). The
+// default (CTA-scope) semantics suffice for an empty barrier: what it orders is the
+// arriving warpgroup's wgmma reads of the stage, complete once wgmma_wait returns, before
+// the TMA refill the waiting producer issues.
 __device__ __forceinline__ void mbar_arrive_cluster(u32 bar) {
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-
-// mbar_wait for a barrier that other blocks of the cluster arrive on: acquires at
-// cluster scope, so their released work is ordered before what follows.
-__device__ __forceinline__ void mbar_wait_cluster(u32 bar, u32 parity) {
-    u32 done = 0;
-    while (!done) {
-        asm volatile(
-            "{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n selp.u32 "
-            "%0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(bar), "r"(parity)
-            : "memory");
-    }
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 
 // tma_load_2d into the same shared offset `dst` of every block of the cluster whose

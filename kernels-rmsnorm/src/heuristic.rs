@@ -142,12 +142,24 @@ fn decode_cluster_fused(target: Target, key: &RmsNormKey, rows: u64) -> Option<R
 /// few, every thread takes one so more loads are in flight; with many, blocks are
 /// plentiful and fewer, longer threads cost less. In the H200's tables of 2048-8192
 /// columns one vector per thread won up to about 0.6 M vectors in the batch (2048 x
-/// 256: 1.38 us against 1.98 for four), two up to about 1.2 M, four above.
+/// 256: 1.38 us against 1.98 for four), two up to about 1 M, four above (2304 x 4096,
+/// 1.18 M vectors, off the tables: 128 threads 12.75 us against 13.53 for 256).
 fn vectors_per_thread(rows: u64, vectors: u32) -> u32 {
     match rows.saturating_mul(u64::from(vectors)) {
         0..=655_360 => 1,
-        655_361..=1_310_720 => 2,
+        655_361..=1_048_576 => 2,
         _ => 4,
+    }
+}
+
+/// Rows per block for one block per row: rows of 128 vectors or fewer take two per block
+/// from 2048 rows (plain, 768 x 4096 bf16: 5.33 us against 5.76; fused, 768 and 1024 x
+/// 4096: 8.14 and 9.69 us against 8.45 and 10.39).
+fn rows_per_block(rows: u64, vectors: u32) -> u32 {
+    if vectors <= 128 && rows >= 2048 {
+        2
+    } else {
+        1
     }
 }
 
@@ -168,10 +180,9 @@ pub fn analytic_default(target: Target, key: &RmsNormKey, rows: u64) -> RmsNormC
     if key.cols > 16384 {
         threads = threads.min(512).max(target.warp_size());
     }
-    // One row per block: 16384x2048 bf16 ran 3.75 TB/s at rows=1 against 3.62 at t64 r2;
-    // rows of 128 vectors or fewer take two per block from 2048 rows (768 x 4096 bf16:
-    // 5.33 us against 5.76).
-    let per_block = if vectors <= 128 && rows >= 2048 { 2 } else { 1 };
+    // One row per block (16384x2048 bf16 ran 3.75 TB/s at rows=1 against 3.62 at t64 r2)
+    // except short rows at large batches.
+    let per_block = rows_per_block(rows, vectors);
     let c = RmsNormConfig {
         threads,
         vec,
@@ -207,6 +218,25 @@ pub fn analytic_default_fused(target: Target, key: &RmsNormKey, rows: u64) -> Rm
     // Short rows at small batches: 4-byte accesses, about one per thread (768 and 1024
     // columns at 256 rows on the H200: 512 threads of them were the best config, 1.27x
     // ahead of 256; 16-byte vectors took 1.2x the best time at 1-256 rows).
+    // At up to 16 rows of a multiple of 256 columns: 256 threads, each taking its share in
+    // whole accesses of the widest width that divides it (768 columns: 1.34 us with 3
+    // single elements a thread against 1.43 for 512 threads of 4 bytes; 1024: 1.37 us
+    // with one 8-byte access against 1.44).
+    if key.cols < DECODE_MIN_COLS_FUSED && rows <= 16 && key.cols.is_multiple_of(256) {
+        let share = key.cols / 256;
+        let vec = (1u32 << share.trailing_zeros()).min(widest_vector(key));
+        let c = RmsNormConfig {
+            threads: 256,
+            vec,
+            rows: 1,
+            occ: 0,
+            splits: 1,
+            late: 0,
+        };
+        if crate::space::fits(target, key, &c) {
+            return c;
+        }
+    }
     if key.cols < DECODE_MIN_COLS_FUSED && rows <= 256 {
         let pair = (4 / key.dtype.size()).max(1) as u32;
         let c = RmsNormConfig {
@@ -237,13 +267,18 @@ pub fn analytic_default_fused(target: Target, key: &RmsNormKey, rows: u64) -> Rm
     if key.cols > 16384 {
         threads = 128.max(target.warp_size());
     }
-    RmsNormConfig {
+    let c = RmsNormConfig {
         threads,
         vec,
-        rows: 1,
+        rows: rows_per_block(rows, vectors),
         occ: 0,
         splits: 1,
         late: 0,
+    };
+    if crate::space::fits(target, key, &c) {
+        c
+    } else {
+        RmsNormConfig { rows: 1, ..c }
     }
 }
 
@@ -360,7 +395,18 @@ mod tests {
             ),
             (256, 512, 512)
         );
-        assert_eq!((f(768, 16).threads, f(768, 16).vec), (512, 2));
+        assert_eq!((f(768, 256).threads, f(768, 256).vec), (512, 2));
+        // Up to 16 rows of a multiple of 256: 256 threads, whole accesses each.
+        assert_eq!((f(768, 16).threads, f(768, 16).vec), (256, 1));
+        assert_eq!((f(1024, 1).threads, f(1024, 1).vec), (256, 4));
+        assert_eq!((f(1536, 1).threads, f(1536, 1).vec), (256, 2));
+        assert_eq!((f(1000, 1).threads, f(1000, 1).vec), (512, 2));
+        // Short rows at large batches: two per block.
+        assert_eq!(
+            (f(768, 4096).rows, f(1024, 4096).rows, f(2048, 4096).rows),
+            (2, 2, 1)
+        );
+        assert_eq!(analytic_default(Target::Sm90, &key(2304), 4096).threads, 128);
         assert_eq!((f(4608, 256).threads, f(2304, 256).threads), (512, 256));
         assert_eq!(f(768, 4096).vec, 8);
         assert_eq!(nearest_power_of_two(1), 1);

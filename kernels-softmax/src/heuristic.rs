@@ -20,25 +20,60 @@ use crate::space::fits;
 /// larger grids the extra registers cost more (64 x 128256 8 x 256: 13.32 to 14.02;
 /// docs/results/softmax.md).
 ///
-/// Vocabulary rows on clusters keep them at larger grids too: up to 64 rows, and up to
-/// 1024 rows of at most 32768 columns (the H200's tables: 32000 x 256 9.95 us kept
-/// against 11.15; 128256 x 32 7.07 against 8.32; from 64 rows of 128256 not keeping
-/// was ahead).
+/// Vocabulary rows on clusters keep them at larger grids too: below 64 rows, below 128
+/// rows where a thread keeps at most [`MAX_KEPT_AT_64_ROWS`], and up to 1024 rows of at
+/// most 32768 columns (the H200's tables: 32000 x 256 9.95 us kept against 11.15;
+/// 128256 x 32 7.07 against 8.32; from 64 rows of 128256 not keeping was ahead).
 pub fn analytic_default(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxConfig {
     let c = ladder(target, key, rows);
     let blocks = rows.div_ceil(u64::from(c.rows)) * u64::from(c.splits);
-    let kept = SoftmaxConfig { keep: true, ..c };
     let vocabulary_cluster = c.strategy == Strategy::Cluster
         && key.cols >= 16384
-        && (rows < 64 || (key.cols <= 32768 && rows <= 1024));
-    if target.vendor() == Vendor::Nvidia
-        && (blocks <= u64::from(target.reference_sm_count()) || vocabulary_cluster)
-        && fits(target, key, &kept)
+        && (rows < 64
+            || (rows < 128 && c.iters(key.cols) * c.vec <= MAX_KEPT_AT_64_ROWS)
+            || (key.cols <= 32768 && rows <= 1024));
+    if target.vendor() != Vendor::Nvidia
+        || !(blocks <= u64::from(target.reference_sm_count()) || vocabulary_cluster)
     {
+        return c;
+    }
+    let kept = SoftmaxConfig { keep: true, ..c };
+    if fits(target, key, &kept) {
         return kept;
+    }
+    // A cluster whose exponentials do not fit the registers keeps them at half the
+    // vector width over twice the blocks, or else twice the threads (H200, bf16, 1 and 8
+    // x 256000: 16 x 256 x 4 kept 3.67 and 5.71 us against 16 x 128 x 8 and 8 x 256 x 8
+    // not kept, 3.98 and 6.16).
+    if c.strategy == Strategy::Cluster && c.vec > 1 {
+        let half = c.vec / 2;
+        let wider = [
+            SoftmaxConfig {
+                splits: c.splits * 2,
+                vec: half,
+                ..kept
+            },
+            SoftmaxConfig {
+                threads: c.threads * 2,
+                vec: half,
+                ..kept
+            },
+        ];
+        let in_schema = |w: &SoftmaxConfig| {
+            crate::schema::SPLITS.contains(&i64::from(w.splits))
+                && crate::schema::THREADS.contains(&i64::from(w.threads))
+        };
+        if let Some(w) = wider.into_iter().find(|w| in_schema(w) && fits(target, key, w)) {
+            return w;
+        }
     }
     c
 }
+
+/// Most exponentials a thread of a vocabulary cluster keeps at 64-127 rows: the H200's
+/// defaults check kept them at 92544 and 100352 columns (48 and 52 a thread, 1.06-1.11x
+/// faster) and its tables did not at 128256 (64 a thread).
+const MAX_KEPT_AT_64_ROWS: u32 = 56;
 
 /// The default before `keep`: a ladder of strategies.
 fn ladder(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxConfig {
@@ -70,14 +105,26 @@ fn ladder(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxConfig {
     if target == Target::Sm90 && rows < sms / 2 && key.cols >= 16384 && !(vocabulary && rows >= 32) {
         // One vocabulary row: a non-portable cluster of 16 x 128, faster than 8 x 256 at
         // one row while 8 x 256 stays ahead from 8 rows (docs/results/softmax.md).
-        let wide = SoftmaxConfig {
+        // 2-element accesses while a thread takes at most 16 of them (up to 65536
+        // columns: 1 x 32064-50432 bf16 took 1.80-1.85 us against 1.94 for 16-byte
+        // vectors), 16-byte vectors above (92544-151936).
+        let narrow = SoftmaxConfig {
             strategy: Strategy::Cluster,
             threads: 128,
-            vec,
+            vec: 2,
             rows: 1,
             splits: 16,
             keep: false,
         };
+        let wide = SoftmaxConfig { vec, ..narrow };
+        if rows == 1 && vocabulary {
+            if let Some(c) = [narrow, wide]
+                .into_iter()
+                .find(|c| c.iters(key.cols) <= 16 && fits(target, key, c))
+            {
+                return c;
+            }
+        }
         if rows == 1 && key.cols > 32768 && fits(target, key, &wide) {
             return wide;
         }
@@ -96,12 +143,16 @@ fn ladder(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxConfig {
     // 128 x 2; 128256 x 32-128: 16 x 128 x 4; 151936: 16 x 128 x 8, the same rule).
     // The first cluster of 128-thread blocks that fits, trying vector widths in `vecs`
     // order and, for each, blocks per row in `splits` order.
-    let vocabulary_cluster = |vecs: &[u32], splits: &[u32]| {
+    // At 64-127 rows of up to 65536 columns, 8 blocks of 256 threads with 8-byte accesses
+    // (the H200's tables at 64 rows of 32000-65536 columns; 50257 x 64 off the tables:
+    // 5.69-5.79 us against 6.23 for 4-byte accesses and 6.92 for 16 x 128 unkept); above,
+    // the 128-thread rule (100352 x 64: 16 x 128 8.62 us against 9.50 for 8 x 256).
+    let vocabulary_cluster = |threads: u32, vecs: &[u32], splits: &[u32]| {
         vecs.iter()
             .flat_map(|&vec| splits.iter().map(move |&splits| (vec, splits)))
             .map(|(vec, splits)| SoftmaxConfig {
                 strategy: Strategy::Cluster,
-                threads: 128,
+                threads,
                 vec,
                 rows: 1,
                 splits,
@@ -110,10 +161,13 @@ fn ladder(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxConfig {
             .find(|c| fits(target, key, c))
     };
     if target == Target::Sm90 && vocabulary {
-        let c = if rows < 256 {
-            vocabulary_cluster(&[2, 4, 8], &[8, 16]).or_else(|| vocabulary_cluster(&[4, 8], &[2, 4, 8, 16]))
+        let c = if (64..128).contains(&rows) && key.cols <= 65536 {
+            vocabulary_cluster(256, &[4], &[8]).or_else(|| vocabulary_cluster(128, &[2, 4, 8], &[8, 16]))
+        } else if rows < 256 {
+            vocabulary_cluster(128, &[2, 4, 8], &[8, 16])
+                .or_else(|| vocabulary_cluster(128, &[4, 8], &[2, 4, 8, 16]))
         } else {
-            vocabulary_cluster(&[4, 8], &[2, 4, 8, 16])
+            vocabulary_cluster(128, &[4, 8], &[2, 4, 8, 16])
         };
         if let Some(c) = c {
             return c;

@@ -104,8 +104,8 @@ mod tests {
     }
 
     /// Row lengths no 16-byte vector divides (GPT-2's 50257-token vocabulary, Qwen's
-    /// 151655) take 16-byte vectors: the default for bf16 50257 at one row holds 8-wide
-    /// vectors, every default takes the strategy and width of its aligned neighbour, and
+    /// 151655) keep vector accesses: the default for bf16 50257 at one row is not
+    /// element-wise, every default takes the strategy and width of its aligned neighbour, and
     /// the space has configs of every strategy at the widest vector.
     #[test]
     fn odd_row_lengths_keep_16_byte_vectors() {
@@ -113,7 +113,7 @@ mod tests {
             dtype: DType::Bf16,
             cols,
         };
-        assert_eq!(analytic_default(Target::Sm90, &bf16(50257), 1).vec, 8);
+        assert!(analytic_default(Target::Sm90, &bf16(50257), 1).vec > 1);
         for t in [Target::Sm80, Target::Sm90, Target::Gfx942] {
             for dtype in DType::ALL {
                 for (odd, even) in [(50257, 50256), (151655, 151656), (4097, 4096), (32001, 32000)] {
@@ -198,51 +198,92 @@ mod tests {
         assert!(analytic_default(Target::Sm80, &key, 1).splits == 1);
     }
 
-    /// Vocabulary rows of 16-bit types from 32 rows default to a cluster of 128-thread
-    /// blocks with 16 vectors per thread at most: below 256 rows the narrowest vector
-    /// with 8 or 16 blocks per row, from 256 rows vectors of 4 where 16 blocks or fewer
-    /// suffice, else of 8, odd vocabularies (GPT-2's 50257, 151655) alike. Clusters keep
-    /// the exponentials up to 64 rows, and up to 1024 rows of at most 32768 columns. f32
-    /// and other targets keep the other rules.
+    /// Vocabulary rows of 16-bit types from 32 rows default to a cluster with 16 vectors
+    /// per thread at most: at 64-127 rows of up to 65536 columns 8 blocks of 256 threads
+    /// with 4-element vectors, otherwise 128-thread blocks (below 256 rows the narrowest
+    /// vector with 8 or 16 blocks per row, from 256 rows vectors of 4 where 16 blocks or
+    /// fewer suffice, else of 8), odd vocabularies (GPT-2's 50257, 151655) alike.
+    /// Clusters keep the exponentials below 64 rows, below 128 where a thread keeps at
+    /// most 56, and up to 1024 rows of at most 32768 columns; where the kept
+    /// exponentials do not fit, half the vector width over twice the blocks keeps them.
+    /// One vocabulary row takes 16 blocks of 128 threads, 2-element accesses up to 65536
+    /// columns. f32 and other targets keep the other rules.
     #[test]
     fn vocabulary_batches_default_to_the_cluster_on_sm90() {
         let at = |dtype, cols, rows| analytic_default(Target::Sm90, &SoftmaxKey { dtype, cols }, rows);
+        let cfg = |threads, vec, splits, keep| SoftmaxConfig {
+            strategy: Strategy::Cluster,
+            threads,
+            vec,
+            rows: 1,
+            splits,
+            keep,
+        };
+        // (cols, threads, vec, splits, keep) per batch range.
+        let one = [
+            (32000, 128, 2, 16, true),
+            (50257, 128, 2, 16, true),
+            (65536, 128, 2, 16, true),
+            (128256, 128, 8, 16, true),
+            (151655, 128, 8, 16, true),
+            (256000, 256, 4, 16, true),
+        ];
         let few = [
-            (32000, 2, 8),
-            (65536, 2, 16),
-            (128256, 4, 16),
-            (151936, 8, 16),
-            (262144, 8, 16),
-            (50257, 2, 16),
-            (151655, 8, 16),
+            (32000, 128, 2, 8, true),
+            (65536, 128, 2, 16, true),
+            (128256, 128, 4, 16, true),
+            (151936, 128, 8, 16, true),
+            (262144, 256, 4, 16, true),
+            (50257, 128, 2, 16, true),
+            (151655, 128, 8, 16, true),
+        ];
+        let sixty_four = [
+            (32000, 256, 4, 8, true),
+            (65536, 256, 4, 8, true),
+            (92544, 128, 4, 16, true),
+            (100352, 128, 4, 16, true),
+            (128256, 128, 4, 16, false),
+            (151936, 128, 8, 16, false),
+            (50257, 256, 4, 8, true),
+        ];
+        let hundred_twenty_eight = [
+            (32000, 128, 2, 8, true),
+            (65536, 128, 2, 16, false),
+            (128256, 128, 4, 16, false),
+            (151936, 128, 8, 16, false),
+            (262144, 128, 8, 16, false),
+            (50257, 128, 2, 16, false),
         ];
         let many = [
-            (32000, 4, 4),
-            (65536, 4, 8),
-            (128256, 4, 16),
-            (151936, 8, 16),
-            (262144, 8, 16),
-            (50257, 4, 8),
-            (151655, 8, 16),
+            (32000, 128, 4, 4, false),
+            (65536, 128, 4, 8, false),
+            (128256, 128, 4, 16, false),
+            (151936, 128, 8, 16, false),
+            (262144, 128, 8, 16, false),
+            (50257, 128, 4, 8, false),
+            (151655, 128, 8, 16, false),
         ];
-        for rows in [32, 64, 66, 128, 255, 256, 1024, 1025, 16384] {
-            for (cols, vec, splits) in if rows < 256 { few } else { many } {
+        for (rows, cases) in [
+            (1, &one[..]),
+            (32, &few[..]),
+            (63, &few[..]),
+            (64, &sixty_four[..]),
+            (127, &sixty_four[..]),
+            (128, &hundred_twenty_eight[..]),
+            (255, &hundred_twenty_eight[..]),
+            (256, &many[..]),
+            (1024, &many[..]),
+            (16384, &many[..]),
+        ] {
+            for &(cols, threads, vec, splits, keep) in cases {
                 for dtype in [DType::Bf16, DType::F16] {
-                    let c = at(dtype, cols, rows);
-                    let mut want = SoftmaxConfig {
-                        strategy: Strategy::Cluster,
-                        threads: 128,
-                        vec,
-                        rows: 1,
-                        splits,
-                        keep: true,
-                    };
-                    // Kept where the exponentials fit the registers (not 262144).
-                    want.keep = (rows < 64 || (cols <= 32768 && rows <= 1024))
-                        && crate::space::fits(Target::Sm90, &SoftmaxKey { dtype, cols }, &want);
-                    assert_eq!(c, want, "{dtype} {rows} x {cols}");
-                    assert!(c.iters(cols) <= 16, "{c:?}");
-                    assert!(crate::space::fits(Target::Sm90, &SoftmaxKey { dtype, cols }, &c));
+                    let key = SoftmaxKey { dtype, cols };
+                    // 32000 columns keep up to 1024 rows.
+                    let keep = keep || (cols <= 32768 && rows <= 1024);
+                    let want = cfg(threads, vec, splits, keep);
+                    assert_eq!(at(dtype, cols, rows), want, "{dtype} {rows} x {cols}");
+                    assert!(want.iters(cols) <= 16, "{want:?}");
+                    assert!(crate::space::fits(Target::Sm90, &key, &want), "{want:?}");
                 }
             }
         }
