@@ -4,7 +4,9 @@ benches/benches/gemm.rs times ours: CUDA-graph replays of back-to-back launches 
 over copies of the operands (working set at least 2x L2, at most 64 copies), median
 microseconds per launch over the replays.
 
-    python3 scripts/gemm_peers.py [--m 1,16,64,256,1024,4096,8192] [--out FILE.jsonl]
+    python3 scripts/gemm_peers.py [--m 1,16,64,256,1024,4096,8192] [--layers qkv,o,...] [--out FILE.jsonl]
+
+--layers keeps the layers named, as GEMM_BENCH_SHAPES does for our bench.
 """
 
 from __future__ import annotations
@@ -71,8 +73,10 @@ def time_point(ws, xs, outs, launches, reps=10, warmup=2):
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--m", default="1,16,64,256,1024,4096,8192")
+    ap.add_argument("--layers", help="comma-separated layer names to keep (default: all)")
     ap.add_argument("--out")
     args = ap.parse_args()
+    layers = set(args.layers.split(",")) if args.layers else None
     ms = [int(x) for x in args.m.split(",")]
     props = torch.cuda.get_device_properties(0)
     l2 = props.L2_cache_size
@@ -97,6 +101,8 @@ def main() -> int:
         out.write(json.dumps(dict(copy_tbs=round(copy_tbs, 3))) + "\n")
     del x, y
     for model, layer, n, k in SHAPES:
+        if layers is not None and layer not in layers:
+            continue
         wbytes = n * k * 2
         copies = rotation(wbytes, l2)
         ws = [torch.empty(n, k, dtype=torch.bfloat16, device="cuda").uniform_(-1, 1) for _ in range(copies)]

@@ -73,7 +73,7 @@ pub fn analytic_default(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxC
 /// Most exponentials a thread of a vocabulary cluster keeps at 64-127 rows: the H200's
 /// defaults check kept them at 92544 and 100352 columns (48 and 52 a thread, 1.06-1.11x
 /// faster) and its tables did not at 128256 (64 a thread).
-const MAX_KEPT_AT_64_ROWS: u32 = 56;
+pub const MAX_KEPT_AT_64_ROWS: u32 = 56;
 
 /// The default before `keep`: a ladder of strategies.
 fn ladder(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxConfig {

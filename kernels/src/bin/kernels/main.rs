@@ -174,7 +174,9 @@ enum TablesCommand {
     Validate { paths: Vec<PathBuf> },
     /// The regression guard. With --offline (no GPU): every entry validates, lies in the
     /// current search space, beats its analytic default (a default marker records the
-    /// default's own time), and the table's fingerprint is the current kernel source's.
+    /// default's own time), the table's fingerprint is the current kernel source's, and
+    /// every batch tuned/shapes lists for a key the table holds has an entry within one
+    /// doubling (a partly tuned key would serve its batches' configs far away).
     /// On a GPU, default markers are skipped and counted.
     Check {
         #[arg(long)]

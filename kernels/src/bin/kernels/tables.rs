@@ -120,6 +120,26 @@ pub fn check_file(path: &Path, offline_check: bool) -> Vec<Finding> {
             ));
         }
     }
+    if offline_check {
+        let shapes = crate::variants::default_shapes_dir().join(format!("{kernel_name}.json"));
+        if let Ok(text) = std::fs::read_to_string(&shapes) {
+            match kernels::core::tune::parse_shapes(kernel.schema(), &text, &shapes.display().to_string()) {
+                Ok(wanted) => {
+                    for (key, batch, nearest) in uncovered(&table.entries, &wanted) {
+                        out.push(finding(
+                            None,
+                            format!(
+                                "key `{key}` batch {batch} (tuned/shapes): its nearest entry is batch {nearest}, more than \
+                                 {MAX_COVER_DISTANCE} doubling away, so the nearest-batch lookup would serve it a config \
+                                 tuned for another regime; tune the key's batches or drop its entries"
+                            ),
+                        ));
+                    }
+                }
+                Err(e) => out.push(finding(None, format!("cannot read the shape file: {e}"))),
+            }
+        }
+    }
     if offline_check && table.header.source_fingerprint != kernel.source_fingerprint() {
         out.push(finding(
             None,
@@ -131,6 +151,37 @@ pub fn check_file(path: &Path, offline_check: bool) -> Vec<Finding> {
         ));
     }
     out
+}
+
+/// Most doublings between a shape-file batch and the nearest entry of its key: one, so a
+/// key tuned at 1..8192 serves 16384 from 8192, while a key tuned at one decode batch does
+/// not serve prefill from it (8B lm_head tuned at m = 1 only served that swapped decode tile
+/// at m = 64-8192, 0.21-0.56x cuBLAS on the H200).
+pub const MAX_COVER_DISTANCE: f64 = 1.0;
+
+/// The (static key, batch, nearest entry batch) of every batch of `wanted` (a shape file's
+/// pairs) whose key has entries in `entries`, none of them within
+/// [`MAX_COVER_DISTANCE`] doublings. Keys without entries serve the analytic default and
+/// are not reported.
+pub fn uncovered(entries: &[TableEntry], wanted: &[(tuned::StaticKey, u64)]) -> Vec<(String, u64, u64)> {
+    let mut out = Vec::new();
+    for (key, batch) in wanted {
+        let nearest = entries
+            .iter()
+            .filter(|e| &e.key == key)
+            .map(|e| e.batch)
+            .min_by(|a, b| log2_distance(*a, *batch).total_cmp(&log2_distance(*b, *batch)));
+        if let Some(n) = nearest {
+            if log2_distance(n, *batch) > MAX_COVER_DISTANCE + 1e-9 {
+                out.push((key.to_string(), *batch, n));
+            }
+        }
+    }
+    out
+}
+
+fn log2_distance(a: u64, b: u64) -> f64 {
+    ((a.max(1) as f64).log2() - (b.max(1) as f64).log2()).abs()
 }
 
 /// What [`prune`] did to one file.
@@ -589,6 +640,36 @@ mod tests {
         })
         .text()
         .to_string()
+    }
+
+    /// A key tuned at one decode batch leaves every shape-file batch more than one doubling
+    /// away uncovered; a key tuned on the whole grid up to 8192 covers 16384; keys without
+    /// entries are not reported.
+    #[test]
+    fn a_partly_tuned_key_is_reported_batch_by_batch() {
+        let key = |cols: u32| {
+            StaticKey::parse(
+                &kernels_softmax::schema::SOFTMAX,
+                &format!("dtype=bf16,cols={cols}"),
+            )
+            .unwrap()
+        };
+        let grid: Vec<u64> = (0..=14).map(|i| 1u64 << i).collect();
+        let mut entries: Vec<TableEntry> = grid[..14]
+            .iter()
+            .map(|&b| TableEntry::default_marker(key(4096), b, 1.0))
+            .collect();
+        entries.push(TableEntry::default_marker(key(128256), 1, 1.0));
+        let wanted: Vec<(StaticKey, u64)> = [4096, 128256, 151936]
+            .into_iter()
+            .flat_map(|c| grid.iter().map(move |&b| (key(c), b)))
+            .collect();
+        let gaps = uncovered(&entries, &wanted);
+        let want: Vec<(String, u64, u64)> = grid[2..]
+            .iter()
+            .map(|&b| ("dtype=bf16,cols=128256".to_string(), b, 1))
+            .collect();
+        assert_eq!(gaps, want);
     }
 
     /// The staged softmax's variants follow the SM count (its prefetch span), so the
