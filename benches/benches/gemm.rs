@@ -15,7 +15,9 @@
 //! `GEMM_BENCH_SHAPES=qkv,o,...` keeps the layers named; `GEMM_BENCH_PDL=1` also times the
 //! served config launched with programmatic dependent launch (`pdl`). Per shape it first times a
 //! plain read of the weight, rotated and graph-timed the same way: the floor of a
-//! decode point's weight stream (`read_floor` records). Last, it prints the host time
+//! decode point's weight stream (`read_floor` records), and a copy of the weight's bytes
+//! (`copy_floor`: the device's own bandwidth at that size, the bound against which a
+//! small weight's stream is judged). Last, it prints the host time
 //! of one launch (plan, tensor-map encoding, enqueue) of the served config at decode
 //! and prefill. Without a GPU it says so in one line and exits cleanly.
 
@@ -255,6 +257,15 @@ fn main() -> Result<(), BoxError> {
             w_elems,
             out.as_mut(),
         )?;
+        copy_floor(
+            &rt,
+            &stream,
+            &opts,
+            (model, layer, n, k),
+            &sets,
+            w_elems,
+            out.as_mut(),
+        )?;
         for &m in &ms {
             let mu = m as usize;
             let resolved = resolve_serve::<Gemm>(target, &key, m);
@@ -388,6 +399,59 @@ fn read_floor(
         writeln!(
             f,
             "{{\"kind\":\"read_floor\",\"model\":\"{model}\",\"layer\":\"{layer}\",\"n\":{n},\"k\":{k},\"us\":{:.3},\"weight_tbs\":{tbs:.3}}}",
+            t.median_us
+        )?;
+    }
+    Ok(())
+}
+
+/// The copy of the weight's bytes (its first half onto its second, an SM copy kernel as
+/// the row-kernel bench's peer), rotated over the weights and graph-timed as the GEMM is:
+/// the device's own bandwidth at this size, the bound of a decode point's weight stream
+/// against the 1 GiB copy figure (small copies do not reach it).
+fn copy_floor(
+    rt: &CudaRuntime,
+    stream: &Arc<CudaStream>,
+    opts: &TimingOptions,
+    (model, layer, n, k): (&str, &str, u32, u32),
+    sets: &[OperandSet],
+    w_elems: usize,
+    out: Option<&mut std::fs::File>,
+) -> Result<(), BoxError> {
+    let kernel = rt.kernel(stream, &benches::COPY, &Variant::new("copy_kernel"))?;
+    let bytes = w_elems * 2;
+    let half = bytes / 2 / 16 * 16;
+    let vectors = (half / 16) as i64;
+    let (blocks, threads) = benches::copy_launch(half, vectors, rt.device().info().sm_count as i64);
+    let args: Vec<KernelArgs> = sets
+        .iter()
+        .map(|(_, w, _, _)| {
+            let base = w.device_ptr(stream).0;
+            let mut a = KernelArgs::new();
+            a.ptr(base).ptr(base + half as u64).i64(vectors);
+            a
+        })
+        .collect();
+    let launches = graph_launches(bytes as u64, args.len());
+    let t = time_graph_runs(stream, opts, launches, args.len(), &mut |i| {
+        // SAFETY: both halves lie inside the weight of `bytes` bytes, and do not overlap.
+        unsafe {
+            kernel.launch_raw(
+                RawStream::of(stream),
+                LaunchDims::linear(blocks, threads),
+                &args[i],
+            )
+        }
+    })?;
+    let tbs = (2 * half) as f64 / t.median_us / 1e6;
+    println!(
+        "{model:<18} {layer:<8} {n:>6} {k:>6} copy  {:>10.1} {:>9} {tbs:>8.2}  a copy of the weight's bytes, half each way (bound)",
+        t.median_us, ""
+    );
+    if let Some(f) = out {
+        writeln!(
+            f,
+            "{{\"kind\":\"copy_floor\",\"model\":\"{model}\",\"layer\":\"{layer}\",\"n\":{n},\"k\":{k},\"us\":{:.3},\"tbs\":{tbs:.3}}}",
             t.median_us
         )?;
     }
