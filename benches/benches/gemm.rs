@@ -248,16 +248,7 @@ fn main() -> Result<(), BoxError> {
             sets.push((a, w, c, ws));
         }
         stream.synchronize()?;
-        read_floor(
-            &rt,
-            &stream,
-            &opts,
-            (model, layer, n, k),
-            &sets,
-            w_elems,
-            out.as_mut(),
-        )?;
-        copy_floor(
+        floors(
             &rt,
             &stream,
             &opts,
@@ -353,107 +344,82 @@ fn main() -> Result<(), BoxError> {
 /// One rotation copy of a point's operands: A, the weight, C and the workspace.
 type OperandSet = (CudaSlice<u8>, CudaSlice<u8>, CudaSlice<u8>, CudaSlice<u8>);
 
-/// Times a plain read of the weight (every copy of the rotation in turn, as the GEMM
-/// runs) and prints it: the floor a decode GEMM's weight stream is held to.
-fn read_floor(
+/// Times and prints the two floors of a decode point's weight stream, each over every copy
+/// of the rotation in turn as the GEMM runs: a plain read of the weight (`read_floor`, what
+/// a decode GEMM's weight stream is held to) and a copy of its bytes, its first half onto its
+/// second with the row-kernel bench's copy kernel (`copy_floor`: the device's own bandwidth at
+/// this size, the bound against the 1 GiB copy figure, which small copies do not reach).
+fn floors(
     rt: &CudaRuntime,
     stream: &Arc<CudaStream>,
     opts: &TimingOptions,
     (model, layer, n, k): (&str, &str, u32, u32),
     sets: &[OperandSet],
     w_elems: usize,
-    out: Option<&mut std::fs::File>,
+    mut out: Option<&mut std::fs::File>,
 ) -> Result<(), BoxError> {
     let sms = rt.device().info().sm_count as usize;
-    let blocks = sms * 8;
-    let sink = stream.alloc_zeros::<u32>(blocks)?;
-    let kernel = rt.kernel(stream, &READ, &Variant::new("read_all"))?;
-    let bytes = w_elems * 2;
-    let args: Vec<KernelArgs> = sets
-        .iter()
-        .map(|(_, w, _, _)| {
-            let mut a = KernelArgs::new();
-            a.ptr(w.device_ptr(stream).0)
-                .i64((bytes / 16) as i64)
-                .ptr(sink.device_ptr(stream).0);
-            a
-        })
-        .collect();
-    let launches = graph_launches(bytes as u64, args.len());
-    let t = time_graph_runs(stream, opts, launches, args.len(), &mut |i| {
-        // SAFETY: each weight holds `bytes` bytes and the sink one word per block.
-        unsafe {
-            kernel.launch_raw(
-                RawStream::of(stream),
-                LaunchDims::linear(blocks as u32, 512),
-                &args[i],
-            )
-        }
-    })?;
-    let tbs = bytes as f64 / t.median_us / 1e6;
-    println!(
-        "{model:<18} {layer:<8} {n:>6} {k:>6} read  {:>10.1} {:>9} {tbs:>8.2}  the weight read once (floor)",
-        t.median_us, ""
-    );
-    if let Some(f) = out {
-        writeln!(
-            f,
-            "{{\"kind\":\"read_floor\",\"model\":\"{model}\",\"layer\":\"{layer}\",\"n\":{n},\"k\":{k},\"us\":{:.3},\"weight_tbs\":{tbs:.3}}}",
-            t.median_us
-        )?;
-    }
-    Ok(())
-}
-
-/// The copy of the weight's bytes (its first half onto its second, an SM copy kernel as
-/// the row-kernel bench's peer), rotated over the weights and graph-timed as the GEMM is:
-/// the device's own bandwidth at this size, the bound of a decode point's weight stream
-/// against the 1 GiB copy figure (small copies do not reach it).
-fn copy_floor(
-    rt: &CudaRuntime,
-    stream: &Arc<CudaStream>,
-    opts: &TimingOptions,
-    (model, layer, n, k): (&str, &str, u32, u32),
-    sets: &[OperandSet],
-    w_elems: usize,
-    out: Option<&mut std::fs::File>,
-) -> Result<(), BoxError> {
-    let kernel = rt.kernel(stream, &benches::COPY, &Variant::new("copy_kernel"))?;
+    let sink = stream.alloc_zeros::<u32>(sms * 8)?;
+    let read = rt.kernel(stream, &READ, &Variant::new("read_all"))?;
+    let copy = rt.kernel(stream, &benches::COPY, &Variant::new("copy_kernel"))?;
     let bytes = w_elems * 2;
     let half = bytes / 2 / 16 * 16;
-    let vectors = (half / 16) as i64;
-    let (blocks, threads) = benches::copy_launch(half, vectors, rt.device().info().sm_count as i64);
-    let args: Vec<KernelArgs> = sets
-        .iter()
-        .map(|(_, w, _, _)| {
-            let base = w.device_ptr(stream).0;
-            let mut a = KernelArgs::new();
-            a.ptr(base).ptr(base + half as u64).i64(vectors);
-            a
-        })
-        .collect();
-    let launches = graph_launches(bytes as u64, args.len());
-    let t = time_graph_runs(stream, opts, launches, args.len(), &mut |i| {
-        // SAFETY: both halves lie inside the weight of `bytes` bytes, and do not overlap.
-        unsafe {
-            kernel.launch_raw(
-                RawStream::of(stream),
-                LaunchDims::linear(blocks, threads),
-                &args[i],
-            )
+    let (copy_blocks, copy_threads) = benches::copy_launch(half, (half / 16) as i64, sms as i64);
+    let weight = |set: &OperandSet| set.1.device_ptr(stream).0;
+    let read_args = sets.iter().map(|set| {
+        let mut a = KernelArgs::new();
+        a.ptr(weight(set))
+            .i64((bytes / 16) as i64)
+            .ptr(sink.device_ptr(stream).0);
+        a
+    });
+    let copy_args = sets.iter().map(|set| {
+        let mut a = KernelArgs::new();
+        a.ptr(weight(set))
+            .ptr(weight(set) + half as u64)
+            .i64((half / 16) as i64);
+        a
+    });
+    // (record kind, label, what it is, bytes moved, kernel, launch, arguments per copy)
+    let ways = [
+        (
+            "read_floor",
+            "read",
+            "the weight read once (floor)",
+            bytes,
+            &read,
+            LaunchDims::linear(sms as u32 * 8, 512),
+            read_args.collect::<Vec<_>>(),
+        ),
+        (
+            "copy_floor",
+            "copy",
+            "a copy of the weight's bytes, half each way (bound)",
+            2 * half,
+            &copy,
+            LaunchDims::linear(copy_blocks, copy_threads),
+            copy_args.collect::<Vec<_>>(),
+        ),
+    ];
+    for (kind, label, what, moved, kernel, dims, args) in ways {
+        let launches = graph_launches(bytes as u64, args.len());
+        let t = time_graph_runs(stream, opts, launches, args.len(), &mut |i| {
+            // SAFETY: each weight holds `bytes` bytes (the copy's halves do not overlap)
+            // and the sink one word per block.
+            unsafe { kernel.launch_raw(RawStream::of(stream), dims, &args[i]) }
+        })?;
+        let tbs = moved as f64 / t.median_us / 1e6;
+        println!(
+            "{model:<18} {layer:<8} {n:>6} {k:>6} {label:<5} {:>10.1} {:>9} {tbs:>8.2}  {what}",
+            t.median_us, ""
+        );
+        if let Some(f) = out.as_mut() {
+            writeln!(
+                f,
+                "{{\"kind\":\"{kind}\",\"model\":\"{model}\",\"layer\":\"{layer}\",\"n\":{n},\"k\":{k},\"us\":{:.3},\"weight_tbs\":{tbs:.3}}}",
+                t.median_us
+            )?;
         }
-    })?;
-    let tbs = (2 * half) as f64 / t.median_us / 1e6;
-    println!(
-        "{model:<18} {layer:<8} {n:>6} {k:>6} copy  {:>10.1} {:>9} {tbs:>8.2}  a copy of the weight's bytes, half each way (bound)",
-        t.median_us, ""
-    );
-    if let Some(f) = out {
-        writeln!(
-            f,
-            "{{\"kind\":\"copy_floor\",\"model\":\"{model}\",\"layer\":\"{layer}\",\"n\":{n},\"k\":{k},\"us\":{:.3},\"tbs\":{tbs:.3}}}",
-            t.median_us
-        )?;
     }
     Ok(())
 }

@@ -198,6 +198,18 @@ pub fn analytic_default(target: Target, key: &RmsNormKey, rows: u64) -> RmsNormC
     }
 }
 
+/// One block of `threads` threads per row, `vec` elements per access.
+fn block_per_row(threads: u32, vec: u32) -> RmsNormConfig {
+    RmsNormConfig {
+        threads,
+        vec,
+        rows: 1,
+        occ: 0,
+        splits: 1,
+        late: 0,
+    }
+}
+
 /// The power of two nearest `x` (the larger one at a tie).
 fn nearest_power_of_two(x: u32) -> u32 {
     let up = x.max(1).next_power_of_two();
@@ -215,39 +227,26 @@ pub fn analytic_default_fused(target: Target, key: &RmsNormKey, rows: u64) -> Rm
     if let Some(c) = decode_cluster_fused(target, key, rows) {
         return c;
     }
-    // Short rows at small batches: 4-byte accesses, about one per thread (768 and 1024
-    // columns at 256 rows on the H200: 512 threads of them were the best config, 1.27x
-    // ahead of 256; 16-byte vectors took 1.2x the best time at 1-256 rows).
-    // At up to 16 rows of a multiple of 256 columns: 256 threads, each taking its share in
-    // whole accesses of the widest width that divides it (768 columns: 1.34 us with 3
-    // single elements a thread against 1.43 for 512 threads of 4 bytes; 1024: 1.37 us
-    // with one 8-byte access against 1.44).
-    if key.cols < DECODE_MIN_COLS_FUSED && rows <= 16 && key.cols.is_multiple_of(256) {
-        let share = key.cols / 256;
-        let vec = (1u32 << share.trailing_zeros()).min(widest_vector(key));
-        let c = RmsNormConfig {
-            threads: 256,
-            vec,
-            rows: 1,
-            occ: 0,
-            splits: 1,
-            late: 0,
-        };
-        if crate::space::fits(target, key, &c) {
-            return c;
-        }
-    }
-    if key.cols < DECODE_MIN_COLS_FUSED && rows <= 256 {
+    // Short rows at small batches, one block per row:
+    // - up to 16 rows of a multiple of 256 columns, 256 threads, each taking its share in
+    //   whole accesses of the widest width that divides it (768 columns: 1.34 us with 3
+    //   single elements a thread against 1.43 for 512 threads of 4 bytes; 1024: 1.37 us with
+    //   one 8-byte access against 1.44);
+    // - up to 256 rows, 4-byte accesses, about one per thread (768 and 1024 columns at 256
+    //   rows on the H200: 512 threads of them were the best config, 1.27x ahead of 256;
+    //   16-byte vectors took 1.2x the best time at 1-256 rows).
+    if key.cols < DECODE_MIN_COLS_FUSED {
+        let whole = (rows <= 16 && key.cols.is_multiple_of(256)).then(|| {
+            let share = key.cols / 256;
+            block_per_row(256, (1u32 << share.trailing_zeros()).min(widest_vector(key)))
+        });
         let pair = (4 / key.dtype.size()).max(1) as u32;
-        let c = RmsNormConfig {
-            threads: threads_for(target, key.cols / pair, 1),
-            vec: pair,
-            rows: 1,
-            occ: 0,
-            splits: 1,
-            late: 0,
-        };
-        if crate::space::fits(target, key, &c) {
+        let pairs = (rows <= 256).then(|| block_per_row(threads_for(target, key.cols / pair, 1), pair));
+        if let Some(c) = [whole, pairs]
+            .into_iter()
+            .flatten()
+            .find(|c| crate::space::fits(target, key, c))
+        {
             return c;
         }
     }
