@@ -182,14 +182,9 @@ pub fn analytic_default(target: Target, key: &RmsNormKey, rows: u64) -> RmsNormC
     }
     // One row per block (16384x2048 bf16 ran 3.75 TB/s at rows=1 against 3.62 at t64 r2)
     // except short rows at large batches.
-    let per_block = rows_per_block(rows, vectors);
     let c = RmsNormConfig {
-        threads,
-        vec,
-        rows: per_block,
-        occ: 0,
-        splits: 1,
-        late: 0,
+        rows: rows_per_block(rows, vectors),
+        ..block_per_row(threads, vec)
     };
     if crate::space::fits_plain(target, key, &c) {
         c
@@ -198,7 +193,7 @@ pub fn analytic_default(target: Target, key: &RmsNormKey, rows: u64) -> RmsNormC
     }
 }
 
-/// One block of `threads` threads per row, `vec` elements per access.
+/// One block of `threads` threads per row (one row per block), `vec` elements per access.
 fn block_per_row(threads: u32, vec: u32) -> RmsNormConfig {
     RmsNormConfig {
         threads,
@@ -267,12 +262,8 @@ pub fn analytic_default_fused(target: Target, key: &RmsNormKey, rows: u64) -> Rm
         threads = 128.max(target.warp_size());
     }
     let c = RmsNormConfig {
-        threads,
-        vec,
         rows: rows_per_block(rows, vectors),
-        occ: 0,
-        splits: 1,
-        late: 0,
+        ..block_per_row(threads, vec)
     };
     if crate::space::fits(target, key, &c) {
         c

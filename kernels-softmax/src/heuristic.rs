@@ -75,6 +75,19 @@ pub fn analytic_default(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxC
 /// faster) and its tables did not at 128256 (64 a thread).
 pub const MAX_KEPT_AT_64_ROWS: u32 = 56;
 
+/// A row over a cluster of `splits` blocks of `threads` threads, `vec` elements per
+/// access, exponentials not kept.
+fn cluster_config(threads: u32, vec: u32, splits: u32) -> SoftmaxConfig {
+    SoftmaxConfig {
+        strategy: Strategy::Cluster,
+        threads,
+        vec,
+        rows: 1,
+        splits,
+        keep: false,
+    }
+}
+
 /// The default before `keep`: a ladder of strategies.
 fn ladder(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxConfig {
     // 16-byte vectors at any row length: the kernel reads the elements around a row's
@@ -85,14 +98,7 @@ fn ladder(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxConfig {
     let cluster = |threads: u32| {
         [8, 4, 2]
             .into_iter()
-            .map(|splits| SoftmaxConfig {
-                strategy: Strategy::Cluster,
-                threads,
-                vec,
-                rows: 1,
-                splits,
-                keep: false,
-            })
+            .map(|splits| cluster_config(threads, vec, splits))
             .find(|c| fits(target, key, c))
     };
     // Few long rows (decode-time sampling over a vocabulary): split each row over a
@@ -108,14 +114,7 @@ fn ladder(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxConfig {
         // 2-element accesses while a thread takes at most 16 of them (up to 65536
         // columns: 1 x 32064-50432 bf16 took 1.80-1.85 us against 1.94 for 16-byte
         // vectors), 16-byte vectors above (92544-151936).
-        let narrow = SoftmaxConfig {
-            strategy: Strategy::Cluster,
-            threads: 128,
-            vec: 2,
-            rows: 1,
-            splits: 16,
-            keep: false,
-        };
+        let narrow = cluster_config(128, 2, 16);
         let wide = SoftmaxConfig { vec, ..narrow };
         if rows == 1 && vocabulary {
             if let Some(c) = [narrow, wide]
@@ -150,14 +149,7 @@ fn ladder(target: Target, key: &SoftmaxKey, rows: u64) -> SoftmaxConfig {
     let vocabulary_cluster = |threads: u32, vecs: &[u32], splits: &[u32]| {
         vecs.iter()
             .flat_map(|&vec| splits.iter().map(move |&splits| (vec, splits)))
-            .map(|(vec, splits)| SoftmaxConfig {
-                strategy: Strategy::Cluster,
-                threads,
-                vec,
-                rows: 1,
-                splits,
-                keep: false,
-            })
+            .map(|(vec, splits)| cluster_config(threads, vec, splits))
             .find(|c| fits(target, key, c))
     };
     if target == Target::Sm90 && vocabulary {
