@@ -163,6 +163,26 @@ fn rows_per_block(rows: u64, vectors: u32) -> u32 {
     }
 }
 
+/// One block of `threads` x `vec` per row, [`rows_per_block`] rows to a block where
+/// `fits` takes that, else one.
+fn one_block_per_row(
+    threads: u32,
+    vec: u32,
+    rows: u64,
+    vectors: u32,
+    fits: impl Fn(&RmsNormConfig) -> bool,
+) -> RmsNormConfig {
+    let c = RmsNormConfig {
+        rows: rows_per_block(rows, vectors),
+        ..block_per_row(threads, vec)
+    };
+    if fits(&c) {
+        c
+    } else {
+        RmsNormConfig { rows: 1, ..c }
+    }
+}
+
 /// The default for plain RMSNorm on `rows` rows of `key`.
 pub fn analytic_default(target: Target, key: &RmsNormKey, rows: u64) -> RmsNormConfig {
     if let Some(c) = decode_cluster(target, key, rows) {
@@ -182,15 +202,9 @@ pub fn analytic_default(target: Target, key: &RmsNormKey, rows: u64) -> RmsNormC
     }
     // One row per block (16384x2048 bf16 ran 3.75 TB/s at rows=1 against 3.62 at t64 r2)
     // except short rows at large batches.
-    let c = RmsNormConfig {
-        rows: rows_per_block(rows, vectors),
-        ..block_per_row(threads, vec)
-    };
-    if crate::space::fits_plain(target, key, &c) {
-        c
-    } else {
-        RmsNormConfig { rows: 1, ..c }
-    }
+    one_block_per_row(threads, vec, rows, vectors, |c| {
+        crate::space::fits_plain(target, key, c)
+    })
 }
 
 /// One block of `threads` threads per row (one row per block), `vec` elements per access.
@@ -261,15 +275,9 @@ pub fn analytic_default_fused(target: Target, key: &RmsNormKey, rows: u64) -> Rm
     if key.cols > 16384 {
         threads = 128.max(target.warp_size());
     }
-    let c = RmsNormConfig {
-        rows: rows_per_block(rows, vectors),
-        ..block_per_row(threads, vec)
-    };
-    if crate::space::fits(target, key, &c) {
-        c
-    } else {
-        RmsNormConfig { rows: 1, ..c }
-    }
+    one_block_per_row(threads, vec, rows, vectors, |c| {
+        crate::space::fits(target, key, c)
+    })
 }
 
 #[cfg(test)]
