@@ -139,51 +139,53 @@ pub fn check(
     let k = f64::from(kernel_runs);
     let b = row_bound(dtype, rows.cols);
     let (cols, stride) = (rows.cols, rows.stride);
-    for r in 0..rows.rows {
-        let end = ((r + 1) * stride).min(got.len());
-        compare_rows(
-            what,
-            &got[r * stride..end],
-            &want[r * stride..end],
-            Rows::strided(1, cols, stride),
-            (k * b.floor, k * (b.norm + b.storage)),
-        )
-        .map_err(|e| e.replacen(": row 0 col", &format!(": row {r} col"), 1))?;
-        let (g, w) = (
-            &got[r * stride..r * stride + cols],
-            &want[r * stride..r * stride + cols],
-        );
-        if w.iter().any(|v| !v.is_finite()) {
-            continue;
+    kernels_core::kernel_crate::check_rows_in_parallel(rows.rows, cols, |range| {
+        for r in range {
+            let end = ((r + 1) * stride).min(got.len());
+            compare_rows(
+                what,
+                &got[r * stride..end],
+                &want[r * stride..end],
+                Rows::strided(1, cols, stride),
+                (k * b.floor, k * (b.norm + b.storage)),
+            )
+            .map_err(|e| e.replacen(": row 0 col", &format!(": row {r} col"), 1))?;
+            let (g, w) = (
+                &got[r * stride..r * stride + cols],
+                &want[r * stride..r * stride + cols],
+            );
+            if w.iter().any(|v| !v.is_finite()) {
+                continue;
+            }
+            let (mut dot, mut norm2, mut worst) = (0.0, 0.0, 0.0);
+            // The storage rounding of each distinct output: equal values round alike.
+            let mut rounding: HashMap<u32, f64> = HashMap::new();
+            for (&gv, &wv) in g.iter().zip(w) {
+                let bits = wv.to_bits();
+                let (gv, wv) = (f64::from(gv), f64::from(wv));
+                dot += gv * wv;
+                norm2 += wv * wv;
+                let c = wv.abs() * (b.storage * wv.abs() + b.floor);
+                worst += c;
+                *rounding.entry(bits).or_default() += c;
+            }
+            if norm2 == 0.0 {
+                continue;
+            }
+            let var: f64 = rounding.values().map(|c| c * c).sum();
+            let storage = (LAMBDA * (k * var).sqrt()).min(k * worst);
+            let bound = k * b.norm * norm2 + storage + k * cols as f64 * b.floor;
+            if (dot - norm2).abs() > bound {
+                return Err(format!(
+                    "{what}, row {r}: the output is {:.7} times the reference's (least squares), \
+                     beyond 1 +- {:.3e} (the normaliser is off)",
+                    dot / norm2,
+                    bound / norm2
+                ));
+            }
         }
-        let (mut dot, mut norm2, mut worst) = (0.0, 0.0, 0.0);
-        // The storage rounding of each distinct output: equal values round alike.
-        let mut rounding: HashMap<u32, f64> = HashMap::new();
-        for (&gv, &wv) in g.iter().zip(w) {
-            let bits = wv.to_bits();
-            let (gv, wv) = (f64::from(gv), f64::from(wv));
-            dot += gv * wv;
-            norm2 += wv * wv;
-            let c = wv.abs() * (b.storage * wv.abs() + b.floor);
-            worst += c;
-            *rounding.entry(bits).or_default() += c;
-        }
-        if norm2 == 0.0 {
-            continue;
-        }
-        let var: f64 = rounding.values().map(|c| c * c).sum();
-        let storage = (LAMBDA * (k * var).sqrt()).min(k * worst);
-        let bound = k * b.norm * norm2 + storage + k * cols as f64 * b.floor;
-        if (dot - norm2).abs() > bound {
-            return Err(format!(
-                "{what}, row {r}: the output is {:.7} times the reference's (least squares), \
-                 beyond 1 +- {:.3e} (the normaliser is off)",
-                dot / norm2,
-                bound / norm2
-            ));
-        }
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 /// `v` rounded to the nearest value of `dtype` (ties to even), as the kernels store

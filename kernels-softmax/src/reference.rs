@@ -144,82 +144,84 @@ pub fn check(
     }
     let k = f64::from(kernel_runs);
     let (cols, ys) = (y_rows.cols, y_rows.stride);
-    for r in 0..y_rows.rows {
-        let xr = &x[r * x_rows.stride..r * x_rows.stride + cols];
-        let t_max = xr
-            .iter()
-            .map(|&v| (f64::from(v) * f64::from(scale)).abs())
-            .filter(|t| t.is_finite())
-            .fold(0.0, f64::max);
-        let b = row_bound(dtype, cols, t_max);
-        let (atol, rtol) = if log {
-            (k * (b.sum + b.element + b.floor), k * b.storage)
-        } else {
-            (k * b.floor, k * (b.sum + b.element + b.storage))
-        };
-        // The row with the padding after it (none after the last).
-        let end = ((r + 1) * ys).min(got.len());
-        let one = Rows::strided(1, cols, ys);
-        compare_rows(what, &got[r * ys..end], &want[r * ys..end], one, (atol, rtol))
-            .map_err(|e| e.replacen(": row 0 col", &format!(": row {r} col"), 1))?;
-        let (g, w) = (&got[r * ys..r * ys + cols], &want[r * ys..r * ys + cols]);
-        if w.iter().any(|v| v.is_nan()) {
-            continue;
-        }
-        // Probabilities: p = want, or exp(want) for log-probabilities.
-        let p = |v: f32| if log { f64::from(v).exp() } else { f64::from(v) };
-        let (mut got_sum, mut want_sum, mut worst, mut second) = (0.0, 0.0, 0.0, 0.0);
-        // The storage rounding of each distinct probability: equal values round alike.
-        let mut rounding: HashMap<u32, f64> = HashMap::new();
-        for (&gv, &wv) in g.iter().zip(w) {
-            let pw = p(wv);
-            got_sum += p(gv);
-            want_sum += pw;
-            if wv.is_infinite() {
-                continue; // -inf: probability 0, checked exactly above
-            }
-            // At most one storage rounding of this element, as a probability.
-            let c = if log {
-                pw * (b.storage * f64::from(wv).abs() + b.floor)
+    kernels_core::kernel_crate::check_rows_in_parallel(y_rows.rows, cols, |range| {
+        for r in range {
+            let xr = &x[r * x_rows.stride..r * x_rows.stride + cols];
+            let t_max = xr
+                .iter()
+                .map(|&v| (f64::from(v) * f64::from(scale)).abs())
+                .filter(|t| t.is_finite())
+                .fold(0.0, f64::max);
+            let b = row_bound(dtype, cols, t_max);
+            let (atol, rtol) = if log {
+                (k * (b.sum + b.element + b.floor), k * b.storage)
             } else {
-                b.storage * pw + b.floor
+                (k * b.floor, k * (b.sum + b.element + b.storage))
             };
-            worst += c;
-            *rounding.entry(wv.to_bits()).or_default() += c;
-            if log {
-                // exp(w + d) - exp(w) - exp(w) d <= exp(w) d^2 for the |d| allowed here.
-                let d = atol + rtol * f64::from(wv).abs();
-                second += pw * d * d;
+            // The row with the padding after it (none after the last).
+            let end = ((r + 1) * ys).min(got.len());
+            let one = Rows::strided(1, cols, ys);
+            compare_rows(what, &got[r * ys..end], &want[r * ys..end], one, (atol, rtol))
+                .map_err(|e| e.replacen(": row 0 col", &format!(": row {r} col"), 1))?;
+            let (g, w) = (&got[r * ys..r * ys + cols], &want[r * ys..r * ys + cols]);
+            if w.iter().any(|v| v.is_nan()) {
+                continue;
+            }
+            // Probabilities: p = want, or exp(want) for log-probabilities.
+            let p = |v: f32| if log { f64::from(v).exp() } else { f64::from(v) };
+            let (mut got_sum, mut want_sum, mut worst, mut second) = (0.0, 0.0, 0.0, 0.0);
+            // The storage rounding of each distinct probability: equal values round alike.
+            let mut rounding: HashMap<u32, f64> = HashMap::new();
+            for (&gv, &wv) in g.iter().zip(w) {
+                let pw = p(wv);
+                got_sum += p(gv);
+                want_sum += pw;
+                if wv.is_infinite() {
+                    continue; // -inf: probability 0, checked exactly above
+                }
+                // At most one storage rounding of this element, as a probability.
+                let c = if log {
+                    pw * (b.storage * f64::from(wv).abs() + b.floor)
+                } else {
+                    b.storage * pw + b.floor
+                };
+                worst += c;
+                *rounding.entry(wv.to_bits()).or_default() += c;
+                if log {
+                    // exp(w + d) - exp(w) - exp(w) d <= exp(w) d^2 for the |d| allowed here.
+                    let d = atol + rtol * f64::from(wv).abs();
+                    second += pw * d * d;
+                }
+            }
+            // Probabilities are exponentials, so distinct ones round independently: their
+            // roundings' sum stays within LAMBDA standard deviations. Log-probabilities of
+            // inputs on the storage type's grid sit on one shifted grid and round alike, so
+            // theirs is taken at its worst.
+            let storage = if log {
+                k * worst
+            } else {
+                let var: f64 = rounding.values().map(|c| c * c).sum();
+                (LAMBDA * (k * var).sqrt()).min(k * worst)
+            };
+            let bound = k * (b.sum + b.element) * want_sum
+                + storage
+                + second
+                + k * cols as f64 * DType::F32.smallest_normal();
+            if (got_sum - want_sum).abs() > bound {
+                return Err(format!(
+                    "{what}, row {r}: the {} sum to {got_sum:.7}, the reference's to {want_sum:.7}: \
+                     {:.3e} apart, beyond the bound {bound:.3e} (the normaliser is off)",
+                    if log {
+                        "exponentials of the outputs"
+                    } else {
+                        "outputs"
+                    },
+                    (got_sum - want_sum).abs()
+                ));
             }
         }
-        // Probabilities are exponentials, so distinct ones round independently: their
-        // roundings' sum stays within LAMBDA standard deviations. Log-probabilities of
-        // inputs on the storage type's grid sit on one shifted grid and round alike, so
-        // theirs is taken at its worst.
-        let storage = if log {
-            k * worst
-        } else {
-            let var: f64 = rounding.values().map(|c| c * c).sum();
-            (LAMBDA * (k * var).sqrt()).min(k * worst)
-        };
-        let bound = k * (b.sum + b.element) * want_sum
-            + storage
-            + second
-            + k * cols as f64 * DType::F32.smallest_normal();
-        if (got_sum - want_sum).abs() > bound {
-            return Err(format!(
-                "{what}, row {r}: the {} sum to {got_sum:.7}, the reference's to {want_sum:.7}: \
-                 {:.3e} apart, beyond the bound {bound:.3e} (the normaliser is off)",
-                if log {
-                    "exponentials of the outputs"
-                } else {
-                    "outputs"
-                },
-                (got_sum - want_sum).abs()
-            ));
-        }
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 fn for_each_row(

@@ -39,23 +39,43 @@ pub fn encode(dtype: DType, values: &[f32]) -> Vec<u8> {
     }
 }
 
-/// Converts `dtype` storage bytes back to f32.
+/// Converts `dtype` storage bytes back to f32 (a trailing partial element is ignored).
+/// Large buffers (an output the tuner reads back reaches hundreds of millions of
+/// elements) are converted on every core ([`par_fill`]).
 pub fn decode(dtype: DType, bytes: &[u8]) -> Vec<f32> {
-    match dtype {
-        DType::F32 => bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect(),
-        DType::F16 => bytes
-            .chunks_exact(2)
-            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
-            .collect(),
-        DType::Bf16 => bytes
-            .chunks_exact(2)
-            .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
-            .collect(),
+    let size = dtype.size();
+    let mut out = vec![0.0f32; bytes.len() / size];
+    let convert = |start: usize, part: &mut [f32]| {
+        let src = bytes[start * size..(start + part.len()) * size].chunks_exact(size);
+        match dtype {
+            DType::F32 => {
+                for (d, c) in part.iter_mut().zip(src) {
+                    *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                }
+            }
+            DType::F16 => {
+                for (d, c) in part.iter_mut().zip(src) {
+                    *d = half::f16::from_le_bytes([c[0], c[1]]).to_f32();
+                }
+            }
+            DType::Bf16 => {
+                for (d, c) in part.iter_mut().zip(src) {
+                    *d = half::bf16::from_le_bytes([c[0], c[1]]).to_f32();
+                }
+            }
+        }
+    };
+    if out.len() < PARALLEL_ELEMENTS {
+        convert(0, &mut out);
+    } else {
+        par_fill(&mut out, convert);
     }
+    out
 }
+
+/// Host-side passes over fewer elements than this stay on the calling thread:
+/// spawning a thread a core costs more than they save there.
+pub const PARALLEL_ELEMENTS: usize = 1 << 20;
 
 /// Element `i` of `dtype` storage bytes as f32 (`bytes` holds at least `i + 1`
 /// elements).
