@@ -124,7 +124,8 @@ pub const SEARCH_STAGES_WGMMA: &[u32] = &[3, 4, 5, 6];
 /// rows, tiles of 64..=256 (up to `m` rounded up) by 64..=256, 1 or 2 consumers, grouped
 /// rasters where there are tile rows to group, clusters of 2 where there are two tile
 /// rows to pair, C stored directly or by TMA (whose staging buffers may leave room for
-/// fewer ring stages: `fits` drops the deepest rings that no longer fit).
+/// fewer ring stages: `fits` drops the deepest rings that no longer fit); and the
+/// pingpong schedule on the tiles of 64 or 128 rows, stored either way.
 fn wgmma_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>) {
     if target != Target::Sm90 || key.layout != Layout::Nt {
         return;
