@@ -74,27 +74,6 @@ pub fn output_floor(dtype: DType) -> f64 {
     }
 }
 
-/// Runs `check` over rows `0..rows` split into contiguous ranges, one a core where
-/// there are `rows * cols` elements enough to pay for the threads
-/// ([`crate::launch::par_fill`]), and returns the error of the lowest range that
-/// failed: the error a sequential pass would have stopped at, when `check` stops at its
-/// first failing row. The tuner checks every finalist's output this way; at vocabulary
-/// sizes one output is hundreds of millions of elements.
-pub fn check_rows_in_parallel<F>(rows: usize, cols: usize, check: F) -> std::result::Result<(), String>
-where
-    F: Fn(std::ops::Range<usize>) -> std::result::Result<(), String> + Sync,
-{
-    if rows.saturating_mul(cols) < crate::launch::PARALLEL_ELEMENTS {
-        return check(0..rows);
-    }
-    // One slot a row; each range's outcome lands in its first slot.
-    let mut outcomes: Vec<std::result::Result<(), String>> = vec![Ok(()); rows];
-    crate::launch::par_fill(&mut outcomes, |start, part| {
-        part[0] = check(start..start + part.len());
-    });
-    outcomes.into_iter().collect()
-}
-
 /// Declares unit structs (each with the attributes given, its docs) for kernels
 /// whose key type has the fields `dtype: tuned::DType` and `cols: u32` (the schema's
 /// key fields, in that order), and implements `tuned::TunedKernel` for each alike:
@@ -205,42 +184,6 @@ mod tests {
         let e = check_row_operands(("x", s, 256), ("out", wide, 260)).unwrap_err();
         assert!(e.to_string().contains("is [4, 65] but `x` is [4, 64]"), "{e}");
         assert_eq!(name_of(Err(e)), "out");
-    }
-
-    /// Split or not, every row is checked once and the error is the lowest failing
-    /// row's, as a sequential pass would report it.
-    #[test]
-    fn parallel_row_checks_see_every_row_and_report_the_first_failure() {
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        for (rows, cols) in [
-            (0, 100),
-            (1, 100),
-            (7, 3),
-            (1000, 4096),
-            (3, 1 << 20),
-            (100_003, 64),
-        ] {
-            let seen = AtomicUsize::new(0);
-            let r = check_rows_in_parallel(rows, cols, |range| {
-                seen.fetch_add(range.len(), Ordering::Relaxed);
-                Ok(())
-            });
-            assert_eq!((r, seen.into_inner()), (Ok(()), rows), "{rows} x {cols}");
-            if rows < 2 {
-                continue;
-            }
-            let bad = [rows / 2, rows - 1];
-            let first_failing = |range: std::ops::Range<usize>| match range.clone().find(|r| bad.contains(r))
-            {
-                Some(r) => Err(format!("row {r}")),
-                None => Ok(()),
-            };
-            assert_eq!(
-                check_rows_in_parallel(rows, cols, first_failing),
-                Err(format!("row {}", rows / 2)),
-                "{rows} x {cols}"
-            );
-        }
     }
 
     #[test]

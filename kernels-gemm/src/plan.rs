@@ -5,7 +5,7 @@
 use std::marker::PhantomData;
 
 use kernels_core::kernel_crate::check_device_ptrs;
-use kernels_core::launch::{decode, element_at, par_fill, row_norms, TensorMap2d, TmaElement, TmaSwizzle};
+use kernels_core::launch::{decode, element_at, par_check, row_norms, TensorMap2d, TmaElement, TmaSwizzle};
 use kernels_core::{
     cache::AlignClass, check_disjoint, dtype_define, BufferRole, DeviceInfo, Error, Expected, KernelArgs,
     KernelSource, LaunchDims, PlannedKernel, Result, TuneBuffer, Variant,
@@ -754,18 +754,15 @@ fn check_outputs(
     let sqrt_k = (k as f64).sqrt();
     let what = format!("gemm {dtype} [{m}, {n}, {k}]");
     let elems = c.len() / cd.size();
-    let mut errors: Vec<Option<String>> = vec![None; m];
-    par_fill(&mut errors, |start, part| {
-        for (r, slot) in part.iter_mut().enumerate() {
-            let i = start + r;
+    par_check(m, p.c.ld, |rows| {
+        for i in rows {
             for j in 0..p.c.ld.min(elems.saturating_sub(i * p.c.ld)) {
                 let at = i * p.c.ld + j;
                 let g = element_at(cd, c, at);
                 let Some(b_norm) = b_norms.get(j) else {
                     // Padding between rows: never written.
                     if g.to_bits() != element_at(cd, c0, at).to_bits() {
-                        *slot = Some(format!("{what}: padding at row {i} col {j} was written ({g})"));
-                        break;
+                        return Err(format!("{what}: padding at row {i} col {j} was written ({g})"));
                     }
                     continue;
                 };
@@ -778,16 +775,12 @@ fn check_outputs(
                     (f64::from(g) - f64::from(w)).abs() <= bound
                 };
                 if !ok {
-                    *slot = Some(format!("{what}: C[{i}, {j}] = {g}, want {w} (bound {bound:.3e})"));
-                    break;
+                    return Err(format!("{what}: C[{i}, {j}] = {g}, want {w} (bound {bound:.3e})"));
                 }
             }
         }
-    });
-    match errors.into_iter().flatten().next() {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
+        Ok(())
+    })
 }
 
 /// Whether `target` has a GEMM kernel (NVIDIA sm_80 and newer).

@@ -278,6 +278,62 @@ fn same_bits(
     ))
 }
 
+impl Case {
+    /// Layout nt with A and B packed (leading dimension k), a bias, and C's row stride
+    /// `ldc`: the cases the bit-for-bit comparisons run on.
+    fn nt(dtype: DType, m: usize, n: usize, k: usize, ldc: usize, c_dtype: DType) -> Case {
+        Case {
+            dtype,
+            layout: Layout::Nt,
+            m,
+            n,
+            k,
+            lda: k,
+            ldb: k,
+            ldc,
+            offset: 0,
+            bias: true,
+            c_dtype,
+        }
+    }
+}
+
+/// A base config, its name in a failure, and a config that must give C bit for bit as
+/// it does, in as many runs.
+type SameBits = (GemmConfig, &'static str, GemmConfig, usize);
+
+/// For each case (inputs seeded from `seed`), every pair `pairs` gives for its key
+/// whose second config fits it ([`same_bits`]); on sm_90 every one must fit. Prints
+/// how many pairs `what` checked and fails with every difference found.
+fn bit_for_bit(test: &str, what: &str, seed: u64, cases: &[Case], pairs: impl Fn(&GemmKey) -> Vec<SameBits>) {
+    let Some((rt, stream)) = runtime(test) else {
+        return;
+    };
+    let target = rt.device().info().tuning_target();
+    let (mut checked, mut failures) = (0, Vec::new());
+    for (i, case) in cases.iter().enumerate() {
+        let key = GemmKey {
+            dtype: case.dtype,
+            layout: case.layout,
+            n: case.n as u32,
+            k: case.k as u32,
+        };
+        let e = expected(case, seed + i as u64);
+        let mut dev = Device::new(&stream, case, &e, 0);
+        for (base, base_name, other, runs) in pairs(&key) {
+            if !space::fits(target, &key, &other) {
+                assert!(target != Target::Sm90, "{other} must fit {key:?}");
+                continue;
+            }
+            checked += 1;
+            let run = (&rt, &stream, case, &mut dev, &e);
+            failures.extend(same_bits(run, (&base, base_name), (&other, runs)));
+        }
+    }
+    println!("gemm {what}: {checked} tiles checked, {} failed", failures.len());
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 /// (block_m, block_n, block_k, warps_m, warps_n).
 type Tile = (u32, u32, u32, u32, u32);
 
@@ -698,61 +754,34 @@ fn split_k_is_deterministic_and_reuses_its_workspace() {
 /// exact (m = 512), three runs each.
 #[test]
 fn clusters_of_two_match_the_unclustered_tile_bit_for_bit() {
-    let Some((rt, stream)) = runtime("clusters_of_two_match_the_unclustered_tile_bit_for_bit") else {
-        return;
-    };
-    let target = rt.device().info().tuning_target();
-    let nt = |m, n, k, c_dtype| Case {
-        dtype: DType::Bf16,
-        layout: Layout::Nt,
-        m,
-        n,
-        k,
-        lda: k,
-        ldb: k,
-        ldc: n,
-        offset: 0,
-        bias: true,
-        c_dtype,
-    };
+    let nt = |m, n, k, c_dtype| Case::nt(DType::Bf16, m, n, k, n, c_dtype);
     let cases = [
         nt(17, 300, 200, DType::Bf16),
         nt(1030, 2056, 1000, DType::Bf16),
         nt(512, 512, 1024, DType::F32),
     ];
-    let (mut checked, mut failures) = (0, Vec::new());
-    for (i, case) in cases.iter().enumerate() {
-        let key = GemmKey {
-            dtype: case.dtype,
-            layout: case.layout,
-            n: case.n as u32,
-            k: case.k as u32,
-        };
-        let e = expected(case, 300 + i as u64);
-        let mut dev = Device::new(&stream, case, &e, 0);
-        for (block_m, block_n, warps_m) in [
-            (64, 64, 4),
-            (64, 256, 4),
-            (128, 128, 8),
-            (128, 256, 8),
-            (256, 128, 8),
-        ] {
-            let one = GemmConfig::wgmma(block_m, block_n, warps_m, 4);
-            let two = GemmConfig { cluster: 2, ..one };
-            if !space::fits(target, &key, &two) {
-                assert!(target != Target::Sm90, "{two} must fit {key:?}");
-                continue;
-            }
-            checked += 1;
-            let runs = (&rt, &stream, case, &mut dev, &e);
-            failures.extend(same_bits(runs, (&one, "the unclustered tile"), (&two, 3)));
-        }
-    }
-    println!(
-        "gemm clusters: {checked} tiles checked, {} failed",
-        failures.len()
+    let tiles = [
+        (64, 64, 4),
+        (64, 256, 4),
+        (128, 128, 8),
+        (128, 256, 8),
+        (256, 128, 8),
+    ];
+    bit_for_bit(
+        "clusters_of_two_match_the_unclustered_tile_bit_for_bit",
+        "clusters",
+        300,
+        &cases,
+        |_| {
+            tiles
+                .iter()
+                .map(|&(block_m, block_n, warps_m)| {
+                    let one = GemmConfig::wgmma(block_m, block_n, warps_m, 4);
+                    (one, "the unclustered tile", GemmConfig { cluster: 2, ..one }, 3)
+                })
+                .collect()
+        },
     );
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 /// The pingpong schedule computes each tile as the cooperative kernel does, from the
@@ -828,76 +857,48 @@ fn pingpong_matches_the_cooperative_tile_bit_for_bit() {
 /// (the staging buffers reused across launches).
 #[test]
 fn tma_stores_of_c_match_direct_stores_bit_for_bit() {
-    let Some((rt, stream)) = runtime("tma_stores_of_c_match_direct_stores_bit_for_bit") else {
-        return;
-    };
-    let target = rt.device().info().tuning_target();
-    let nt = |dtype, m, n, k, ldc, c_dtype| Case {
-        dtype,
-        layout: Layout::Nt,
-        m,
-        n,
-        k,
-        lda: k,
-        ldb: k,
-        ldc,
-        offset: 0,
-        bias: true,
-        c_dtype,
-    };
     let cases = [
-        nt(DType::Bf16, 17, 300, 200, 304, DType::Bf16),
-        nt(DType::Bf16, 1030, 2056, 1000, 2056, DType::Bf16),
-        nt(DType::Bf16, 512, 520, 1024, 524, DType::F32),
-        nt(DType::F16, 200, 390, 256, 392, DType::F16),
-        nt(DType::Bf16, 130, 200, 136, 202, DType::Bf16),
+        Case::nt(DType::Bf16, 17, 300, 200, 304, DType::Bf16),
+        Case::nt(DType::Bf16, 1030, 2056, 1000, 2056, DType::Bf16),
+        Case::nt(DType::Bf16, 512, 520, 1024, 524, DType::F32),
+        Case::nt(DType::F16, 200, 390, 256, 392, DType::F16),
+        Case::nt(DType::Bf16, 130, 200, 136, 202, DType::Bf16),
     ];
-    let (mut checked, mut failures) = (0, Vec::new());
-    for (i, case) in cases.iter().enumerate() {
-        let key = GemmKey {
-            dtype: case.dtype,
-            layout: case.layout,
-            n: case.n as u32,
-            k: case.k as u32,
-        };
-        let e = expected(case, 400 + i as u64);
-        let mut dev = Device::new(&stream, case, &e, 0);
-        for (block_m, block_n, warps_m, stages) in [
-            (64, 64, 4, 4),
-            (64, 128, 4, 6),
-            (64, 256, 4, 4),
-            (128, 64, 4, 4),
-            (128, 64, 8, 4),
-            (128, 128, 4, 4),
-            (128, 128, 8, 4),
-            (128, 256, 8, 4),
-            (256, 64, 8, 4),
-            (256, 128, 8, 4),
-        ] {
-            for cluster in [1, 2] {
-                let direct = GemmConfig {
-                    cluster,
-                    ..GemmConfig::wgmma(block_m, block_n, warps_m, stages)
-                };
-                let tma = GemmConfig {
-                    epilogue: Epilogue::Tma,
-                    ..direct
-                };
-                if !space::fits(target, &key, &tma) {
-                    assert!(target != Target::Sm90, "{tma} must fit {key:?}");
-                    continue;
+    let tiles = [
+        (64, 64, 4, 4),
+        (64, 128, 4, 6),
+        (64, 256, 4, 4),
+        (128, 64, 4, 4),
+        (128, 64, 8, 4),
+        (128, 128, 4, 4),
+        (128, 128, 8, 4),
+        (128, 256, 8, 4),
+        (256, 64, 8, 4),
+        (256, 128, 8, 4),
+    ];
+    bit_for_bit(
+        "tma_stores_of_c_match_direct_stores_bit_for_bit",
+        "tma stores",
+        400,
+        &cases,
+        |_| {
+            let mut pairs = Vec::new();
+            for &(block_m, block_n, warps_m, stages) in &tiles {
+                for cluster in [1, 2] {
+                    let direct = GemmConfig {
+                        cluster,
+                        ..GemmConfig::wgmma(block_m, block_n, warps_m, stages)
+                    };
+                    let tma = GemmConfig {
+                        epilogue: Epilogue::Tma,
+                        ..direct
+                    };
+                    pairs.push((direct, "direct stores", tma, 2));
                 }
-                checked += 1;
-                let runs = (&rt, &stream, case, &mut dev, &e);
-                failures.extend(same_bits(runs, (&direct, "direct stores"), (&tma, 2)));
             }
-        }
-    }
-    println!(
-        "gemm tma stores: {checked} tiles checked, {} failed",
-        failures.len()
+            pairs
+        },
     );
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 /// The safe op on cudarc views resolves the analytic default (split-K at decode) and

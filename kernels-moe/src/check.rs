@@ -11,7 +11,7 @@
 //! per-row norms, so checking a candidate costs a pass over the weights it uses and
 //! the pairs' rows, not a GEMM.
 
-use kernels_core::launch::{decode, row_norms};
+use kernels_core::launch::{decode, par_check, row_norms};
 use kernels_core::Expected;
 use tuned::DType;
 
@@ -207,75 +207,78 @@ pub(crate) fn check(
     let (sqrt_k, sqrt_n) = ((k as f64).sqrt(), (n as f64).sqrt());
     let name = format!("moe {dtype}");
 
-    for &(pair, t, e) in &pairs {
+    for &(pair, ..) in &pairs {
         owned[pair] = true;
-        let (rows13, rows2) = match (&norms.w13[e], &norms.w2[e]) {
-            (Some(a), Some(b)) => (a, b),
-            _ => return Err(format!("{name}: no norms for expert {e}")),
-        };
-        let x = norms.x[t];
-        // Intermediate row.
-        let inter = &acts[pair * n..(pair + 1) * n];
-        let want_inter = &want_acts[pair * n..(pair + 1) * n];
-        for i in 0..n {
-            let (wg, wu) = (rows13[i], rows13[n + i]);
-            let (eg, eu) = (sqrt_k * acc * x * wg, sqrt_k * acc * x * wu);
-            let (g, w) = (inter[i], want_inter[i]);
-            let bound = runs * (out_ulp * f64::from(w).abs() + 1.1 * x * wu * eg + x * wg * eu) + 1e-30;
-            if !within(g, w, bound) {
-                return Err(format!(
-                    "{name} gate-up pair {pair} (token {t}, expert {e}) column {i}: got {g}, want {w} (bound {bound:.3e})"
-                ));
-            }
-        }
-        // Down row.
-        let weight = f64::from(weights[pair]).abs();
-        let y = &acts[ds + pair * k..ds + (pair + 1) * k];
-        let inter_norm = norm(inter);
-        let (want_y, spread): (Vec<f32>, f64) = match expected {
-            Expected::Run(_) => {
-                let diff: f64 = inter
-                    .iter()
-                    .zip(want_inter)
-                    .map(|(&a, &b)| (f64::from(a) - f64::from(b)).powi(2))
-                    .sum::<f64>()
-                    .sqrt();
-                let spread = diff + sqrt_n * acc * (inter_norm + norm(want_inter));
-                (want_acts[ds + pair * k..ds + (pair + 1) * k].to_vec(), spread)
-            }
-            Expected::Reference(_) => {
-                let w = f64::from(weights[pair]);
-                let exact = (0..k)
-                    .map(|h| (w * dot(&w2[(e * k + h) * n..(e * k + h + 1) * n], inter)) as f32)
-                    .collect();
-                (exact, sqrt_n * acc * inter_norm)
-            }
-        };
-        for h in 0..k {
-            let (g, w) = (y[h], want_y[h]);
-            let bound = weight * rows2[h] * spread
-                + runs * out_ulp * f64::from(w).abs().max(f64::from(g).abs())
-                + 1e-30;
-            if !within(g, w, bound) {
-                return Err(format!(
-                    "{name} down pair {pair} (token {t}, expert {e}) column {h}: got {g}, want {w} (bound {bound:.3e})"
-                ));
-            }
-        }
     }
+    // Each pair's rows apart, on every core; the error is the first pair's in order.
+    par_check(pairs.len(), n + k, |range| {
+        for &(pair, t, e) in &pairs[range] {
+            let (rows13, rows2) = match (&norms.w13[e], &norms.w2[e]) {
+                (Some(a), Some(b)) => (a, b),
+                _ => return Err(format!("{name}: no norms for expert {e}")),
+            };
+            let x = norms.x[t];
+            // Intermediate row.
+            let inter = &acts[pair * n..(pair + 1) * n];
+            let want_inter = &want_acts[pair * n..(pair + 1) * n];
+            for i in 0..n {
+                let (wg, wu) = (rows13[i], rows13[n + i]);
+                let (eg, eu) = (sqrt_k * acc * x * wg, sqrt_k * acc * x * wu);
+                let (g, w) = (inter[i], want_inter[i]);
+                let bound = runs * (out_ulp * f64::from(w).abs() + 1.1 * x * wu * eg + x * wg * eu) + 1e-30;
+                if !within(g, w, bound) {
+                    return Err(format!(
+                        "{name} gate-up pair {pair} (token {t}, expert {e}) column {i}: got {g}, want {w} (bound {bound:.3e})"
+                    ));
+                }
+            }
+            // Down row.
+            let weight = f64::from(weights[pair]).abs();
+            let y = &acts[ds + pair * k..ds + (pair + 1) * k];
+            let inter_norm = norm(inter);
+            let (want_y, spread): (Vec<f32>, f64) = match expected {
+                Expected::Run(_) => {
+                    let diff: f64 = inter
+                        .iter()
+                        .zip(want_inter)
+                        .map(|(&a, &b)| (f64::from(a) - f64::from(b)).powi(2))
+                        .sum::<f64>()
+                        .sqrt();
+                    let spread = diff + sqrt_n * acc * (inter_norm + norm(want_inter));
+                    (want_acts[ds + pair * k..ds + (pair + 1) * k].to_vec(), spread)
+                }
+                Expected::Reference(_) => {
+                    let w = f64::from(weights[pair]);
+                    let exact = (0..k)
+                        .map(|h| (w * dot(&w2[(e * k + h) * n..(e * k + h + 1) * n], inter)) as f32)
+                        .collect();
+                    (exact, sqrt_n * acc * inter_norm)
+                }
+            };
+            for h in 0..k {
+                let (g, w) = (y[h], want_y[h]);
+                let bound = weight * rows2[h] * spread
+                    + runs * out_ulp * f64::from(w).abs().max(f64::from(g).abs())
+                    + 1e-30;
+                if !within(g, w, bound) {
+                    return Err(format!(
+                        "{name} down pair {pair} (token {t}, expert {e}) column {h}: got {g}, want {w} (bound {bound:.3e})"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    })?;
+
     // Rows no valid pair owns, in both regions: untouched.
-    let rows_of = |bytes: &[u8], start: usize, len: usize| -> Vec<Vec<u8>> {
-        (0..total_pairs)
-            .map(|r| bytes[(start + r * len) * es..(start + (r + 1) * len) * es].to_vec())
-            .collect()
-    };
-    let act_before = &before[ACTIVATIONS];
+    let row = |start: usize, len: usize, r: usize| (start + r * len) * es..(start + (r + 1) * len) * es;
+    let (act_before, act_now) = (&before[ACTIVATIONS], &got[ACTIVATIONS]);
     for (region, start, len) in [("gate-up", 0, n), ("down", ds, k)] {
-        let (was, now) = (
-            rows_of(act_before, start, len),
-            rows_of(&got[ACTIVATIONS], start, len),
-        );
-        if let Some(r) = (0..total_pairs).find(|&r| !owned[r] && was[r] != now[r]) {
+        let changed = |r: usize| {
+            let at = row(start, len, r);
+            act_before[at.clone()] != act_now[at]
+        };
+        if let Some(r) = (0..total_pairs).find(|&r| !owned[r] && changed(r)) {
             return Err(format!(
                 "{name} {region}: workspace row {r}, which no valid pair owns, was written"
             ));
@@ -283,21 +286,24 @@ pub(crate) fn check(
     }
     // Out: each token's stored down rows summed in slot order.
     let out = decode(dtype, &got[OUT]);
-    for t in 0..p.tokens as usize {
-        for h in 0..k {
-            let sum = (0..topk)
-                .map(|j| t * topk + j)
-                .filter(|&pair| owned[pair])
-                .fold(0.0f32, |s, pair| s + acts[ds + pair * k + h]);
-            let g = out[t * k + h];
-            let bound = out_ulp * f64::from(sum).abs() + 1e-30;
-            if !within(g, sum, bound) {
-                return Err(format!(
-                    "{name} combine token {t} column {h}: got {g}, want {sum} (the sum of its stored down rows, bound {bound:.3e})"
-                ));
+    par_check(p.tokens as usize, k * topk, |tokens| {
+        for t in tokens {
+            for h in 0..k {
+                let sum = (0..topk)
+                    .map(|j| t * topk + j)
+                    .filter(|&pair| owned[pair])
+                    .fold(0.0f32, |s, pair| s + acts[ds + pair * k + h]);
+                let g = out[t * k + h];
+                let bound = out_ulp * f64::from(sum).abs() + 1e-30;
+                if !within(g, sum, bound) {
+                    return Err(format!(
+                        "{name} combine token {t} column {h}: got {g}, want {sum} (the sum of its stored down rows, bound {bound:.3e})"
+                    ));
+                }
             }
         }
-    }
+        Ok(())
+    })?;
     Ok(())
 }
 

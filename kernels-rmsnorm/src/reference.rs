@@ -139,7 +139,7 @@ pub fn check(
     let k = f64::from(kernel_runs);
     let b = row_bound(dtype, rows.cols);
     let (cols, stride) = (rows.cols, rows.stride);
-    kernels_core::kernel_crate::check_rows_in_parallel(rows.rows, cols, |range| {
+    kernels_core::launch::par_check(rows.rows, cols, |range| {
         for r in range {
             let end = ((r + 1) * stride).min(got.len());
             compare_rows(

@@ -144,7 +144,7 @@ pub fn check(
     }
     let k = f64::from(kernel_runs);
     let (cols, ys) = (y_rows.cols, y_rows.stride);
-    kernels_core::kernel_crate::check_rows_in_parallel(y_rows.rows, cols, |range| {
+    kernels_core::launch::par_check(y_rows.rows, cols, |range| {
         for r in range {
             let xr = &x[r * x_rows.stride..r * x_rows.stride + cols];
             let t_max = xr

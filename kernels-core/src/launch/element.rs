@@ -108,6 +108,28 @@ pub fn par_fill<T: Send>(out: &mut [T], f: impl Fn(usize, &mut [T]) + Sync) {
     });
 }
 
+/// Runs `check` over rows `0..rows` split into contiguous ranges, one a core where
+/// there are `rows * cols` elements enough to pay for the threads
+/// ([`par_fill`]), and returns the error of the lowest range that
+/// failed: the error a sequential pass would have stopped at, when `check` stops at its
+/// first failing row. The tuner checks every finalist's output this way; at vocabulary
+/// sizes, or an MoE layer's intermediate rows, one output is hundreds of millions of
+/// elements.
+pub fn par_check<F>(rows: usize, cols: usize, check: F) -> std::result::Result<(), String>
+where
+    F: Fn(std::ops::Range<usize>) -> std::result::Result<(), String> + Sync,
+{
+    if rows.saturating_mul(cols) < PARALLEL_ELEMENTS {
+        return check(0..rows);
+    }
+    // One slot a row; each range's outcome lands in its first slot.
+    let mut outcomes: Vec<std::result::Result<(), String>> = vec![Ok(()); rows];
+    par_fill(&mut outcomes, |start, part| {
+        part[0] = check(start..start + part.len());
+    });
+    outcomes.into_iter().collect()
+}
+
 /// The L2 norm of each of `rows` rows of `len` elements, row `r` starting at element
 /// `r * ld` of `dtype` storage `bytes`, in f64; decoded on the fly, rows spread over
 /// the cores ([`par_fill`]).
@@ -166,4 +188,63 @@ pub fn alloc_random(
     stream
         .clone_htod(&bytes)
         .map_err(|e| crate::Error::kernel("alloc_random", e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Decoding on every core gives what one thread gives, element by element, for
+    /// each dtype (a partial trailing element ignored).
+    #[test]
+    fn parallel_decode_matches_element_by_element() {
+        let n = PARALLEL_ELEMENTS * 2 + 7;
+        let values = pseudo_random(n, 3, 100.0, 0.0);
+        for dtype in [DType::F32, DType::F16, DType::Bf16] {
+            let mut bytes = encode(dtype, &values);
+            bytes.push(0xff);
+            let got = decode(dtype, &bytes);
+            assert_eq!(got.len(), n, "{dtype}");
+            assert!(
+                (0..n).all(|i| got[i].to_bits() == element_at(dtype, &bytes, i).to_bits()),
+                "{dtype}"
+            );
+        }
+    }
+
+    /// Split or not, every row is checked once and the error is the lowest failing
+    /// row's, as a sequential pass would report it.
+    #[test]
+    fn parallel_row_checks_see_every_row_and_report_the_first_failure() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        for (rows, cols) in [
+            (0, 100),
+            (1, 100),
+            (7, 3),
+            (1000, 4096),
+            (3, 1 << 20),
+            (100_003, 64),
+        ] {
+            let seen = AtomicUsize::new(0);
+            let r = par_check(rows, cols, |range| {
+                seen.fetch_add(range.len(), Ordering::Relaxed);
+                Ok(())
+            });
+            assert_eq!((r, seen.into_inner()), (Ok(()), rows), "{rows} x {cols}");
+            if rows < 2 {
+                continue;
+            }
+            let bad = [rows / 2, rows - 1];
+            let first_failing = |range: std::ops::Range<usize>| match range.clone().find(|r| bad.contains(r))
+            {
+                Some(r) => Err(format!("row {r}")),
+                None => Ok(()),
+            };
+            assert_eq!(
+                par_check(rows, cols, first_failing),
+                Err(format!("row {}", rows / 2)),
+                "{rows} x {cols}"
+            );
+        }
+    }
 }

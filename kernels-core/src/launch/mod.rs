@@ -16,7 +16,9 @@ pub use args::{
 };
 #[cfg(feature = "cuda")]
 pub use element::{alloc_random, Element};
-pub use element::{decode, element_at, encode, par_fill, pseudo_random, row_norms, PARALLEL_ELEMENTS};
+pub use element::{
+    decode, element_at, encode, par_check, par_fill, pseudo_random, row_norms, PARALLEL_ELEMENTS,
+};
 pub(crate) use plan::check_count;
 pub use plan::{
     candidates_digest, BufferRole, Expected, LaunchPlan, Launches, PlannedKernel, TuneBuffer, MAX_LAUNCHES,
