@@ -792,62 +792,34 @@ fn clusters_of_two_match_the_unclustered_tile_bit_for_bit() {
 /// (8 units a block, 2 k steps: the turns alternate often), three runs each.
 #[test]
 fn pingpong_matches_the_cooperative_tile_bit_for_bit() {
-    let Some((rt, stream)) = runtime("pingpong_matches_the_cooperative_tile_bit_for_bit") else {
-        return;
-    };
-    let target = rt.device().info().tuning_target();
-    let nt = |m, n, k, c_dtype| Case {
-        dtype: DType::Bf16,
-        layout: Layout::Nt,
-        m,
-        n,
-        k,
-        lda: k,
-        ldb: k,
-        ldc: n,
-        offset: 0,
-        bias: true,
-        c_dtype,
-    };
     let cases = [
-        nt(17, 300, 200, DType::Bf16),
-        nt(1030, 2056, 1000, DType::Bf16),
-        nt(2048, 4096, 128, DType::F32),
+        Case::nt(DType::Bf16, 17, 300, 200, 300, DType::Bf16),
+        Case::nt(DType::Bf16, 1030, 2056, 1000, 2056, DType::Bf16),
+        Case::nt(DType::Bf16, 2048, 4096, 128, 4096, DType::F32),
     ];
-    let (mut checked, mut failures) = (0, Vec::new());
-    for (i, case) in cases.iter().enumerate() {
-        let key = GemmKey {
-            dtype: case.dtype,
-            layout: case.layout,
-            n: case.n as u32,
-            k: case.k as u32,
-        };
-        let e = expected(case, 400 + i as u64);
-        let mut dev = Device::new(&stream, case, &e, 0);
-        for (block_m, block_n) in [(64, 64), (64, 128), (64, 256), (128, 64), (128, 128)] {
-            // The cooperative kernel with the same output tile: one consumer for 64 rows,
-            // two for 128.
-            let coop = GemmConfig::wgmma(block_m, block_n, block_m / 16, 4);
-            for epilogue in [Epilogue::Direct, Epilogue::Tma] {
-                let pp = GemmConfig {
-                    epilogue,
-                    ..GemmConfig::pingpong(block_m, block_n, 4)
-                };
-                if !space::fits(target, &key, &pp) {
-                    assert!(target != Target::Sm90, "{pp} must fit {key:?}");
-                    continue;
+    let tiles = [(64, 64), (64, 128), (64, 256), (128, 64), (128, 128)];
+    bit_for_bit(
+        "pingpong_matches_the_cooperative_tile_bit_for_bit",
+        "pingpong",
+        500,
+        &cases,
+        |_| {
+            let mut pairs = Vec::new();
+            for &(block_m, block_n) in &tiles {
+                // The cooperative kernel with the same output tile: one consumer for 64
+                // rows, two for 128.
+                let coop = GemmConfig::wgmma(block_m, block_n, block_m / 16, 4);
+                for epilogue in [Epilogue::Direct, Epilogue::Tma] {
+                    let pp = GemmConfig {
+                        epilogue,
+                        ..GemmConfig::pingpong(block_m, block_n, 4)
+                    };
+                    pairs.push((coop, "the cooperative tile", pp, 3));
                 }
-                checked += 1;
-                let runs = (&rt, &stream, case, &mut dev, &e);
-                failures.extend(same_bits(runs, (&coop, "the cooperative tile"), (&pp, 3)));
             }
-        }
-    }
-    println!(
-        "gemm pingpong: {checked} tiles checked, {} failed",
-        failures.len()
+            pairs
+        },
     );
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 /// TMA stores of C write the values direct stores write, rounded the same way: C must
