@@ -287,13 +287,14 @@ pub enum Progress<'a> {
         batch: u64,
         record: &'a TuneRecord,
     },
-    /// It was searched and persisted.
+    /// It was searched and persisted, in `seconds` (compiles, timings and output checks).
     Tuned {
         index: usize,
         total: usize,
         key: &'a StaticKey,
         batch: u64,
         record: &'a TuneRecord,
+        seconds: f64,
     },
     /// Its search failed; the run goes on.
     Failed {
@@ -388,7 +389,8 @@ pub fn tune_table(
                 });
                 let started = std::time::Instant::now();
                 let result = search(key, batch);
-                longest = longest.max(started.elapsed());
+                let took = started.elapsed();
+                longest = longest.max(took);
                 match result {
                     Ok(r) => {
                         // Persist before moving on: this is what makes the run resumable.
@@ -400,6 +402,7 @@ pub fn tune_table(
                             key,
                             batch,
                             record: &r,
+                            seconds: took.as_secs_f64(),
                         });
                         r
                     }

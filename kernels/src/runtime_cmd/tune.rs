@@ -267,11 +267,11 @@ fn print_progress(p: &kernels_core::tune::Progress<'_>, started: std::time::Inst
             key,
             batch,
             record,
+            ..
         } => {
-            let from = if matches!(p, Progress::Cached { .. }) {
-                "cached"
-            } else {
-                "tuned"
+            let from = match p {
+                Progress::Tuned { seconds, .. } => format!("tuned in {seconds:.1} s"),
+                _ => "cached".into(),
             };
             let cfg: Vec<String> = record.config.iter().map(ToString::to_string).collect();
             let vs = match record.default_us {
