@@ -27,8 +27,10 @@
 #                             cuLaunchKernel (benches/benches/overhead.rs)
 #   gemm-h200.jsonl           step `gemm`: our GEMM (benches/benches/gemm.rs) and cuBLAS
 #                             (scripts/gemm_peers.py) on the same shapes, one file
-#   moe-h200.jsonl            step `moe`: fused MoE per layer (kernels-moe's moe_bench) and
+#   moe-h200.jsonl            step `moe`: fused MoE per layer (kernels-moe's moe_bench),
 #                             SGLang's Triton kernel (its bench, carried in .device-bin/sglang)
+#                             and the reference points of scripts/moe_refs.py (a torch loop
+#                             over the experts, cuBLAS on dense GEMMs of the same FLOPs)
 #   defaults-check.log        step `defaults` (not in the default steps: it searches every
 #                             shape): the analytic default against the best config found on
 #                             shapes no table holds (`kernels tables check --defaults
@@ -159,7 +161,9 @@ for step in $STEPS; do
             run moe 600 sh -c "\"$B/moe_bench\" 1,16,64,256,1024,4096 > \"$OUT/moe-ours.jsonl\""
             PYTHONPATH="$B/sglang" run moe-peers 600 sh -c \
                 "python3 $B/sglang/sglang_moe_bench.py --models Mixtral,Qwen3 --tokens 1,16,64,256,1024,4096 > \"$OUT/moe-sglang.jsonl\""
-            cat "$OUT/moe-ours.jsonl" "$OUT/moe-sglang.jsonl" > "$OUT/moe-h200.jsonl"
+            run moe-refs 600 sh -c \
+                "python3 scripts/moe_refs.py --models Mixtral,Qwen3 --tokens 1,16,64,256,1024,4096 > \"$OUT/moe-refs.jsonl\""
+            cat "$OUT/moe-ours.jsonl" "$OUT/moe-sglang.jsonl" "$OUT/moe-refs.jsonl" > "$OUT/moe-h200.jsonl"
             ;;
         defaults)
             need kernels
