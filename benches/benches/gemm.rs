@@ -92,7 +92,7 @@ fn filled(
 
 /// The alternatives `GEMM_BENCH_ALTS=1` times beside the served config: the portable
 /// default, and for the wgmma paths other splits, tiles, consumer counts and (prefill)
-/// clusters of 2 and TMA stores of C, each where it lies in the space (TMA stores at the
+/// clusters of 2, TMA stores of C and the pingpong schedule, each where it lies in the space (TMA stores at the
 /// deepest ring that fits beside their staging buffers).
 fn alternatives(key: &GemmKey, m: u64, served: &GemmConfig) -> Vec<GemmConfig> {
     let target = tuned::Target::Sm90;
@@ -137,6 +137,13 @@ fn alternatives(key: &GemmKey, m: u64, served: &GemmConfig) -> Vec<GemmConfig> {
                                 epilogue,
                                 ..GemmConfig::wgmma(block_m, block_n, warps_m, stages)
                             });
+                            if cluster == 1 && block_m <= 128 {
+                                out.push(GemmConfig {
+                                    group_m,
+                                    epilogue,
+                                    ..GemmConfig::pingpong(block_m, block_n, stages)
+                                });
+                            }
                         }
                     }
                 }
@@ -153,8 +160,11 @@ fn alternatives(key: &GemmKey, m: u64, served: &GemmConfig) -> Vec<GemmConfig> {
         let mut best: Vec<GemmConfig> = Vec::new();
         for c in out {
             match best.iter_mut().find(|b| {
-                (b.block_m, b.block_n, b.warps_m, b.group_m, b.cluster, b.epilogue)
-                    == (c.block_m, c.block_n, c.warps_m, c.group_m, c.cluster, c.epilogue)
+                (
+                    b.path, b.block_m, b.block_n, b.warps_m, b.group_m, b.cluster, b.epilogue,
+                ) == (
+                    c.path, c.block_m, c.block_n, c.warps_m, c.group_m, c.cluster, c.epilogue,
+                )
             }) {
                 Some(b) if b.stages < c.stages => *b = c,
                 Some(_) => {}

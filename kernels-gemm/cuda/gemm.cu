@@ -105,7 +105,15 @@ __device__ __forceinline__ void store_two(void* c, long long ldc, int m, int n, 
 // Defines: DTYPE; WGMMA 1 or 2; BX, BY the tile's rows of X and of Y (BY is wgmma's N);
 //   CONSUMERS 1 or 2 warpgroups, each owning BX / CONSUMERS rows of X (64 or 128);
 //   STAGES the ring depth; CLUSTER 2 (WGMMA 1 only; absent: 1) for clusters of 2;
-//   EPILOGUE_TMA 1 (WGMMA 1 only, BY a multiple of 64; absent: 0) for TMA stores of C.
+//   EPILOGUE_TMA 1 (WGMMA 1 only, BY a multiple of 64; absent: 0) for TMA stores of C;
+//   PINGPONG 1 (WGMMA 1, CONSUMERS 2, no cluster; absent: 0): see below.
+// PINGPONG 1: the two consumer warpgroups take the block's units in turn (warpgroup 0
+//   the first, third, ..., warpgroup 1 the second, fourth, ...), each owning all BX
+//   rows of its tile, so one stores its C while the other's wgmma keep the tensor
+//   cores busy. The producer fills the ring in unit order as before and each stage is
+//   read by one warpgroup. A warpgroup starts waiting on its unit's stages only once
+//   the other has waited on all of its previous unit's (the turn barriers): a full
+//   barrier's phase is waited on by parity, so no warpgroup may wait two phases ahead.
 // Grid: persistent, at most one block per SM; block b takes work units (tile, split)
 //   b, b + gridDim.x, ...; (CONSUMERS + 1) * 128 threads, warpgroup 0 the producer;
 //   STAGES * (BX + BY) * 128 + 1024 bytes of dynamic shared memory (the 1024 realigns
@@ -131,6 +139,9 @@ __device__ __forceinline__ void store_two(void* c, long long ldc, int m, int n, 
 #ifndef EPILOGUE_TMA
 #define EPILOGUE_TMA 0
 #endif
+#ifndef PINGPONG
+#define PINGPONG 0
+#endif
 #if CLUSTER > 1
 #define KG_CLUSTER_DIMS __cluster_dims__(CLUSTER, 1, 1)
 #else
@@ -140,8 +151,9 @@ __device__ __forceinline__ void store_two(void* c, long long ldc, int m, int n, 
 namespace kg {
 
 constexpr bool SWAP = WGMMA == 2;
-constexpr int BK = 64;                // 16-bit elements in one 128-byte swizzle row
-constexpr int WG_X = BX / CONSUMERS;  // rows of X per consumer warpgroup
+constexpr bool PP = PINGPONG != 0;
+constexpr int BK = 64;                         // 16-bit elements in one 128-byte swizzle row
+constexpr int WG_X = PP ? BX : BX / CONSUMERS;  // rows of X per consumer warpgroup
 constexpr int MW = WG_X / 64;         // m64 products per consumer and k16 step
 constexpr int ACC = BY / 2;           // accumulators per thread and m64 product
 constexpr int CT = CONSUMERS * 128;   // consumer threads
@@ -158,6 +170,7 @@ static_assert(CLUSTER == 1 || (CLUSTER == 2 && !SWAP), "clusters of 2, unswapped
 // (the 128-byte swizzle depends on the address within the atom).
 static_assert((Y_BYTES / CLUSTER) % 1024 == 0, "each Y slice starts on a swizzle atom");
 static_assert(!EPILOGUE_TMA || (!SWAP && BY % 64 == 0), "TMA stores of C: unswapped, whole 128-byte rows");
+static_assert(!PP || (CONSUMERS == 2 && !SWAP && CLUSTER == 1), "pingpong: two consumers, unswapped, no cluster");
 
 // One unit of work: the tile's first rows of X and Y, its split and its index (with
 // clusters, the index of its band of CLUSTER tiles).
@@ -365,6 +378,11 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
     using namespace kg;
     extern __shared__ __align__(1024) unsigned char smem[];
     __shared__ __align__(8) unsigned long long full[STAGES], empty[STAGES];
+#if PINGPONG
+    // turn[w]: the other warpgroup has waited on every stage of its unit before
+    // warpgroup w's next one (one arrival a unit).
+    __shared__ __align__(8) unsigned long long turn[2];
+#endif
     __shared__ int is_last;
 
     const int wg = threadIdx.x / 128;
@@ -384,12 +402,17 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
 
     // full[s]: stage s has landed (one arrival with its bytes, by the producer; with
     // clusters, half the Y bytes come from the peer's multicast);
-    // empty[s]: every consumer warpgroup (of every block of the cluster) is done reading it.
+    // empty[s]: every consumer warpgroup (of every block of the cluster) is done reading it
+    // (with PINGPONG, the one warpgroup that read it).
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full0 + 8 * s, 1);
-            mbar_init(empty0 + 8 * s, CONSUMERS * CLUSTER);
+            mbar_init(empty0 + 8 * s, PP ? 1 : CONSUMERS * CLUSTER);
         }
+#if PINGPONG
+        mbar_init(kd::smem_addr(&turn[0]), 1);
+        mbar_init(kd::smem_addr(&turn[1]), 1);
+#endif
         mbar_init_fence();
     }
     if constexpr (CLUSTER > 1) {
@@ -472,10 +495,27 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
     int sub = 0;
 #endif
     int it = 0;
-    for (int u = blockIdx.x / CLUSTER; u < units; u += gridDim.x / CLUSTER) {
+    // The block's units in order (`local`); with PINGPONG this warpgroup's own count
+    // (`mine`) numbers its turns.
+    int local = 0, mine = 0;
+    for (int u = blockIdx.x / CLUSTER; u < units; u += gridDim.x / CLUSTER, ++local) {
         const Unit w = unit_at(u, bands, tiles_y, split_k, group, rank);
         const int kt0 = w.z * per_split;
         const int nk = max(min(ktiles, kt0 + per_split) - kt0, 0);
+#if PINGPONG
+        if ((local & 1) != cw) {
+            it += nk;  // the other warpgroup's stages
+            continue;
+        }
+        // Warpgroup 1's turn j follows warpgroup 0's unit j; warpgroup 0's turn j > 0
+        // follows warpgroup 1's unit j - 1.
+        if (cw == 1) {
+            mbar_wait(kd::smem_addr(&turn[1]), u32(mine & 1));
+        } else if (mine > 0) {
+            mbar_wait(kd::smem_addr(&turn[0]), u32((mine - 1) & 1));
+        }
+        ++mine;
+#endif
         float acc[MW][ACC];
 #pragma unroll
         for (int mw = 0; mw < MW; ++mw)
@@ -488,7 +528,7 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
         for (int i = 0; i < nk; ++i, ++it) {
             const int s = it % STAGES;
             mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
-            const u32 xs = ring + s * STAGE_BYTES + cw * WG_X * 128;
+            const u32 xs = ring + s * STAGE_BYTES + (PP ? 0 : cw * WG_X * 128);
             const u32 ys = ring + s * STAGE_BYTES + X_BYTES;
             wgmma_fence();
 #pragma unroll
@@ -504,12 +544,19 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
             }
             prev = s;
         }
+#if PINGPONG
+        if (t == 0) {
+            // Every phase this unit waited on has completed: the other warpgroup may wait
+            // on the next ones.
+            mbar_arrive(kd::smem_addr(&turn[1 - cw]));
+        }
+#endif
         wgmma_wait<0>();
         if (prev >= 0 && t == 0) {
             release_stage(empty0 + 8 * prev);
         }
-        if (u + gridDim.x / CLUSTER >= units) {
-            // Every input of this block is read: the next kernel may start its blocks.
+        if (u + (PP ? 2 : 1) * (gridDim.x / CLUSTER) >= units) {
+            // Every input this warpgroup reads is read: the next kernel may start its blocks.
             kd::pdl_launch_dependents();
         }
 
@@ -567,7 +614,7 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
             }
         }
 
-        const int x_base = w.x0 + cw * WG_X;
+        const int x_base = w.x0 + (PP ? 0 : cw * WG_X);
 #if EPILOGUE_TMA
         if (flags & C_TMA) {
             if (flags & C_F32) {

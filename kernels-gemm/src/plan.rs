@@ -262,9 +262,9 @@ pub(crate) fn tuning_workspace_bytes(key: &GemmKey, m: u64) -> usize {
 
 /// The compiled variant of `c` for `key`: entry point and defines (split-K, grouping,
 /// bias and the output type are run-time arguments and share it). `CLUSTER` is
-/// defined only for clusters of 2 (the kernel reads its absence as 1) and
-/// `EPILOGUE_TMA` only for TMA stores of C, so a config with neither names the same
-/// variant as before they existed.
+/// defined only for clusters of 2 (the kernel reads its absence as 1), `PINGPONG` only
+/// on `wgmma_pingpong` and `EPILOGUE_TMA` only for TMA stores of C, so a config with
+/// none of them names the same variant as before they existed.
 pub fn variant(key: &GemmKey, c: &GemmConfig) -> Variant {
     if c.path.is_wgmma() {
         let (x_rows, y_rows) = c.wgmma_tile();
@@ -277,6 +277,11 @@ pub fn variant(key: &GemmKey, c: &GemmConfig) -> Variant {
             .define("STAGES", c.stages);
         let v = if c.cluster > 1 {
             v.define("CLUSTER", c.cluster)
+        } else {
+            v
+        };
+        let v = if c.path == Path::WgmmaPingpong {
+            v.define("PINGPONG", 1)
         } else {
             v
         };

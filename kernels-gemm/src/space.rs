@@ -36,20 +36,26 @@ pub const MIN_BLOCK_CAP: u32 = 64;
 /// consumer warpgroup, and split-K only with swapped operands (see `cuda/gemm.cu`).
 /// Clusters of 2 need no rule of their own here: the schema keeps them to `wgmma`,
 /// and any of its tiles splits into two B halves of whole swizzle atoms (8+ rows). Nor
-/// does a `tma` epilogue: the schema keeps it to `wgmma` with block_n a multiple of
-/// 64, and its staging buffers count in `smem_bytes`.
+/// does a `tma` epilogue: the schema keeps it to the unswapped paths with block_n a
+/// multiple of 64, and its staging buffers count in `smem_bytes`. `wgmma_pingpong` has
+/// two consumer warpgroups, each holding a whole tile of 64 or 128 rows.
 fn wgmma_shape_fits(target: Target, key: &GemmKey, c: &GemmConfig) -> bool {
     let (x_rows, _) = c.wgmma_tile();
     let (along, across) = match c.path {
         Path::WgmmaSwap => (c.warps_n, c.warps_m),
         _ => (c.warps_m, c.warps_n),
     };
+    let rows_per_consumer = match c.path {
+        Path::WgmmaPingpong if along == 8 => x_rows,
+        Path::WgmmaPingpong => 0,
+        _ => x_rows * 4 / along,
+    };
     target == Target::Sm90
         && key.layout == Layout::Nt
         && c.block_k == 64
         && c.vec == 8
         && across == 1
-        && matches!(x_rows * 4 / along, 64 | 128)
+        && matches!(rows_per_consumer, 64 | 128)
         && (c.path == Path::WgmmaSwap || c.split_k == 1)
         && c.accumulators() <= MAX_WGMMA_ACCUMULATORS
 }
@@ -68,7 +74,7 @@ pub fn fits(target: Target, key: &GemmKey, c: &GemmConfig) -> bool {
     let k_steps = key.k.div_ceil(c.block_k);
     let path_fits = match c.path {
         Path::Mma => c.accumulators() <= MAX_ACCUMULATORS,
-        Path::Wgmma | Path::WgmmaSwap => wgmma_shape_fits(target, key, c),
+        Path::Wgmma | Path::WgmmaSwap | Path::WgmmaPingpong => wgmma_shape_fits(target, key, c),
     };
     path_fits
         && c.smem_bytes(key.layout) <= smem_limit(target)
@@ -118,7 +124,8 @@ pub const SEARCH_STAGES_WGMMA: &[u32] = &[3, 4, 5, 6];
 /// rows, tiles of 64..=256 (up to `m` rounded up) by 64..=256, 1 or 2 consumers, grouped
 /// rasters where there are tile rows to group, clusters of 2 where there are two tile
 /// rows to pair, C stored directly or by TMA (whose staging buffers may leave room for
-/// fewer ring stages: `fits` drops the deepest rings that no longer fit).
+/// fewer ring stages: `fits` drops the deepest rings that no longer fit); and the
+/// pingpong schedule on the tiles of 64 or 128 rows, stored either way.
 fn wgmma_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>) {
     if target != Target::Sm90 || key.layout != Layout::Nt {
         return;
@@ -183,6 +190,16 @@ fn wgmma_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>)
                                         cluster,
                                         epilogue,
                                         ..GemmConfig::wgmma(bm, bn, 4 * consumers, stages)
+                                    });
+                                }
+                            }
+                            // Two consumers on tiles of their own, taken in turn.
+                            if consumers == 2 && bm <= 128 {
+                                for epilogue in [Epilogue::Direct, Epilogue::Tma] {
+                                    push(GemmConfig {
+                                        group_m: group_m as u32,
+                                        epilogue,
+                                        ..GemmConfig::pingpong(bm, bn, stages)
                                     });
                                 }
                             }
