@@ -94,8 +94,9 @@ __device__ __forceinline__ void store_two(void* c, long long ldc, int m, int n, 
 //   written transposed from the accumulators. x and y are tensor maps of X and Y
 //   (columns k, 128-byte swizzle) with boxes of 64 x BX and 64 x BY elements; their
 //   zero fill past m, n and k makes ragged edges add nothing. c, bias, ws, split_k,
-//   group_m and flags mean what they mean for gemm_mma_kernel, except that WGMMA 1
-//   takes split_k = 1 only.
+//   group_m and flags mean what they mean for gemm_mma_kernel, except that split_k > 1
+//   needs a variant with the reduction (SPLITS below: swapped, or unswapped at 64
+//   accumulators a thread at most, without a cluster or pingpong).
 //   EPILOGUE_TMA 1 (WGMMA 1 only): tc is a tensor map of C ([m, n], row stride ldc,
 //   C's element type, 128-byte swizzle) with boxes of 64 rows x 128 bytes. With flags
 //   bit 2 (C_TMA) set, C is stored by TMA from shared staging buffers (see
@@ -171,6 +172,10 @@ static_assert(CLUSTER == 1 || (CLUSTER == 2 && !SWAP), "clusters of 2, unswapped
 static_assert((Y_BYTES / CLUSTER) % 1024 == 0, "each Y slice starts on a swizzle atom");
 static_assert(!EPILOGUE_TMA || (!SWAP && BY % 64 == 0), "TMA stores of C: unswapped, whole 128-byte rows");
 static_assert(!PP || (CONSUMERS == 2 && !SWAP && CLUSTER == 1), "pingpong: two consumers, unswapped, no cluster");
+// Whether the variant has the split-K reduction: swapped, or unswapped without a cluster
+// or pingpong (their units are not one tile's split) at 64 accumulators a thread at most.
+// Other variants compile without it and take split_k = 1 only.
+constexpr bool SPLITS = SWAP || (!PP && CLUSTER == 1 && MW * ACC <= 64);
 
 // One unit of work: the tile's first rows of X and Y, its split and its index (with
 // clusters, the index of its band of CLUSTER tiles).
@@ -560,9 +565,9 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
             kd::pdl_launch_dependents();
         }
 
-        // Split-K only in the swapped variant (few accumulators): holding a prefill
-        // tile's 128 accumulators through the reduction spills registers.
-        if (SWAP && split_k > 1) {
+        // Split-K where a thread holds at most 64 accumulators (SPLITS): holding a
+        // prefill tile's 128 through the reduction spills registers.
+        if (SPLITS && split_k > 1) {
             // Each split stores its partial tile (fragment order, one float4 per thread
             // and 4 accumulators: coalesced); the last to finish sums all of them in
             // split order 0, 1, ..., so the result does not depend on timing.

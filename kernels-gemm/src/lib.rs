@@ -235,9 +235,42 @@ mod space_tests {
         assert!(!plan::has_kernel(Target::Gfx942));
     }
 
+    /// Split-K on the unswapped wgmma path is searched where the output tiles leave SMs
+    /// idle (70B-tp8 qkv, n = 1280, at m = 256 and 1024), only without a cluster or pingpong
+    /// and at 64 accumulators a thread at most, and not where the tiles fill the GPU (8B
+    /// qkv at m = 4096).
+    #[test]
+    fn unswapped_split_k_is_searched_where_tiles_leave_sms_idle() {
+        let key = |n, k| GemmKey {
+            dtype: DType::Bf16,
+            layout: Layout::Nt,
+            n,
+            k,
+        };
+        for m in [256, 1024] {
+            let space = space::search_space(Target::Sm90, &key(1280, 8192), m);
+            let split: Vec<_> = space
+                .iter()
+                .filter(|c| c.path == Path::Wgmma && c.split_k > 1)
+                .collect();
+            assert!(!split.is_empty(), "m={m}");
+            for c in split {
+                assert_eq!(c.cluster, 1, "{c}");
+                assert!(c.accumulators() <= space::MAX_ACCUMULATORS, "{c}");
+                assert!(space::split_allowed(Target::Sm90, &key(1280, 8192), m, c), "{c}");
+            }
+        }
+        assert!(space::search_space(Target::Sm90, &key(6144, 4096), 4096)
+            .iter()
+            .all(|c| c.split_k == 1));
+        assert!(space::search_space(Target::Sm90, &key(1280, 8192), 256)
+            .iter()
+            .all(|c| c.path != Path::WgmmaPingpong || c.split_k == 1));
+    }
+
     /// Clusters of 2 are in the sm_90 space for the unswapped wgmma configs of every
-    /// shape with two tile rows to pair, beside the same config without one; nowhere
-    /// else, and never in a default. The schema, `fits` and `plan::fit` agree.
+    /// shape with two tile rows to pair, beside the same config without one (and not
+    /// split along k); nowhere else, and never in a default. The schema, `fits` and `plan::fit` agree.
     #[test]
     fn clusters_of_two_are_searched_on_unswapped_wgmma_only() {
         for &(n, k) in MODEL_SHAPES {
@@ -262,9 +295,11 @@ mod space_tests {
                         .filter(|c| c.path == Path::Wgmma && m > u64::from(c.block_m));
                     assert_eq!(
                         pairs,
-                        unswapped.filter(|c| c.cluster == 1).count(),
+                        unswapped.filter(|c| c.cluster == 1 && c.split_k == 1).count(),
                         "{t} n={n} m={m}"
                     );
+                    // Clusters take no split.
+                    assert!(space.iter().all(|c| c.cluster == 1 || c.split_k == 1));
                     assert_eq!(analytic_default(t, &key, m).cluster, 1, "{t} n={n} m={m}");
                 }
                 let nn = GemmKey {

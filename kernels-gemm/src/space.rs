@@ -33,7 +33,8 @@ pub const MIN_BLOCK_CAP: u32 = 64;
 /// (both operands K-major, as wgmma reads them from shared memory without transposes;
 /// nn stays on the mma path), k steps of 64 (one 128-byte swizzle row), 16-byte loads
 /// (TMA), consumer warps stacked along wgmma's 64-row side only, 64 or 128 rows per
-/// consumer warpgroup, and split-K only with swapped operands (see `cuda/gemm.cu`).
+/// consumer warpgroup, and split-K with swapped operands, or unswapped without a cluster
+/// at [`MAX_ACCUMULATORS`] a thread at most (see `SPLITS` in `cuda/gemm.cu`).
 /// Clusters of 2 need no rule of their own here: the schema keeps them to `wgmma`,
 /// and any of its tiles splits into two B halves of whole swizzle atoms (8+ rows). Nor
 /// does a `tma` epilogue: the schema keeps it to the unswapped paths with block_n a
@@ -56,7 +57,9 @@ fn wgmma_shape_fits(target: Target, key: &GemmKey, c: &GemmConfig) -> bool {
         && c.vec == 8
         && across == 1
         && matches!(rows_per_consumer, 64 | 128)
-        && (c.path == Path::WgmmaSwap || c.split_k == 1)
+        && (c.split_k == 1
+            || c.path == Path::WgmmaSwap
+            || (c.path == Path::Wgmma && c.cluster == 1 && c.accumulators() <= MAX_ACCUMULATORS))
         && c.accumulators() <= MAX_WGMMA_ACCUMULATORS
 }
 
@@ -122,7 +125,8 @@ pub const SEARCH_STAGES_WGMMA: &[u32] = &[3, 4, 5, 6];
 /// up to `m` rounded up, 64..=256 weight rows, 1 or 2 consumers, every split-K
 /// [`split_allowed`] (from 65 to 256 rows, 64 or 128 token columns); unswapped from 17
 /// rows, tiles of 64..=256 (up to `m` rounded up) by 64..=256, 1 or 2 consumers, grouped
-/// rasters where there are tile rows to group, clusters of 2 where there are two tile
+/// rasters where there are tile rows to group, split-K without a cluster where
+/// [`split_allowed`] and `fits` (64 accumulators a thread), clusters of 2 where there are two tile
 /// rows to pair, C stored directly or by TMA (whose staging buffers may leave room for
 /// fewer ring stages: `fits` drops the deepest rings that no longer fit); and the
 /// pingpong schedule on the tiles of 64 or 128 rows, stored either way.
@@ -185,12 +189,19 @@ fn wgmma_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>)
                             }
                             for cluster in [1u32, 2].into_iter().filter(|&c| c == 1 || tile_rows > 1) {
                                 for epilogue in [Epilogue::Direct, Epilogue::Tma] {
-                                    push(GemmConfig {
-                                        group_m: group_m as u32,
-                                        cluster,
-                                        epilogue,
-                                        ..GemmConfig::wgmma(bm, bn, 4 * consumers, stages)
-                                    });
+                                    // Split along k without a cluster, where the tiles
+                                    // leave SMs idle (`split_allowed`) and a thread holds
+                                    // at most 64 accumulators (`fits`).
+                                    let splits: &[i64] = if cluster == 1 { SPLIT_K } else { &[1] };
+                                    for &split_k in splits {
+                                        push(GemmConfig {
+                                            group_m: group_m as u32,
+                                            cluster,
+                                            epilogue,
+                                            split_k: split_k as u32,
+                                            ..GemmConfig::wgmma(bm, bn, 4 * consumers, stages)
+                                        });
+                                    }
                                 }
                             }
                             // Two consumers on tiles of their own, taken in turn.

@@ -728,6 +728,32 @@ fn split_k_is_deterministic_and_reuses_its_workspace() {
                 configs.push(c);
             }
         }
+        // Unswapped wgmma with split-K (64 accumulators a thread: 64-row tiles on one
+        // consumer, 128 x 128 on two), where it runs.
+        for (split_k, block_m, block_n, warps_m) in [
+            (2, 64, 64, 4),
+            (3, 64, 128, 4),
+            (6, 64, 64, 4),
+            (2, 128, 128, 8),
+            (4, 128, 128, 8),
+        ] {
+            for epilogue in [Epilogue::Direct, Epilogue::Tma] {
+                let c = GemmConfig {
+                    split_k,
+                    epilogue,
+                    ..GemmConfig::wgmma(block_m, block_n, warps_m, 4)
+                };
+                let key = GemmKey {
+                    dtype,
+                    layout,
+                    n: n as u32,
+                    k: k as u32,
+                };
+                if space::fits(target, &key, &c) {
+                    configs.push(c);
+                }
+            }
+        }
         let ws = configs
             .iter()
             .map(|c| c.workspace_bytes(m as u64, n as u32))
