@@ -107,7 +107,10 @@ __device__ __forceinline__ void store_two(void* c, long long ldc, int m, int n, 
 //   CONSUMERS 1 or 2 warpgroups, each owning BX / CONSUMERS rows of X (64 or 128);
 //   STAGES the ring depth; CLUSTER 2 (WGMMA 1 only; absent: 1) for clusters of 2;
 //   EPILOGUE_TMA 1 (WGMMA 1 only, BY a multiple of 64; absent: 0) for TMA stores of C;
-//   PINGPONG 1 (WGMMA 1, CONSUMERS 2, no cluster; absent: 0): see below.
+//   PINGPONG 1 (WGMMA 1, CONSUMERS 2, no cluster; absent: 0): see below;
+//   KSUB 2 (WGMMA 2 only; absent: 1): each stage holds two k sub-blocks of 64 (two
+//   boxes of each operand), so a weight row is read 256 contiguous bytes at a time and
+//   a ring of the same depth keeps twice the bytes in flight.
 // PINGPONG 1: the two consumer warpgroups take the block's units in turn (warpgroup 0
 //   the first, third, ..., warpgroup 1 the second, fourth, ...), each owning all BX
 //   rows of its tile, so one stores its C while the other's wgmma keep the tensor
@@ -117,7 +120,7 @@ __device__ __forceinline__ void store_two(void* c, long long ldc, int m, int n, 
 //   barrier's phase is waited on by parity, so no warpgroup may wait two phases ahead.
 // Grid: persistent, at most one block per SM; block b takes work units (tile, split)
 //   b, b + gridDim.x, ...; (CONSUMERS + 1) * 128 threads, warpgroup 0 the producer;
-//   STAGES * (BX + BY) * 128 + 1024 bytes of dynamic shared memory (the 1024 realigns
+//   STAGES * (BX + BY) * 128 * KSUB + 1024 bytes of dynamic shared memory (the 1024 realigns
 //   the ring to the 1024-byte swizzle atom), plus CONSUMERS * 16384 staging bytes
 //   after the ring with EPILOGUE_TMA.
 // CLUSTER 2: __cluster_dims__(2, 1, 1) is compiled in and gridDim.x is even. A work
@@ -140,6 +143,9 @@ __device__ __forceinline__ void store_two(void* c, long long ldc, int m, int n, 
 #ifndef EPILOGUE_TMA
 #define EPILOGUE_TMA 0
 #endif
+#ifndef KSUB
+#define KSUB 1
+#endif
 #ifndef PINGPONG
 #define PINGPONG 0
 #endif
@@ -154,6 +160,8 @@ namespace kg {
 constexpr bool SWAP = WGMMA == 2;
 constexpr bool PP = PINGPONG != 0;
 constexpr int BK = 64;                         // 16-bit elements in one 128-byte swizzle row
+constexpr int KS = KSUB;                       // k sub-blocks of BK per stage
+constexpr int BKS = BK * KS;                   // k elements per stage
 constexpr int WG_X = PP ? BX : BX / CONSUMERS;  // rows of X per consumer warpgroup
 constexpr int MW = WG_X / 64;         // m64 products per consumer and k16 step
 constexpr int ACC = BY / 2;           // accumulators per thread and m64 product
@@ -161,7 +169,8 @@ constexpr int CT = CONSUMERS * 128;   // consumer threads
 constexpr int THREADS = CT + 128;
 constexpr int X_BYTES = BX * BK * 2;
 constexpr int Y_BYTES = BY * BK * 2;
-constexpr int STAGE_BYTES = X_BYTES + Y_BYTES;
+// A stage: KS sub-tiles of X (each BK wide, whole swizzle atoms), then KS of Y.
+constexpr int STAGE_BYTES = KS * (X_BYTES + Y_BYTES);
 static_assert(WG_X == 64 || WG_X == 128, "a consumer warpgroup owns 64 or 128 rows of X");
 static_assert(BY % 16 == 0 && BY <= 256, "BY is a wgmma N");
 static_assert(X_BYTES % 1024 == 0 && Y_BYTES % 1024 == 0, "each tile starts on a swizzle atom");
@@ -172,6 +181,7 @@ static_assert(CLUSTER == 1 || (CLUSTER == 2 && !SWAP), "clusters of 2, unswapped
 static_assert((Y_BYTES / CLUSTER) % 1024 == 0, "each Y slice starts on a swizzle atom");
 static_assert(!EPILOGUE_TMA || (!SWAP && BY % 64 == 0), "TMA stores of C: unswapped, whole 128-byte rows");
 static_assert(!PP || (CONSUMERS == 2 && !SWAP && CLUSTER == 1), "pingpong: two consumers, unswapped, no cluster");
+static_assert(KS == 1 || (KS == 2 && SWAP), "two k sub-blocks a stage: swapped operands only");
 // Whether the variant has the split-K reduction: swapped, or unswapped without a cluster
 // or pingpong (their units are not one tile's split) at 64 accumulators a thread at most.
 // Other variants compile without it and take split_k = 1 only.
@@ -351,7 +361,8 @@ namespace kg {
 __device__ __forceinline__ void load_weight(u32 xs, const TmaMap* tx, const TmaMap* ty, u32 bar, int k0,
                                             const Unit& w, int rank) {
     if constexpr (SWAP) {
-        tma_load_2d(xs, tx, bar, k0, w.x0);
+#pragma unroll
+        for (int kb = 0; kb < KS; ++kb) tma_load_2d(xs + kb * X_BYTES, tx, bar, k0 + kb * BK, w.x0);
     } else if constexpr (CLUSTER > 1) {
         constexpr int slice_bytes = Y_BYTES / CLUSTER, slice_rows = BY / CLUSTER;
         tma_load_2d_multicast(xs + X_BYTES + rank * slice_bytes, ty, bar, k0, w.y0 + rank * slice_rows,
@@ -365,7 +376,8 @@ __device__ __forceinline__ void load_weight(u32 xs, const TmaMap* tx, const TmaM
 __device__ __forceinline__ void load_activations(u32 xs, const TmaMap* tx, const TmaMap* ty, u32 bar, int k0,
                                                  const Unit& w) {
     if constexpr (SWAP) {
-        tma_load_2d(xs + X_BYTES, ty, bar, k0, w.y0);
+#pragma unroll
+        for (int kb = 0; kb < KS; ++kb) tma_load_2d(xs + KS * X_BYTES + kb * Y_BYTES, ty, bar, k0 + kb * BK, w.y0);
     } else {
         tma_load_2d(xs, tx, bar, k0, w.x0);
     }
@@ -399,7 +411,7 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
     const int group = CLUSTER > 1 ? max(group_m / CLUSTER, 1) : group_m;
     const int tiles = bands * tiles_y;
     const int units = tiles * split_k;
-    const int ktiles = (k + BK - 1) / BK;
+    const int ktiles = (k + BKS - 1) / BKS;  // stages of k
     const int per_split = (ktiles + split_k - 1) / split_k;
     // This block's rank in its cluster; both blocks of a cluster walk the same units,
     // cluster b / CLUSTER taking units b / CLUSTER, b / CLUSTER + gridDim.x / CLUSTER, ...
@@ -446,7 +458,7 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
                     // First pass over the ring: nothing to wait for.
                     const u32 bar = full0 + 8 * i;
                     mbar_expect_tx(bar, STAGE_BYTES);
-                    load_weight(ring + i * STAGE_BYTES, &tx, &ty, bar, (kt0 + i) * BK, w, rank);
+                    load_weight(ring + i * STAGE_BYTES, &tx, &ty, bar, (kt0 + i) * BKS, w, rank);
                 }
             }
             kd::pdl_wait();
@@ -460,7 +472,7 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
                     const u32 bar = full0 + 8 * s;
                     const u32 xs = ring + s * STAGE_BYTES;
                     if (it < prefetched) {
-                        load_activations(xs, &tx, &ty, bar, (kt0 + i) * BK, w);
+                        load_activations(xs, &tx, &ty, bar, (kt0 + i) * BKS, w);
                         continue;
                     }
                     // A fresh barrier counts as having completed the phase before its
@@ -470,8 +482,8 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
                     // transaction count dips below zero, and the phase cannot complete
                     // before the arrival.
                     mbar_expect_tx(bar, STAGE_BYTES);
-                    load_weight(xs, &tx, &ty, bar, (kt0 + i) * BK, w, rank);
-                    load_activations(xs, &tx, &ty, bar, (kt0 + i) * BK, w);
+                    load_weight(xs, &tx, &ty, bar, (kt0 + i) * BKS, w, rank);
+                    load_activations(xs, &tx, &ty, bar, (kt0 + i) * BKS, w);
                 }
             }
         }
@@ -534,14 +546,16 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
             const int s = it % STAGES;
             mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
             const u32 xs = ring + s * STAGE_BYTES + (PP ? 0 : cw * WG_X * 128);
-            const u32 ys = ring + s * STAGE_BYTES + X_BYTES;
+            const u32 ys = ring + s * STAGE_BYTES + KS * X_BYTES;
             wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < BK / 16; ++kk)
+            for (int kb = 0; kb < KS; ++kb)
 #pragma unroll
-                for (int mw = 0; mw < MW; ++mw)
-                    Wgmma<BY>::run(acc[mw], smem_desc_sw128(xs + mw * 64 * 128 + kk * 32),
-                                   smem_desc_sw128(ys + kk * 32));
+                for (int kk = 0; kk < BK / 16; ++kk)
+#pragma unroll
+                    for (int mw = 0; mw < MW; ++mw)
+                        Wgmma<BY>::run(acc[mw], smem_desc_sw128(xs + kb * X_BYTES + mw * 64 * 128 + kk * 32),
+                                       smem_desc_sw128(ys + kb * Y_BYTES + kk * 32));
             wgmma_commit();
             wgmma_wait<1>();
             if (prev >= 0 && t == 0) {

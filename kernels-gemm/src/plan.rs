@@ -285,6 +285,12 @@ pub fn variant(key: &GemmKey, c: &GemmConfig) -> Variant {
         } else {
             v
         };
+        // Stages of 128 k hold two 64-wide boxes of each operand (swapped only).
+        let v = if c.block_k > 64 {
+            v.define("KSUB", c.block_k / 64)
+        } else {
+            v
+        };
         return match c.epilogue {
             Epilogue::Tma => v.define("EPILOGUE_TMA", 1),
             Epilogue::Direct => v,
@@ -521,7 +527,7 @@ fn wgmma_launch_args(
         cols: u64::from(p.key.k),
         rows,
         row_bytes: ld as u64 * e,
-        box_cols: c.block_k,
+        box_cols: 64, // one 128-byte swizzle row; a stage of block_k takes block_k / 64 boxes
         box_rows,
         swizzle: TmaSwizzle::B128,
     };

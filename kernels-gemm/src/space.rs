@@ -31,7 +31,8 @@ pub const MIN_BLOCK_CAP: u32 = 64;
 
 /// Whether a wgmma-path config's shape is one the kernel takes: sm_90 and layout nt
 /// (both operands K-major, as wgmma reads them from shared memory without transposes;
-/// nn stays on the mma path), k steps of 64 (one 128-byte swizzle row), 16-byte loads
+/// nn stays on the mma path), k steps of 64 (one 128-byte swizzle row; swapped operands
+/// also 128, two such boxes a stage), 16-byte loads
 /// (TMA), consumer warps stacked along wgmma's 64-row side only, 64 or 128 rows per
 /// consumer warpgroup, and split-K with swapped operands, or unswapped without a cluster
 /// at [`MAX_ACCUMULATORS`] a thread at most (see `SPLITS` in `cuda/gemm.cu`).
@@ -53,7 +54,7 @@ fn wgmma_shape_fits(target: Target, key: &GemmKey, c: &GemmConfig) -> bool {
     };
     target == Target::Sm90
         && key.layout == Layout::Nt
-        && c.block_k == 64
+        && (c.block_k == 64 || (c.block_k == 128 && c.path == Path::WgmmaSwap))
         && c.vec == 8
         && across == 1
         && matches!(rows_per_consumer, 64 | 128)
@@ -121,7 +122,8 @@ pub const SEARCH_STAGES_SWAP: &[u32] = &[4, 6, 8];
 pub const SEARCH_STAGES_WGMMA: &[u32] = &[3, 4, 5, 6];
 
 /// The wgmma configs a search for `m` rows of `key` on `target` times (none off
-/// sm_90 or for layout nn): swapped operands up to 64 rows, with 16..=64 token columns
+/// sm_90 or for layout nn): swapped operands up to 64 rows, with 16..=64 token columns and
+/// stages of 64 or 128 k
 /// up to `m` rounded up, 64..=256 weight rows, 1 or 2 consumers, every split-K
 /// [`split_allowed`] (from 65 to 256 rows, 64 or 128 token columns); unswapped from 17
 /// rows, tiles of 64..=256 (up to `m` rounded up) by 64..=256, 1 or 2 consumers, grouped
@@ -147,14 +149,20 @@ fn wgmma_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>)
             // at m = 256, about 0.6x cuBLAS with the best unswapped config).
             let token_tiles: &[u32] = if m <= 64 { &[16, 32, 64] } else { &[64, 128] };
             for bm in token_tiles.iter().copied().filter(|&b| u64::from(b) <= m_cap) {
-                for bn in [64u32, 128, 256] {
+                // Stages of 128 k (two boxes of each operand) for the weight stream up to
+                // 64 tokens: longer reads per weight row, twice the bytes in flight.
+                let block_ks: &[u32] = if m <= 64 { &[64, 128] } else { &[64] };
+                for (bn, &block_k) in [64u32, 128, 256]
+                    .into_iter()
+                    .flat_map(|bn| block_ks.iter().map(move |bk| (bn, bk)))
+                {
                     for &stages in SEARCH_STAGES_SWAP {
                         for &split_k in SPLIT_K {
                             let c = GemmConfig {
                                 path: Path::WgmmaSwap,
                                 block_m: bm,
                                 block_n: bn,
-                                block_k: 64,
+                                block_k,
                                 warps_m: 1,
                                 warps_n: 4 * consumers,
                                 stages,

@@ -457,6 +457,18 @@ fn wgmma_covering(tiles: &BTreeSet<(usize, u32, bool, Tile)>) -> Vec<GemmConfig>
         out.push(wg(2, (128, 128, 64, 8, 1), 4, 1, 1, tma));
         out.push(wg(2, (64, 64, 64, 8, 1), 4, 16, 1, tma));
     }
+    // Swapped stages of 128 k (two boxes of each operand), one and two consumers.
+    for stages in 2..=6 {
+        for tile in [(16, 128, 128, 1, 4), (64, 64, 128, 1, 8)] {
+            let c = GemmConfig {
+                block_k: 128,
+                ..wg(1, tile, stages, 8, 1, false)
+            };
+            if space::fits(Target::Sm90, &key, &c) {
+                out.push(c);
+            }
+        }
+    }
     out
 }
 
@@ -693,22 +705,26 @@ fn split_k_is_deterministic_and_reuses_its_workspace() {
                 epilogue: Epilogue::Direct,
             })
             .collect();
-        // Swapped-operand wgmma with split-K (one and two consumers), where it runs.
+        // Swapped-operand wgmma with split-K (one and two consumers; stages of 64 and of
+        // 128 k, two boxes each), where it runs.
         let target = rt.device().info().tuning_target();
-        for (split_k, block_m, warps_n) in [
-            (2, 16, 4),
-            (3, 16, 4),
-            (4, 16, 8),
-            (6, 16, 8),
-            (8, 64, 4),
-            (12, 32, 4),
-            (16, 32, 4),
+        for (split_k, block_m, warps_n, block_k) in [
+            (2, 16, 4, 64),
+            (3, 16, 4, 64),
+            (4, 16, 8, 64),
+            (6, 16, 8, 64),
+            (8, 64, 4, 64),
+            (12, 32, 4, 64),
+            (16, 32, 4, 64),
+            (2, 16, 4, 128),
+            (6, 16, 8, 128),
+            (4, 64, 4, 128),
         ] {
             let c = GemmConfig {
                 path: Path::WgmmaSwap,
                 block_m,
                 block_n: 128,
-                block_k: 64,
+                block_k,
                 warps_m: 1,
                 warps_n,
                 stages: 6,
