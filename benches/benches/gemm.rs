@@ -91,21 +91,22 @@ fn filled(
 }
 
 /// The alternatives `GEMM_BENCH_ALTS=1` times beside the served config: the portable
-/// default, and for the wgmma paths other splits, tiles, consumer counts and (prefill)
-/// clusters of 2, TMA stores of C and the pingpong schedule, each where it lies in the space (TMA stores at the
-/// deepest ring that fits beside their staging buffers).
+/// default, and for the wgmma paths other splits, tiles and consumer counts, (decode)
+/// stages of 64 and 128 k, and (prefill) clusters of 2, splits along k, TMA stores of C
+/// and the pingpong schedule, each where it lies in the space (TMA stores at the deepest
+/// ring that fits beside their staging buffers).
 fn alternatives(key: &GemmKey, m: u64, served: &GemmConfig) -> Vec<GemmConfig> {
     let target = tuned::Target::Sm90;
     let mut out = Vec::new();
     if m <= 64 {
         for (block_n, warps_n) in [(64, 4), (128, 4), (128, 8), (256, 8)] {
-            for split_k in [1, 2, 4, 8, 16] {
-                for stages in [6, 8] {
+            for split_k in [1, 2, 4, 6, 8, 12, 16] {
+                for (stages, block_k) in [(6, 64), (8, 64), (4, 128), (6, 128)] {
                     out.push(GemmConfig {
                         path: Path::WgmmaSwap,
                         block_m: served.block_m.clamp(16, 64),
                         block_n,
-                        block_k: 64,
+                        block_k,
                         warps_m: 1,
                         warps_n,
                         stages,
