@@ -545,8 +545,12 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
         for (int i = 0; i < nk; ++i, ++it) {
             const int s = it % STAGES;
             mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
-            const u32 xs = ring + s * STAGE_BYTES + (PP ? 0 : cw * WG_X * 128);
-            const u32 ys = ring + s * STAGE_BYTES + KS * X_BYTES;
+            // The descriptors of the stage's first X and Y sub-tiles; the others follow by
+            // adding byte offsets / 16 to the address field (every address here is a multiple
+            // of 16 below 2^18, so the field neither carries nor wraps).
+            const unsigned long long dx =
+                smem_desc_sw128(ring + s * STAGE_BYTES + (PP ? 0 : cw * WG_X * 128));
+            const unsigned long long dy = smem_desc_sw128(ring + s * STAGE_BYTES + KS * X_BYTES);
             wgmma_fence();
 #pragma unroll
             for (int kb = 0; kb < KS; ++kb)
@@ -554,8 +558,8 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
                 for (int kk = 0; kk < BK / 16; ++kk)
 #pragma unroll
                     for (int mw = 0; mw < MW; ++mw)
-                        Wgmma<BY>::run(acc[mw], smem_desc_sw128(xs + kb * X_BYTES + mw * 64 * 128 + kk * 32),
-                                       smem_desc_sw128(ys + kb * Y_BYTES + kk * 32));
+                        Wgmma<BY>::run(acc[mw], dx + u32((kb * X_BYTES + mw * 64 * 128 + kk * 32) >> 4),
+                                       dy + u32((kb * Y_BYTES + kk * 32) >> 4));
             wgmma_commit();
             wgmma_wait<1>();
             if (prev >= 0 && t == 0) {
