@@ -10,8 +10,8 @@
 //! one JSON object per point; `GEMM_BENCH_M=1,16,...` picks the m values;
 //! `GEMM_BENCH_ALTS=1` also times a few alternatives to the served config per point
 //! (other tiles, splits and paths of the search space, marked `alt`;
-//! `GEMM_BENCH_ALTS=clusters` only the prefill tiles with TMA stores of C, each without
-//! and with a cluster of 2), and
+//! `GEMM_BENCH_ALTS=clusters`, `splits` or `pingpong` only that family of the prefill
+//! tiles with TMA stores of C, beside the plain tile), and
 //! `GEMM_BENCH_SHAPES=qkv,o,...` keeps the layers named; `GEMM_BENCH_PDL=1` also times the
 //! served config launched with programmatic dependent launch (`pdl`). Per shape it first times a
 //! plain read of the weight, rotated and graph-timed the same way: the floor of a
@@ -91,21 +91,22 @@ fn filled(
 }
 
 /// The alternatives `GEMM_BENCH_ALTS=1` times beside the served config: the portable
-/// default, and for the wgmma paths other splits, tiles, consumer counts and (prefill)
-/// clusters of 2 and TMA stores of C, each where it lies in the space (TMA stores at the
-/// deepest ring that fits beside their staging buffers).
+/// default, and for the wgmma paths other splits, tiles and consumer counts, (decode)
+/// stages of 64 and 128 k, and (prefill) clusters of 2, splits along k, TMA stores of C
+/// and the pingpong schedule, each where it lies in the space (TMA stores at the deepest
+/// ring that fits beside their staging buffers).
 fn alternatives(key: &GemmKey, m: u64, served: &GemmConfig) -> Vec<GemmConfig> {
     let target = tuned::Target::Sm90;
     let mut out = Vec::new();
     if m <= 64 {
         for (block_n, warps_n) in [(64, 4), (128, 4), (128, 8), (256, 8)] {
-            for split_k in [1, 2, 4, 8, 16] {
-                for stages in [6, 8] {
+            for split_k in [1, 2, 4, 6, 8, 12, 16] {
+                for (stages, block_k) in [(6, 64), (8, 64), (4, 128), (6, 128)] {
                     out.push(GemmConfig {
                         path: Path::WgmmaSwap,
                         block_m: served.block_m.clamp(16, 64),
                         block_n,
-                        block_k: 64,
+                        block_k,
                         warps_m: 1,
                         warps_n,
                         stages,
@@ -131,12 +132,25 @@ fn alternatives(key: &GemmKey, m: u64, served: &GemmConfig) -> Vec<GemmConfig> {
                 for group_m in [8, 16] {
                     for cluster in [1, 2] {
                         for epilogue in [Epilogue::Direct, Epilogue::Tma] {
-                            out.push(GemmConfig {
-                                group_m,
-                                cluster,
-                                epilogue,
-                                ..GemmConfig::wgmma(block_m, block_n, warps_m, stages)
-                            });
+                            // Split along k without a cluster (kept where the space
+                            // allows it: few tiles, 64 accumulators a thread).
+                            let splits: &[u32] = if cluster == 1 { &[1, 2, 3, 4, 6] } else { &[1] };
+                            for &split_k in splits {
+                                out.push(GemmConfig {
+                                    group_m,
+                                    cluster,
+                                    epilogue,
+                                    split_k,
+                                    ..GemmConfig::wgmma(block_m, block_n, warps_m, stages)
+                                });
+                            }
+                            if cluster == 1 && block_m <= 128 {
+                                out.push(GemmConfig {
+                                    group_m,
+                                    epilogue,
+                                    ..GemmConfig::pingpong(block_m, block_n, stages)
+                                });
+                            }
                         }
                     }
                 }
@@ -153,8 +167,11 @@ fn alternatives(key: &GemmKey, m: u64, served: &GemmConfig) -> Vec<GemmConfig> {
         let mut best: Vec<GemmConfig> = Vec::new();
         for c in out {
             match best.iter_mut().find(|b| {
-                (b.block_m, b.block_n, b.warps_m, b.group_m, b.cluster, b.epilogue)
-                    == (c.block_m, c.block_n, c.warps_m, c.group_m, c.cluster, c.epilogue)
+                (
+                    b.path, b.block_m, b.block_n, b.warps_m, b.group_m, b.cluster, b.epilogue, b.split_k,
+                ) == (
+                    c.path, c.block_m, c.block_n, c.warps_m, c.group_m, c.cluster, c.epilogue, c.split_k,
+                )
             }) {
                 Some(b) if b.stages < c.stages => *b = c,
                 Some(_) => {}
@@ -214,9 +231,26 @@ fn main() -> Result<(), BoxError> {
         "{:<18} {:<8} {:>6} {:>6} {:>5} {:>10} {:>9} {:>8}  config (source)",
         "model", "layer", "n", "k", "m", "us", "TFLOP/s", "W TB/s"
     );
+    // GEMM_BENCH_ALTS: 1 (every alternative), or one family beside its plain tile, each
+    // with TMA stores of C and group_m 8: `clusters` (without and with a cluster of 2),
+    // `splits` (split along k, 1 included), `pingpong` (cooperative and pingpong).
     let alts_var = std::env::var("GEMM_BENCH_ALTS").unwrap_or_default();
-    let alts = alts_var == "1" || alts_var == "clusters";
-    let clusters_only = alts_var == "clusters";
+    let family = |c: &GemmConfig| -> bool {
+        let plain = c.epilogue == Epilogue::Tma && c.group_m == 8;
+        match alts_var.as_str() {
+            "clusters" => plain && c.path == Path::Wgmma && c.split_k == 1,
+            "splits" => plain && c.path == Path::Wgmma && c.cluster == 1,
+            "pingpong" => {
+                plain
+                    && matches!(c.path, Path::Wgmma | Path::WgmmaPingpong)
+                    && c.cluster == 1
+                    && c.split_k == 1
+            }
+            _ => true,
+        }
+    };
+    let alts = matches!(alts_var.as_str(), "1" | "clusters" | "splits" | "pingpong");
+    let every_alt = alts_var == "1";
     let only: Option<Vec<String>> = std::env::var("GEMM_BENCH_SHAPES")
         .ok()
         .map(|s| s.split(',').map(|x| x.trim().to_string()).collect());
@@ -289,17 +323,14 @@ fn main() -> Result<(), BoxError> {
                 configs.push((resolved.config, "pdl".to_string()));
             }
             if alts {
-                if !clusters_only {
+                if every_alt {
                     let portable = kernels::gemm::heuristic::portable_default(target, &key, m);
                     configs.push((portable, "alt".to_string()));
                 }
                 configs.extend(
                     alternatives(&key, m, &resolved.config)
                         .into_iter()
-                        .filter(|c| {
-                            !clusters_only
-                                || (c.path == Path::Wgmma && c.epilogue == Epilogue::Tma && c.group_m == 8)
-                        })
+                        .filter(&family)
                         .map(|c| (c, "alt".to_string())),
                 );
             }

@@ -94,8 +94,9 @@ __device__ __forceinline__ void store_two(void* c, long long ldc, int m, int n, 
 //   written transposed from the accumulators. x and y are tensor maps of X and Y
 //   (columns k, 128-byte swizzle) with boxes of 64 x BX and 64 x BY elements; their
 //   zero fill past m, n and k makes ragged edges add nothing. c, bias, ws, split_k,
-//   group_m and flags mean what they mean for gemm_mma_kernel, except that WGMMA 1
-//   takes split_k = 1 only.
+//   group_m and flags mean what they mean for gemm_mma_kernel, except that split_k > 1
+//   needs a variant with the reduction (SPLITS below: swapped, or unswapped at 64
+//   accumulators a thread at most, without a cluster or pingpong).
 //   EPILOGUE_TMA 1 (WGMMA 1 only): tc is a tensor map of C ([m, n], row stride ldc,
 //   C's element type, 128-byte swizzle) with boxes of 64 rows x 128 bytes. With flags
 //   bit 2 (C_TMA) set, C is stored by TMA from shared staging buffers (see
@@ -105,10 +106,21 @@ __device__ __forceinline__ void store_two(void* c, long long ldc, int m, int n, 
 // Defines: DTYPE; WGMMA 1 or 2; BX, BY the tile's rows of X and of Y (BY is wgmma's N);
 //   CONSUMERS 1 or 2 warpgroups, each owning BX / CONSUMERS rows of X (64 or 128);
 //   STAGES the ring depth; CLUSTER 2 (WGMMA 1 only; absent: 1) for clusters of 2;
-//   EPILOGUE_TMA 1 (WGMMA 1 only, BY a multiple of 64; absent: 0) for TMA stores of C.
+//   EPILOGUE_TMA 1 (WGMMA 1 only, BY a multiple of 64; absent: 0) for TMA stores of C;
+//   PINGPONG 1 (WGMMA 1, CONSUMERS 2, no cluster; absent: 0): see below;
+//   KSUB 2 (WGMMA 2 only; absent: 1): each stage holds two k sub-blocks of 64 (two
+//   boxes of each operand), so a weight row is read 256 contiguous bytes at a time and
+//   a ring of the same depth keeps twice the bytes in flight.
+// PINGPONG 1: the two consumer warpgroups take the block's units in turn (warpgroup 0
+//   the first, third, ..., warpgroup 1 the second, fourth, ...), each owning all BX
+//   rows of its tile, so one stores its C while the other's wgmma keep the tensor
+//   cores busy. The producer fills the ring in unit order as before and each stage is
+//   read by one warpgroup. A warpgroup starts waiting on its unit's stages only once
+//   the other has waited on all of its previous unit's (the turn barriers): a full
+//   barrier's phase is waited on by parity, so no warpgroup may wait two phases ahead.
 // Grid: persistent, at most one block per SM; block b takes work units (tile, split)
 //   b, b + gridDim.x, ...; (CONSUMERS + 1) * 128 threads, warpgroup 0 the producer;
-//   STAGES * (BX + BY) * 128 + 1024 bytes of dynamic shared memory (the 1024 realigns
+//   STAGES * (BX + BY) * 128 * KSUB + 1024 bytes of dynamic shared memory (the 1024 realigns
 //   the ring to the 1024-byte swizzle atom), plus CONSUMERS * 16384 staging bytes
 //   after the ring with EPILOGUE_TMA.
 // CLUSTER 2: __cluster_dims__(2, 1, 1) is compiled in and gridDim.x is even. A work
@@ -131,6 +143,12 @@ __device__ __forceinline__ void store_two(void* c, long long ldc, int m, int n, 
 #ifndef EPILOGUE_TMA
 #define EPILOGUE_TMA 0
 #endif
+#ifndef KSUB
+#define KSUB 1
+#endif
+#ifndef PINGPONG
+#define PINGPONG 0
+#endif
 #if CLUSTER > 1
 #define KG_CLUSTER_DIMS __cluster_dims__(CLUSTER, 1, 1)
 #else
@@ -140,15 +158,19 @@ __device__ __forceinline__ void store_two(void* c, long long ldc, int m, int n, 
 namespace kg {
 
 constexpr bool SWAP = WGMMA == 2;
-constexpr int BK = 64;                // 16-bit elements in one 128-byte swizzle row
-constexpr int WG_X = BX / CONSUMERS;  // rows of X per consumer warpgroup
+constexpr bool PP = PINGPONG != 0;
+constexpr int BK = 64;                         // 16-bit elements in one 128-byte swizzle row
+constexpr int KS = KSUB;                       // k sub-blocks of BK per stage
+constexpr int BKS = BK * KS;                   // k elements per stage
+constexpr int WG_X = PP ? BX : BX / CONSUMERS;  // rows of X per consumer warpgroup
 constexpr int MW = WG_X / 64;         // m64 products per consumer and k16 step
 constexpr int ACC = BY / 2;           // accumulators per thread and m64 product
 constexpr int CT = CONSUMERS * 128;   // consumer threads
 constexpr int THREADS = CT + 128;
 constexpr int X_BYTES = BX * BK * 2;
 constexpr int Y_BYTES = BY * BK * 2;
-constexpr int STAGE_BYTES = X_BYTES + Y_BYTES;
+// A stage: KS sub-tiles of X (each BK wide, whole swizzle atoms), then KS of Y.
+constexpr int STAGE_BYTES = KS * (X_BYTES + Y_BYTES);
 static_assert(WG_X == 64 || WG_X == 128, "a consumer warpgroup owns 64 or 128 rows of X");
 static_assert(BY % 16 == 0 && BY <= 256, "BY is a wgmma N");
 static_assert(X_BYTES % 1024 == 0 && Y_BYTES % 1024 == 0, "each tile starts on a swizzle atom");
@@ -158,6 +180,12 @@ static_assert(CLUSTER == 1 || (CLUSTER == 2 && !SWAP), "clusters of 2, unswapped
 // (the 128-byte swizzle depends on the address within the atom).
 static_assert((Y_BYTES / CLUSTER) % 1024 == 0, "each Y slice starts on a swizzle atom");
 static_assert(!EPILOGUE_TMA || (!SWAP && BY % 64 == 0), "TMA stores of C: unswapped, whole 128-byte rows");
+static_assert(!PP || (CONSUMERS == 2 && !SWAP && CLUSTER == 1), "pingpong: two consumers, unswapped, no cluster");
+static_assert(KS == 1 || (KS == 2 && SWAP), "two k sub-blocks a stage: swapped operands only");
+// Whether the variant has the split-K reduction: swapped, or unswapped without a cluster
+// or pingpong (their units are not one tile's split) at 64 accumulators a thread at most.
+// Other variants compile without it and take split_k = 1 only.
+constexpr bool SPLITS = SWAP || (!PP && CLUSTER == 1 && MW * ACC <= 64);
 
 // One unit of work: the tile's first rows of X and Y, its split and its index (with
 // clusters, the index of its band of CLUSTER tiles).
@@ -333,7 +361,8 @@ namespace kg {
 __device__ __forceinline__ void load_weight(u32 xs, const TmaMap* tx, const TmaMap* ty, u32 bar, int k0,
                                             const Unit& w, int rank) {
     if constexpr (SWAP) {
-        tma_load_2d(xs, tx, bar, k0, w.x0);
+#pragma unroll
+        for (int kb = 0; kb < KS; ++kb) tma_load_2d(xs + kb * X_BYTES, tx, bar, k0 + kb * BK, w.x0);
     } else if constexpr (CLUSTER > 1) {
         constexpr int slice_bytes = Y_BYTES / CLUSTER, slice_rows = BY / CLUSTER;
         tma_load_2d_multicast(xs + X_BYTES + rank * slice_bytes, ty, bar, k0, w.y0 + rank * slice_rows,
@@ -347,7 +376,8 @@ __device__ __forceinline__ void load_weight(u32 xs, const TmaMap* tx, const TmaM
 __device__ __forceinline__ void load_activations(u32 xs, const TmaMap* tx, const TmaMap* ty, u32 bar, int k0,
                                                  const Unit& w) {
     if constexpr (SWAP) {
-        tma_load_2d(xs + X_BYTES, ty, bar, k0, w.y0);
+#pragma unroll
+        for (int kb = 0; kb < KS; ++kb) tma_load_2d(xs + KS * X_BYTES + kb * Y_BYTES, ty, bar, k0 + kb * BK, w.y0);
     } else {
         tma_load_2d(xs, tx, bar, k0, w.x0);
     }
@@ -365,6 +395,11 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
     using namespace kg;
     extern __shared__ __align__(1024) unsigned char smem[];
     __shared__ __align__(8) unsigned long long full[STAGES], empty[STAGES];
+#if PINGPONG
+    // turn[w]: the other warpgroup has waited on every stage of its unit before
+    // warpgroup w's next one (one arrival a unit).
+    __shared__ __align__(8) unsigned long long turn[2];
+#endif
     __shared__ int is_last;
 
     const int wg = threadIdx.x / 128;
@@ -376,7 +411,7 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
     const int group = CLUSTER > 1 ? max(group_m / CLUSTER, 1) : group_m;
     const int tiles = bands * tiles_y;
     const int units = tiles * split_k;
-    const int ktiles = (k + BK - 1) / BK;
+    const int ktiles = (k + BKS - 1) / BKS;  // stages of k
     const int per_split = (ktiles + split_k - 1) / split_k;
     // This block's rank in its cluster; both blocks of a cluster walk the same units,
     // cluster b / CLUSTER taking units b / CLUSTER, b / CLUSTER + gridDim.x / CLUSTER, ...
@@ -384,12 +419,17 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
 
     // full[s]: stage s has landed (one arrival with its bytes, by the producer; with
     // clusters, half the Y bytes come from the peer's multicast);
-    // empty[s]: every consumer warpgroup (of every block of the cluster) is done reading it.
+    // empty[s]: every consumer warpgroup (of every block of the cluster) is done reading it
+    // (with PINGPONG, the one warpgroup that read it).
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full0 + 8 * s, 1);
-            mbar_init(empty0 + 8 * s, CONSUMERS * CLUSTER);
+            mbar_init(empty0 + 8 * s, PP ? 1 : CONSUMERS * CLUSTER);
         }
+#if PINGPONG
+        mbar_init(kd::smem_addr(&turn[0]), 1);
+        mbar_init(kd::smem_addr(&turn[1]), 1);
+#endif
         mbar_init_fence();
     }
     if constexpr (CLUSTER > 1) {
@@ -418,7 +458,7 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
                     // First pass over the ring: nothing to wait for.
                     const u32 bar = full0 + 8 * i;
                     mbar_expect_tx(bar, STAGE_BYTES);
-                    load_weight(ring + i * STAGE_BYTES, &tx, &ty, bar, (kt0 + i) * BK, w, rank);
+                    load_weight(ring + i * STAGE_BYTES, &tx, &ty, bar, (kt0 + i) * BKS, w, rank);
                 }
             }
             kd::pdl_wait();
@@ -432,7 +472,7 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
                     const u32 bar = full0 + 8 * s;
                     const u32 xs = ring + s * STAGE_BYTES;
                     if (it < prefetched) {
-                        load_activations(xs, &tx, &ty, bar, (kt0 + i) * BK, w);
+                        load_activations(xs, &tx, &ty, bar, (kt0 + i) * BKS, w);
                         continue;
                     }
                     // A fresh barrier counts as having completed the phase before its
@@ -442,8 +482,8 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
                     // transaction count dips below zero, and the phase cannot complete
                     // before the arrival.
                     mbar_expect_tx(bar, STAGE_BYTES);
-                    load_weight(xs, &tx, &ty, bar, (kt0 + i) * BK, w, rank);
-                    load_activations(xs, &tx, &ty, bar, (kt0 + i) * BK, w);
+                    load_weight(xs, &tx, &ty, bar, (kt0 + i) * BKS, w, rank);
+                    load_activations(xs, &tx, &ty, bar, (kt0 + i) * BKS, w);
                 }
             }
         }
@@ -472,10 +512,27 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
     int sub = 0;
 #endif
     int it = 0;
-    for (int u = blockIdx.x / CLUSTER; u < units; u += gridDim.x / CLUSTER) {
+    // The block's units in order (`local`); with PINGPONG this warpgroup's own count
+    // (`mine`) numbers its turns.
+    int local = 0, mine = 0;
+    for (int u = blockIdx.x / CLUSTER; u < units; u += gridDim.x / CLUSTER, ++local) {
         const Unit w = unit_at(u, bands, tiles_y, split_k, group, rank);
         const int kt0 = w.z * per_split;
         const int nk = max(min(ktiles, kt0 + per_split) - kt0, 0);
+#if PINGPONG
+        if ((local & 1) != cw) {
+            it += nk;  // the other warpgroup's stages
+            continue;
+        }
+        // Warpgroup 1's turn j follows warpgroup 0's unit j; warpgroup 0's turn j > 0
+        // follows warpgroup 1's unit j - 1.
+        if (cw == 1) {
+            mbar_wait(kd::smem_addr(&turn[1]), u32(mine & 1));
+        } else if (mine > 0) {
+            mbar_wait(kd::smem_addr(&turn[0]), u32((mine - 1) & 1));
+        }
+        ++mine;
+#endif
         float acc[MW][ACC];
 #pragma unroll
         for (int mw = 0; mw < MW; ++mw)
@@ -488,15 +545,21 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
         for (int i = 0; i < nk; ++i, ++it) {
             const int s = it % STAGES;
             mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
-            const u32 xs = ring + s * STAGE_BYTES + cw * WG_X * 128;
-            const u32 ys = ring + s * STAGE_BYTES + X_BYTES;
+            // The descriptors of the stage's first X and Y sub-tiles; the others follow by
+            // adding byte offsets / 16 to the address field (every address here is a multiple
+            // of 16 below 2^18, so the field neither carries nor wraps).
+            const unsigned long long dx =
+                smem_desc_sw128(ring + s * STAGE_BYTES + (PP ? 0 : cw * WG_X * 128));
+            const unsigned long long dy = smem_desc_sw128(ring + s * STAGE_BYTES + KS * X_BYTES);
             wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < BK / 16; ++kk)
+            for (int kb = 0; kb < KS; ++kb)
 #pragma unroll
-                for (int mw = 0; mw < MW; ++mw)
-                    Wgmma<BY>::run(acc[mw], smem_desc_sw128(xs + mw * 64 * 128 + kk * 32),
-                                   smem_desc_sw128(ys + kk * 32));
+                for (int kk = 0; kk < BK / 16; ++kk)
+#pragma unroll
+                    for (int mw = 0; mw < MW; ++mw)
+                        Wgmma<BY>::run(acc[mw], dx + u32((kb * X_BYTES + mw * 64 * 128 + kk * 32) >> 4),
+                                       dy + u32((kb * Y_BYTES + kk * 32) >> 4));
             wgmma_commit();
             wgmma_wait<1>();
             if (prev >= 0 && t == 0) {
@@ -504,18 +567,25 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
             }
             prev = s;
         }
+#if PINGPONG
+        if (t == 0) {
+            // Every phase this unit waited on has completed: the other warpgroup may wait
+            // on the next ones.
+            mbar_arrive(kd::smem_addr(&turn[1 - cw]));
+        }
+#endif
         wgmma_wait<0>();
         if (prev >= 0 && t == 0) {
             release_stage(empty0 + 8 * prev);
         }
-        if (u + gridDim.x / CLUSTER >= units) {
-            // Every input of this block is read: the next kernel may start its blocks.
+        if (u + (PP ? 2 : 1) * (gridDim.x / CLUSTER) >= units) {
+            // Every input this warpgroup reads is read: the next kernel may start its blocks.
             kd::pdl_launch_dependents();
         }
 
-        // Split-K only in the swapped variant (few accumulators): holding a prefill
-        // tile's 128 accumulators through the reduction spills registers.
-        if (SWAP && split_k > 1) {
+        // Split-K where a thread holds at most 64 accumulators (SPLITS): holding a
+        // prefill tile's 128 through the reduction spills registers.
+        if (SPLITS && split_k > 1) {
             // Each split stores its partial tile (fragment order, one float4 per thread
             // and 4 accumulators: coalesced); the last to finish sums all of them in
             // split order 0, 1, ..., so the result does not depend on timing.
@@ -567,7 +637,7 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
             }
         }
 
-        const int x_base = w.x0 + cw * WG_X;
+        const int x_base = w.x0 + (PP ? 0 : cw * WG_X);
 #if EPILOGUE_TMA
         if (flags & C_TMA) {
             if (flags & C_F32) {

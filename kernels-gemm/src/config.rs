@@ -57,6 +57,7 @@ pub enum Path {
     Mma,
     Wgmma,
     WgmmaSwap,
+    WgmmaPingpong,
 }
 
 impl Path {
@@ -65,12 +66,13 @@ impl Path {
             Path::Mma => "mma",
             Path::Wgmma => "wgmma",
             Path::WgmmaSwap => "wgmma_swap",
+            Path::WgmmaPingpong => "wgmma_pingpong",
         }
     }
 
     /// Whether this is a Hopper (wgmma + TMA) path.
     pub const fn is_wgmma(self) -> bool {
-        matches!(self, Path::Wgmma | Path::WgmmaSwap)
+        matches!(self, Path::Wgmma | Path::WgmmaSwap | Path::WgmmaPingpong)
     }
 }
 
@@ -148,6 +150,15 @@ impl GemmConfig {
         }
     }
 
+    /// [`GemmConfig::wgmma`]'s `block_m` x `block_n` tile on `wgmma_pingpong`: two
+    /// consumer warpgroups, each computing whole tiles in turn.
+    pub const fn pingpong(block_m: u32, block_n: u32, stages: u32) -> GemmConfig {
+        GemmConfig {
+            path: Path::WgmmaPingpong,
+            ..GemmConfig::wgmma(block_m, block_n, 8, stages)
+        }
+    }
+
     /// Decodes and checks a config (values in parameter order).
     pub fn from_values(values: &[Value]) -> Result<Self, String> {
         check_config(values)?;
@@ -156,6 +167,7 @@ impl GemmConfig {
             Some("mma") => Path::Mma,
             Some("wgmma") => Path::Wgmma,
             Some("wgmma_swap") => Path::WgmmaSwap,
+            Some("wgmma_pingpong") => Path::WgmmaPingpong,
             other => return Err(format!("unknown path {other:?}")),
         };
         let epilogue = match values[EPILOGUE_AT].as_str() {
@@ -221,8 +233,12 @@ impl GemmConfig {
         }
     }
 
-    /// fp32 accumulators each thread holds (one per output of its warp tile / 32).
+    /// fp32 accumulators each thread holds (one per output of its warp tile / 32; on
+    /// `wgmma_pingpong` each consumer warpgroup holds a whole tile).
     pub fn accumulators(&self) -> u32 {
+        if self.path == Path::WgmmaPingpong {
+            return self.block_m * self.block_n / 128;
+        }
         (self.block_m / self.warps_m) * (self.block_n / self.warps_n) / 32
     }
 

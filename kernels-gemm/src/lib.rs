@@ -235,9 +235,42 @@ mod space_tests {
         assert!(!plan::has_kernel(Target::Gfx942));
     }
 
+    /// Split-K on the unswapped wgmma path is searched where the output tiles leave SMs
+    /// idle (70B-tp8 qkv, n = 1280, at m = 256 and 1024), only without a cluster or pingpong
+    /// and at 64 accumulators a thread at most, and not where the tiles fill the GPU (8B
+    /// qkv at m = 4096).
+    #[test]
+    fn unswapped_split_k_is_searched_where_tiles_leave_sms_idle() {
+        let key = |n, k| GemmKey {
+            dtype: DType::Bf16,
+            layout: Layout::Nt,
+            n,
+            k,
+        };
+        for m in [256, 1024] {
+            let space = space::search_space(Target::Sm90, &key(1280, 8192), m);
+            let split: Vec<_> = space
+                .iter()
+                .filter(|c| c.path == Path::Wgmma && c.split_k > 1)
+                .collect();
+            assert!(!split.is_empty(), "m={m}");
+            for c in split {
+                assert_eq!(c.cluster, 1, "{c}");
+                assert!(c.accumulators() <= space::MAX_ACCUMULATORS, "{c}");
+                assert!(space::split_allowed(Target::Sm90, &key(1280, 8192), m, c), "{c}");
+            }
+        }
+        assert!(space::search_space(Target::Sm90, &key(6144, 4096), 4096)
+            .iter()
+            .all(|c| c.split_k == 1));
+        assert!(space::search_space(Target::Sm90, &key(1280, 8192), 256)
+            .iter()
+            .all(|c| c.path != Path::WgmmaPingpong || c.split_k == 1));
+    }
+
     /// Clusters of 2 are in the sm_90 space for the unswapped wgmma configs of every
-    /// shape with two tile rows to pair, beside the same config without one; nowhere
-    /// else, and never in a default. The schema, `fits` and `plan::fit` agree.
+    /// shape with two tile rows to pair, beside the same config without one (and not
+    /// split along k); nowhere else, and never in a default. The schema, `fits` and `plan::fit` agree.
     #[test]
     fn clusters_of_two_are_searched_on_unswapped_wgmma_only() {
         for &(n, k) in MODEL_SHAPES {
@@ -262,9 +295,11 @@ mod space_tests {
                         .filter(|c| c.path == Path::Wgmma && m > u64::from(c.block_m));
                     assert_eq!(
                         pairs,
-                        unswapped.filter(|c| c.cluster == 1).count(),
+                        unswapped.filter(|c| c.cluster == 1 && c.split_k == 1).count(),
                         "{t} n={n} m={m}"
                     );
+                    // Clusters take no split.
+                    assert!(space.iter().all(|c| c.cluster == 1 || c.split_k == 1));
                     assert_eq!(analytic_default(t, &key, m).cluster, 1, "{t} n={n} m={m}");
                 }
                 let nn = GemmKey {
@@ -324,7 +359,7 @@ mod space_tests {
 
     /// TMA stores of C are in the sm_90 space beside every unswapped wgmma config whose
     /// staging buffers still fit, nowhere else, and in every unswapped default; the schema keeps
-    /// them to `wgmma` with whole 64-column sub-tiles, `fits` counts their staging, and
+    /// them to `wgmma` and `wgmma_pingpong` with whole 64-column sub-tiles, `fits` counts their staging, and
     /// `plan::fit` takes them off where TMA cannot load A and B.
     #[test]
     fn tma_epilogues_are_searched_on_unswapped_wgmma_only() {
@@ -340,7 +375,8 @@ mod space_tests {
                     let space = space::search_space(t, &key, m);
                     let tma: Vec<_> = space.iter().filter(|c| c.epilogue == Epilogue::Tma).collect();
                     for c in &tma {
-                        assert_eq!((t, c.path), (Target::Sm90, Path::Wgmma), "{c}");
+                        assert_eq!(t, Target::Sm90, "{c}");
+                        assert!(matches!(c.path, Path::Wgmma | Path::WgmmaPingpong), "{c}");
                         assert_eq!(c.block_n % 64, 0, "{c}");
                         let direct = GemmConfig {
                             epilogue: Epilogue::Direct,
@@ -356,7 +392,10 @@ mod space_tests {
                     // Every unswapped direct config has its tma twin wherever that fits.
                     let twins = space
                         .iter()
-                        .filter(|c| c.path == Path::Wgmma && c.epilogue == Epilogue::Direct)
+                        .filter(|c| {
+                            matches!(c.path, Path::Wgmma | Path::WgmmaPingpong)
+                                && c.epilogue == Epilogue::Direct
+                        })
                         .map(|c| GemmConfig {
                             epilogue: Epilogue::Tma,
                             ..*c
@@ -462,6 +501,56 @@ mod space_tests {
 
     /// Narrow n at small prefill searches swapped tiles split along k (70B-tp8 qkv at
     /// m = 256 has 20 unswapped 128x64 tiles for 132 SMs); none are searched above 256.
+    /// The pingpong schedule is searched on sm_90 for prefill beside the cooperative
+    /// tiles: whole tiles of 64 or 128 rows per consumer warpgroup (at most
+    /// [`space::MAX_WGMMA_ACCUMULATORS`] a thread), two consumers, no cluster, no split,
+    /// never in a default; configs the kernel cannot take are refused by `fits`.
+    #[test]
+    fn pingpong_tiles_are_searched_for_prefill_on_sm90_only() {
+        for &(n, k) in MODEL_SHAPES {
+            let key = GemmKey {
+                dtype: DType::Bf16,
+                layout: Layout::Nt,
+                n,
+                k,
+            };
+            for m in [1, 16, 17, 64, 65, 256, 1024, 8192] {
+                for t in [Target::Sm80, Target::Sm90] {
+                    let space = space::search_space(t, &key, m);
+                    let pp: Vec<_> = space.iter().filter(|c| c.path == Path::WgmmaPingpong).collect();
+                    for c in &pp {
+                        assert_eq!(t, Target::Sm90, "{c}");
+                        assert!(matches!(c.block_m, 64 | 128), "{c}");
+                        assert_eq!((c.warps_m, c.warps_n, c.consumers()), (8, 1, 2), "{c}");
+                        assert_eq!((c.cluster, c.split_k), (1, 1), "{c}");
+                        assert_eq!(c.accumulators(), c.block_m * c.block_n / 128, "{c}");
+                        assert!(c.accumulators() <= space::MAX_WGMMA_ACCUMULATORS, "{c}");
+                    }
+                    assert_eq!(!pp.is_empty(), t == Target::Sm90 && m > 16, "{t} n={n} m={m}");
+                    assert_ne!(analytic_default(t, &key, m).path, Path::WgmmaPingpong);
+                }
+            }
+        }
+        let key = GemmKey {
+            dtype: DType::Bf16,
+            layout: Layout::Nt,
+            n: 4096,
+            k: 4096,
+        };
+        let ok = GemmConfig::pingpong(128, 128, 4);
+        assert!(space::fits(Target::Sm90, &key, &ok));
+        for bad in [
+            GemmConfig::pingpong(128, 256, 3), // 256 accumulators a thread
+            GemmConfig::pingpong(256, 64, 4),  // 256 rows a consumer
+            GemmConfig { warps_m: 4, ..ok },   // one consumer
+            GemmConfig { cluster: 2, ..ok },   // the schema's: no cluster
+            GemmConfig { split_k: 2, ..ok },   // no split
+        ] {
+            assert!(!space::fits(Target::Sm90, &key, &bad), "{bad}");
+        }
+        assert!(!space::fits(Target::Sm80, &key, &ok));
+    }
+
     #[test]
     fn narrow_n_at_small_prefill_searches_split_swapped_tiles() {
         let key = GemmKey {

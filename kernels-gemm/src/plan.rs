@@ -262,9 +262,9 @@ pub(crate) fn tuning_workspace_bytes(key: &GemmKey, m: u64) -> usize {
 
 /// The compiled variant of `c` for `key`: entry point and defines (split-K, grouping,
 /// bias and the output type are run-time arguments and share it). `CLUSTER` is
-/// defined only for clusters of 2 (the kernel reads its absence as 1) and
-/// `EPILOGUE_TMA` only for TMA stores of C, so a config with neither names the same
-/// variant as before they existed.
+/// defined only for clusters of 2 (the kernel reads its absence as 1), `PINGPONG` only
+/// on `wgmma_pingpong` and `EPILOGUE_TMA` only for TMA stores of C, so a config with
+/// none of them names the same variant as before they existed.
 pub fn variant(key: &GemmKey, c: &GemmConfig) -> Variant {
     if c.path.is_wgmma() {
         let (x_rows, y_rows) = c.wgmma_tile();
@@ -277,6 +277,17 @@ pub fn variant(key: &GemmKey, c: &GemmConfig) -> Variant {
             .define("STAGES", c.stages);
         let v = if c.cluster > 1 {
             v.define("CLUSTER", c.cluster)
+        } else {
+            v
+        };
+        let v = if c.path == Path::WgmmaPingpong {
+            v.define("PINGPONG", 1)
+        } else {
+            v
+        };
+        // Stages of 128 k hold two 64-wide boxes of each operand (swapped only).
+        let v = if c.block_k > 64 {
+            v.define("KSUB", c.block_k / 64)
         } else {
             v
         };
@@ -516,7 +527,7 @@ fn wgmma_launch_args(
         cols: u64::from(p.key.k),
         rows,
         row_bytes: ld as u64 * e,
-        box_cols: c.block_k,
+        box_cols: 64, // one 128-byte swizzle row; a stage of block_k takes block_k / 64 boxes
         box_rows,
         swizzle: TmaSwizzle::B128,
     };

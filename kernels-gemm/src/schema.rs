@@ -39,13 +39,15 @@ pub const LAYOUTS: &[&str] = &["nt", "nn"];
 /// layout nt, 16-byte aligned operands, block_k 64, no split-K; A's rows on wgmma's
 /// 64-row side. `wgmma_swap`: the same kernel with the operands swapped (C^T = B . A^T)
 /// so the weight's rows fill wgmma's 64-row side and the tokens its N side: for few
-/// tokens, with split-K.
+/// tokens, with split-K. `wgmma_pingpong`: `wgmma` with two consumer warpgroups taking
+/// the block's tiles in turn, each holding a whole block_m x block_n tile (block_m 64
+/// or 128), so one stores its C while the other computes; no cluster.
 ///
 /// For both wgmma paths, `warps_m` x `warps_n` are the consumer warps (4 per
 /// warpgroup), stacked along the side wgmma's 64 rows cover: `warps_m` for `wgmma`,
-/// `warps_n` for `wgmma_swap`; the other is 1. A block has one more warpgroup, the
-/// producer.
-pub const PATHS: &[&str] = &["mma", "wgmma", "wgmma_swap"];
+/// `warps_n` for `wgmma_swap`; the other is 1 (`wgmma_pingpong`: `warps_m` 8, two
+/// warpgroups on separate tiles). A block has one more warpgroup, the producer.
+pub const PATHS: &[&str] = &["mma", "wgmma", "wgmma_swap", "wgmma_pingpong"];
 pub const BLOCK_M: &[i64] = &[16, 32, 64, 128, 256];
 pub const BLOCK_N: &[i64] = &[16, 32, 64, 128, 256];
 pub const BLOCK_K: &[i64] = &[32, 64, 128];
@@ -67,7 +69,7 @@ pub const WARPS: &[i64] = &[4, 8];
 /// half of it by TMA multicast into both.
 pub const CLUSTERS: &[i64] = &[1, 2];
 /// How C leaves the kernel: `direct` (each thread stores its accumulators) or `tma`
-/// (the `wgmma` path only, block_n a multiple of 64: each consumer warpgroup stages
+/// (the `wgmma` and `wgmma_pingpong` paths only, block_n a multiple of 64: each consumer warpgroup stages
 /// 64-row sub-tiles in shared memory and the TMA unit stores them; where C's base or
 /// row stride is not a multiple of 16 bytes the same variant stores directly).
 pub const EPILOGUES: &[&str] = &["direct", "tma"];
@@ -87,8 +89,8 @@ pub const EPILOGUE_AT: usize = param_index(&GEMM, "epilogue");
 
 /// Checks a config's values against the parameter domains and the rules that tie
 /// parameters together (independent of the problem): 4 or 8 warps, each warp tile a
-/// whole number of 16 x 16 products, clusters and TMA stores of C on the `wgmma` path
-/// only, the latter with whole 64-column sub-tiles.
+/// whole number of 16 x 16 products, clusters on the `wgmma` path only, TMA stores of
+/// C on the unswapped wgmma paths only, with whole 64-column sub-tiles.
 pub fn check_config(values: &[Value]) -> Result<(), String> {
     let s = &GEMM;
     let path = name_param(s, values, PATH_AT, PATHS)?;
@@ -106,8 +108,10 @@ pub fn check_config(values: &[Value]) -> Result<(), String> {
         return Err(format!("cluster={cluster} needs path wgmma, got {path}"));
     }
     let epilogue = name_param(s, values, EPILOGUE_AT, EPILOGUES)?;
-    if epilogue == "tma" && path != "wgmma" {
-        return Err(format!("epilogue=tma needs path wgmma, got {path}"));
+    if epilogue == "tma" && !matches!(path, "wgmma" | "wgmma_pingpong") {
+        return Err(format!(
+            "epilogue=tma needs path wgmma or wgmma_pingpong, got {path}"
+        ));
     }
     if epilogue == "tma" && bn % 64 != 0 {
         return Err(format!(
@@ -117,6 +121,8 @@ pub fn check_config(values: &[Value]) -> Result<(), String> {
     if !WARPS.contains(&(wm * wn)) {
         return Err(format!("warps_m * warps_n = {} must be 4 or 8", wm * wn));
     }
+    // On `wgmma_pingpong` each of the two consumer warpgroups spans the whole tile.
+    let wm = if path == "wgmma_pingpong" { wm / 2 } else { wm };
     if bm % (16 * wm) != 0 || bn % (16 * wn) != 0 {
         return Err(format!(
             "the warp tile {}x{} is not a multiple of 16x16",

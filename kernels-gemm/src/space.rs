@@ -31,26 +31,36 @@ pub const MIN_BLOCK_CAP: u32 = 64;
 
 /// Whether a wgmma-path config's shape is one the kernel takes: sm_90 and layout nt
 /// (both operands K-major, as wgmma reads them from shared memory without transposes;
-/// nn stays on the mma path), k steps of 64 (one 128-byte swizzle row), 16-byte loads
+/// nn stays on the mma path), k steps of 64 (one 128-byte swizzle row; swapped operands
+/// also 128, two such boxes a stage), 16-byte loads
 /// (TMA), consumer warps stacked along wgmma's 64-row side only, 64 or 128 rows per
-/// consumer warpgroup, and split-K only with swapped operands (see `cuda/gemm.cu`).
+/// consumer warpgroup, and split-K with swapped operands, or unswapped without a cluster
+/// at [`MAX_ACCUMULATORS`] a thread at most (see `SPLITS` in `cuda/gemm.cu`).
 /// Clusters of 2 need no rule of their own here: the schema keeps them to `wgmma`,
 /// and any of its tiles splits into two B halves of whole swizzle atoms (8+ rows). Nor
-/// does a `tma` epilogue: the schema keeps it to `wgmma` with block_n a multiple of
-/// 64, and its staging buffers count in `smem_bytes`.
+/// does a `tma` epilogue: the schema keeps it to the unswapped paths with block_n a
+/// multiple of 64, and its staging buffers count in `smem_bytes`. `wgmma_pingpong` has
+/// two consumer warpgroups, each holding a whole tile of 64 or 128 rows.
 fn wgmma_shape_fits(target: Target, key: &GemmKey, c: &GemmConfig) -> bool {
     let (x_rows, _) = c.wgmma_tile();
     let (along, across) = match c.path {
         Path::WgmmaSwap => (c.warps_n, c.warps_m),
         _ => (c.warps_m, c.warps_n),
     };
+    let rows_per_consumer = match c.path {
+        Path::WgmmaPingpong if along == 8 => x_rows,
+        Path::WgmmaPingpong => 0,
+        _ => x_rows * 4 / along,
+    };
     target == Target::Sm90
         && key.layout == Layout::Nt
-        && c.block_k == 64
+        && (c.block_k == 64 || (c.block_k == 128 && c.path == Path::WgmmaSwap))
         && c.vec == 8
         && across == 1
-        && matches!(x_rows * 4 / along, 64 | 128)
-        && (c.path == Path::WgmmaSwap || c.split_k == 1)
+        && matches!(rows_per_consumer, 64 | 128)
+        && (c.split_k == 1
+            || c.path == Path::WgmmaSwap
+            || (c.path == Path::Wgmma && c.cluster == 1 && c.accumulators() <= MAX_ACCUMULATORS))
         && c.accumulators() <= MAX_WGMMA_ACCUMULATORS
 }
 
@@ -68,7 +78,7 @@ pub fn fits(target: Target, key: &GemmKey, c: &GemmConfig) -> bool {
     let k_steps = key.k.div_ceil(c.block_k);
     let path_fits = match c.path {
         Path::Mma => c.accumulators() <= MAX_ACCUMULATORS,
-        Path::Wgmma | Path::WgmmaSwap => wgmma_shape_fits(target, key, c),
+        Path::Wgmma | Path::WgmmaSwap | Path::WgmmaPingpong => wgmma_shape_fits(target, key, c),
     };
     path_fits
         && c.smem_bytes(key.layout) <= smem_limit(target)
@@ -112,13 +122,16 @@ pub const SEARCH_STAGES_SWAP: &[u32] = &[4, 6, 8];
 pub const SEARCH_STAGES_WGMMA: &[u32] = &[3, 4, 5, 6];
 
 /// The wgmma configs a search for `m` rows of `key` on `target` times (none off
-/// sm_90 or for layout nn): swapped operands up to 64 rows, with 16..=64 token columns
+/// sm_90 or for layout nn): swapped operands up to 64 rows, with 16..=64 token columns and
+/// stages of 64 or 128 k
 /// up to `m` rounded up, 64..=256 weight rows, 1 or 2 consumers, every split-K
 /// [`split_allowed`] (from 65 to 256 rows, 64 or 128 token columns); unswapped from 17
 /// rows, tiles of 64..=256 (up to `m` rounded up) by 64..=256, 1 or 2 consumers, grouped
-/// rasters where there are tile rows to group, clusters of 2 where there are two tile
+/// rasters where there are tile rows to group, split-K without a cluster where
+/// [`split_allowed`] and `fits` (64 accumulators a thread), clusters of 2 where there are two tile
 /// rows to pair, C stored directly or by TMA (whose staging buffers may leave room for
-/// fewer ring stages: `fits` drops the deepest rings that no longer fit).
+/// fewer ring stages: `fits` drops the deepest rings that no longer fit); and the
+/// pingpong schedule on the tiles of 64 or 128 rows, stored either way.
 fn wgmma_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>) {
     if target != Target::Sm90 || key.layout != Layout::Nt {
         return;
@@ -136,14 +149,20 @@ fn wgmma_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>)
             // at m = 256, about 0.6x cuBLAS with the best unswapped config).
             let token_tiles: &[u32] = if m <= 64 { &[16, 32, 64] } else { &[64, 128] };
             for bm in token_tiles.iter().copied().filter(|&b| u64::from(b) <= m_cap) {
-                for bn in [64u32, 128, 256] {
+                // Stages of 128 k (two boxes of each operand) for the weight stream up to
+                // 64 tokens: longer reads per weight row, twice the bytes in flight.
+                let block_ks: &[u32] = if m <= 64 { &[64, 128] } else { &[64] };
+                for (bn, &block_k) in [64u32, 128, 256]
+                    .into_iter()
+                    .flat_map(|bn| block_ks.iter().map(move |bk| (bn, bk)))
+                {
                     for &stages in SEARCH_STAGES_SWAP {
                         for &split_k in SPLIT_K {
                             let c = GemmConfig {
                                 path: Path::WgmmaSwap,
                                 block_m: bm,
                                 block_n: bn,
-                                block_k: 64,
+                                block_k,
                                 warps_m: 1,
                                 warps_n: 4 * consumers,
                                 stages,
@@ -178,11 +197,28 @@ fn wgmma_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>)
                             }
                             for cluster in [1u32, 2].into_iter().filter(|&c| c == 1 || tile_rows > 1) {
                                 for epilogue in [Epilogue::Direct, Epilogue::Tma] {
+                                    // Split along k without a cluster, where the tiles
+                                    // leave SMs idle (`split_allowed`) and a thread holds
+                                    // at most 64 accumulators (`fits`).
+                                    let splits: &[i64] = if cluster == 1 { SPLIT_K } else { &[1] };
+                                    for &split_k in splits {
+                                        push(GemmConfig {
+                                            group_m: group_m as u32,
+                                            cluster,
+                                            epilogue,
+                                            split_k: split_k as u32,
+                                            ..GemmConfig::wgmma(bm, bn, 4 * consumers, stages)
+                                        });
+                                    }
+                                }
+                            }
+                            // Two consumers on tiles of their own, taken in turn.
+                            if consumers == 2 && bm <= 128 {
+                                for epilogue in [Epilogue::Direct, Epilogue::Tma] {
                                     push(GemmConfig {
                                         group_m: group_m as u32,
-                                        cluster,
                                         epilogue,
-                                        ..GemmConfig::wgmma(bm, bn, 4 * consumers, stages)
+                                        ..GemmConfig::pingpong(bm, bn, stages)
                                     });
                                 }
                             }

@@ -12,10 +12,11 @@
 //! at every wgmma tile, on shapes whose last band of two tile rows has its second tile
 //! empty or ragged, with more bands than SM pairs; TMA stores of C at every unswapped
 //! tile and cluster size, at every ring depth of two tiles, with C's row stride a
-//! multiple of 16 bytes or not (then the same variant stores C directly). Clusters of 2
-//! must also give C bit for bit as the same tile without a cluster (each output sums
-//! the same products in the same order), and TMA stores of C bit for bit as direct
-//! stores (the same values, rounded the same way).
+//! multiple of 16 bytes or not (then the same variant stores C directly); the pingpong
+//! schedule at every tile. Clusters of 2 and the pingpong schedule must also give C bit
+//! for bit as the same cooperative tile without a cluster (each output sums the same
+//! products in the same order), and TMA stores of C bit for bit as direct stores (the
+//! same values, rounded the same way).
 //!
 //! Skips with a message where no GPU is found; fails there when KERNELS_REQUIRE_GPU=1.
 
@@ -340,7 +341,7 @@ type Tile = (u32, u32, u32, u32, u32);
 fn covering_configs() -> Vec<GemmConfig> {
     let mut tiles = BTreeSet::new();
     let mut wgmma_tiles = BTreeSet::new();
-    // (swapped, cluster, TMA stores of C, tile) of the wgmma configs.
+    // (path kind, cluster, TMA stores of C, tile) of the wgmma configs: see `WG_KINDS`.
     for (n, k) in [(6144u32, 4096u32), (4096, 14336), (1280, 8192), (28672, 4096)] {
         for m in [1u64, 16, 32, 64, 256, 4096] {
             let key = GemmKey {
@@ -360,8 +361,9 @@ fn covering_configs() -> Vec<GemmConfig> {
                 let tma = c.epilogue == Epilogue::Tma;
                 match c.path {
                     Path::Mma => tiles.insert(tile),
-                    Path::Wgmma => wgmma_tiles.insert((false, c.cluster, tma, tile)),
-                    Path::WgmmaSwap => wgmma_tiles.insert((true, c.cluster, tma, tile)),
+                    Path::Wgmma => wgmma_tiles.insert((0, c.cluster, tma, tile)),
+                    Path::WgmmaSwap => wgmma_tiles.insert((1, c.cluster, tma, tile)),
+                    Path::WgmmaPingpong => wgmma_tiles.insert((2, c.cluster, tma, tile)),
                 };
             }
         }
@@ -391,25 +393,28 @@ fn covering_configs() -> Vec<GemmConfig> {
     out
 }
 
-/// The wgmma part of the covering set: every tile, warpgroup split, operand order,
-/// cluster size and epilogue of the sm_90 space at the deepest of 4 or 3 stages that
-/// fits; every ring depth 2..=8 at one tile of each order, with a cluster of 2 and with
-/// TMA stores of C (and 2..=6 at a two-consumer tile with TMA stores); plain and wide
-/// grouped rasters, with and without clusters and TMA stores.
-fn wgmma_covering(tiles: &BTreeSet<(bool, u32, bool, Tile)>) -> Vec<GemmConfig> {
+/// The wgmma paths by the kind `covering_configs` records them under.
+const WG_KINDS: [Path; 3] = [Path::Wgmma, Path::WgmmaSwap, Path::WgmmaPingpong];
+
+/// The wgmma part of the covering set: every tile, warpgroup split, path, cluster size
+/// and epilogue of the sm_90 space at the deepest of 4 or 3 stages that fits; every
+/// ring depth 2..=8 at one tile of each operand order, with a cluster of 2 and with TMA
+/// stores of C (and 2..=6 at a two-consumer tile and a pingpong tile with TMA stores);
+/// plain and wide grouped rasters, with and without clusters and TMA stores.
+fn wgmma_covering(tiles: &BTreeSet<(usize, u32, bool, Tile)>) -> Vec<GemmConfig> {
     let key = GemmKey {
         dtype: DType::Bf16,
         layout: Layout::Nt,
         n: 300,
         k: 200,
     };
-    let wg = |swap: bool,
+    let wg = |kind: usize,
               (block_m, block_n, _, warps_m, warps_n): (u32, u32, u32, u32, u32),
               stages,
               group_m,
               cluster,
               tma: bool| GemmConfig {
-        path: if swap { Path::WgmmaSwap } else { Path::Wgmma },
+        path: WG_KINDS[kind],
         block_m,
         block_n,
         block_k: 64,
@@ -423,28 +428,45 @@ fn wgmma_covering(tiles: &BTreeSet<(bool, u32, bool, Tile)>) -> Vec<GemmConfig> 
         epilogue: if tma { Epilogue::Tma } else { Epilogue::Direct },
     };
     let mut out = Vec::new();
-    for &(swap, cluster, tma, tile) in tiles {
+    for &(kind, cluster, tma, tile) in tiles {
         let deepest = [4, 3]
             .into_iter()
-            .map(|stages| wg(swap, tile, stages, 8, cluster, tma))
+            .map(|stages| wg(kind, tile, stages, 8, cluster, tma))
             .find(|c| space::fits(Target::Sm90, &key, c));
         out.extend(deepest);
     }
     for stages in 2..=8 {
-        out.push(wg(true, (16, 128, 64, 1, 4), stages, 8, 1, false));
+        out.push(wg(1, (16, 128, 64, 1, 4), stages, 8, 1, false));
         for cluster in [1, 2] {
             for tma in [false, true] {
-                out.push(wg(false, (64, 128, 64, 4, 1), stages, 8, cluster, tma));
+                out.push(wg(0, (64, 128, 64, 4, 1), stages, 8, cluster, tma));
             }
         }
     }
     for stages in 2..=6 {
-        out.push(wg(false, (128, 128, 64, 8, 1), stages, 8, 1, true));
+        out.push(wg(0, (128, 128, 64, 8, 1), stages, 8, 1, true));
+        out.push(wg(2, (64, 128, 64, 8, 1), stages, 8, 1, true));
     }
     for cluster in [1, 2] {
         for tma in [false, true] {
-            out.push(wg(false, (128, 128, 64, 8, 1), 4, 1, cluster, tma));
-            out.push(wg(false, (64, 64, 64, 4, 1), 4, 16, cluster, tma));
+            out.push(wg(0, (128, 128, 64, 8, 1), 4, 1, cluster, tma));
+            out.push(wg(0, (64, 64, 64, 4, 1), 4, 16, cluster, tma));
+        }
+    }
+    for tma in [false, true] {
+        out.push(wg(2, (128, 128, 64, 8, 1), 4, 1, 1, tma));
+        out.push(wg(2, (64, 64, 64, 8, 1), 4, 16, 1, tma));
+    }
+    // Swapped stages of 128 k (two boxes of each operand), one and two consumers.
+    for stages in 2..=6 {
+        for tile in [(16, 128, 128, 1, 4), (64, 64, 128, 1, 8)] {
+            let c = GemmConfig {
+                block_k: 128,
+                ..wg(1, tile, stages, 8, 1, false)
+            };
+            if space::fits(Target::Sm90, &key, &c) {
+                out.push(c);
+            }
         }
     }
     out
@@ -683,22 +705,26 @@ fn split_k_is_deterministic_and_reuses_its_workspace() {
                 epilogue: Epilogue::Direct,
             })
             .collect();
-        // Swapped-operand wgmma with split-K (one and two consumers), where it runs.
+        // Swapped-operand wgmma with split-K (one and two consumers; stages of 64 and of
+        // 128 k, two boxes each), where it runs.
         let target = rt.device().info().tuning_target();
-        for (split_k, block_m, warps_n) in [
-            (2, 16, 4),
-            (3, 16, 4),
-            (4, 16, 8),
-            (6, 16, 8),
-            (8, 64, 4),
-            (12, 32, 4),
-            (16, 32, 4),
+        for (split_k, block_m, warps_n, block_k) in [
+            (2, 16, 4, 64),
+            (3, 16, 4, 64),
+            (4, 16, 8, 64),
+            (6, 16, 8, 64),
+            (8, 64, 4, 64),
+            (12, 32, 4, 64),
+            (16, 32, 4, 64),
+            (2, 16, 4, 128),
+            (6, 16, 8, 128),
+            (4, 64, 4, 128),
         ] {
             let c = GemmConfig {
                 path: Path::WgmmaSwap,
                 block_m,
                 block_n: 128,
-                block_k: 64,
+                block_k,
                 warps_m: 1,
                 warps_n,
                 stages: 6,
@@ -716,6 +742,32 @@ fn split_k_is_deterministic_and_reuses_its_workspace() {
             };
             if space::fits(target, &key, &c) {
                 configs.push(c);
+            }
+        }
+        // Unswapped wgmma with split-K (64 accumulators a thread: 64-row tiles on one
+        // consumer, 128 x 128 on two), where it runs.
+        for (split_k, block_m, block_n, warps_m) in [
+            (2, 64, 64, 4),
+            (3, 64, 128, 4),
+            (6, 64, 64, 4),
+            (2, 128, 128, 8),
+            (4, 128, 128, 8),
+        ] {
+            for epilogue in [Epilogue::Direct, Epilogue::Tma] {
+                let c = GemmConfig {
+                    split_k,
+                    epilogue,
+                    ..GemmConfig::wgmma(block_m, block_n, warps_m, 4)
+                };
+                let key = GemmKey {
+                    dtype,
+                    layout,
+                    n: n as u32,
+                    k: k as u32,
+                };
+                if space::fits(target, &key, &c) {
+                    configs.push(c);
+                }
             }
         }
         let ws = configs
@@ -770,6 +822,44 @@ fn clusters_of_two_match_the_unclustered_tile_bit_for_bit() {
                     (one, "the unclustered tile", GemmConfig { cluster: 2, ..one }, 3)
                 })
                 .collect()
+        },
+    );
+}
+
+/// The pingpong schedule computes each tile as the cooperative kernel does, from the
+/// same products in the same order, only in the other consumer warpgroup: C must match
+/// bit for bit, on every pingpong tile of the space, stored directly and by TMA, where
+/// a block has one unit (m = 17), a few with long k (16 k steps: a warpgroup waiting
+/// two ring phases ahead would read a stage before it lands) and many with short k
+/// (8 units a block, 2 k steps: the turns alternate often), three runs each.
+#[test]
+fn pingpong_matches_the_cooperative_tile_bit_for_bit() {
+    let cases = [
+        Case::nt(DType::Bf16, 17, 300, 200, 300, DType::Bf16),
+        Case::nt(DType::Bf16, 1030, 2056, 1000, 2056, DType::Bf16),
+        Case::nt(DType::Bf16, 2048, 4096, 128, 4096, DType::F32),
+    ];
+    let tiles = [(64, 64), (64, 128), (64, 256), (128, 64), (128, 128)];
+    bit_for_bit(
+        "pingpong_matches_the_cooperative_tile_bit_for_bit",
+        "pingpong",
+        500,
+        &cases,
+        |_| {
+            let mut pairs = Vec::new();
+            for &(block_m, block_n) in &tiles {
+                // The cooperative kernel with the same output tile: one consumer for 64
+                // rows, two for 128.
+                let coop = GemmConfig::wgmma(block_m, block_n, block_m / 16, 4);
+                for epilogue in [Epilogue::Direct, Epilogue::Tma] {
+                    let pp = GemmConfig {
+                        epilogue,
+                        ..GemmConfig::pingpong(block_m, block_n, 4)
+                    };
+                    pairs.push((coop, "the cooperative tile", pp, 3));
+                }
+            }
+            pairs
         },
     );
 }
