@@ -164,11 +164,11 @@ for step in $STEPS; do
             need moe_bench
             [ -f "$B/sglang/sglang_moe_bench.py" ] ||
                 die "the MoE peer is missing: scripts/build_device_bin.sh fetches it into $B/sglang where ../shared/peers exists"
-            run moe 600 sh -c "\"$B/moe_bench\" 1,16,64,256,1024,4096 > \"$OUT/moe-ours.jsonl\""
+            run moe 600 sh -c "\"$B/moe_bench\" 1,16,64,512,2048,8192 > \"$OUT/moe-ours.jsonl\""
             PYTHONPATH="$B/sglang" run moe-peers 600 sh -c \
-                "python3 $B/sglang/sglang_moe_bench.py --models Mixtral,Qwen3 --tokens 1,16,64,256,1024,4096 > \"$OUT/moe-sglang.jsonl\""
+                "python3 $B/sglang/sglang_moe_bench.py --tokens 1,16,64,512,2048,8192 > \"$OUT/moe-sglang.jsonl\""
             run moe-refs 600 sh -c \
-                "python3 scripts/moe_refs.py --models Mixtral,Qwen3 --tokens 1,16,64,256,1024,4096 > \"$OUT/moe-refs.jsonl\""
+                "python3 scripts/moe_refs.py --tokens 1,16,64,512,2048,8192 > \"$OUT/moe-refs.jsonl\""
             cat "$OUT/moe-ours.jsonl" "$OUT/moe-sglang.jsonl" "$OUT/moe-refs.jsonl" > "$OUT/moe-h200.jsonl"
             ;;
         defaults)

@@ -1,5 +1,6 @@
 //! Fused MoE on the GPU, graph-timed per call (align, gate-up GEMM, down GEMM,
-//! combine), at the Mixtral-8x7B and Qwen3-30B-A3B shapes of ../shared/models.json.
+//! combine), at the Mixtral-8x7B, Qwen3-30B-A3B and DeepSeek-V3 shapes of
+//! ../shared/models.json (`MOE_BENCH_MODELS=Qwen3,...` picks by name substring).
 //! Four routings (uniform, distinct experts per token) rotate through the graph, as
 //! SGLang's bench does, so a small T's active experts do not sit in L2. Times the
 //! analytic default and a sample of the search space; prints one JSON line per shape.
@@ -22,6 +23,8 @@ const MODELS: &[(&str, u32, u32, u32, u32)] = &[
     // name, experts, topk, hidden (k), intermediate (n)
     ("Mixtral-8x7B", 8, 2, 4096, 14336),
     ("Qwen3-30B-A3B", 128, 8, 2048, 768),
+    // All 256 experts on one GPU, as SGLang's bench runs it (22.5 GB of weights).
+    ("DeepSeek-V3", 256, 8, 7168, 2048),
 ];
 const ROUTINGS: usize = 4;
 const SAMPLE: usize = 6;
@@ -86,7 +89,7 @@ fn candidates(key: &MoeKey, tokens: u64) -> Vec<MoeConfig> {
 fn main() -> Result<()> {
     let tokens: Vec<usize> = std::env::args()
         .nth(1)
-        .unwrap_or_else(|| "1,16,64,256,1024,4096".into())
+        .unwrap_or_else(|| "1,16,64,512,2048,8192".into())
         .split(',')
         .filter_map(|t| t.parse().ok())
         .collect();
@@ -97,7 +100,9 @@ fn main() -> Result<()> {
         rt.info().name,
         rt.info().sm_count
     );
-    for &(name, experts, topk, h, i) in MODELS {
+    let only = std::env::var("MOE_BENCH_MODELS").unwrap_or_default();
+    let picked = |name: &str| only.is_empty() || only.split(',').any(|m| !m.is_empty() && name.contains(m));
+    for &(name, experts, topk, h, i) in MODELS.iter().filter(|m| picked(m.0)) {
         let key = MoeKey {
             dtype: DType::Bf16,
             experts,

@@ -961,7 +961,8 @@ mod tests {
     fn the_steps_carry_the_kernel_abi_and_spare_slots_cover_any_routing() {
         let p = build(&ok()).unwrap();
         let info = DeviceInfo::nominal(Target::Sm90).unwrap();
-        let c = crate::analytic_default(Target::Sm90, &p.key, T as u64);
+        // The mma path's ABI (sm90's default takes the wgmma paths, tested below).
+        let c = crate::analytic_default(Target::Sm80, &p.key, T as u64);
         let up = step_plan(&info, &c, &p, Step::GateUp).unwrap();
         assert!(up
             .variant

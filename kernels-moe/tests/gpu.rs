@@ -437,8 +437,9 @@ fn covering_configs(key: &MoeKey, paths: &[Path]) -> Vec<MoeConfig> {
     }
     let mut bases = Vec::new();
     if paths.contains(&Path::Mma) {
-        bases.push(analytic_default(Target::Sm90, key, 1));
-        bases.push(analytic_default(Target::Sm90, key, 1 << 16));
+        // The mma path's defaults (sm80's: sm90's take the wgmma paths).
+        bases.push(analytic_default(Target::Sm80, key, 1));
+        bases.push(analytic_default(Target::Sm80, key, 1 << 16));
     }
     // The wgmma paths: their first (smallest) tile and their largest-row tile.
     for path in [Path::Wgmma, Path::WgmmaSwap] {
