@@ -56,6 +56,20 @@ pub struct MoeConfig {
 const WGMMA_ROW_BYTES: usize = 128;
 
 impl MoeConfig {
+    /// A config of the wgmma paths (`path` `wgmma` or `wgmma_swap`): `block_m` pairs by
+    /// `block_n` weight rows, k steps of 64 (one 128-byte swizzle row), `warps` consumer
+    /// warps (4 a warpgroup), a ring of `stages`.
+    pub const fn wgmma(path: Path, block_m: u32, block_n: u32, warps: u32, stages: u32) -> MoeConfig {
+        MoeConfig {
+            path,
+            block_m,
+            block_n,
+            block_k: 64,
+            warps,
+            stages,
+        }
+    }
+
     pub fn from_values(values: &[Value]) -> Result<Self, String> {
         check_config(values)?;
         let v = |i: usize| values[i].as_int().unwrap_or(0) as u32;

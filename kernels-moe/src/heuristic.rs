@@ -70,21 +70,13 @@ pub fn analytic_default(target: Target, key: &MoeKey, tokens: u64) -> MoeConfig 
 /// The sm90 default on the wgmma paths, or `None` where the tile does not fit `key` (TMA's
 /// row coordinates over all experts' weights; then the mma default stands).
 fn hopper_default(key: &MoeKey, tokens: u64) -> Option<MoeConfig> {
-    let wgmma = |path, block_m, block_n, warps, stages| MoeConfig {
-        path,
-        block_m,
-        block_n,
-        block_k: 64,
-        warps,
-        stages,
-    };
     let c = match rows_per_expert(key, tokens) {
         // Decode: 16 pairs on the N side, 64 weight rows a tile, a deep ring of weights.
-        0..=15 => wgmma(Path::WgmmaSwap, 16, 64, 4, 6),
-        16..=31 => wgmma(Path::WgmmaSwap, 32, 64, 4, 4),
+        0..=15 => MoeConfig::wgmma(Path::WgmmaSwap, 16, 64, 4, 6),
+        16..=31 => MoeConfig::wgmma(Path::WgmmaSwap, 32, 64, 4, 4),
         // One consumer of 64 pairs; from about 100 rows an expert, two of 64 each.
-        32..=96 => wgmma(Path::Wgmma, 64, 128, 4, 4),
-        _ => wgmma(Path::Wgmma, 128, 128, 8, 4),
+        32..=96 => MoeConfig::wgmma(Path::Wgmma, 64, 128, 4, 4),
+        _ => MoeConfig::wgmma(Path::Wgmma, 128, 128, 8, 4),
     };
     fits(Target::Sm90, key, &c).then_some(c)
 }

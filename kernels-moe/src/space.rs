@@ -131,14 +131,13 @@ fn full_space(target: Target, key: &MoeKey, tokens: u64) -> Vec<MoeConfig> {
                 }
                 for &warps in WARPS {
                     for &stages in WGMMA_STAGES {
-                        push(MoeConfig {
+                        push(MoeConfig::wgmma(
                             path,
-                            block_m: block_m as u32,
-                            block_n: block_n as u32,
-                            block_k: 64,
-                            warps: warps as u32,
+                            block_m as u32,
+                            block_n as u32,
+                            warps as u32,
                             stages,
-                        });
+                        ));
                     }
                 }
             }
@@ -160,17 +159,6 @@ mod tests {
         k: 2048,
         topk: 8,
     };
-
-    fn wgmma(path: Path, block_m: u32, block_n: u32, warps: u32, stages: u32) -> MoeConfig {
-        MoeConfig {
-            path,
-            block_m,
-            block_n,
-            block_k: 64,
-            warps,
-            stages,
-        }
-    }
 
     #[test]
     fn the_wgmma_paths_are_sm90_only_and_follow_the_tile_rules() {
@@ -198,21 +186,25 @@ mod tests {
             .iter()
             .any(|c| c.path == Path::Wgmma && c.consumers() == 2));
 
-        let ok = wgmma(Path::WgmmaSwap, 16, 64, 4, 4);
+        let ok = MoeConfig::wgmma(Path::WgmmaSwap, 16, 64, 4, 4);
         assert!(fits(Target::Sm90, &QWEN3, &ok));
         assert_eq!(ok.accumulators(), 16);
         assert!(!fits(Target::Sm90, &QWEN3, &MoeConfig { block_k: 128, ..ok }));
         // 64 weight rows cannot be split over two consumers of 64.
         assert!(!fits(Target::Sm90, &QWEN3, &MoeConfig { warps: 8, ..ok }));
         // Unswapped, the pairs fill wgmma's 64-row side: at least 64 of them.
-        assert!(!fits(Target::Sm90, &QWEN3, &wgmma(Path::Wgmma, 32, 128, 4, 4)));
+        assert!(!fits(
+            Target::Sm90,
+            &QWEN3,
+            &MoeConfig::wgmma(Path::Wgmma, 32, 128, 4, 4)
+        ));
         // Gate and up of 128 pair rows x 128 columns on one consumer: 256 accumulators.
-        let big = wgmma(Path::Wgmma, 128, 128, 4, 3);
+        let big = MoeConfig::wgmma(Path::Wgmma, 128, 128, 4, 3);
         assert_eq!(big.accumulators(), 256);
         assert!(!fits(Target::Sm90, &QWEN3, &big));
         assert!(fits(Target::Sm90, &QWEN3, &MoeConfig { warps: 8, ..big }));
         // The ring: 3 stages of 16 pair rows and 2 x 256 weight rows fit, 4 do not.
-        let wide = wgmma(Path::WgmmaSwap, 16, 256, 8, 3);
+        let wide = MoeConfig::wgmma(Path::WgmmaSwap, 16, 256, 8, 3);
         assert!(fits(Target::Sm90, &QWEN3, &wide));
         assert!(!fits(Target::Sm90, &QWEN3, &MoeConfig { stages: 4, ..wide }));
         // TMA's i32 row coordinates over all experts' rows.
