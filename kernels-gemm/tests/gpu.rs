@@ -708,6 +708,12 @@ fn split_k_is_deterministic_and_reuses_its_workspace() {
         // Swapped-operand wgmma with split-K (one and two consumers; stages of 64 and of
         // 128 k, two boxes each), where it runs.
         let target = rt.device().info().tuning_target();
+        let key = GemmKey {
+            dtype,
+            layout,
+            n: n as u32,
+            k: k as u32,
+        };
         for (split_k, block_m, warps_n, block_k) in [
             (2, 16, 4, 64),
             (3, 16, 4, 64),
@@ -734,12 +740,6 @@ fn split_k_is_deterministic_and_reuses_its_workspace() {
                 cluster: 1,
                 epilogue: Epilogue::Direct,
             };
-            let key = GemmKey {
-                dtype,
-                layout,
-                n: n as u32,
-                k: k as u32,
-            };
             if space::fits(target, &key, &c) {
                 configs.push(c);
             }
@@ -758,12 +758,6 @@ fn split_k_is_deterministic_and_reuses_its_workspace() {
                     split_k,
                     epilogue,
                     ..GemmConfig::wgmma(block_m, block_n, warps_m, 4)
-                };
-                let key = GemmKey {
-                    dtype,
-                    layout,
-                    n: n as u32,
-                    k: k as u32,
                 };
                 if space::fits(target, &key, &c) {
                     configs.push(c);
