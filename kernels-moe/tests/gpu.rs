@@ -414,14 +414,20 @@ fn cases(dtype: DType) -> Vec<Case> {
     ]
 }
 
-/// Every path, tile and warp count of the schema the sm_90 space accepts for `key`
-/// (of `paths`), at 3 stages (or the most that fit), plus every depth at a decode and a
-/// prefill tile of each path.
+/// Every path, tile and warp count of the schema the sm_90 and sm_80 spaces accept for
+/// `key` (of `paths`; sm_90's holds the wgmma paths, sm_80's the mma path, which sm_90
+/// runs where wgmma cannot), at 3 stages (or the most that fit), plus every depth at a
+/// decode and a prefill tile of each path.
 fn covering_configs(key: &MoeKey, paths: &[Path]) -> Vec<MoeConfig> {
-    let all: Vec<MoeConfig> = space::search_space(Target::Sm90, key, 1 << 20)
+    let mut all: Vec<MoeConfig> = Vec::new();
+    for c in space::search_space(Target::Sm90, key, 1 << 20)
         .into_iter()
-        .filter(|c| paths.contains(&c.path))
-        .collect();
+        .chain(space::search_space(Target::Sm80, key, 1 << 20))
+    {
+        if paths.contains(&c.path) && !all.contains(&c) {
+            all.push(c);
+        }
+    }
     let tile = |c: &MoeConfig| (c.path.name(), c.block_m, c.block_n, c.block_k, c.warps);
     let mut out: Vec<MoeConfig> = Vec::new();
     let tiles: BTreeSet<_> = all.iter().map(tile).collect();
