@@ -11,7 +11,8 @@
 //! `GEMM_BENCH_ALTS=1` also times a few alternatives to the served config per point
 //! (other tiles, splits and paths of the search space, marked `alt`;
 //! `GEMM_BENCH_ALTS=clusters`, `splits` or `pingpong` only that family of the prefill
-//! tiles with TMA stores of C, beside the plain tile), and
+//! tiles with TMA stores of C, beside the plain tile; `widths` the tiles of widths between
+//! powers of two beside the others), and
 //! `GEMM_BENCH_SHAPES=qkv,o,...` keeps the layers named; `GEMM_BENCH_PDL=1` also times the
 //! served config launched with programmatic dependent launch (`pdl`). Per shape it first times a
 //! plain read of the weight, rotated and graph-timed the same way: the floor of a
@@ -92,8 +93,8 @@ fn filled(
 
 /// The alternatives `GEMM_BENCH_ALTS=1` times beside the served config: the portable
 /// default, and for the wgmma paths other splits, tiles and consumer counts, (decode)
-/// stages of 64 and 128 k, and (prefill) clusters of 2, splits along k, TMA stores of C
-/// and the pingpong schedule, each where it lies in the space (TMA stores at the deepest
+/// stages of 64 and 128 k, and (prefill) clusters of 2, splits along k, TMA stores of C,
+/// the pingpong schedule and widths between powers of two, each where it lies in the space (TMA stores at the deepest
 /// ring that fits beside their staging buffers).
 fn alternatives(key: &GemmKey, m: u64, served: &GemmConfig) -> Vec<GemmConfig> {
     let target = tuned::Target::Sm90;
@@ -151,6 +152,27 @@ fn alternatives(key: &GemmKey, m: u64, served: &GemmConfig) -> Vec<GemmConfig> {
                                     ..GemmConfig::pingpong(block_m, block_n, stages)
                                 });
                             }
+                        }
+                    }
+                }
+            }
+        }
+        // Widths between the powers of two where they fill the last wave better.
+        for block_m in [64u32, 128, 256] {
+            for block_n in kernels::gemm::space::extra_widths(target, key, m, block_m) {
+                for stages in [3, 4, 5, 6] {
+                    for epilogue in [Epilogue::Direct, Epilogue::Tma] {
+                        for warps_m in [4, 8] {
+                            out.push(GemmConfig {
+                                epilogue,
+                                ..GemmConfig::wgmma(block_m, block_n, warps_m, stages)
+                            });
+                        }
+                        if block_m <= 128 {
+                            out.push(GemmConfig {
+                                epilogue,
+                                ..GemmConfig::pingpong(block_m, block_n, stages)
+                            });
                         }
                     }
                 }
@@ -233,13 +255,21 @@ fn main() -> Result<(), BoxError> {
     );
     // GEMM_BENCH_ALTS: 1 (every alternative), or one family beside its plain tile, each
     // with TMA stores of C and group_m 8: `clusters` (without and with a cluster of 2),
-    // `splits` (split along k, 1 included), `pingpong` (cooperative and pingpong).
+    // `splits` (split along k, 1 included), `pingpong` (cooperative and pingpong),
+    // `widths` (cooperative and pingpong, either epilogue: the tiles of widths between
+    // powers of two beside the others).
     let alts_var = std::env::var("GEMM_BENCH_ALTS").unwrap_or_default();
     let family = |c: &GemmConfig| -> bool {
         let plain = c.epilogue == Epilogue::Tma && c.group_m == 8;
         match alts_var.as_str() {
             "clusters" => plain && c.path == Path::Wgmma && c.split_k == 1,
             "splits" => plain && c.path == Path::Wgmma && c.cluster == 1,
+            "widths" => {
+                matches!(c.path, Path::Wgmma | Path::WgmmaPingpong)
+                    && c.group_m == 8
+                    && c.cluster == 1
+                    && c.split_k == 1
+            }
             "pingpong" => {
                 plain
                     && matches!(c.path, Path::Wgmma | Path::WgmmaPingpong)
@@ -249,7 +279,10 @@ fn main() -> Result<(), BoxError> {
             _ => true,
         }
     };
-    let alts = matches!(alts_var.as_str(), "1" | "clusters" | "splits" | "pingpong");
+    let alts = matches!(
+        alts_var.as_str(),
+        "1" | "clusters" | "splits" | "pingpong" | "widths"
+    );
     let every_alt = alts_var == "1";
     let only: Option<Vec<String>> = std::env::var("GEMM_BENCH_SHAPES")
         .ok()

@@ -270,7 +270,7 @@ mod space_tests {
 
     /// Clusters of 2 are in the sm_90 space for the unswapped wgmma configs of every
     /// shape with two tile rows to pair, beside the same config without one (and not
-    /// split along k); nowhere else, and never in a default. The schema, `fits` and `plan::fit` agree.
+    /// split along k, of a power-of-two width); nowhere else, and never in a default. The schema, `fits` and `plan::fit` agree.
     #[test]
     fn clusters_of_two_are_searched_on_unswapped_wgmma_only() {
         for &(n, k) in MODEL_SHAPES {
@@ -295,7 +295,9 @@ mod space_tests {
                         .filter(|c| c.path == Path::Wgmma && m > u64::from(c.block_m));
                     assert_eq!(
                         pairs,
-                        unswapped.filter(|c| c.cluster == 1 && c.split_k == 1).count(),
+                        unswapped
+                            .filter(|c| c.cluster == 1 && c.split_k == 1 && c.block_n.is_power_of_two())
+                            .count(),
                         "{t} n={n} m={m}"
                     );
                     // Clusters take no split.
@@ -497,6 +499,81 @@ mod space_tests {
         assert_eq!((fitted.path, fitted.epilogue), (Path::Mma, Epilogue::Direct));
         assert!(space::fits(Target::Sm90, &key, &fitted));
         assert_eq!(plan::fit(tma, kernels_core::cache::AlignClass::A16), tma);
+    }
+
+    /// Widths other than powers of two: on the unswapped wgmma paths only, where they divide
+    /// n and fill the last wave better than the next power of two (70B-tp8 qkv at m = 1024:
+    /// 128 x 80), never split along k or clustered, refused by the schema on the mma and
+    /// swapped paths; their mma stand-in takes the power of two below.
+    #[test]
+    fn widths_between_powers_of_two_fill_waves_on_unswapped_wgmma_only() {
+        let key = |n, k| GemmKey {
+            dtype: DType::Bf16,
+            layout: Layout::Nt,
+            n,
+            k,
+        };
+        let qkv = key(1280, 8192);
+        assert_eq!(space::extra_widths(Target::Sm90, &qkv, 1024, 128), vec![80, 160]);
+        let space = space::search_space(Target::Sm90, &qkv, 1024);
+        assert!(space
+            .iter()
+            .any(|c| c.path == Path::Wgmma && (c.block_m, c.block_n) == (128, 80)));
+        assert!(space
+            .iter()
+            .any(|c| c.path == Path::WgmmaPingpong && (c.block_m, c.block_n) == (128, 80)));
+        // n = 4096 has no such divisor; n = 6144 at m = 1024 fills as well with 128 or 256.
+        for (n, k) in [(4096, 4096), (8192, 1024)] {
+            for m in [64, 256, 1024, 4096, 8192] {
+                assert!(space::search_space(Target::Sm90, &key(n, k), m)
+                    .iter()
+                    .all(|c| c.block_n.is_power_of_two()));
+            }
+        }
+        for &(n, k) in MODEL_SHAPES {
+            for m in [1, 16, 64, 256, 1024, 4096, 8192] {
+                for t in [Target::Sm80, Target::Sm90] {
+                    for c in space::search_space(t, &key(n, k), m)
+                        .iter()
+                        .filter(|c| !c.block_n.is_power_of_two())
+                    {
+                        assert!(matches!(c.path, Path::Wgmma | Path::WgmmaPingpong), "{c}");
+                        assert_eq!((c.split_k, c.cluster), (1, 1), "{c}");
+                        assert_eq!(n % c.block_n, 0, "{c}");
+                        assert!(space::EXTRA_BLOCK_N.contains(&c.block_n), "{c}");
+                        let p = plan::portable(c);
+                        assert!(p.block_n.is_power_of_two() && p.block_n < c.block_n, "{p}");
+                        assert!(space::fits(t, &key(n, k), &p), "{p}");
+                    }
+                    assert!(analytic_default(t, &key(n, k), m).block_n.is_power_of_two());
+                }
+            }
+        }
+        let c = GemmConfig::wgmma(128, 80, 8, 4);
+        assert!(schema::check_config(&c.values()).is_ok());
+        for path in [Path::Mma, Path::WgmmaSwap] {
+            let err = schema::check_config(&GemmConfig { path, ..c }.values()).unwrap_err();
+            assert!(err.contains("block_n=80"), "{err}");
+        }
+        assert!(!space::fits(Target::Sm90, &qkv, &GemmConfig { split_k: 2, ..c }));
+        // TMA stores of C need whole 64-column sub-tiles: 192 yes, 80 no.
+        assert!(schema::check_config(
+            &GemmConfig {
+                epilogue: Epilogue::Tma,
+                ..c
+            }
+            .values()
+        )
+        .is_err());
+        let wide = GemmConfig::wgmma(128, 192, 8, 4);
+        assert!(schema::check_config(
+            &GemmConfig {
+                epilogue: Epilogue::Tma,
+                ..wide
+            }
+            .values()
+        )
+        .is_ok());
     }
 
     /// Narrow n at small prefill searches swapped tiles split along k (70B-tp8 qkv at

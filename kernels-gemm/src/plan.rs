@@ -331,11 +331,14 @@ pub fn fit(c: GemmConfig, align: AlignClass) -> GemmConfig {
 }
 
 /// The mma-path config that stands in for a wgmma config where TMA cannot run: the
-/// same output tile up to 128x128 (so the same or a smaller workspace), 8 warps from
+/// same output tile up to 128x128, its width rounded down to a power of two (so the same
+/// or a smaller workspace: only power-of-two widths split along k), 8 warps from
 /// 64x128 up, k steps of 64, 3 stages, the same split-K and raster, element loads, no
 /// cluster, direct stores of C. It lies in the space of every key the wgmma config does.
 pub fn portable(c: &GemmConfig) -> GemmConfig {
-    let (block_m, block_n) = (c.block_m.min(128), c.block_n.min(128));
+    // The mma path takes power-of-two widths: 80-112 become 64, 160-224 become 128.
+    let block_n = 1u32 << c.block_n.min(128).ilog2();
+    let (block_m, block_n) = (c.block_m.min(128), block_n);
     let warps = if block_m * block_n >= 64 * 128 { 8 } else { 4 };
     let (warps_m, warps_n) = space::warp_grid(block_m, block_n, warps).unwrap_or((1, warps));
     GemmConfig {

@@ -49,7 +49,9 @@ pub const LAYOUTS: &[&str] = &["nt", "nn"];
 /// warpgroups on separate tiles). A block has one more warpgroup, the producer.
 pub const PATHS: &[&str] = &["mma", "wgmma", "wgmma_swap", "wgmma_pingpong"];
 pub const BLOCK_M: &[i64] = &[16, 32, 64, 128, 256];
-pub const BLOCK_N: &[i64] = &[16, 32, 64, 128, 256];
+/// Powers of two on every path; the widths between them on the unswapped wgmma paths only
+/// (see `space::EXTRA_BLOCK_N`).
+pub const BLOCK_N: &[i64] = &[16, 32, 64, 80, 96, 112, 128, 160, 192, 224, 256];
 pub const BLOCK_K: &[i64] = &[32, 64, 128];
 pub const WARPS_M: &[i64] = &[1, 2, 4, 8];
 pub const WARPS_N: &[i64] = &[1, 2, 4, 8];
@@ -90,7 +92,8 @@ pub const EPILOGUE_AT: usize = param_index(&GEMM, "epilogue");
 /// Checks a config's values against the parameter domains and the rules that tie
 /// parameters together (independent of the problem): 4 or 8 warps, each warp tile a
 /// whole number of 16 x 16 products, clusters on the `wgmma` path only, TMA stores of
-/// C on the unswapped wgmma paths only, with whole 64-column sub-tiles.
+/// C on the unswapped wgmma paths only, with whole 64-column sub-tiles, block_n other than
+/// a power of two on those paths only.
 pub fn check_config(values: &[Value]) -> Result<(), String> {
     let s = &GEMM;
     let path = name_param(s, values, PATH_AT, PATHS)?;
@@ -111,6 +114,11 @@ pub fn check_config(values: &[Value]) -> Result<(), String> {
     if epilogue == "tma" && !matches!(path, "wgmma" | "wgmma_pingpong") {
         return Err(format!(
             "epilogue=tma needs path wgmma or wgmma_pingpong, got {path}"
+        ));
+    }
+    if !(bn as u64).is_power_of_two() && !matches!(path, "wgmma" | "wgmma_pingpong") {
+        return Err(format!(
+            "block_n={bn} (not a power of two) needs path wgmma or wgmma_pingpong, got {path}"
         ));
     }
     if epilogue == "tma" && bn % 64 != 0 {

@@ -35,7 +35,9 @@ pub const MIN_BLOCK_CAP: u32 = 64;
 /// also 128, two such boxes a stage), 16-byte loads
 /// (TMA), consumer warps stacked along wgmma's 64-row side only, 64 or 128 rows per
 /// consumer warpgroup, and split-K with swapped operands, or unswapped without a cluster
-/// at [`MAX_ACCUMULATORS`] a thread at most (see `SPLITS` in `cuda/gemm.cu`).
+/// at [`MAX_ACCUMULATORS`] a thread at most (see `SPLITS` in `cuda/gemm.cu`) on a tile
+/// width that is a power of two (the mma stand-in of a wider-than-64 width other than a
+/// power of two takes a narrower tile, whose split-K workspace could be larger).
 /// Clusters of 2 need no rule of their own here: the schema keeps them to `wgmma`,
 /// and any of its tiles splits into two B halves of whole swizzle atoms (8+ rows). Nor
 /// does a `tma` epilogue: the schema keeps it to the unswapped paths with block_n a
@@ -60,7 +62,10 @@ fn wgmma_shape_fits(target: Target, key: &GemmKey, c: &GemmConfig) -> bool {
         && matches!(rows_per_consumer, 64 | 128)
         && (c.split_k == 1
             || c.path == Path::WgmmaSwap
-            || (c.path == Path::Wgmma && c.cluster == 1 && c.accumulators() <= MAX_ACCUMULATORS))
+            || (c.path == Path::Wgmma
+                && c.cluster == 1
+                && c.block_n.is_power_of_two()
+                && c.accumulators() <= MAX_ACCUMULATORS))
         && c.accumulators() <= MAX_WGMMA_ACCUMULATORS
 }
 
@@ -105,6 +110,35 @@ pub fn warp_grid(block_m: u32, block_n: u32, warps: u32) -> Option<(u32, u32)> {
     best
 }
 
+/// Tile widths besides the powers of two for unswapped wgmma tiles (wgmma's N side takes
+/// any multiple of 8 up to 256). Searched where one divides n and fills the SMs' last wave
+/// better than the next power of two above it: 70B-tp8 qkv (n = 1280) at m = 1024 makes
+/// 80 tiles of 128 x 128 for 132 SMs (0.61 of a wave) but 128 of 128 x 80 (0.97).
+pub const EXTRA_BLOCK_N: &[u32] = &[80, 96, 112, 160, 192, 224];
+
+/// The share of the last wave's SMs `tiles` tiles keep busy over whole waves of `sms`.
+fn wave_fill(tiles: u64, sms: u64) -> f64 {
+    tiles as f64 / (tiles.div_ceil(sms).max(1) * sms) as f64
+}
+
+/// The [`EXTRA_BLOCK_N`] widths searched for `block_m`-row tiles of `m` rows of `key`:
+/// those that divide n and whose tiles fill whole waves at least 0.05 better than the
+/// next power of two above.
+pub fn extra_widths(target: Target, key: &GemmKey, m: u64, block_m: u32) -> Vec<u32> {
+    let sms = u64::from(target.reference_sm_count());
+    let fill = |bn: u32| {
+        wave_fill(
+            m.div_ceil(u64::from(block_m)) * u64::from(key.n).div_ceil(u64::from(bn)),
+            sms,
+        )
+    };
+    EXTRA_BLOCK_N
+        .iter()
+        .copied()
+        .filter(|&w| key.n.is_multiple_of(w) && fill(w) >= fill(w.next_power_of_two()) + 0.05)
+        .collect()
+}
+
 /// Whether split-K may be used for `m` rows: only where the output tiles leave SMs idle,
 /// and the split grid stays within two waves (which also bounds the workspace).
 pub fn split_allowed(target: Target, key: &GemmKey, m: u64, c: &GemmConfig) -> bool {
@@ -126,10 +160,11 @@ pub const SEARCH_STAGES_WGMMA: &[u32] = &[3, 4, 5, 6];
 /// stages of 64 or 128 k
 /// up to `m` rounded up, 64..=256 weight rows, 1 or 2 consumers, every split-K
 /// [`split_allowed`] (from 65 to 256 rows, 64 or 128 token columns); unswapped from 17
-/// rows, tiles of 64..=256 (up to `m` rounded up) by 64..=256, 1 or 2 consumers, grouped
+/// rows, tiles of 64..=256 (up to `m` rounded up) by 64, 128, 256 and the
+/// [`extra_widths`] of the problem, 1 or 2 consumers, grouped
 /// rasters where there are tile rows to group, split-K without a cluster where
 /// [`split_allowed`] and `fits` (64 accumulators a thread), clusters of 2 where there are two tile
-/// rows to pair, C stored directly or by TMA (whose staging buffers may leave room for
+/// rows to pair (power-of-two widths), C stored directly or by TMA (whose staging buffers may leave room for
 /// fewer ring stages: `fits` drops the deepest rings that no longer fit); and the
 /// pingpong schedule on the tiles of 64 or 128 rows, stored either way.
 fn wgmma_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>) {
@@ -191,14 +226,21 @@ fn wgmma_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>)
                 .into_iter()
                 .filter(|&b| u64::from(b) <= m_cap.max(64))
             {
-                for bn in [64u32, 128, 256] {
+                let widths = [64u32, 128, 256]
+                    .into_iter()
+                    .chain(extra_widths(target, key, m, bm));
+                for bn in widths {
                     for &stages in SEARCH_STAGES_WGMMA {
                         // Three stages only where four do not fit (`fits` with the
                         // cooperative tile's staging of C, the larger): of 5342 such
                         // configs timed in the H200 tuning from m = 256, one came within
                         // 3% of its shape's best.
                         let deeper = GemmConfig {
-                            epilogue: Epilogue::Tma,
+                            epilogue: if bn % 64 == 0 {
+                                Epilogue::Tma
+                            } else {
+                                Epilogue::Direct
+                            },
                             ..GemmConfig::wgmma(bm, bn, 4 * consumers, 4)
                         };
                         if stages == 3 && fits(target, key, &deeper) {
@@ -210,9 +252,9 @@ fn wgmma_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>)
                             if !grouping || group_m == 4 {
                                 continue;
                             }
-                            let clusters = [1u32, 2]
-                                .into_iter()
-                                .filter(|&c| cooperative && (c == 1 || tile_rows > 1));
+                            let clusters = [1u32, 2].into_iter().filter(|&c| {
+                                cooperative && (c == 1 || (tile_rows > 1 && bn.is_power_of_two()))
+                            });
                             for cluster in clusters {
                                 for epilogue in [Epilogue::Direct, Epilogue::Tma] {
                                     // Split along k without a cluster, where the tiles
@@ -273,7 +315,10 @@ pub fn search_space(target: Target, key: &GemmKey, m: u64) -> Vec<GemmConfig> {
         .iter()
         .filter(|&&b| b as u64 <= m_cap && b <= 128 && (b > 16 || m <= 16))
     {
-        for &bn in BLOCK_N.iter().filter(|&&b| b >= 32) {
+        for &bn in BLOCK_N
+            .iter()
+            .filter(|&&b| b >= 32 && (b as u64).is_power_of_two())
+        {
             for &bk in block_ks {
                 for &warps in WARPS {
                     let Some((wm, wn)) = warp_grid(bm as u32, bn as u32, warps as u32) else {
