@@ -92,6 +92,10 @@ fn wgmma_default(target: Target, key: &GemmKey, m: u64) -> Option<GemmConfig> {
             (64, 128, 1, 0.7),
             (64, 64, 1, 0.55),
         ] {
+            // One consumer only below 256 rows, as the search space.
+            if consumers == 1 && m >= 256 {
+                continue;
+            }
             let mut c = GemmConfig {
                 path: Path::Wgmma,
                 block_m,
