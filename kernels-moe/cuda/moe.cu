@@ -501,7 +501,8 @@ extern "C" __global__ void __launch_bounds__(km::THREADS)
 
 #else  // WGMMA
 
-// Hopper path (sm_90a). One block per (row tile, column tile), as the mma path: a
+// Hopper path (sm_90a). Persistent blocks, each taking (row tile, column tile) items in
+// turn (see the kernel): a
 // producer warpgroup fills an mbarrier ring of STAGES k steps of 64 and 1-2 consumer
 // warpgroups multiply out of it with wgmma m64nNk16, both operands K-major in 128-byte
 // swizzle.
@@ -521,9 +522,11 @@ extern "C" __global__ void __launch_bounds__(km::THREADS)
 // Rows are stored by pair index exactly as on the mma path; padding rows of a ragged
 // tile (pair -1) and columns past n are computed but never stored.
 //
-// Grid: (row-tile slots, column tiles); (CONSUMERS + 1) * 128 threads, warpgroup 0 the
-// producer; STAGES * (BM + NB * BN) * 128 + 1024 bytes of dynamic shared memory (the
-// 1024 realigns the ring to the swizzle atom).
+// Grid: at most as many blocks as are resident at once (the host's `persistent_blocks`),
+// one dimension; (CONSUMERS + 1) * 128 threads, warpgroup 0 the producer; STAGES * (BM +
+// NB * BN) * 128 + 1024 bytes of dynamic shared memory (the 1024 realigns the ring to the
+// swizzle atom). Short k (a down GEMM of k = 256-768) makes an item a few k steps: a
+// block per item paid its start, its pipeline fill and its stores of C on every one.
 
 #if !defined(BM) || !defined(BN) || !defined(CONSUMERS) || !defined(STAGES) || !defined(UP)
 #error "the wgmma MoE GEMM needs WGMMA, BM, BN, CONSUMERS, STAGES, UP"
@@ -573,8 +576,35 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 
 __device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
+// A tile's pairs for the stage writers and the epilogue, double-buffered: the producer
+// fills the next tile's while the consumers still store the last one's.
+struct TileInfo {
+    int expert, row0, rows;  // expert -1: the end of the block's items
+    int n0;
+};
+
+// Orders the producer warpgroup's threads among themselves (named barrier 1).
+__device__ __forceinline__ void producers_sync() { asm volatile("bar.sync 1, 128;\n" ::: "memory"); }
+// Orders one consumer warpgroup's threads (named barriers 2 and 3).
+__device__ __forceinline__ void warpgroup_sync(int cw) { asm volatile("bar.sync %0, 128;\n" ::"r"(2 + cw) : "memory"); }
+
+// The total row tiles of `bm` rows over all experts, in every lane of the calling warp.
+__device__ __forceinline__ int total_row_tiles(const int* __restrict__ offsets, int experts, int bm, int lane) {
+    int local = 0;
+    for (int e = lane; e < experts; e += 32) local += (offsets[e + 1] - offsets[e] + bm - 1) / bm;
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) local += __shfl_xor_sync(0xffffffffu, local, o);
+    return local;
+}
+
 }  // namespace km
 
+// Persistent: block b takes work items b, b + gridDim.x, ... of (row tile r, column tile
+// c), item i = c * row_tiles + r (the row tiles of one column tile run together, so an
+// expert's weight tile is read by its row tiles at about the same time); row_tiles is the
+// routing's actual count, read from `offsets`. The producer runs ahead across items: it
+// gathers the next item's pairs into the other TileInfo buffer and fills the ring with
+// its first stages while the consumers store the last item's C.
 extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
     moe_gemm(const __grid_constant__ kg::TmaMap w, const km::T* __restrict__ a, km::T* __restrict__ out,
              const int* __restrict__ offsets, const int* __restrict__ sorted, const float* __restrict__ weights,
@@ -583,16 +613,17 @@ extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
     using namespace kg;
     extern __shared__ __align__(1024) unsigned char smem[];
     __shared__ __align__(8) unsigned long long full[STAGES], empty[STAGES];
-    __shared__ int s_expert, s_row0, s_rows;
-    __shared__ int s_pair[BM];
+    // info_full[b]: buffer b holds the next item's pairs (one arrival, the producer's);
+    // info_free[b]: every consumer warpgroup has stored the item buffer b held.
+    __shared__ __align__(8) unsigned long long info_full[2], info_free[2];
+    __shared__ TileInfo s_info[2];
+    __shared__ int s_pair[2][BM];
 
-    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, wg = tid / 128;
+    const int tid = threadIdx.x, lane = tid % 32, wg = tid / 128;
     const u32 ring = (kd::smem_addr(smem) + 1023u) & ~1023u;
     const u32 full0 = kd::smem_addr(full), empty0 = kd::smem_addr(empty);
+    const u32 ifull0 = kd::smem_addr(info_full), ifree0 = kd::smem_addr(info_free);
 
-    if (warp == 0) {
-        find_row_tile(offsets, experts, BM, blockIdx.x, lane, s_expert, s_row0, s_rows);
-    }
     // full[s]: stage s has landed (the TMA bytes, an expect_tx arrival and one arrival
     // of each producer thread's cp.async); empty[s]: every consumer is done reading it.
     if (tid == 0) {
@@ -600,58 +631,88 @@ extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
             mbar_init(full0 + 8 * s, PRODUCERS + 1);
             mbar_init(empty0 + 8 * s, CONSUMERS);
         }
+        for (int b = 0; b < 2; ++b) {
+            mbar_init(ifull0 + 8 * b, 1);
+            mbar_init(ifree0 + 8 * b, CONSUMERS);
+        }
         mbar_init_fence();
     }
     __syncthreads();
-    const int e = s_expert;
-    if (e < 0) {
-        return;  // a spare slot
-    }
-    const int rows = s_rows;
-    for (int r = tid; r < BM; r += THREADS) s_pair[r] = r < rows ? sorted[s_row0 + r] : -1;
-    __syncthreads();
 
-    const int n0 = blockIdx.y * BN;
     const int ktiles = (k + BK - 1) / BK;
+    const int tiles_n = (n + BN - 1) / BN;
 
     if (wg == 0) {
-        // Producer: thread 0 issues the weight boxes; every thread gathers chunk
-        // tid % 8 of rows tid / 8, tid / 8 + 16, ... of the activation tile.
+        // Producer: warp 0 finds each item's row tile; every thread then gathers chunk
+        // tid % 8 of rows tid / 8, tid / 8 + 16, ... of the activation tile, and thread 0
+        // issues the weight boxes.
         if constexpr (CONSUMERS == 2) {
             regs_dec<56>();
         }
+        const int row_tiles = total_row_tiles(offsets, experts, BM, lane);  // warp-uniform; every warp
+        const int items = row_tiles * tiles_n;
         const int q = tid % 8;
         const int r0 = tid / 8;
-        const T* src[GATHER_ROWS];
-#pragma unroll
-        for (int j = 0; j < GATHER_ROWS; ++j) {
-            const int p = s_pair[r0 + 16 * j];
-            src[j] = p >= 0 ? a + (long long)(UP ? p / topk : p) * k : nullptr;
-        }
-        // Expert e's first weight row of this column tile (its up rows n further on).
-        const int wrow = e * (NB * n) + n0;
         // Rows r0 + 16 j all sit at r0 % 8 within their swizzle atom.
         const u32 chunk_at = A_OFF + r0 * ROW + ((q ^ (r0 % 8)) * 16);
-        for (int i = 0; i < ktiles; ++i) {
-            const int s = i % STAGES;
-            // A fresh barrier counts as having completed the phase before its first,
-            // so the first pass over the ring does not wait.
-            mbar_wait(empty0 + 8 * s, ((i / STAGES) & 1) ^ 1);
-            const u32 bar = full0 + 8 * s;
-            const u32 stage = ring + s * STAGE_BYTES;
-            if (tid == 0) {
-                mbar_expect_tx(bar, TMA_BYTES);
-#pragma unroll
-                for (int h = 0; h < NB; ++h) tma_load_2d(stage + h * W_BYTES, &w, bar, i * BK, wrow + h * n);
+        int it = 0, local = 0;
+        for (int item = blockIdx.x;; item += gridDim.x, ++local) {
+            const int b = local & 1;
+            // The consumers are done with the item this buffer held two items ago (a fresh
+            // barrier counts as having completed the phase before its first).
+            mbar_wait(ifree0 + 8 * b, ((local / 2) & 1) ^ 1);
+            if (tid < 32) {
+                if (item < items) {
+                    find_row_tile(offsets, experts, BM, item % row_tiles, lane, s_info[b].expert, s_info[b].row0,
+                                  s_info[b].rows);
+                } else if (lane == 0) {
+                    s_info[b].expert = -1;  // the end mark
+                }
+                if (lane == 0) {
+                    s_info[b].n0 = (item / max(row_tiles, 1)) * BN;
+                }
             }
-            const int col = i * BK + q * 8;
+            producers_sync();
+            const TileInfo ti = s_info[b];
+            if (ti.expert >= 0) {
+                for (int r = tid; r < BM; r += PRODUCERS) s_pair[b][r] = r < ti.rows ? sorted[ti.row0 + r] : -1;
+            }
+            producers_sync();
+            if (tid == 0) {
+                mbar_arrive(ifull0 + 8 * b);
+            }
+            if (ti.expert < 0) {
+                // The end (an item below `items` always names an expert): the consumers
+                // stop at the same mark.
+                break;
+            }
+            const T* src[GATHER_ROWS];
 #pragma unroll
             for (int j = 0; j < GATHER_ROWS; ++j) {
-                // Padding rows and columns past k land as zeros.
-                const bool ok = src[j] != nullptr && col < k;
-                cp_async16(stage + chunk_at + j * 16 * ROW, ok ? src[j] + col : a, ok ? 16 : 0);
+                const int p = s_pair[b][r0 + 16 * j];
+                src[j] = p >= 0 ? a + (long long)(UP ? p / topk : p) * k : nullptr;
             }
-            cp_async_arrive_noinc(bar);
+            // Expert e's first weight row of this column tile (its up rows n further on).
+            const int wrow = ti.expert * (NB * n) + ti.n0;
+            for (int i = 0; i < ktiles; ++i, ++it) {
+                const int s = it % STAGES;
+                mbar_wait(empty0 + 8 * s, ((it / STAGES) & 1) ^ 1);
+                const u32 bar = full0 + 8 * s;
+                const u32 stage = ring + s * STAGE_BYTES;
+                if (tid == 0) {
+                    mbar_expect_tx(bar, TMA_BYTES);
+#pragma unroll
+                    for (int h = 0; h < NB; ++h) tma_load_2d(stage + h * W_BYTES, &w, bar, i * BK, wrow + h * n);
+                }
+                const int col = i * BK + q * 8;
+#pragma unroll
+                for (int j = 0; j < GATHER_ROWS; ++j) {
+                    // Padding rows and columns past k land as zeros.
+                    const bool ok = src[j] != nullptr && col < k;
+                    cp_async16(stage + chunk_at + j * 16 * ROW, ok ? src[j] + col : a, ok ? 16 : 0);
+                }
+                cp_async_arrive_noinc(bar);
+            }
         }
         cp_async_wait_all();
         return;
@@ -663,94 +724,112 @@ extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
     }
     const int cw = wg - 1;
     const int t = tid % 128;
-    float acc[NB][MW][ACC];
+    const int wl = t / 32;
+    int it = 0;
+    for (int local = 0;; ++local) {
+        const int b = local & 1;
+        mbar_wait(ifull0 + 8 * b, (local / 2) & 1);
+        const TileInfo ti = s_info[b];
+        if (ti.expert < 0) {
+            break;  // the producer's end mark
+        }
+        float acc[NB][MW][ACC];
 #pragma unroll
-    for (int h = 0; h < NB; ++h)
+        for (int h = 0; h < NB; ++h)
 #pragma unroll
-        for (int mw = 0; mw < MW; ++mw)
+            for (int mw = 0; mw < MW; ++mw)
 #pragma unroll
-            for (int x = 0; x < ACC; ++x) acc[h][mw][x] = 0.0f;
+                for (int x = 0; x < ACC; ++x) acc[h][mw][x] = 0.0f;
 
-    // One wgmma group in flight: a stage is released once the group after the one that
-    // read it has been issued and the older group has completed.
-    int prev = -1;
-    for (int i = 0; i < ktiles; ++i) {
-        const int s = i % STAGES;
-        mbar_wait(full0 + 8 * s, (i / STAGES) & 1);
-        fence_proxy_async();
-        const u32 stage = ring + s * STAGE_BYTES;
-        wgmma_fence();
+        // One wgmma group in flight: a stage is released once the group after the one
+        // that read it has been issued and the older group has completed.
+        int prev = -1;
+        for (int i = 0; i < ktiles; ++i, ++it) {
+            const int s = it % STAGES;
+            mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
+            fence_proxy_async();
+            const u32 stage = ring + s * STAGE_BYTES;
+            wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < BK / 16; ++kk)
+            for (int kk = 0; kk < BK / 16; ++kk)
 #pragma unroll
-            for (int h = 0; h < NB; ++h)
+                for (int h = 0; h < NB; ++h)
 #pragma unroll
-                for (int mw = 0; mw < MW; ++mw) {
-                    const u32 mine = (cw * WG_X + mw * 64) * ROW + kk * 32;
-                    if constexpr (SWAP) {
-                        Wgmma<BY>::run(acc[h][mw], smem_desc_sw128(stage + h * W_BYTES + mine),
-                                       smem_desc_sw128(stage + A_OFF + kk * 32));
-                    } else {
-                        Wgmma<BY>::run(acc[h][mw], smem_desc_sw128(stage + A_OFF + mine),
-                                       smem_desc_sw128(stage + h * W_BYTES + kk * 32));
+                    for (int mw = 0; mw < MW; ++mw) {
+                        const u32 mine = (cw * WG_X + mw * 64) * ROW + kk * 32;
+                        if constexpr (SWAP) {
+                            Wgmma<BY>::run(acc[h][mw], smem_desc_sw128(stage + h * W_BYTES + mine),
+                                           smem_desc_sw128(stage + A_OFF + kk * 32));
+                        } else {
+                            Wgmma<BY>::run(acc[h][mw], smem_desc_sw128(stage + A_OFF + mine),
+                                           smem_desc_sw128(stage + h * W_BYTES + kk * 32));
+                        }
                     }
-                }
-        wgmma_commit();
-        wgmma_wait<1>();
+            wgmma_commit();
+            wgmma_wait<1>();
+            if (prev >= 0 && t == 0) {
+                mbar_arrive(empty0 + 8 * prev);
+            }
+            prev = s;
+        }
+        wgmma_wait<0>();
         if (prev >= 0 && t == 0) {
             mbar_arrive(empty0 + 8 * prev);
         }
-        prev = s;
-    }
-    wgmma_wait<0>();
 
-    // Epilogue. The m64nN fragment: thread t holds rows 16 (t / 32) + (t % 32) / 4 (+ 8)
-    // of its m64 block and columns 8 j + 2 (t % 4) (+ 1), as acc[4 j + 2 half + c].
-    const int wl = t / 32;
+        // Epilogue. The m64nN fragment: thread t holds rows 16 (t / 32) + (t % 32) / 4 (+ 8)
+        // of its m64 block and columns 8 j + 2 (t % 4) (+ 1), as acc[4 j + 2 half + c].
+        const int* pair = s_pair[b];
 #pragma unroll
-    for (int mw = 0; mw < MW; ++mw)
+        for (int mw = 0; mw < MW; ++mw)
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            const int x = cw * WG_X + mw * 64 + wl * 16 + lane / 4 + half * 8;
-            if constexpr (SWAP) {
-                // x is an output column; the N side's columns are the tile's pairs.
-                const int col = n0 + x;
-                if (col >= n) continue;
-#pragma unroll
-                for (int j = 0; j < BY / 8; ++j)
-#pragma unroll
-                    for (int c = 0; c < 2; ++c) {
-                        const int p = s_pair[j * 8 + (lane % 4) * 2 + c];
-                        if (p < 0) continue;
-                        const int at = 4 * j + 2 * half + c;
-                        const float v = UP ? silu_mul(acc[0][mw][at], acc[NB - 1][mw][at])
-                                           : acc[0][mw][at] * weights[p];
-                        out[(long long)p * n + col] = kd::from_f32<T>(v);
-                    }
-            } else {
-                // x is a tile row (a pair); the N side's columns are output columns; n
-                // is even, so a column pair is in or out together.
-                const int p = s_pair[x];
-                if (p < 0) continue;
-                const float scale = UP ? 1.0f : weights[p];
-                T* orow = out + (long long)p * n;
-#pragma unroll
-                for (int j = 0; j < BY / 8; ++j) {
-                    const int col = n0 + j * 8 + (lane % 4) * 2;
+            for (int half = 0; half < 2; ++half) {
+                const int x = cw * WG_X + mw * 64 + wl * 16 + lane / 4 + half * 8;
+                if constexpr (SWAP) {
+                    // x is an output column; the N side's columns are the tile's pairs.
+                    const int col = ti.n0 + x;
                     if (col >= n) continue;
-                    const int at = 4 * j + 2 * half;
-                    float v0, v1;
-                    if (UP) {
-                        v0 = silu_mul(acc[0][mw][at], acc[NB - 1][mw][at]);
-                        v1 = silu_mul(acc[0][mw][at + 1], acc[NB - 1][mw][at + 1]);
-                    } else {
-                        v0 = acc[0][mw][at] * scale;
-                        v1 = acc[0][mw][at + 1] * scale;
+#pragma unroll
+                    for (int j = 0; j < BY / 8; ++j)
+#pragma unroll
+                        for (int c = 0; c < 2; ++c) {
+                            const int p = pair[j * 8 + (lane % 4) * 2 + c];
+                            if (p < 0) continue;
+                            const int at = 4 * j + 2 * half + c;
+                            const float v = UP ? silu_mul(acc[0][mw][at], acc[NB - 1][mw][at])
+                                               : acc[0][mw][at] * weights[p];
+                            out[(long long)p * n + col] = kd::from_f32<T>(v);
+                        }
+                } else {
+                    // x is a tile row (a pair); the N side's columns are output columns; n
+                    // is even, so a column pair is in or out together.
+                    const int p = pair[x];
+                    if (p < 0) continue;
+                    const float scale = UP ? 1.0f : weights[p];
+                    T* orow = out + (long long)p * n;
+#pragma unroll
+                    for (int j = 0; j < BY / 8; ++j) {
+                        const int col = ti.n0 + j * 8 + (lane % 4) * 2;
+                        if (col >= n) continue;
+                        const int at = 4 * j + 2 * half;
+                        float v0, v1;
+                        if (UP) {
+                            v0 = silu_mul(acc[0][mw][at], acc[NB - 1][mw][at]);
+                            v1 = silu_mul(acc[0][mw][at + 1], acc[NB - 1][mw][at + 1]);
+                        } else {
+                            v0 = acc[0][mw][at] * scale;
+                            v1 = acc[0][mw][at + 1] * scale;
+                        }
+                        *reinterpret_cast<u32*>(orow + col) = kd::pack2(v0, v1, (T*)nullptr);
                     }
-                    *reinterpret_cast<u32*>(orow + col) = kd::pack2(v0, v1, (T*)nullptr);
                 }
             }
+        // Every thread of this warpgroup has read the buffer's pairs: the producer may refill it.
+        warpgroup_sync(cw);
+        if (t == 0) {
+            mbar_arrive(ifree0 + 8 * b);
         }
+    }
 }
 
 #endif  // WGMMA

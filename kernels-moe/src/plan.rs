@@ -607,9 +607,16 @@ pub fn step_args(
             let smem = c.gemm_smem_bytes(key.dtype, if up { 2 } else { 1 });
             let smem = u32::try_from(smem)
                 .map_err(|_| Error::invalid("config", "the pipeline exceeds shared memory"))?;
-            let mut d = LaunchDims::linear(slots, c.threads()).with_smem(smem);
-            d.grid.1 = tiles_n;
-            d
+            if c.path.is_wgmma() {
+                // Persistent blocks walk the (row tile, column tile) items.
+                let items = u64::from(slots) * u64::from(tiles_n);
+                let blocks = persistent_blocks(device, c, if up { 2 } else { 1 }, smem).min(items.max(1));
+                LaunchDims::linear(blocks as u32, c.threads()).with_smem(smem)
+            } else {
+                let mut d = LaunchDims::linear(slots, c.threads()).with_smem(smem);
+                d.grid.1 = tiles_n;
+                d
+            }
         }
         Step::Combine => {
             args.ptr(p.at(l.down))
@@ -623,6 +630,17 @@ pub fn step_args(
         }
     };
     Ok((dims, args))
+}
+
+/// Blocks of a wgmma GEMM step resident at once on `device`: one an SM, two where the
+/// step's kernel asks for two (one consumer of at most 64 accumulators a thread over its
+/// `weight_tiles` weight tiles, `MIN_BLOCKS` in `cuda/moe.cu`) and two rings of `smem`
+/// bytes fit an SM's shared memory.
+pub fn persistent_blocks(device: &DeviceInfo, c: &MoeConfig, weight_tiles: u32, smem: u32) -> u64 {
+    // `accumulators` counts the gate-up step's two weight tiles.
+    let per_thread = c.accumulators() / 2 * weight_tiles;
+    let two = c.consumers() == 1 && per_thread <= 64 && 2 * (u64::from(smem) + 2048) <= 228 * 1024;
+    u64::from(device.sm_count.max(1)) * if two { 2 } else { 1 }
 }
 
 /// The whole launch plan of `step` (variant, dimensions, arguments).
@@ -1071,14 +1089,28 @@ mod tests {
                     k as u64
                 ]
             );
-            // 10 pairs in tiles of 16 over 8 experts: at most 8 tiles.
-            assert_eq!(plan.dims.grid, (8, tiles_n, 1));
+            // 10 pairs in tiles of 16 over 8 experts: at most 8 row tiles, each with its
+            // column tiles: fewer items than resident blocks, one block an item.
+            assert_eq!(plan.dims.grid, (8 * tiles_n, 1, 1));
             assert_eq!(plan.dims.block.0, 256, "a consumer and the producer warpgroup");
             assert_eq!(
                 plan.dims.smem_bytes as usize,
                 4 * (16 + weight_tiles * 64) * 128 + 1024
             );
         }
+        // Persistent: never more blocks than are resident at once (two an SM for one
+        // consumer of few accumulators, one for two consumers).
+        let sms = u64::from(info.sm_count);
+        assert_eq!(persistent_blocks(&info, &c, 2, 64 * 1024), 2 * sms);
+        assert_eq!(persistent_blocks(&info, &c, 2, 120 * 1024), sms);
+        let two = MoeConfig {
+            path: Path::Wgmma,
+            block_m: 128,
+            block_n: 128,
+            warps: 8,
+            ..c
+        };
+        assert_eq!(persistent_blocks(&info, &two, 1, 64 * 1024), sms);
         // An sm_80 device, or a later arch without wgmma, is refused by name.
         for cc in [(8, 0), (10, 0)] {
             let other = DeviceInfo {
