@@ -2,20 +2,23 @@
 //! combine), at the Mixtral-8x7B, Qwen3-30B-A3B and DeepSeek-V3 shapes of
 //! ../shared/models.json (`MOE_BENCH_MODELS=Qwen3,...` picks by name substring).
 //! Four routings (uniform, distinct experts per token) rotate through the graph, as
-//! SGLang's bench does, so a small T's active experts do not sit in L2. Times the
-//! analytic default and a sample of the search space; prints one JSON line per shape.
+//! SGLang's bench does, so a small T's active experts do not sit in L2. Times the config
+//! the runtime serves (the baked table's, else the analytic default) step by step and
+//! whole, the analytic default and a sample of the search space; prints one JSON line per
+//! shape.
 //!
 //! `cargo run --release -p kernels-moe --example moe_bench -- [tokens,...]`
 
 use std::sync::Arc;
 
 use kernels_core::backend::cuda::GraphTimer;
+use kernels_core::backend::Backend;
 use kernels_core::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use kernels_core::launch::{encode, pseudo_random};
-use kernels_core::{CudaDevice, CudaRuntime, Result};
+use kernels_core::{Cuda, CudaDevice, CudaRuntime, Result};
 use kernels_moe::config::Path;
-use kernels_moe::ops::{prepare_config, MoePrepared};
-use kernels_moe::plan::{step_variant, Buffer, MoeProblem, Step, SOURCE};
+use kernels_moe::ops::{prepare, prepare_config, MoePrepared};
+use kernels_moe::plan::{step_args, step_variant, Buffer, MoeProblem, Step, SOURCE};
 use kernels_moe::{analytic_default, space, workspace_bytes, MoeConfig, MoeKey};
 use tuned::{DType, Target};
 
@@ -169,27 +172,40 @@ fn main() -> Result<()> {
                 .collect::<Result<_>>()?;
             let candidates = candidates(&key, t as u64);
             let default = candidates[0];
-            let time = |c: MoeConfig| -> Result<f64> {
-                let prep: MoePrepared<kernels_core::Cuda> = prepare_config(&rt, &stream, &key, c)?;
-                for p in &problems {
-                    prep.launch(&stream, p)?;
+            // The median of 7 graph replays of `launch` over the routings, each replay
+            // about 2 ms long (at least one call a routing).
+            let graph_us = |launch: &mut dyn FnMut(usize) -> Result<()>| -> Result<f64> {
+                for r in 0..ROUTINGS {
+                    launch(r)?;
                 }
-                stream
-                    .synchronize()
-                    .map_err(|e| kernels_core::Error::invalid("stream", e.to_string()))?;
-                let timer = GraphTimer::capture(&stream, 2 * ROUTINGS, ROUTINGS, &mut |r| {
-                    prep.launch(&stream, &problems[r])
-                })?;
+                Cuda::synchronize(&stream)?;
+                let timer = GraphTimer::capture(&stream, 2 * ROUTINGS, ROUTINGS, launch)?;
                 let once = timer.time_us(2)?;
                 let launches =
                     ROUTINGS * ((2000.0 / ROUTINGS as f64 / once.max(1.0)).round() as usize).clamp(1, 10);
-                let timer = GraphTimer::capture(&stream, launches, ROUTINGS, &mut |r| {
-                    prep.launch(&stream, &problems[r])
-                })?;
+                let timer = GraphTimer::capture(&stream, launches, ROUTINGS, launch)?;
                 let mut us: Vec<f64> = (0..7).map(|_| timer.time_us(1)).collect::<Result<_>>()?;
                 us.sort_by(|a, b| a.total_cmp(b));
                 Ok(us[us.len() / 2])
             };
+            let time_prepared =
+                |prep: &MoePrepared<Cuda>| graph_us(&mut |r| prep.launch(&stream, &problems[r]));
+            let time = |c: MoeConfig| time_prepared(&prepare_config(&rt, &stream, &key, c)?);
+            // The served config, whole and one step at a time (each step alone over the
+            // routings, after a whole call left its inputs in place).
+            let served = prepare(&rt, &stream, &key, t as u64)?;
+            let us_served = time_prepared(&served)?;
+            let mut steps = Vec::new();
+            for s in Step::ALL {
+                let c = served.resolved.config;
+                let kernel = rt.kernel(&stream, &SOURCE, &step_variant(&key, &c, s))?;
+                let us = graph_us(&mut |r| {
+                    let (dims, args) = step_args(rt.info(), &c, &problems[r], s)?;
+                    // SAFETY: the plan of step `s` for a problem built over live buffers.
+                    unsafe { Cuda::launch(&kernel, &stream, dims, &args) }
+                })?;
+                steps.push(format!("\"{s:?}\": {us:.2}"));
+            }
             let us_default = time(default)?;
             let mut best = (us_default, default);
             for &c in &candidates[1..] {
@@ -212,7 +228,12 @@ fn main() -> Result<()> {
             let wbytes = active * 3.0 * (n * k * 2) as f64;
             let flops = 2.0 * pairs as f64 * 3.0 * (n * k) as f64;
             println!(
-                "{{\"model\": \"{name}\", \"T\": {t}, \"us_default\": {us_default:.2}, \"default\": \"{default}\", \"us_best\": {:.2}, \"best\": \"{}\", \"sampled\": {}, \"active_experts\": {active}, \"weight_GBps_best\": {:.0}, \"tflops_best\": {:.1}}}",
+                "{{\"model\": \"{name}\", \"T\": {t}, \"us_served\": {us_served:.2}, \"source\": \"{}\", \"served\": \"{}\", \"steps_us\": {{{}}}, \"weight_GBps_served\": {:.0}, \"tflops_served\": {:.1}, \"us_default\": {us_default:.2}, \"default\": \"{default}\", \"us_best\": {:.2}, \"best\": \"{}\", \"sampled\": {}, \"active_experts\": {active}, \"weight_GBps_best\": {:.0}, \"tflops_best\": {:.1}}}",
+                served.resolved.source,
+                served.resolved.config,
+                steps.join(", "),
+                wbytes / us_served / 1e3,
+                flops / us_served / 1e6,
                 best.0,
                 best.1,
                 candidates.len(),

@@ -638,7 +638,7 @@ pub fn step_args(
 }
 
 /// The longest k (the step's reduction) whose wgmma GEMM runs on persistent blocks. On the
-/// H200, persistent blocks ran Qwen3-30B-A3B (k = 2048 and 768) 4-11% faster from 512 tokens
+/// H200, persistent blocks ran Qwen3-30B-A3B (k = 2048 and 768) 4-12% faster from 512 tokens
 /// and Mixtral-8x7B (k = 4096 and 14336) 7-10% slower at 512-2048 tokens than a block an item.
 pub const PERSISTENT_MAX_K: u32 = 2048;
 
