@@ -887,26 +887,32 @@ mod tests {
     }
 
     fn ok() -> Args {
-        let dims = (T, E, N, K, TOPK);
+        args((T, E, N, K, TOPK), GB)
+    }
+
+    /// Valid bf16 arguments of `dims` (tokens, experts, n, k, topk), each buffer at its own
+    /// multiple of `at`.
+    fn args(dims: (usize, usize, usize, usize, usize), at: u64) -> Args {
+        let (t, e, n, k, topk) = dims;
         let key = MoeKey {
             dtype: DType::Bf16,
-            experts: E as u32,
-            n: N as u32,
-            k: K as u32,
-            topk: TOPK as u32,
+            experts: e as u32,
+            n: n as u32,
+            k: k as u32,
+            topk: topk as u32,
         };
         Args {
             dtype: DType::Bf16,
             dims,
             bufs: [
-                Buffer::new(GB, T * K),
-                Buffer::new(2 * GB, E * 2 * N * K),
-                Buffer::new(3 * GB, E * K * N),
-                Buffer::new(4 * GB, T * TOPK),
-                Buffer::new(5 * GB, T * TOPK),
-                Buffer::new(6 * GB, T * K),
+                Buffer::new(at, t * k),
+                Buffer::new(2 * at, e * 2 * n * k),
+                Buffer::new(3 * at, e * k * n),
+                Buffer::new(4 * at, t * topk),
+                Buffer::new(5 * at, t * topk),
+                Buffer::new(6 * at, t * k),
             ],
-            ws: (7 * GB, crate::workspace_bytes(&key, T as u64)),
+            ws: (7 * at, crate::workspace_bytes(&key, t as u64)),
         }
     }
 
@@ -1050,26 +1056,7 @@ mod tests {
         // (tokens, experts, n, k, topk): Qwen3-30B-A3B (k 2048 then 768) and Mixtral-8x7B
         // (k 4096 then 14336).
         for (t, e, n, k, topk) in [(4096, 128, 768, 2048, 8), (4096, 8, 14336, 4096, 2)] {
-            const AT: u64 = 1 << 40;
-            let key = MoeKey {
-                dtype: DType::Bf16,
-                experts: e as u32,
-                n: n as u32,
-                k: k as u32,
-                topk: topk as u32,
-            };
-            let bufs = [
-                Buffer::new(AT, t * k),
-                Buffer::new(2 * AT, e * 2 * n * k),
-                Buffer::new(3 * AT, e * k * n),
-                Buffer::new(4 * AT, t * topk),
-                Buffer::new(5 * AT, t * topk),
-                Buffer::new(6 * AT, t * k),
-            ];
-            let [h, w13, w2, ids, w, out] = bufs;
-            let ws = (7 * AT, crate::workspace_bytes(&key, t as u64));
-            let p = unsafe { MoeProblem::raw(DType::Bf16, (t, e, n, k, topk), h, w13, w2, ids, w, out, ws) }
-                .unwrap();
+            let p = build(&args((t, e, n, k, topk), 1 << 40)).unwrap();
             let slots = row_tile_slots((t * topk) as u64, e as u32, 128);
             for (step, reduce, cols) in [(Step::GateUp, k, n), (Step::Down, n, k)] {
                 let plan = step_plan(&info, &c, &p, step).unwrap();
