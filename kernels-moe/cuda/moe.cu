@@ -10,6 +10,8 @@
 //                      int n_group, int topk_group, int topk, int renorm, float scale,
 //                      int* ids, float* weights)
 //   3 moe_align(const int* ids, int pairs, int experts, int* offsets, int* sorted)
+//       offsets holds experts + 1 + 4 ints: the prefix, then the wgmma GEMMs' work
+//       counters (gate-up's next item and finished blocks, then down's), zeroed here
 //   4 moe_gemm (UP=1)  intermediate[p, :] = silu(x[p / topk] . gate_e^T) * (x[p / topk] . up_e^T)
 //   5 moe_gemm (UP=0)  y[p, :] = weights[p] * (intermediate[p] . w2_e^T)
 //       mma path:   moe_gemm(const T* a, const T* w, T* out, const int* offsets,
@@ -214,6 +216,7 @@ extern "C" __global__ void __launch_bounds__(km::ROUTE_WARPS * 32)
 #if STEP == 3
 namespace km {
 constexpr int ALIGN_THREADS = 1024;
+constexpr int COUNTERS = 4;  // after the prefix: (next item, finished blocks) per GEMM step
 }
 
 // One block: count pairs per expert in shared memory, scan, scatter. Integer atomics
@@ -266,6 +269,9 @@ extern "C" __global__ void __launch_bounds__(km::ALIGN_THREADS)
     }
     if (tid == 0) {
         offsets[experts] = warp_total[ALIGN_THREADS / 32 - 1];
+    }
+    if (tid < COUNTERS) {
+        offsets[experts + 1 + tid] = 0;  // the wgmma GEMMs' work counters
     }
     __syncthreads();
     for (int p = tid; p < pairs; p += ALIGN_THREADS) {
@@ -522,8 +528,9 @@ extern "C" __global__ void __launch_bounds__(km::THREADS)
 // Rows are stored by pair index exactly as on the mma path; padding rows of a ragged
 // tile (pair -1) and columns past n are computed but never stored.
 //
-// Grid: at most as many blocks as are resident at once (the host's `persistent_blocks`),
-// one dimension; (CONSUMERS + 1) * 128 threads, warpgroup 0 the producer; STAGES * (BM +
+// Grid: one dimension, at most as many blocks as are resident at once (the host's
+// `persistent_blocks`) or one an item where items are long (the blocks take items from
+// a counter either way); (CONSUMERS + 1) * 128 threads, warpgroup 0 the producer; STAGES * (BM +
 // NB * BN) * 128 + 1024 bytes of dynamic shared memory (the 1024 realigns the ring to the
 // swizzle atom). Short k (a down GEMM of k = 256-768) makes an item a few k steps: a
 // block per item paid its start, its pipeline fill and its stores of C on every one.
@@ -599,12 +606,16 @@ __device__ __forceinline__ int total_row_tiles(const int* __restrict__ offsets, 
 
 }  // namespace km
 
-// Persistent: block b takes work items b, b + gridDim.x, ... of (row tile r, column tile
-// c), item i = c * row_tiles + r (the row tiles of one column tile run together, so an
-// expert's weight tile is read by its row tiles at about the same time); row_tiles is the
-// routing's actual count, read from `offsets`. The producer runs ahead across items: it
-// gathers the next item's pairs into the other TileInfo buffer and fills the ring with
-// its first stages while the consumers store the last item's C.
+// Persistent: block b takes item b, then the next free one from a counter in the
+// workspace (offsets[experts + 1], gate-up, or [experts + 3], down; moe_align zeroes
+// them, and the last block to finish zeroes its step's again, so a step may also be
+// launched on its own). Item i is (row tile r, column tile c), i = c * row_tiles + r.
+// Items are taken in that order whatever the blocks' speeds, so an expert's weight tile
+// is read by its row tiles at about the same time, while L2 still holds it, and a block
+// that finishes early takes more. row_tiles is the routing's actual count, read from
+// `offsets`. The producer runs ahead across items: it gathers the next item's pairs into
+// the other TileInfo buffer and fills the ring with its first stages while the
+// consumers store the last item's C.
 extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
     moe_gemm(const __grid_constant__ kg::TmaMap w, const km::T* __restrict__ a, km::T* __restrict__ out,
              const int* __restrict__ offsets, const int* __restrict__ sorted, const float* __restrict__ weights,
@@ -649,19 +660,30 @@ extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
         if constexpr (CONSUMERS == 2) {
             regs_dec<56>();
         }
-        const int row_tiles = total_row_tiles(offsets, experts, BM, lane);  // warp-uniform; every warp
-        const int items = row_tiles * tiles_n;
+        int* const next = const_cast<int*>(offsets) + experts + 1 + (UP ? 0 : 2);  // then `done`
         const int q = tid % 8;
         const int r0 = tid / 8;
         // Rows r0 + 16 j all sit at r0 % 8 within their swizzle atom.
         const u32 chunk_at = A_OFF + r0 * ROW + ((q ^ (r0 % 8)) * 16);
-        int it = 0, local = 0;
-        for (int item = blockIdx.x;; item += gridDim.x, ++local) {
+        const int row_tiles = total_row_tiles(offsets, experts, BM, lane);  // warp-uniform; every warp
+        const int items = row_tiles * tiles_n;
+        int it = 0;
+        for (int local = 0;; ++local) {
             const int b = local & 1;
             // The consumers are done with the item this buffer held two items ago (a fresh
             // barrier counts as having completed the phase before its first).
             mbar_wait(ifree0 + 8 * b, ((local / 2) & 1) ^ 1);
             if (tid < 32) {
+                // Warp 0 takes the next item: its own index first (no wait for the counter
+                // to start the first wave), then from the counter, which counts the items
+                // after the first gridDim.x. Every block's last take is past the end.
+                int item = blockIdx.x;
+                if (local > 0) {
+                    if (lane == 0) {
+                        item = atomicAdd(next, 1);
+                    }
+                    item = __shfl_sync(0xffffffffu, item, 0) + (int)gridDim.x;
+                }
                 if (item < items) {
                     find_row_tile(offsets, experts, BM, item % row_tiles, lane, s_info[b].expert, s_info[b].row0,
                                   s_info[b].rows);
@@ -683,7 +705,15 @@ extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
             }
             if (ti.expert < 0) {
                 // The end (an item below `items` always names an expert): the consumers
-                // stop at the same mark.
+                // stop at the same mark. The last block to get here zeroes the counters
+                // for the next launch (every block's takes come before its count).
+                if (tid == 0) {
+                    __threadfence();
+                    if (atomicAdd(next + 1, 1) == (int)gridDim.x - 1) {
+                        next[0] = 0;
+                        next[1] = 0;
+                    }
+                }
                 break;
             }
             const T* src[GATHER_ROWS];

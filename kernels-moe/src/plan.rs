@@ -35,6 +35,9 @@ const ROUTE_WARPS: u32 = 4;
 const COMBINE_THREADS: u32 = 256;
 /// Workspace regions start on this many bytes.
 const REGION_ALIGN: usize = 256;
+/// i32 counters after the prefix in `offsets`: (next item, finished blocks) of each
+/// wgmma GEMM step, zeroed by `moe_align` (`COUNTERS` in `cuda/moe.cu`).
+const WORK_COUNTERS: u128 = 4;
 
 /// One device buffer: address and length in elements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,7 +55,8 @@ impl Buffer {
 /// Where each intermediate lives in the caller's workspace (byte offsets), for `pairs
 /// = tokens * topk` token-expert pairs:
 ///
-/// - `offsets`: `experts + 1` i32, the exclusive prefix of pairs per expert;
+/// - `offsets`: `experts + 1` i32, the exclusive prefix of pairs per expert, then 4 i32
+///   work counters of the wgmma GEMM steps (zeroed by the align step);
 /// - `sorted`: `pairs` i32, pair indices grouped by expert;
 /// - `intermediate`: `[pairs, n]` of the dtype, `silu(gate) * up` per pair;
 /// - `down`: `[pairs, k]` of the dtype, each pair's weighted expert output.
@@ -73,7 +77,7 @@ impl WorkspaceLayout {
         let pairs = tokens as u128 * key.topk as u128;
         let round = |b: u128| b.div_ceil(REGION_ALIGN as u128) * REGION_ALIGN as u128;
         let offsets = 0u128;
-        let sorted = offsets + round((key.experts as u128 + 1) * 4);
+        let sorted = offsets + round((key.experts as u128 + 1 + WORK_COUNTERS) * 4);
         let intermediate = sorted + round(pairs * 4);
         let down = intermediate + round(pairs * key.n as u128 * e);
         let bytes = down + round(pairs * key.k as u128 * e);
