@@ -314,6 +314,15 @@ fn check(stream: &Arc<CudaStream>, prep: &MoePrepared<Cuda>, p: &Prepared, what:
                 "{what} {c:?}: a write outside {name}"
             );
         }
+        // The wgmma GEMMs' work counters after the prefix: zero again once the call is
+        // done (the align step zeroes them, the last block of each GEMM again), so a
+        // GEMM step may be relaunched on its own (as the tuner does).
+        let at = GUARD + layout.offsets + (e + 1) * 4;
+        assert_eq!(
+            bytes_i32(&ws_host[at..at + 16]),
+            [0; 4],
+            "{what} {c:?}: the work counters after the call"
+        );
         let interior = got[GUARD..GUARD + out_bytes].to_vec();
         if run == 0 {
             let vals = decode(c.dtype, &interior);
