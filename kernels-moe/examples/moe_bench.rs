@@ -3,9 +3,9 @@
 //! ../shared/models.json (`MOE_BENCH_MODELS=Qwen3,...` picks by name substring).
 //! Four routings (uniform, distinct experts per token) rotate through the graph, as
 //! SGLang's bench does, so a small T's active experts do not sit in L2. Times the config
-//! the runtime serves (the baked table's, else the analytic default) step by step and
-//! whole, the analytic default and a sample of the search space; prints one JSON line per
-//! shape.
+//! the runtime serves (the baked table's, else the analytic default) whole, without the
+//! align step (as SGLang's figure, which excludes its alignment) and step by step, then
+//! the analytic default and a sample of the search space; prints one JSON line per shape.
 //!
 //! `cargo run --release -p kernels-moe --example moe_bench -- [tokens,...]`
 
@@ -138,7 +138,11 @@ fn main() -> Result<()> {
             let hidden = random_device(&stream, t * k * 2, 3, 1.0);
             let out = stream.alloc_zeros::<u8>(t * k * 2).expect("alloc");
             let ws_bytes = workspace_bytes(&key, t as u64);
-            let ws = stream.alloc_zeros::<u8>(ws_bytes).expect("alloc");
+            // A workspace per routing: each keeps its routing's alignment, so the steps
+            // timed alone after the align step rotate over the routings too.
+            let ws: Vec<CudaSlice<u8>> = (0..ROUTINGS)
+                .map(|_| stream.alloc_zeros::<u8>(ws_bytes).expect("alloc"))
+                .collect();
             let sets: Vec<Vec<i32>> = (0..ROUTINGS)
                 .map(|r| routing(t, experts, topk, 10 + r as u64))
                 .collect();
@@ -156,7 +160,8 @@ fn main() -> Result<()> {
             // SAFETY: live allocations of the lengths given.
             let problems: Vec<MoeProblem<'_>> = ids
                 .iter()
-                .map(|d| unsafe {
+                .zip(&ws)
+                .map(|(d, ws)| unsafe {
                     MoeProblem::raw(
                         DType::Bf16,
                         (t, e, n, k, topk as usize),
@@ -166,7 +171,7 @@ fn main() -> Result<()> {
                         Buffer::new(ptr(d, &stream), pairs),
                         Buffer::new(ptr(&weights, &stream), pairs),
                         Buffer::new(ptr(&out, &stream), t * k),
-                        (ptr(&ws, &stream), ws_bytes),
+                        (ptr(ws, &stream), ws_bytes),
                     )
                 })
                 .collect::<Result<_>>()?;
@@ -191,20 +196,30 @@ fn main() -> Result<()> {
             let time_prepared =
                 |prep: &MoePrepared<Cuda>| graph_us(&mut |r| prep.launch(&stream, &problems[r]));
             let time = |c: MoeConfig| time_prepared(&prepare_config(&rt, &stream, &key, c)?);
-            // The served config, whole and one step at a time (each step alone over the
-            // routings, after a whole call left its inputs in place).
+            // The served config: whole, without the align step (what SGLang's figure
+            // covers: its alignment is excluded), and one step at a time (after a whole
+            // call left each routing's alignment in its workspace).
             let served = prepare(&rt, &stream, &key, t as u64)?;
             let us_served = time_prepared(&served)?;
+            let c = served.resolved.config;
+            let kernels: Vec<_> = Step::ALL
+                .iter()
+                .map(|&s| rt.kernel(&stream, &SOURCE, &step_variant(&key, &c, s)))
+                .collect::<Result<_>>()?;
+            let launch_steps = |which: &[usize]| {
+                graph_us(&mut |r| {
+                    for &i in which {
+                        let (dims, args) = step_args(rt.info(), &c, &problems[r], Step::ALL[i])?;
+                        // SAFETY: the plan of the step for a problem built over live buffers.
+                        unsafe { Cuda::launch(&kernels[i], &stream, dims, &args) }?;
+                    }
+                    Ok(())
+                })
+            };
+            let us_served_no_align = launch_steps(&[1, 2, 3])?;
             let mut steps = Vec::new();
-            for s in Step::ALL {
-                let c = served.resolved.config;
-                let kernel = rt.kernel(&stream, &SOURCE, &step_variant(&key, &c, s))?;
-                let us = graph_us(&mut |r| {
-                    let (dims, args) = step_args(rt.info(), &c, &problems[r], s)?;
-                    // SAFETY: the plan of step `s` for a problem built over live buffers.
-                    unsafe { Cuda::launch(&kernel, &stream, dims, &args) }
-                })?;
-                steps.push(format!("\"{s:?}\": {us:.2}"));
+            for (i, s) in Step::ALL.iter().enumerate() {
+                steps.push(format!("\"{s:?}\": {:.2}", launch_steps(&[i])?));
             }
             let us_default = time(default)?;
             let mut best = (us_default, default);
@@ -228,7 +243,7 @@ fn main() -> Result<()> {
             let wbytes = active * 3.0 * (n * k * 2) as f64;
             let flops = 2.0 * pairs as f64 * 3.0 * (n * k) as f64;
             println!(
-                "{{\"model\": \"{name}\", \"T\": {t}, \"us_served\": {us_served:.2}, \"source\": \"{}\", \"served\": \"{}\", \"steps_us\": {{{}}}, \"weight_GBps_served\": {:.0}, \"tflops_served\": {:.1}, \"us_default\": {us_default:.2}, \"default\": \"{default}\", \"us_best\": {:.2}, \"best\": \"{}\", \"sampled\": {}, \"active_experts\": {active}, \"weight_GBps_best\": {:.0}, \"tflops_best\": {:.1}}}",
+                "{{\"model\": \"{name}\", \"T\": {t}, \"us_served\": {us_served:.2}, \"us_served_no_align\": {us_served_no_align:.2}, \"source\": \"{}\", \"served\": \"{}\", \"steps_us\": {{{}}}, \"weight_GBps_served\": {:.0}, \"tflops_served\": {:.1}, \"us_default\": {us_default:.2}, \"default\": \"{default}\", \"us_best\": {:.2}, \"best\": \"{}\", \"sampled\": {}, \"active_experts\": {active}, \"weight_GBps_best\": {:.0}, \"tflops_best\": {:.1}}}",
                 served.resolved.source,
                 served.resolved.config,
                 steps.join(", "),
