@@ -595,6 +595,32 @@ __device__ __forceinline__ void producers_sync() { asm volatile("bar.sync 1, 128
 // Orders one consumer warpgroup's threads (named barriers 2 and 3).
 __device__ __forceinline__ void warpgroup_sync(int cw) { asm volatile("bar.sync %0, 128;\n" ::"r"(2 + cw) : "memory"); }
 
+// Bytes of activation rows a band of row tiles may keep in L2 (see item_tile): 24 MiB, 40%
+// of the H200's L2, leaving the rest to the weight tiles the band's blocks stream.
+constexpr long long BAND_BYTES = 24ll << 20;
+
+// Row tiles in a band: as many as keep their k-long activation rows within BAND_BYTES,
+// 1 to 16.
+__device__ __forceinline__ int band_rows(int bm, int k) {
+    return (int)max(1ll, min(16ll, BAND_BYTES / ((long long)bm * k * 2)));
+}
+
+// Work item -> (row tile r, column tile c). Row tiles are taken in bands of `g`: a band's
+// items cover every column tile, its row tiles fastest, before the next band starts. So
+// a band's activation rows stay in L2 while its blocks sweep the columns (all row tiles
+// a column tile, as a plain raster would take them, re-read every activation row from
+// memory once a column tile), and the row tiles of one expert, adjacent in a band, read
+// each weight tile at about the same time.
+__device__ __forceinline__ void item_tile(int item, int row_tiles, int tiles_n, int g, int& r, int& c) {
+    const int per_band = g * tiles_n;
+    const int band = item / per_band;
+    const int first = band * g;
+    const int size = min(row_tiles - first, g);
+    const int j = item - band * per_band;
+    r = first + j % size;
+    c = j / size;
+}
+
 // The total row tiles of `bm` rows over all experts, in every lane of the calling warp.
 __device__ __forceinline__ int total_row_tiles(const int* __restrict__ offsets, int experts, int bm, int lane) {
     int local = 0;
@@ -609,11 +635,10 @@ __device__ __forceinline__ int total_row_tiles(const int* __restrict__ offsets, 
 // Persistent: block b takes item b, then the next free one from a counter in the
 // workspace (offsets[experts + 1], gate-up, or [experts + 3], down; moe_align zeroes
 // them, and the last block to finish zeroes its step's again, so a step may also be
-// launched on its own). Item i is (row tile r, column tile c), i = c * row_tiles + r.
-// Items are taken in that order whatever the blocks' speeds, so an expert's weight tile
-// is read by its row tiles at about the same time, while L2 still holds it, and a block
-// that finishes early takes more. row_tiles is the routing's actual count, read from
-// `offsets`. The producer runs ahead across items: it gathers the next item's pairs into
+// launched on its own). Item i is (row tile r, column tile c) in bands of row tiles
+// (item_tile). Items are taken in that order whatever the blocks' speeds, so the tiles
+// a band shares stay in L2 while its blocks need them, and a block that finishes early
+// takes more. row_tiles is the routing's actual count, read from `offsets`. The producer runs ahead across items: it gathers the next item's pairs into
 // the other TileInfo buffer and fills the ring with its first stages while the
 // consumers store the last item's C.
 extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
@@ -667,6 +692,7 @@ extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
         const u32 chunk_at = A_OFF + r0 * ROW + ((q ^ (r0 % 8)) * 16);
         const int row_tiles = total_row_tiles(offsets, experts, BM, lane);  // warp-uniform; every warp
         const int items = row_tiles * tiles_n;
+        const int band = band_rows(BM, k);
         int it = 0;
         for (int local = 0;; ++local) {
             const int b = local & 1;
@@ -685,13 +711,14 @@ extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
                     item = __shfl_sync(0xffffffffu, item, 0) + (int)gridDim.x;
                 }
                 if (item < items) {
-                    find_row_tile(offsets, experts, BM, item % row_tiles, lane, s_info[b].expert, s_info[b].row0,
-                                  s_info[b].rows);
+                    int r, c;
+                    item_tile(item, row_tiles, tiles_n, band, r, c);
+                    find_row_tile(offsets, experts, BM, r, lane, s_info[b].expert, s_info[b].row0, s_info[b].rows);
+                    if (lane == 0) {
+                        s_info[b].n0 = c * BN;
+                    }
                 } else if (lane == 0) {
                     s_info[b].expert = -1;  // the end mark
-                }
-                if (lane == 0) {
-                    s_info[b].n0 = (item / max(row_tiles, 1)) * BN;
                 }
             }
             producers_sync();
