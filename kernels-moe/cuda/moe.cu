@@ -30,6 +30,11 @@
 // BM and experts with no pairs start no work. Rows are written by pair index, never by
 // sorted position, so the order inside an expert's group changes no result bit.
 //
+// Programmatic dependent launch: every entry point calls kd::pdl_wait() before its first
+// global memory access; align (one block) lets the next kernel start at once, the GEMMs
+// once a block has read its inputs (the wgmma blocks when no item is left), so the host
+// may launch the steps with the programmatic-stream-serialization attribute on sm_90.
+//
 // Defines: STEP; DTYPE (1 f16, 2 bf16; for STEP 1-2 the logits' type, 0 f32 allowed);
 // for STEP 4-5: UP, STAGES (ring depth), BM BN (pairs x output columns per block) and
 // either BK WM WN (mma path: k step, warp grid) or WGMMA CONSUMERS (wgmma path, sm_90a:
@@ -83,6 +88,7 @@ extern "C" __global__ void __launch_bounds__(km::ROUTE_WARPS * 32)
     moe_topk_softmax(const km::T* __restrict__ logits, int tokens, int experts, int topk, int renorm,
                      int* __restrict__ ids, float* __restrict__ weights) {
     using namespace km;
+    kd::pdl_wait();
     const int lane = threadIdx.x % 32;
     const int t = blockIdx.x * ROUTE_WARPS + threadIdx.x / 32;
     if (t >= tokens) {
@@ -135,6 +141,7 @@ extern "C" __global__ void __launch_bounds__(km::ROUTE_WARPS * 32)
                      int n_group, int topk_group, int topk, int renorm, float scale, int* __restrict__ ids,
                      float* __restrict__ weights) {
     using namespace km;
+    kd::pdl_wait();
     const int lane = threadIdx.x % 32;
     const int t = blockIdx.x * ROUTE_WARPS + threadIdx.x / 32;
     if (t >= tokens) {
@@ -228,6 +235,10 @@ extern "C" __global__ void __launch_bounds__(km::ALIGN_THREADS)
     extern __shared__ int cnt[];  // experts counters, then cursors
     __shared__ int warp_total[ALIGN_THREADS / 32];
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    kd::pdl_wait();
+    // One block: the next kernel's blocks may take the other SMs now (they wait for this
+    // one's results in their own pdl_wait).
+    kd::pdl_launch_dependents();
     for (int e = tid; e < experts; e += ALIGN_THREADS) cnt[e] = 0;
     __syncthreads();
     for (int p = tid; p < pairs; p += ALIGN_THREADS) {
@@ -367,6 +378,7 @@ extern "C" __global__ void __launch_bounds__(km::THREADS)
 
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int warp_m = warp % WM, warp_n = warp / WM;
+    kd::pdl_wait();
 
     // Row tile blockIdx.x of the expert-grouped pairs.
     if (warp == 0) {
@@ -476,6 +488,8 @@ extern "C" __global__ void __launch_bounds__(km::THREADS)
         }
     }
     cp_async_wait<0>();
+    // Every input this block reads is read: the next kernel may start its blocks.
+    kd::pdl_launch_dependents();
 
     // Epilogue: rows by pair index; n is even, so a column pair is in or out together.
 #pragma unroll
@@ -674,6 +688,8 @@ extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
         mbar_init_fence();
     }
     __syncthreads();
+    // Under programmatic dependent launch, nothing global before the previous kernel is done.
+    kd::pdl_wait();
 
     const int ktiles = (k + BK - 1) / BK;
     const int tiles_n = (n + BN - 1) / BN;
@@ -788,7 +804,10 @@ extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
         mbar_wait(ifull0 + 8 * b, (local / 2) & 1);
         const TileInfo ti = s_info[b];
         if (ti.expert < 0) {
-            break;  // the producer's end mark
+            // The producer's end mark: no input is read after it, the next kernel may
+            // start its blocks.
+            kd::pdl_launch_dependents();
+            break;
         }
         float acc[NB][MW][ACC];
 #pragma unroll
@@ -903,6 +922,7 @@ extern "C" __global__ void __launch_bounds__(km::COMBINE_THREADS)
     moe_combine(const km::T* __restrict__ y, const int* __restrict__ ids, km::T* __restrict__ out, int tokens,
                 int topk, int experts, int h) {
     using namespace km;
+    kd::pdl_wait();
     const int t = blockIdx.x;
     if (t >= tokens) {
         return;

@@ -19,11 +19,13 @@ use crate::{space, Moe};
 /// kernels-gemm's PTX and wgmma wrappers ([`kernels_gemm::plan::PTX`],
 /// [`kernels_gemm::plan::WGMMA`]; the Hopper ones only where a variant defines WGMMA).
 pub static SOURCE: KernelSource =
-    KernelSource::new("moe", include_str!("../cuda/moe.cu"), crate::SOURCE_FINGERPRINT).with_preamble(&[
-        kernels_core::PRELUDE,
-        kernels_gemm::plan::PTX,
-        kernels_gemm::plan::WGMMA,
-    ]);
+    KernelSource::new("moe", include_str!("../cuda/moe.cu"), crate::SOURCE_FINGERPRINT)
+        .with_preamble(&[
+            kernels_core::PRELUDE,
+            kernels_gemm::plan::PTX,
+            kernels_gemm::plan::WGMMA,
+        ])
+        .programmatic_launch();
 
 /// The most experts a problem may have (the align kernel counts them in shared memory).
 pub const MAX_EXPERTS: u32 = 4096;
@@ -1044,6 +1046,39 @@ mod tests {
             ..info
         };
         assert!(step_plan(&mi300, &c, &p, Step::Align).is_err());
+    }
+
+    /// SOURCE is marked for programmatic dependent launch: every entry point (routing,
+    /// align, both GEMM paths, combine) waits for the previous grid before it touches
+    /// global memory (its pointer parameters, the helpers that read them, cp.async and TMA).
+    #[test]
+    fn every_entry_point_waits_before_touching_memory() {
+        assert!(SOURCE.pdl);
+        let src = include_str!("../cuda/moe.cu");
+        let bodies = kernels_core::testing::entry_bodies(src);
+        assert_eq!(bodies.len(), 6, "two routings, align, two GEMM paths, combine");
+        const ACCESSES: &[&str] = &[
+            "row[",
+            "ids[",
+            "offsets[",
+            "sorted[",
+            "weights[",
+            "out[",
+            "y +",
+            "find_row_tile(",
+            "total_row_tiles(",
+            "cp_async16(",
+            "tma_load_2d(",
+            "load_vec",
+        ];
+        for (i, b) in bodies.iter().enumerate() {
+            let wait = b
+                .find("kd::pdl_wait();")
+                .unwrap_or_else(|| panic!("entry point {i}: no wait"));
+            if let Some((at, a)) = ACCESSES.iter().filter_map(|a| b.find(a).map(|at| (at, a))).min() {
+                assert!(wait < at, "entry point {i}: `{a}` comes before kd::pdl_wait()");
+            }
+        }
     }
 
     #[test]
