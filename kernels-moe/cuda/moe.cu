@@ -544,10 +544,11 @@ extern "C" __global__ void __launch_bounds__(km::THREADS)
 //
 // Grid: one dimension, at most as many blocks as are resident at once (the host's
 // `persistent_blocks`) or one an item where items are long (the blocks take items from
-// a counter either way); (CONSUMERS + 1) * 128 threads, warpgroup 0 the producer; STAGES * (BM +
-// NB * BN) * 128 + 1024 bytes of dynamic shared memory (the 1024 realigns the ring to the
-// swizzle atom). Short k (a down GEMM of k = 256-768) makes an item a few k steps: a
-// block per item paid its start, its pipeline fill and its stores of C on every one.
+// a counter either way); (CONSUMERS + 1) * 128 threads, warpgroup 0 the producer;
+// STAGES * (BM + NB * BN) * 128 + 1024 bytes of dynamic shared memory (the 1024 realigns
+// the ring to the swizzle atom). Short k (a down GEMM of k = 256-768) makes an item a few
+// k steps: a block per item paid its start, its pipeline fill and its stores of C on
+// every one.
 
 #if !defined(BM) || !defined(BN) || !defined(CONSUMERS) || !defined(STAGES) || !defined(UP)
 #error "the wgmma MoE GEMM needs WGMMA, BM, BN, CONSUMERS, STAGES, UP"
@@ -650,11 +651,12 @@ __device__ __forceinline__ int total_row_tiles(const int* __restrict__ offsets, 
 // workspace (offsets[experts + 1], gate-up, or [experts + 3], down; moe_align zeroes
 // them, and the last block to finish zeroes its step's again, so a step may also be
 // launched on its own). Item i is (row tile r, column tile c) in bands of row tiles
-// (item_tile). Items are taken in that order whatever the blocks' speeds, so the tiles
-// a band shares stay in L2 while its blocks need them, and a block that finishes early
-// takes more. row_tiles is the routing's actual count, read from `offsets`. The producer runs ahead across items: it gathers the next item's pairs into
-// the other TileInfo buffer and fills the ring with its first stages while the
-// consumers store the last item's C.
+// (item_tile). Items are taken in that order whatever the blocks' speeds, so the tiles a
+// band shares stay in L2 while its blocks need them, and a block that finishes early
+// takes more. row_tiles is the routing's actual count, read from `offsets`. The producer
+// runs ahead across items: it gathers the next item's pairs into the other TileInfo
+// buffer and fills the ring with its first stages while the consumers store the last
+// item's C.
 extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
     moe_gemm(const __grid_constant__ kg::TmaMap w, const km::T* __restrict__ a, km::T* __restrict__ out,
              const int* __restrict__ offsets, const int* __restrict__ sorted, const float* __restrict__ weights,
