@@ -10,6 +10,8 @@
 //                      int n_group, int topk_group, int topk, int renorm, float scale,
 //                      int* ids, float* weights)
 //   3 moe_align(const int* ids, int pairs, int experts, int* offsets, int* sorted)
+//       offsets holds experts + 1 + 4 ints: the prefix, then the wgmma GEMMs' work
+//       counters (gate-up's next item and finished blocks, then down's), zeroed here
 //   4 moe_gemm (UP=1)  intermediate[p, :] = silu(x[p / topk] . gate_e^T) * (x[p / topk] . up_e^T)
 //   5 moe_gemm (UP=0)  y[p, :] = weights[p] * (intermediate[p] . w2_e^T)
 //       mma path:   moe_gemm(const T* a, const T* w, T* out, const int* offsets,
@@ -27,6 +29,11 @@
 // block finds its (expert, row tile) from `offsets` alone, so one alignment serves any
 // BM and experts with no pairs start no work. Rows are written by pair index, never by
 // sorted position, so the order inside an expert's group changes no result bit.
+//
+// Programmatic dependent launch: every entry point calls kd::pdl_wait() before its first
+// global memory access; align (one block) lets the next kernel start at once, the GEMMs
+// once a block has read its inputs (the wgmma blocks when no item is left), so the host
+// may launch the steps with the programmatic-stream-serialization attribute on sm_90.
 //
 // Defines: STEP; DTYPE (1 f16, 2 bf16; for STEP 1-2 the logits' type, 0 f32 allowed);
 // for STEP 4-5: UP, STAGES (ring depth), BM BN (pairs x output columns per block) and
@@ -81,6 +88,7 @@ extern "C" __global__ void __launch_bounds__(km::ROUTE_WARPS * 32)
     moe_topk_softmax(const km::T* __restrict__ logits, int tokens, int experts, int topk, int renorm,
                      int* __restrict__ ids, float* __restrict__ weights) {
     using namespace km;
+    kd::pdl_wait();
     const int lane = threadIdx.x % 32;
     const int t = blockIdx.x * ROUTE_WARPS + threadIdx.x / 32;
     if (t >= tokens) {
@@ -133,6 +141,7 @@ extern "C" __global__ void __launch_bounds__(km::ROUTE_WARPS * 32)
                      int n_group, int topk_group, int topk, int renorm, float scale, int* __restrict__ ids,
                      float* __restrict__ weights) {
     using namespace km;
+    kd::pdl_wait();
     const int lane = threadIdx.x % 32;
     const int t = blockIdx.x * ROUTE_WARPS + threadIdx.x / 32;
     if (t >= tokens) {
@@ -214,6 +223,7 @@ extern "C" __global__ void __launch_bounds__(km::ROUTE_WARPS * 32)
 #if STEP == 3
 namespace km {
 constexpr int ALIGN_THREADS = 1024;
+constexpr int COUNTERS = 4;  // after the prefix: (next item, finished blocks) per GEMM step
 }
 
 // One block: count pairs per expert in shared memory, scan, scatter. Integer atomics
@@ -225,6 +235,10 @@ extern "C" __global__ void __launch_bounds__(km::ALIGN_THREADS)
     extern __shared__ int cnt[];  // experts counters, then cursors
     __shared__ int warp_total[ALIGN_THREADS / 32];
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    kd::pdl_wait();
+    // One block: the next kernel's blocks may take the other SMs now (they wait for this
+    // one's results in their own pdl_wait).
+    kd::pdl_launch_dependents();
     for (int e = tid; e < experts; e += ALIGN_THREADS) cnt[e] = 0;
     __syncthreads();
     for (int p = tid; p < pairs; p += ALIGN_THREADS) {
@@ -266,6 +280,9 @@ extern "C" __global__ void __launch_bounds__(km::ALIGN_THREADS)
     }
     if (tid == 0) {
         offsets[experts] = warp_total[ALIGN_THREADS / 32 - 1];
+    }
+    if (tid < COUNTERS) {
+        offsets[experts + 1 + tid] = 0;  // the wgmma GEMMs' work counters
     }
     __syncthreads();
     for (int p = tid; p < pairs; p += ALIGN_THREADS) {
@@ -361,6 +378,7 @@ extern "C" __global__ void __launch_bounds__(km::THREADS)
 
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int warp_m = warp % WM, warp_n = warp / WM;
+    kd::pdl_wait();
 
     // Row tile blockIdx.x of the expert-grouped pairs.
     if (warp == 0) {
@@ -470,6 +488,8 @@ extern "C" __global__ void __launch_bounds__(km::THREADS)
         }
     }
     cp_async_wait<0>();
+    // Every input this block reads is read: the next kernel may start its blocks.
+    kd::pdl_launch_dependents();
 
     // Epilogue: rows by pair index; n is even, so a column pair is in or out together.
 #pragma unroll
@@ -522,11 +542,13 @@ extern "C" __global__ void __launch_bounds__(km::THREADS)
 // Rows are stored by pair index exactly as on the mma path; padding rows of a ragged
 // tile (pair -1) and columns past n are computed but never stored.
 //
-// Grid: at most as many blocks as are resident at once (the host's `persistent_blocks`),
-// one dimension; (CONSUMERS + 1) * 128 threads, warpgroup 0 the producer; STAGES * (BM +
-// NB * BN) * 128 + 1024 bytes of dynamic shared memory (the 1024 realigns the ring to the
-// swizzle atom). Short k (a down GEMM of k = 256-768) makes an item a few k steps: a
-// block per item paid its start, its pipeline fill and its stores of C on every one.
+// Grid: one dimension, at most as many blocks as are resident at once (the host's
+// `persistent_blocks`) or one an item where items are long (the blocks take items from
+// a counter either way); (CONSUMERS + 1) * 128 threads, warpgroup 0 the producer;
+// STAGES * (BM + NB * BN) * 128 + 1024 bytes of dynamic shared memory (the 1024 realigns
+// the ring to the swizzle atom). Short k (a down GEMM of k = 256-768) makes an item a few
+// k steps: a block per item paid its start, its pipeline fill and its stores of C on
+// every one.
 
 #if !defined(BM) || !defined(BN) || !defined(CONSUMERS) || !defined(STAGES) || !defined(UP)
 #error "the wgmma MoE GEMM needs WGMMA, BM, BN, CONSUMERS, STAGES, UP"
@@ -588,6 +610,32 @@ __device__ __forceinline__ void producers_sync() { asm volatile("bar.sync 1, 128
 // Orders one consumer warpgroup's threads (named barriers 2 and 3).
 __device__ __forceinline__ void warpgroup_sync(int cw) { asm volatile("bar.sync %0, 128;\n" ::"r"(2 + cw) : "memory"); }
 
+// Bytes of activation rows a band of row tiles may keep in L2 (see item_tile): 24 MiB, 40%
+// of the H200's L2, leaving the rest to the weight tiles the band's blocks stream.
+constexpr long long BAND_BYTES = 24ll << 20;
+
+// Row tiles in a band: as many as keep their k-long activation rows within BAND_BYTES,
+// 1 to 16.
+__device__ __forceinline__ int band_rows(int bm, int k) {
+    return (int)max(1ll, min(16ll, BAND_BYTES / ((long long)bm * k * 2)));
+}
+
+// Work item -> (row tile r, column tile c). Row tiles are taken in bands of `g`: a band's
+// items cover every column tile, its row tiles fastest, before the next band starts. So
+// a band's activation rows stay in L2 while its blocks sweep the columns (all row tiles
+// a column tile, as a plain raster would take them, re-read every activation row from
+// memory once a column tile), and the row tiles of one expert, adjacent in a band, read
+// each weight tile at about the same time.
+__device__ __forceinline__ void item_tile(int item, int row_tiles, int tiles_n, int g, int& r, int& c) {
+    const int per_band = g * tiles_n;
+    const int band = item / per_band;
+    const int first = band * g;
+    const int size = min(row_tiles - first, g);
+    const int j = item - band * per_band;
+    r = first + j % size;
+    c = j / size;
+}
+
 // The total row tiles of `bm` rows over all experts, in every lane of the calling warp.
 __device__ __forceinline__ int total_row_tiles(const int* __restrict__ offsets, int experts, int bm, int lane) {
     int local = 0;
@@ -599,12 +647,16 @@ __device__ __forceinline__ int total_row_tiles(const int* __restrict__ offsets, 
 
 }  // namespace km
 
-// Persistent: block b takes work items b, b + gridDim.x, ... of (row tile r, column tile
-// c), item i = c * row_tiles + r (the row tiles of one column tile run together, so an
-// expert's weight tile is read by its row tiles at about the same time); row_tiles is the
-// routing's actual count, read from `offsets`. The producer runs ahead across items: it
-// gathers the next item's pairs into the other TileInfo buffer and fills the ring with
-// its first stages while the consumers store the last item's C.
+// Persistent: block b takes item b, then the next free one from a counter in the
+// workspace (offsets[experts + 1], gate-up, or [experts + 3], down; moe_align zeroes
+// them, and the last block to finish zeroes its step's again, so a step may also be
+// launched on its own). Item i is (row tile r, column tile c) in bands of row tiles
+// (item_tile). Items are taken in that order whatever the blocks' speeds, so the tiles a
+// band shares stay in L2 while its blocks need them, and a block that finishes early
+// takes more. row_tiles is the routing's actual count, read from `offsets`. The producer
+// runs ahead across items: it gathers the next item's pairs into the other TileInfo
+// buffer and fills the ring with its first stages while the consumers store the last
+// item's C.
 extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
     moe_gemm(const __grid_constant__ kg::TmaMap w, const km::T* __restrict__ a, km::T* __restrict__ out,
              const int* __restrict__ offsets, const int* __restrict__ sorted, const float* __restrict__ weights,
@@ -638,6 +690,8 @@ extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
         mbar_init_fence();
     }
     __syncthreads();
+    // Under programmatic dependent launch, nothing global before the previous kernel is done.
+    kd::pdl_wait();
 
     const int ktiles = (k + BK - 1) / BK;
     const int tiles_n = (n + BN - 1) / BN;
@@ -649,27 +703,40 @@ extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
         if constexpr (CONSUMERS == 2) {
             regs_dec<56>();
         }
-        const int row_tiles = total_row_tiles(offsets, experts, BM, lane);  // warp-uniform; every warp
-        const int items = row_tiles * tiles_n;
+        int* const next = const_cast<int*>(offsets) + experts + 1 + (UP ? 0 : 2);  // then `done`
         const int q = tid % 8;
         const int r0 = tid / 8;
         // Rows r0 + 16 j all sit at r0 % 8 within their swizzle atom.
         const u32 chunk_at = A_OFF + r0 * ROW + ((q ^ (r0 % 8)) * 16);
-        int it = 0, local = 0;
-        for (int item = blockIdx.x;; item += gridDim.x, ++local) {
+        const int row_tiles = total_row_tiles(offsets, experts, BM, lane);  // warp-uniform; every warp
+        const int items = row_tiles * tiles_n;
+        const int band = band_rows(BM, k);
+        int it = 0;
+        for (int local = 0;; ++local) {
             const int b = local & 1;
             // The consumers are done with the item this buffer held two items ago (a fresh
             // barrier counts as having completed the phase before its first).
             mbar_wait(ifree0 + 8 * b, ((local / 2) & 1) ^ 1);
             if (tid < 32) {
+                // Warp 0 takes the next item: its own index first (no wait for the counter
+                // to start the first wave), then from the counter, which counts the items
+                // after the first gridDim.x. Every block's last take is past the end.
+                int item = blockIdx.x;
+                if (local > 0) {
+                    if (lane == 0) {
+                        item = atomicAdd(next, 1);
+                    }
+                    item = __shfl_sync(0xffffffffu, item, 0) + (int)gridDim.x;
+                }
                 if (item < items) {
-                    find_row_tile(offsets, experts, BM, item % row_tiles, lane, s_info[b].expert, s_info[b].row0,
-                                  s_info[b].rows);
+                    int r, c;
+                    item_tile(item, row_tiles, tiles_n, band, r, c);
+                    find_row_tile(offsets, experts, BM, r, lane, s_info[b].expert, s_info[b].row0, s_info[b].rows);
+                    if (lane == 0) {
+                        s_info[b].n0 = c * BN;
+                    }
                 } else if (lane == 0) {
                     s_info[b].expert = -1;  // the end mark
-                }
-                if (lane == 0) {
-                    s_info[b].n0 = (item / max(row_tiles, 1)) * BN;
                 }
             }
             producers_sync();
@@ -683,7 +750,15 @@ extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
             }
             if (ti.expert < 0) {
                 // The end (an item below `items` always names an expert): the consumers
-                // stop at the same mark.
+                // stop at the same mark. The last block to get here zeroes the counters
+                // for the next launch (every block's takes come before its count).
+                if (tid == 0) {
+                    __threadfence();
+                    if (atomicAdd(next + 1, 1) == (int)gridDim.x - 1) {
+                        next[0] = 0;
+                        next[1] = 0;
+                    }
+                }
                 break;
             }
             const T* src[GATHER_ROWS];
@@ -731,7 +806,10 @@ extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
         mbar_wait(ifull0 + 8 * b, (local / 2) & 1);
         const TileInfo ti = s_info[b];
         if (ti.expert < 0) {
-            break;  // the producer's end mark
+            // The producer's end mark: no input is read after it, the next kernel may
+            // start its blocks.
+            kd::pdl_launch_dependents();
+            break;
         }
         float acc[NB][MW][ACC];
 #pragma unroll
@@ -846,6 +924,7 @@ extern "C" __global__ void __launch_bounds__(km::COMBINE_THREADS)
     moe_combine(const km::T* __restrict__ y, const int* __restrict__ ids, km::T* __restrict__ out, int tokens,
                 int topk, int experts, int h) {
     using namespace km;
+    kd::pdl_wait();
     const int t = blockIdx.x;
     if (t >= tokens) {
         return;

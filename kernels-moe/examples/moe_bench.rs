@@ -15,7 +15,7 @@ use kernels_core::backend::cuda::GraphTimer;
 use kernels_core::backend::Backend;
 use kernels_core::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use kernels_core::launch::{encode, pseudo_random};
-use kernels_core::{Cuda, CudaDevice, CudaRuntime, Result};
+use kernels_core::{Cuda, CudaDevice, CudaRuntime, Result, RuntimeOptions};
 use kernels_moe::config::Path;
 use kernels_moe::ops::{prepare, prepare_config, MoePrepared};
 use kernels_moe::plan::{step_args, step_variant, Buffer, MoeProblem, Step, SOURCE};
@@ -96,7 +96,17 @@ fn main() -> Result<()> {
         .split(',')
         .filter_map(|t| t.parse().ok())
         .collect();
-    let rt = CudaRuntime::new(CudaDevice::open(0)?)?;
+    let dev = CudaDevice::open(0)?;
+    let rt = CudaRuntime::new(dev.clone())?;
+    // The served config again under programmatic dependent launch (`us_served_pdl`; SGLang's
+    // bench launches with PDL too).
+    let rt_pdl = CudaRuntime::with_options(
+        dev,
+        RuntimeOptions {
+            pdl: true,
+            ..RuntimeOptions::default()
+        },
+    )?;
     let stream = rt.device().new_stream()?;
     println!(
         "{{\"device\": \"{}\", \"sms\": {}}}",
@@ -201,6 +211,7 @@ fn main() -> Result<()> {
             // call left each routing's alignment in its workspace).
             let served = prepare(&rt, &stream, &key, t as u64)?;
             let us_served = time_prepared(&served)?;
+            let us_served_pdl = time_prepared(&prepare(&rt_pdl, &stream, &key, t as u64)?)?;
             let c = served.resolved.config;
             let kernels: Vec<_> = Step::ALL
                 .iter()
@@ -243,7 +254,7 @@ fn main() -> Result<()> {
             let wbytes = active * 3.0 * (n * k * 2) as f64;
             let flops = 2.0 * pairs as f64 * 3.0 * (n * k) as f64;
             println!(
-                "{{\"model\": \"{name}\", \"T\": {t}, \"us_served\": {us_served:.2}, \"us_served_no_align\": {us_served_no_align:.2}, \"source\": \"{}\", \"served\": \"{}\", \"steps_us\": {{{}}}, \"weight_GBps_served\": {:.0}, \"tflops_served\": {:.1}, \"us_default\": {us_default:.2}, \"default\": \"{default}\", \"us_best\": {:.2}, \"best\": \"{}\", \"sampled\": {}, \"active_experts\": {active}, \"weight_GBps_best\": {:.0}, \"tflops_best\": {:.1}}}",
+                "{{\"model\": \"{name}\", \"T\": {t}, \"us_served\": {us_served:.2}, \"us_served_no_align\": {us_served_no_align:.2}, \"us_served_pdl\": {us_served_pdl:.2}, \"source\": \"{}\", \"served\": \"{}\", \"steps_us\": {{{}}}, \"weight_GBps_served\": {:.0}, \"tflops_served\": {:.1}, \"us_default\": {us_default:.2}, \"default\": \"{default}\", \"us_best\": {:.2}, \"best\": \"{}\", \"sampled\": {}, \"active_experts\": {active}, \"weight_GBps_best\": {:.0}, \"tflops_best\": {:.1}}}",
                 served.resolved.source,
                 served.resolved.config,
                 steps.join(", "),

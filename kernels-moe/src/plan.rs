@@ -19,11 +19,13 @@ use crate::{space, Moe};
 /// kernels-gemm's PTX and wgmma wrappers ([`kernels_gemm::plan::PTX`],
 /// [`kernels_gemm::plan::WGMMA`]; the Hopper ones only where a variant defines WGMMA).
 pub static SOURCE: KernelSource =
-    KernelSource::new("moe", include_str!("../cuda/moe.cu"), crate::SOURCE_FINGERPRINT).with_preamble(&[
-        kernels_core::PRELUDE,
-        kernels_gemm::plan::PTX,
-        kernels_gemm::plan::WGMMA,
-    ]);
+    KernelSource::new("moe", include_str!("../cuda/moe.cu"), crate::SOURCE_FINGERPRINT)
+        .with_preamble(&[
+            kernels_core::PRELUDE,
+            kernels_gemm::plan::PTX,
+            kernels_gemm::plan::WGMMA,
+        ])
+        .programmatic_launch();
 
 /// The most experts a problem may have (the align kernel counts them in shared memory).
 pub const MAX_EXPERTS: u32 = 4096;
@@ -35,6 +37,9 @@ const ROUTE_WARPS: u32 = 4;
 const COMBINE_THREADS: u32 = 256;
 /// Workspace regions start on this many bytes.
 const REGION_ALIGN: usize = 256;
+/// i32 counters after the prefix in `offsets`: (next item, finished blocks) of each
+/// wgmma GEMM step, zeroed by `moe_align` (`COUNTERS` in `cuda/moe.cu`).
+const WORK_COUNTERS: u128 = 4;
 
 /// One device buffer: address and length in elements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,7 +57,8 @@ impl Buffer {
 /// Where each intermediate lives in the caller's workspace (byte offsets), for `pairs
 /// = tokens * topk` token-expert pairs:
 ///
-/// - `offsets`: `experts + 1` i32, the exclusive prefix of pairs per expert;
+/// - `offsets`: `experts + 1` i32, the exclusive prefix of pairs per expert, then 4 i32
+///   work counters of the wgmma GEMM steps (zeroed by the align step);
 /// - `sorted`: `pairs` i32, pair indices grouped by expert;
 /// - `intermediate`: `[pairs, n]` of the dtype, `silu(gate) * up` per pair;
 /// - `down`: `[pairs, k]` of the dtype, each pair's weighted expert output.
@@ -73,7 +79,7 @@ impl WorkspaceLayout {
         let pairs = tokens as u128 * key.topk as u128;
         let round = |b: u128| b.div_ceil(REGION_ALIGN as u128) * REGION_ALIGN as u128;
         let offsets = 0u128;
-        let sorted = offsets + round((key.experts as u128 + 1) * 4);
+        let sorted = offsets + round((key.experts as u128 + 1 + WORK_COUNTERS) * 4);
         let intermediate = sorted + round(pairs * 4);
         let down = intermediate + round(pairs * key.n as u128 * e);
         let bytes = down + round(pairs * key.k as u128 * e);
@@ -608,14 +614,12 @@ pub fn step_args(
             let smem = u32::try_from(smem)
                 .map_err(|_| Error::invalid("config", "the pipeline exceeds shared memory"))?;
             if c.path.is_wgmma() {
-                // The blocks walk the (row tile, column tile) items: as many as are resident
-                // where an item is short, else one an item (the hardware balances them).
+                // As many blocks as are resident walk the (row tile, column tile) items, taking
+                // each next one from the step's counter. Once items came from a counter in bands
+                // of row tiles, long-k steps ran no slower this way than a block an item (Mixtral
+                // 2-5% faster on the H200), so one rule serves every k.
                 let items = u64::from(slots) * u64::from(tiles_n);
-                let blocks = if k <= PERSISTENT_MAX_K {
-                    persistent_blocks(device, c, if up { 2 } else { 1 }, smem).min(items.max(1))
-                } else {
-                    items.max(1)
-                };
+                let blocks = persistent_blocks(device, c, if up { 2 } else { 1 }, smem).min(items.max(1));
                 LaunchDims::linear(grid_u32("tokens", blocks)?, c.threads()).with_smem(smem)
             } else {
                 let mut d = LaunchDims::linear(slots, c.threads()).with_smem(smem);
@@ -636,11 +640,6 @@ pub fn step_args(
     };
     Ok((dims, args))
 }
-
-/// The longest k (the step's reduction) whose wgmma GEMM runs on persistent blocks. On the
-/// H200, persistent blocks ran Qwen3-30B-A3B (k = 2048 and 768) 4-12% faster from 512 tokens
-/// and Mixtral-8x7B (k = 4096 and 14336) 7-10% slower at 512-2048 tokens than a block an item.
-pub const PERSISTENT_MAX_K: u32 = 2048;
 
 /// Blocks of a wgmma GEMM step resident at once on `device`: one an SM, two where the
 /// step's kernel asks for two (one consumer of at most 64 accumulators a thread over its
@@ -1048,8 +1047,41 @@ mod tests {
         assert!(step_plan(&mi300, &c, &p, Step::Align).is_err());
     }
 
+    /// SOURCE is marked for programmatic dependent launch: every entry point (routing,
+    /// align, both GEMM paths, combine) waits for the previous grid before it touches
+    /// global memory (its pointer parameters, the helpers that read them, cp.async and TMA).
     #[test]
-    fn wgmma_steps_of_short_k_run_on_persistent_blocks_and_long_k_a_block_an_item() {
+    fn every_entry_point_waits_before_touching_memory() {
+        assert!(SOURCE.pdl);
+        let src = include_str!("../cuda/moe.cu");
+        let bodies = kernels_core::testing::entry_bodies(src);
+        assert_eq!(bodies.len(), 6, "two routings, align, two GEMM paths, combine");
+        const ACCESSES: &[&str] = &[
+            "row[",
+            "ids[",
+            "offsets[",
+            "sorted[",
+            "weights[",
+            "out[",
+            "y +",
+            "find_row_tile(",
+            "total_row_tiles(",
+            "cp_async16(",
+            "tma_load_2d(",
+            "load_vec",
+        ];
+        for (i, b) in bodies.iter().enumerate() {
+            let wait = b
+                .find("kd::pdl_wait();")
+                .unwrap_or_else(|| panic!("entry point {i}: no wait"));
+            if let Some((at, a)) = ACCESSES.iter().filter_map(|a| b.find(a).map(|at| (at, a))).min() {
+                assert!(wait < at, "entry point {i}: `{a}` comes before kd::pdl_wait()");
+            }
+        }
+    }
+
+    #[test]
+    fn wgmma_steps_run_on_persistent_blocks_whatever_their_k() {
         let info = DeviceInfo::nominal(Target::Sm90).unwrap();
         let sms = u64::from(info.sm_count);
         let c = MoeConfig::wgmma(Path::Wgmma, 128, 128, 8, 4);
@@ -1061,11 +1093,7 @@ mod tests {
             for (step, reduce, cols) in [(Step::GateUp, k, n), (Step::Down, n, k)] {
                 let plan = step_plan(&info, &c, &p, step).unwrap();
                 let items = slots * cols.div_ceil(128) as u64;
-                let want = if reduce as u32 <= PERSISTENT_MAX_K {
-                    sms.min(items)
-                } else {
-                    items
-                };
+                let want = sms.min(items);
                 assert_eq!(plan.dims.grid, (want as u32, 1, 1), "{step:?} of k {reduce}");
             }
         }
