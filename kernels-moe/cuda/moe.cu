@@ -543,8 +543,8 @@ extern "C" __global__ void __launch_bounds__(km::THREADS)
 // tile (pair -1) and columns past n are computed but never stored.
 //
 // Grid: one dimension, at most as many blocks as are resident at once (the host's
-// `persistent_blocks`) or one an item where items are long (the blocks take items from
-// a counter either way); (CONSUMERS + 1) * 128 threads, warpgroup 0 the producer;
+// `persistent_blocks`), taking items from a counter; (CONSUMERS + 1) * 128 threads,
+// warpgroup 0 the producer;
 // STAGES * (BM + NB * BN) * 128 + 1024 bytes of dynamic shared memory (the 1024 realigns
 // the ring to the swizzle atom). Short k (a down GEMM of k = 256-768) makes an item a few
 // k steps: a block per item paid its start, its pipeline fill and its stores of C on
