@@ -577,6 +577,7 @@ constexpr int TMA_BYTES = NB * W_BYTES;  // a stage's TMA transaction bytes
 constexpr int GATHER_ROWS = BM / 16;     // rows per producer thread: 128 threads, 8 chunks a row
 static_assert(WG_X == 64 || WG_X == 128, "a consumer owns 64 or 128 rows of the 64-row side");
 static_assert(BY % 16 == 0 && BY >= 16 && BY <= 256, "the N side is a wgmma width");
+static_assert(SWAP || NB * BY <= 256, "the unswapped product spans every weight tile of a stage");
 static_assert(BM % 16 == 0, "every producer thread gathers whole rows");
 static_assert(W_BYTES % 1024 == 0 && (BM * ROW) % 1024 == 0, "each tile starts on a swizzle atom");
 static_assert(NB * MW * ACC <= 128, "accumulators stay in registers");
@@ -811,13 +812,12 @@ extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
             kd::pdl_launch_dependents();
             break;
         }
-        float acc[NB][MW][ACC];
+        // acc[mw]: the NB weight tiles' accumulators of m64 product mw, tile h from h * ACC.
+        float acc[MW][NB * ACC];
 #pragma unroll
-        for (int h = 0; h < NB; ++h)
+        for (int mw = 0; mw < MW; ++mw)
 #pragma unroll
-            for (int mw = 0; mw < MW; ++mw)
-#pragma unroll
-                for (int x = 0; x < ACC; ++x) acc[h][mw][x] = 0.0f;
+            for (int x = 0; x < NB * ACC; ++x) acc[mw][x] = 0.0f;
 
         // One wgmma group in flight: a stage is released once the group after the one
         // that read it has been issued and the older group has completed.
@@ -831,18 +831,22 @@ extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
 #pragma unroll
             for (int kk = 0; kk < BK / 16; ++kk)
 #pragma unroll
-                for (int h = 0; h < NB; ++h)
+                for (int mw = 0; mw < MW; ++mw) {
+                    const u32 mine = (cw * WG_X + mw * 64) * ROW + kk * 32;
+                    if constexpr (SWAP) {
+                        // The weight tiles are on the 64-row side: one product each.
 #pragma unroll
-                    for (int mw = 0; mw < MW; ++mw) {
-                        const u32 mine = (cw * WG_X + mw * 64) * ROW + kk * 32;
-                        if constexpr (SWAP) {
-                            Wgmma<BY>::run(acc[h][mw], smem_desc_sw128(stage + h * W_BYTES + mine),
+                        for (int h = 0; h < NB; ++h)
+                            Wgmma<BY>::run(*reinterpret_cast<float(*)[ACC]>(&acc[mw][h * ACC]),
+                                           smem_desc_sw128(stage + h * W_BYTES + mine),
                                            smem_desc_sw128(stage + A_OFF + kk * 32));
-                        } else {
-                            Wgmma<BY>::run(acc[h][mw], smem_desc_sw128(stage + A_OFF + mine),
-                                           smem_desc_sw128(stage + h * W_BYTES + kk * 32));
-                        }
+                    } else {
+                        // The NB weight tiles lie back to back in the stage (gate rows, then
+                        // up rows): one product of width NB * BN reads the A rows once.
+                        Wgmma<NB * BY>::run(acc[mw], smem_desc_sw128(stage + A_OFF + mine),
+                                            smem_desc_sw128(stage + kk * 32));
                     }
+                }
             wgmma_commit();
             wgmma_wait<1>();
             if (prev >= 0 && t == 0) {
@@ -874,8 +878,8 @@ extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
                             const int p = pair[j * 8 + (lane % 4) * 2 + c];
                             if (p < 0) continue;
                             const int at = 4 * j + 2 * half + c;
-                            const float v = UP ? silu_mul(acc[0][mw][at], acc[NB - 1][mw][at])
-                                               : acc[0][mw][at] * weights[p];
+                            const float v = UP ? silu_mul(acc[mw][at], acc[mw][(NB - 1) * ACC + at])
+                                               : acc[mw][at] * weights[p];
                             out[(long long)p * n + col] = kd::from_f32<T>(v);
                         }
                 } else {
@@ -892,11 +896,11 @@ extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
                         const int at = 4 * j + 2 * half;
                         float v0, v1;
                         if (UP) {
-                            v0 = silu_mul(acc[0][mw][at], acc[NB - 1][mw][at]);
-                            v1 = silu_mul(acc[0][mw][at + 1], acc[NB - 1][mw][at + 1]);
+                            v0 = silu_mul(acc[mw][at], acc[mw][(NB - 1) * ACC + at]);
+                            v1 = silu_mul(acc[mw][at + 1], acc[mw][(NB - 1) * ACC + at + 1]);
                         } else {
-                            v0 = acc[0][mw][at] * scale;
-                            v1 = acc[0][mw][at + 1] * scale;
+                            v0 = acc[mw][at] * scale;
+                            v1 = acc[mw][at + 1] * scale;
                         }
                         *reinterpret_cast<u32*>(orow + col) = kd::pack2(v0, v1, (T*)nullptr);
                     }
