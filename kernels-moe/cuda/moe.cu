@@ -671,6 +671,9 @@ extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
     __shared__ __align__(8) unsigned long long info_full[2], info_free[2];
     __shared__ TileInfo s_info[2];
     __shared__ int s_pair[2][BM];
+    // The down step's routing weights of the tile's pairs, read by the producer with the
+    // pairs, so no epilogue waits on a global load.
+    __shared__ float s_weight[2][UP ? 1 : BM];
 
     const int tid = threadIdx.x, lane = tid % 32, wg = tid / 128;
     const u32 ring = (kd::smem_addr(smem) + 1023u) & ~1023u;
@@ -743,7 +746,13 @@ extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
             producers_sync();
             const TileInfo ti = s_info[b];
             if (ti.expert >= 0) {
-                for (int r = tid; r < BM; r += PRODUCERS) s_pair[b][r] = r < ti.rows ? sorted[ti.row0 + r] : -1;
+                for (int r = tid; r < BM; r += PRODUCERS) {
+                    const int p = r < ti.rows ? sorted[ti.row0 + r] : -1;
+                    s_pair[b][r] = p;
+                    if constexpr (!UP) {
+                        s_weight[b][r] = p >= 0 ? weights[p] : 0.0f;
+                    }
+                }
             }
             producers_sync();
             if (tid == 0) {
@@ -862,6 +871,7 @@ extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
         // Epilogue. The m64nN fragment: thread t holds rows 16 (t / 32) + (t % 32) / 4 (+ 8)
         // of its m64 block and columns 8 j + 2 (t % 4) (+ 1), as acc[4 j + 2 half + c].
         const int* pair = s_pair[b];
+        const float* weight = s_weight[b];
 #pragma unroll
         for (int mw = 0; mw < MW; ++mw)
 #pragma unroll
@@ -875,11 +885,12 @@ extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
                     for (int j = 0; j < BY / 8; ++j)
 #pragma unroll
                         for (int c = 0; c < 2; ++c) {
-                            const int p = pair[j * 8 + (lane % 4) * 2 + c];
+                            const int y = j * 8 + (lane % 4) * 2 + c;
+                            const int p = pair[y];
                             if (p < 0) continue;
                             const int at = 4 * j + 2 * half + c;
                             const float v = UP ? silu_mul(acc[mw][at], acc[mw][(NB - 1) * ACC + at])
-                                               : acc[mw][at] * weights[p];
+                                               : acc[mw][at] * weight[y];
                             out[(long long)p * n + col] = kd::from_f32<T>(v);
                         }
                 } else {
@@ -887,7 +898,7 @@ extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
                     // is even, so a column pair is in or out together.
                     const int p = pair[x];
                     if (p < 0) continue;
-                    const float scale = UP ? 1.0f : weights[p];
+                    const float scale = UP ? 1.0f : weight[x];
                     T* orow = out + (long long)p * n;
 #pragma unroll
                     for (int j = 0; j < BY / 8; ++j) {
