@@ -55,6 +55,10 @@ pub struct MoeConfig {
 /// row.
 const WGMMA_ROW_BYTES: usize = 128;
 
+/// Shared memory of one consumer warpgroup's epilogue staging on the unswapped wgmma
+/// path (`STAGING_BYTES` in `cuda/moe.cu`): 64 rows of 128 bytes.
+pub const WGMMA_STAGING_BYTES: usize = 64 * WGMMA_ROW_BYTES;
+
 impl MoeConfig {
     /// A config of the wgmma paths (`path` `wgmma` or `wgmma_swap`): `block_m` pairs by
     /// `block_n` weight rows, k steps of 64 (one 128-byte swizzle row), `warps` consumer
@@ -176,10 +180,13 @@ impl MoeConfig {
 
     /// Dynamic shared memory of a grouped GEMM with `weight_tiles` weight tiles per
     /// stage: the ring, plus 1024 bytes on the wgmma paths to align it to the swizzle
-    /// atom.
+    /// atom, plus on the unswapped wgmma path each consumer warpgroup's epilogue staging
+    /// ([`WGMMA_STAGING_BYTES`]).
     pub fn gemm_smem_bytes(&self, dtype: DType, weight_tiles: u32) -> usize {
         let ring = self.stage_bytes(dtype, weight_tiles) * self.stages as usize;
-        if self.path.is_wgmma() {
+        if self.path == Path::Wgmma {
+            ring + 1024 + self.consumers() as usize * WGMMA_STAGING_BYTES
+        } else if self.path.is_wgmma() {
             ring + 1024
         } else {
             ring
