@@ -6,6 +6,8 @@
 //! the runtime serves (the baked table's, else the analytic default) whole, without the
 //! align step (as SGLang's figure, which excludes its alignment) and step by step, then
 //! the analytic default and a sample of the search space; prints one JSON line per shape.
+//! `MOE_BENCH_SAMPLE=N` samples N configs a path (6 by default; 0 times the served config
+//! and the default alone, for quick comparisons of two builds).
 //!
 //! `cargo run --release -p kernels-moe --example moe_bench -- [tokens,...]`
 
@@ -30,6 +32,7 @@ const MODELS: &[(&str, u32, u32, u32, u32)] = &[
     ("DeepSeek-V3", 256, 8, 7168, 2048),
 ];
 const ROUTINGS: usize = 4;
+/// Configs sampled a path unless `MOE_BENCH_SAMPLE` says otherwise.
 const SAMPLE: usize = 6;
 
 fn ptr(s: &CudaSlice<u8>, stream: &CudaStream) -> u64 {
@@ -77,13 +80,17 @@ fn routing(tokens: usize, experts: u32, topk: u32, seed: u64) -> Vec<i32> {
 
 /// The default and up to SAMPLE configs of each path spread over the space, for
 /// `tokens`.
-fn candidates(key: &MoeKey, tokens: u64) -> Vec<MoeConfig> {
+/// The analytic default, then about `sample` configs of each path of the space.
+fn candidates(key: &MoeKey, tokens: u64, sample: usize) -> Vec<MoeConfig> {
     let default = analytic_default(Target::Sm90, key, tokens);
-    let space = space::search_space(Target::Sm90, key, tokens);
     let mut out = vec![default];
+    if sample == 0 {
+        return out;
+    }
+    let space = space::search_space(Target::Sm90, key, tokens);
     for path in [Path::Mma, Path::Wgmma, Path::WgmmaSwap] {
         let of_path: Vec<MoeConfig> = space.iter().filter(|c| c.path == path).copied().collect();
-        let step = (of_path.len() / SAMPLE).max(1);
+        let step = (of_path.len() / sample).max(1);
         out.extend(of_path.into_iter().step_by(step).filter(|c| *c != default));
     }
     out
@@ -96,6 +103,13 @@ fn main() -> Result<()> {
         .split(',')
         .filter_map(|t| t.parse().ok())
         .collect();
+    let sample = match std::env::var("MOE_BENCH_SAMPLE") {
+        Ok(v) => v.trim().parse::<usize>().unwrap_or_else(|_| {
+            eprintln!("MOE_BENCH_SAMPLE: `{v}` is not a count; sampling {SAMPLE} configs a path");
+            SAMPLE
+        }),
+        Err(_) => SAMPLE,
+    };
     let dev = CudaDevice::open(0)?;
     let rt = CudaRuntime::new(dev.clone())?;
     // The served config again under programmatic dependent launch (`us_served_pdl`; SGLang's
@@ -129,7 +143,7 @@ fn main() -> Result<()> {
         // Compile every candidate's steps in parallel before timing.
         let mut jobs = Vec::new();
         for &t in &tokens {
-            for c in candidates(&key, t as u64) {
+            for c in candidates(&key, t as u64, sample) {
                 for s in Step::ALL {
                     let v = step_variant(&key, &c, s);
                     if !jobs.iter().any(|(_, j)| *j == v) {
@@ -185,7 +199,7 @@ fn main() -> Result<()> {
                     )
                 })
                 .collect::<Result<_>>()?;
-            let candidates = candidates(&key, t as u64);
+            let candidates = candidates(&key, t as u64, sample);
             let default = candidates[0];
             // The median of 7 graph replays of `launch` over the routings, each replay
             // about 2 ms long (at least one call a routing).
