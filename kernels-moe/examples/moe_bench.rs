@@ -1,6 +1,6 @@
 //! Fused MoE on the GPU, graph-timed per call (align, gate-up GEMM, down GEMM,
-//! combine), at the Mixtral-8x7B, Qwen3-30B-A3B and DeepSeek-V3 shapes of
-//! ../shared/models.json (`MOE_BENCH_MODELS=Qwen3,...` picks by name substring).
+//! combine), at the Mixtral-8x7B, Qwen3-30B-A3B and DeepSeek-V3 (one GPU, and tp 8) shapes
+//! of ../shared/models.json (`MOE_BENCH_MODELS=Qwen3,...` picks by name substring).
 //! Four routings (uniform, distinct experts per token) rotate through the graph, as
 //! SGLang's bench does, so a small T's active experts do not sit in L2. Times the config
 //! the runtime serves (the baked table's, else the analytic default) whole, without the
@@ -30,6 +30,8 @@ const MODELS: &[(&str, u32, u32, u32, u32)] = &[
     ("Qwen3-30B-A3B", 128, 8, 2048, 768),
     // All 256 experts on one GPU, as SGLang's bench runs it (22.5 GB of weights).
     ("DeepSeek-V3", 256, 8, 7168, 2048),
+    // Its experts split over 8 GPUs along n (tp 8), as engines serve it: a catalog key.
+    ("DeepSeek-V3-tp8", 256, 8, 7168, 256),
 ];
 const ROUTINGS: usize = 4;
 /// Configs sampled a path unless `MOE_BENCH_SAMPLE` says otherwise.
