@@ -80,9 +80,8 @@ fn routing(tokens: usize, experts: u32, topk: u32, seed: u64) -> Vec<i32> {
     out
 }
 
-/// The default and up to SAMPLE configs of each path spread over the space, for
-/// `tokens`.
-/// The analytic default, then about `sample` configs of each path of the space.
+/// The analytic default for `tokens`, then about `sample` configs of each path spread
+/// over the space.
 fn candidates(key: &MoeKey, tokens: u64, sample: usize) -> Vec<MoeConfig> {
     let default = analytic_default(Target::Sm90, key, tokens);
     let mut out = vec![default];
