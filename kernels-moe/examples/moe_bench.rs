@@ -19,7 +19,7 @@ use kernels_core::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use kernels_core::launch::{encode, pseudo_random};
 use kernels_core::{Cuda, CudaDevice, CudaRuntime, Result, RuntimeOptions};
 use kernels_moe::config::Path;
-use kernels_moe::ops::{prepare, prepare_config, MoePrepared};
+use kernels_moe::ops::{prepare, prepare_config, uniform_routing, MoePrepared};
 use kernels_moe::plan::{step_args, step_variant, Buffer, MoeProblem, Step, SOURCE};
 use kernels_moe::{analytic_default, space, workspace_bytes, MoeConfig, MoeKey};
 use tuned::{DType, Target};
@@ -53,29 +53,6 @@ fn random_device(stream: &Arc<CudaStream>, bytes: usize, seed: u64, scale: f32) 
         let mut dst = out.slice_mut(at..at + len);
         stream.memcpy_dtod(&block.slice(0..len), &mut dst).expect("dtod");
         at += len;
-    }
-    out
-}
-
-/// `tokens` rows of `topk` distinct experts each, uniform.
-fn routing(tokens: usize, experts: u32, topk: u32, seed: u64) -> Vec<i32> {
-    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut next = || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        s
-    };
-    let mut out = Vec::with_capacity(tokens * topk as usize);
-    for _ in 0..tokens {
-        let mut row: Vec<i32> = Vec::new();
-        while row.len() < topk as usize {
-            let e = (next() % experts as u64) as i32;
-            if !row.contains(&e) {
-                row.push(e);
-            }
-        }
-        out.extend(row);
     }
     out
 }
@@ -169,7 +146,7 @@ fn main() -> Result<()> {
                 .map(|_| stream.alloc_zeros::<u8>(ws_bytes).expect("alloc"))
                 .collect();
             let sets: Vec<Vec<i32>> = (0..ROUTINGS)
-                .map(|r| routing(t, experts, topk, 10 + r as u64))
+                .map(|r| uniform_routing(t as u64, experts, topk, 10 + r as u64))
                 .collect();
             let ids: Vec<CudaSlice<u8>> = sets
                 .iter()

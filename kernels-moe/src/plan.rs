@@ -640,7 +640,8 @@ pub fn step_args(
                 .i32(k as i32);
             let slots = grid_u32("tokens", row_tile_slots(pairs, key.experts, c.block_m))?;
             let tiles_n = n.div_ceil(c.block_n);
-            let smem = c.gemm_smem_bytes(key.dtype, if up { 2 } else { 1 });
+            let weight_tiles = if up { 2 } else { 1 };
+            let smem = c.gemm_smem_bytes(key.dtype, weight_tiles);
             let smem = u32::try_from(smem)
                 .map_err(|_| Error::invalid("config", "the pipeline exceeds shared memory"))?;
             if c.path.is_wgmma() {
@@ -649,7 +650,7 @@ pub fn step_args(
                 // of row tiles, long-k steps ran no slower this way than a block an item (Mixtral
                 // 2-5% faster on the H200), so one rule serves every k.
                 let items = u64::from(slots) * u64::from(tiles_n);
-                let blocks = persistent_blocks(device, c, if up { 2 } else { 1 }, smem).min(items.max(1));
+                let blocks = persistent_blocks(device, c, weight_tiles, smem).min(items.max(1));
                 LaunchDims::linear(grid_u32("tokens", blocks)?, c.threads()).with_smem(smem)
             } else {
                 let mut d = LaunchDims::linear(slots, c.threads()).with_smem(smem);
