@@ -13,7 +13,9 @@
 //! `GEMM_BENCH_ALTS=clusters`, `splits` or `pingpong` only that family of the prefill
 //! tiles with TMA stores of C, beside the plain tile; `widths` the tiles of widths between
 //! powers of two beside the others), and
-//! `GEMM_BENCH_SHAPES=qkv,o,...` keeps the layers named; `GEMM_BENCH_PDL=1` also times the
+//! `GEMM_BENCH_SHAPES=qkv,o,...` keeps the layers named; `GEMM_BENCH_COPIES=N` rotates over N
+//! copies of the operands instead of the tuner's count (to see what the reuse distance does to
+//! a point); `GEMM_BENCH_PDL=1` also times the
 //! served config launched with programmatic dependent launch (`pdl`). Per shape it first times a
 //! plain read of the weight, rotated and graph-timed the same way: the floor of a
 //! decode point's weight stream (`read_floor` records), and a copy of the weight's bytes
@@ -287,6 +289,13 @@ fn main() -> Result<(), BoxError> {
     let only: Option<Vec<String>> = std::env::var("GEMM_BENCH_SHAPES")
         .ok()
         .map(|s| s.split(',').map(|x| x.trim().to_string()).collect());
+    let copies_override = match std::env::var("GEMM_BENCH_COPIES") {
+        Ok(v) => match v.trim().parse::<usize>() {
+            Ok(c) if (1..=64).contains(&c) => Some(c),
+            _ => return Err(format!("GEMM_BENCH_COPIES: `{v}` is not a count from 1 to 64").into()),
+        },
+        Err(_) => None,
+    };
     let mut overhead_problem = None;
     for &(model, layer, n, k) in SHAPES {
         if only.as_ref().is_some_and(|o| !o.iter().any(|l| l == layer)) {
@@ -301,7 +310,8 @@ fn main() -> Result<(), BoxError> {
         let w_elems = n as usize * k as usize;
         let max_m = *ms.iter().max().unwrap_or(&1) as usize;
         let per_call_max = (w_elems + max_m * (k as usize + n as usize)) as u64 * 2;
-        let copies = rotation(per_call_max.min(w_elems as u64 * 2), info.l2_bytes);
+        let copies =
+            copies_override.unwrap_or_else(|| rotation(per_call_max.min(w_elems as u64 * 2), info.l2_bytes));
         let mut ws_bytes = 16;
         for &m in &ms {
             ws_bytes = ws_bytes.max(kernels::gemm::workspace_bytes(target, &key, m));
@@ -392,7 +402,8 @@ fn main() -> Result<(), BoxError> {
                 if let Some(f) = out.as_mut() {
                     writeln!(
                         f,
-                        "{{\"model\":\"{model}\",\"layer\":\"{layer}\",\"n\":{n},\"k\":{k},\"m\":{m},\"us\":{us:.3},\"tflops\":{tflops:.2},\"weight_tbs\":{w_tbs:.3},\"config\":\"{config}\",\"source\":\"{source}\"}}"
+                        "{{\"model\":\"{model}\",\"layer\":\"{layer}\",\"n\":{n},\"k\":{k},\"m\":{m},\"us\":{us:.3},\"tflops\":{tflops:.2},\"weight_tbs\":{w_tbs:.3},\"copies\":{},\"config\":\"{config}\",\"source\":\"{source}\"}}",
+                        problems.len()
                     )?;
                 }
             }

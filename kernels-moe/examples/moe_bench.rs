@@ -1,6 +1,6 @@
 //! Fused MoE on the GPU, graph-timed per call (align, gate-up GEMM, down GEMM,
-//! combine), at the Mixtral-8x7B, Qwen3-30B-A3B and DeepSeek-V3 shapes of
-//! ../shared/models.json (`MOE_BENCH_MODELS=Qwen3,...` picks by name substring).
+//! combine), at the Mixtral-8x7B, Qwen3-30B-A3B and DeepSeek-V3 (one GPU, and tp 8) shapes
+//! of ../shared/models.json (`MOE_BENCH_MODELS=Qwen3,...` picks by name substring).
 //! Four routings (uniform, distinct experts per token) rotate through the graph, as
 //! SGLang's bench does, so a small T's active experts do not sit in L2. Times the config
 //! the runtime serves (the baked table's, else the analytic default) whole, without the
@@ -19,7 +19,7 @@ use kernels_core::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use kernels_core::launch::{encode, pseudo_random};
 use kernels_core::{Cuda, CudaDevice, CudaRuntime, Result, RuntimeOptions};
 use kernels_moe::config::Path;
-use kernels_moe::ops::{prepare, prepare_config, MoePrepared};
+use kernels_moe::ops::{prepare, prepare_config, uniform_routing, MoePrepared};
 use kernels_moe::plan::{step_args, step_variant, Buffer, MoeProblem, Step, SOURCE};
 use kernels_moe::{analytic_default, space, workspace_bytes, MoeConfig, MoeKey};
 use tuned::{DType, Target};
@@ -30,6 +30,8 @@ const MODELS: &[(&str, u32, u32, u32, u32)] = &[
     ("Qwen3-30B-A3B", 128, 8, 2048, 768),
     // All 256 experts on one GPU, as SGLang's bench runs it (22.5 GB of weights).
     ("DeepSeek-V3", 256, 8, 7168, 2048),
+    // Its experts split over 8 GPUs along n (tp 8), as engines serve it: a catalog key.
+    ("DeepSeek-V3-tp8", 256, 8, 7168, 256),
 ];
 const ROUTINGS: usize = 4;
 /// Configs sampled a path unless `MOE_BENCH_SAMPLE` says otherwise.
@@ -55,32 +57,8 @@ fn random_device(stream: &Arc<CudaStream>, bytes: usize, seed: u64, scale: f32) 
     out
 }
 
-/// `tokens` rows of `topk` distinct experts each, uniform.
-fn routing(tokens: usize, experts: u32, topk: u32, seed: u64) -> Vec<i32> {
-    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut next = || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        s
-    };
-    let mut out = Vec::with_capacity(tokens * topk as usize);
-    for _ in 0..tokens {
-        let mut row: Vec<i32> = Vec::new();
-        while row.len() < topk as usize {
-            let e = (next() % experts as u64) as i32;
-            if !row.contains(&e) {
-                row.push(e);
-            }
-        }
-        out.extend(row);
-    }
-    out
-}
-
-/// The default and up to SAMPLE configs of each path spread over the space, for
-/// `tokens`.
-/// The analytic default, then about `sample` configs of each path of the space.
+/// The analytic default for `tokens`, then about `sample` configs of each path spread
+/// over the space.
 fn candidates(key: &MoeKey, tokens: u64, sample: usize) -> Vec<MoeConfig> {
     let default = analytic_default(Target::Sm90, key, tokens);
     let mut out = vec![default];
@@ -168,7 +146,7 @@ fn main() -> Result<()> {
                 .map(|_| stream.alloc_zeros::<u8>(ws_bytes).expect("alloc"))
                 .collect();
             let sets: Vec<Vec<i32>> = (0..ROUTINGS)
-                .map(|r| routing(t, experts, topk, 10 + r as u64))
+                .map(|r| uniform_routing(t as u64, experts, topk, 10 + r as u64))
                 .collect();
             let ids: Vec<CudaSlice<u8>> = sets
                 .iter()

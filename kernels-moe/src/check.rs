@@ -312,8 +312,7 @@ mod tests {
     use kernels_core::launch::{encode, pseudo_random};
 
     use super::*;
-    use crate::plan::{Buffer, MoeProblem};
-    use crate::MoeKey;
+    use crate::plan::MoeProblem;
 
     const GB: u64 = 1 << 30;
     const T: usize = 5;
@@ -323,28 +322,10 @@ mod tests {
     const TOPK: usize = 2;
 
     fn problem(dtype: DType) -> MoeProblem<'static> {
-        let key = MoeKey {
-            dtype,
-            experts: E as u32,
-            n: N as u32,
-            k: K as u32,
-            topk: TOPK as u32,
-        };
+        let dims = (T, E, N, K, TOPK);
+        let ([h, w13, w2, ids, w, out], ws) = crate::plan::made_up_buffers(dtype, dims, GB);
         // SAFETY: made-up addresses, never dereferenced.
-        unsafe {
-            MoeProblem::raw(
-                dtype,
-                (T, E, N, K, TOPK),
-                Buffer::new(GB, T * K),
-                Buffer::new(2 * GB, E * 2 * N * K),
-                Buffer::new(3 * GB, E * K * N),
-                Buffer::new(4 * GB, T * TOPK),
-                Buffer::new(5 * GB, T * TOPK),
-                Buffer::new(6 * GB, T * K),
-                (7 * GB, crate::workspace_bytes(&key, T as u64)),
-            )
-        }
-        .unwrap()
+        unsafe { MoeProblem::raw(dtype, dims, h, w13, w2, ids, w, out, ws) }.unwrap()
     }
 
     /// Buffers before a call: an engine's out-of-range id in pair 3, the activations

@@ -126,14 +126,21 @@ pub fn route<B: Backend>(rt: &Runtime<B>, stream: &B::Stream, problem: &RoutingP
     unsafe { B::launch(&kernel, stream, dims, &args) }
 }
 
-/// The routing the tuner times: each token's topk distinct experts drawn uniformly by a
-/// fixed xorshift stream (seeded by the token count), equal weights. Uniform draws touch as
+/// The routing the tuner times: each token's topk distinct experts drawn uniformly
+/// ([`uniform_routing`], seeded by the token count), equal weights. Uniform draws touch as
 /// many experts as a real router's batch does (Qwen3-30B-A3B at 16 tokens: about 84 of
 /// 128); consecutive experts from evenly spread starts touched 108 there, and the tuner
 /// then timed 29% more weight traffic than the bench's routings carry.
 pub(crate) fn tuning_routing(key: &MoeKey, tokens: u64) -> Vec<i32> {
-    let (e, topk) = (u64::from(key.experts.max(1)), key.topk as usize);
-    let mut s = tokens.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    uniform_routing(tokens, key.experts, key.topk, tokens)
+}
+
+/// `tokens` rows of `topk` distinct expert ids in `[0, experts)` (at most `experts` a row),
+/// each drawn uniformly from a fixed xorshift stream seeded by `seed`: the same ids for the
+/// same arguments on every machine. For benches and tuning.
+pub fn uniform_routing(tokens: u64, experts: u32, topk: u32, seed: u64) -> Vec<i32> {
+    let (e, topk) = (u64::from(experts.max(1)), topk as usize);
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     let mut next = move || {
         s ^= s << 13;
         s ^= s >> 7;
@@ -143,7 +150,7 @@ pub(crate) fn tuning_routing(key: &MoeKey, tokens: u64) -> Vec<i32> {
     let mut out = Vec::with_capacity(tokens as usize * topk);
     for _ in 0..tokens {
         let row = out.len();
-        // Distinct: topk <= experts (the key's rule), so the draws end.
+        // Distinct: at most `experts` a row, so the draws end.
         while out.len() - row < topk.min(e as usize) {
             let x = (next() % e) as i32;
             if !out[row..].contains(&x) {

@@ -94,6 +94,36 @@ impl WorkspaceLayout {
     }
 }
 
+/// Made-up device buffers of a problem of `dims` (tokens, experts, n, k, topk) in `dtype`:
+/// hidden, w13, w2, topk ids, topk weights and out, each at its own multiple of `at`, then
+/// the workspace, for tests that plan launches without a device.
+#[cfg(test)]
+pub(crate) fn made_up_buffers(
+    dtype: DType,
+    dims: (usize, usize, usize, usize, usize),
+    at: u64,
+) -> ([Buffer; 6], (u64, usize)) {
+    let (t, e, n, k, topk) = dims;
+    let key = MoeKey {
+        dtype,
+        experts: e as u32,
+        n: n as u32,
+        k: k as u32,
+        topk: topk as u32,
+    };
+    (
+        [
+            Buffer::new(at, t * k),
+            Buffer::new(2 * at, e * 2 * n * k),
+            Buffer::new(3 * at, e * k * n),
+            Buffer::new(4 * at, t * topk),
+            Buffer::new(5 * at, t * topk),
+            Buffer::new(6 * at, t * k),
+        ],
+        (7 * at, crate::workspace_bytes(&key, t as u64)),
+    )
+}
+
 /// One fused-MoE call as device addresses: `out[T, k] = sum over the topk choices of
 /// weight * w2_e · (silu(gate_e · x) * (up_e · x))`. Build it with
 /// [`MoeProblem::raw`].
@@ -893,26 +923,12 @@ mod tests {
     /// Valid bf16 arguments of `dims` (tokens, experts, n, k, topk), each buffer at its own
     /// multiple of `at`.
     fn args(dims: (usize, usize, usize, usize, usize), at: u64) -> Args {
-        let (t, e, n, k, topk) = dims;
-        let key = MoeKey {
-            dtype: DType::Bf16,
-            experts: e as u32,
-            n: n as u32,
-            k: k as u32,
-            topk: topk as u32,
-        };
+        let (bufs, ws) = made_up_buffers(DType::Bf16, dims, at);
         Args {
             dtype: DType::Bf16,
             dims,
-            bufs: [
-                Buffer::new(at, t * k),
-                Buffer::new(2 * at, e * 2 * n * k),
-                Buffer::new(3 * at, e * k * n),
-                Buffer::new(4 * at, t * topk),
-                Buffer::new(5 * at, t * topk),
-                Buffer::new(6 * at, t * k),
-            ],
-            ws: (7 * at, crate::workspace_bytes(&key, t as u64)),
+            bufs,
+            ws,
         }
     }
 
