@@ -905,6 +905,26 @@ extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
                             out[(long long)p * n + col] = kd::from_f32<T>(v);
                         }
                 }
+        } else if constexpr (UP) {
+            // The gate-up step stores its fragments directly (staging measured slower there).
+#pragma unroll
+            for (int mw = 0; mw < MW; ++mw)
+#pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    const int x = cw * WG_X + mw * 64 + wl * 16 + lane / 4 + half * 8;
+                    const int p = pair[x];
+                    if (p < 0) continue;
+                    T* orow = out + (long long)p * n;
+#pragma unroll
+                    for (int j = 0; j < BY / 8; ++j) {
+                        const int col = ti.n0 + j * 8 + (lane % 4) * 2;
+                        if (col >= n) continue;
+                        const int at = 4 * j + 2 * half;
+                        const float v0 = silu_mul(acc[mw][at], acc[mw][(NB - 1) * ACC + at]);
+                        const float v1 = silu_mul(acc[mw][at + 1], acc[mw][(NB - 1) * ACC + at + 1]);
+                        *reinterpret_cast<u32*>(orow + col) = kd::pack2(v0, v1, (T*)nullptr);
+                    }
+                }
         } else {
             // The tile's rows are pairs, each an output row of n contiguous elements. The
             // warpgroup stages 64 rows x 64 columns at a time (STAGING_BYTES; 16-byte chunk
