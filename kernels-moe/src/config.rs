@@ -55,6 +55,10 @@ pub struct MoeConfig {
 /// row.
 const WGMMA_ROW_BYTES: usize = 128;
 
+/// Shared memory of one consumer warpgroup's epilogue staging on the unswapped wgmma
+/// path (`STAGING_BYTES` in `cuda/moe.cu`): 64 rows of 128 bytes.
+pub const WGMMA_STAGING_BYTES: usize = 64 * WGMMA_ROW_BYTES;
+
 impl MoeConfig {
     /// A config of the wgmma paths (`path` `wgmma` or `wgmma_swap`): `block_m` pairs by
     /// `block_n` weight rows, k steps of 64 (one 128-byte swizzle row), `warps` consumer
@@ -129,6 +133,36 @@ impl MoeConfig {
         }
     }
 
+    /// Weight rows of one weight tile of a GEMM step: `block_n`, except the down step
+    /// of the unswapped wgmma path, which takes `2 * block_n` (one tile as wide as the
+    /// gate-up step's gate and up tiles together). Its stage then holds as many bytes and
+    /// a consumer as many accumulators as the gate-up step's, and each byte a block moves
+    /// into shared memory feeds 2 * block_m * 2 block_n / (block_m + 2 block_n) FLOPs
+    /// instead of 2 * block_m * block_n / (block_m + block_n): 85 against 64 a byte at
+    /// 128 x 128, where the blocks' loads from L2, not the tensor cores, bound the step.
+    pub fn step_block_n(&self, up: bool) -> u32 {
+        if self.wide_down() && !up {
+            2 * self.block_n
+        } else {
+            self.block_n
+        }
+    }
+
+    /// Whether the down step takes the wide weight tile (`step_block_n`).
+    pub fn wide_down(&self) -> bool {
+        self.path == Path::Wgmma
+    }
+
+    /// Weight tiles a stage of a GEMM step holds, counted in `block_n` rows: 2 for the
+    /// gate-up step (gate and up) and for the wide down tile, else 1.
+    pub fn step_weight_tiles(&self, up: bool) -> u32 {
+        if up || self.wide_down() {
+            2
+        } else {
+            1
+        }
+    }
+
     /// Threads per block (the wgmma paths add a producer warpgroup).
     pub fn threads(&self) -> u32 {
         if self.path.is_wgmma() {
@@ -139,17 +173,20 @@ impl MoeConfig {
     }
 
     /// Dynamic shared memory of the gate-up GEMM (two weight tiles per stage; the down
-    /// GEMM takes less).
+    /// GEMM takes as much or less).
     pub fn smem_bytes(&self, dtype: DType) -> usize {
         self.gemm_smem_bytes(dtype, 2)
     }
 
     /// Dynamic shared memory of a grouped GEMM with `weight_tiles` weight tiles per
     /// stage: the ring, plus 1024 bytes on the wgmma paths to align it to the swizzle
-    /// atom.
+    /// atom, plus on the unswapped wgmma path each consumer warpgroup's epilogue staging
+    /// ([`WGMMA_STAGING_BYTES`]).
     pub fn gemm_smem_bytes(&self, dtype: DType, weight_tiles: u32) -> usize {
         let ring = self.stage_bytes(dtype, weight_tiles) * self.stages as usize;
-        if self.path.is_wgmma() {
+        if self.path == Path::Wgmma {
+            ring + 1024 + self.consumers() as usize * WGMMA_STAGING_BYTES
+        } else if self.path.is_wgmma() {
             ring + 1024
         } else {
             ring

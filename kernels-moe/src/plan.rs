@@ -463,7 +463,7 @@ fn gemm_variant(key: &MoeKey, c: &MoeConfig, up: bool) -> Variant {
             .define("DTYPE", dtype_define(key.dtype))
             .define("WGMMA", if c.path == Path::WgmmaSwap { 2 } else { 1 })
             .define("BM", c.block_m)
-            .define("BN", c.block_n)
+            .define("BN", c.step_block_n(up))
             .define("CONSUMERS", c.consumers())
             .define("STAGES", c.stages)
             .define("UP", u32::from(up));
@@ -553,7 +553,8 @@ fn check_wgmma_device(device: &DeviceInfo) -> Result<()> {
 /// The TMA map of a wgmma GEMM's weights, all experts as one matrix of k columns:
 /// w13 as `[experts * 2n, k]` (expert e's gate rows from `e * 2n`, its up rows from
 /// `e * 2n + n`), w2 as `[experts * k, n]`; boxes of 64 columns (one 128-byte swizzle
-/// row) by the tile's `block_n` weight rows. A box that runs past an expert's rows
+/// row) by the step's weight tile rows (`MoeConfig::step_block_n`). A box that runs past
+/// an expert's rows
 /// reads rows of the next one (or zeros past the last): they feed only output columns
 /// past n, which are never stored.
 fn weight_map(p: &MoeProblem<'_>, c: &MoeConfig, up: bool) -> Result<TensorMap2d> {
@@ -576,7 +577,7 @@ fn weight_map(p: &MoeProblem<'_>, c: &MoeConfig, up: bool) -> Result<TensorMap2d
         rows,
         row_bytes: cols * e,
         box_cols: 64,
-        box_rows: c.block_n,
+        box_rows: c.step_block_n(up),
         swizzle: TmaSwizzle::B128,
     };
     map.check(name)?;
@@ -639,9 +640,8 @@ pub fn step_args(
                 .i32(n as i32)
                 .i32(k as i32);
             let slots = grid_u32("tokens", row_tile_slots(pairs, key.experts, c.block_m))?;
-            let tiles_n = n.div_ceil(c.block_n);
-            let weight_tiles = if up { 2 } else { 1 };
-            let smem = c.gemm_smem_bytes(key.dtype, weight_tiles);
+            let tiles_n = n.div_ceil(c.step_block_n(up));
+            let smem = c.gemm_smem_bytes(key.dtype, c.step_weight_tiles(up));
             let smem = u32::try_from(smem)
                 .map_err(|_| Error::invalid("config", "the pipeline exceeds shared memory"))?;
             if c.path.is_wgmma() {
@@ -650,7 +650,7 @@ pub fn step_args(
                 // of row tiles, long-k steps ran no slower this way than a block an item (Mixtral
                 // 2-5% faster on the H200), so one rule serves every k.
                 let items = u64::from(slots) * u64::from(tiles_n);
-                let blocks = persistent_blocks(device, c, weight_tiles, smem).min(items.max(1));
+                let blocks = persistent_blocks(device, c, c.step_weight_tiles(up), smem).min(items.max(1));
                 LaunchDims::linear(grid_u32("tokens", blocks)?, c.threads()).with_smem(smem)
             } else {
                 let mut d = LaunchDims::linear(slots, c.threads()).with_smem(smem);
@@ -1112,6 +1112,35 @@ mod tests {
                 let items = slots * cols.div_ceil(128) as u64;
                 let want = sms.min(items);
                 assert_eq!(plan.dims.grid, (want as u32, 1, 1), "{step:?} of k {reduce}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_unswapped_down_step_takes_weight_tiles_as_wide_as_gate_and_up_together() {
+        let p = build(&ok()).unwrap();
+        let info = DeviceInfo::nominal(Target::Sm90).unwrap();
+        // (path, block_m, block_n, warps): the down step's weight rows per tile.
+        for (path, bm, bn, warps, down_rows) in [
+            (Path::Wgmma, 64, 64, 4, 128),
+            (Path::Wgmma, 128, 128, 8, 256),
+            (Path::WgmmaSwap, 16, 64, 4, 64),
+        ] {
+            let c = MoeConfig::wgmma(path, bm, bn, warps, 4);
+            assert!(space::fits(Target::Sm90, &p.key, &c), "{c}");
+            let up = step_plan(&info, &c, &p, Step::GateUp).unwrap();
+            let down = step_plan(&info, &c, &p, Step::Down).unwrap();
+            let v = down.variant.to_string();
+            assert!(v.contains(&format!(" -DBN={down_rows} ")), "{v}");
+            let (_, map) = down.args.tensor_maps().next().unwrap();
+            assert_eq!(map.box_rows, down_rows, "{c}");
+            let (_, map) = up.args.tensor_maps().next().unwrap();
+            assert_eq!(map.box_rows, bn, "{c}: the gate-up step keeps block_n");
+            if down_rows == 2 * bn {
+                // Same ring as the gate-up step: as many weight rows a stage.
+                assert_eq!(down.dims.smem_bytes, up.dims.smem_bytes, "{c}");
+            } else {
+                assert!(down.dims.smem_bytes < up.dims.smem_bytes, "{c}");
             }
         }
     }

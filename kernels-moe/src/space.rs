@@ -15,9 +15,10 @@ pub fn smem_limit(target: Target) -> usize {
     }
 }
 
-/// Static shared memory of the wgmma kernel besides the ring: the tile's pair
-/// indices (up to 128), the mbarriers (2 per stage, up to 8 stages) and the tile.
-const WGMMA_STATIC_SMEM: usize = 128 * 4 + 16 * 8 + 16;
+/// Static shared memory of the wgmma kernel besides the ring: two items' pair indices
+/// and routing weights (up to 128 each), the mbarriers (2 per stage, up to 8 stages, and
+/// 4 for the items) and two items' tile records.
+const WGMMA_STATIC_SMEM: usize = 2 * 128 * (4 + 4) + 16 * 8 + 4 * 8 + 2 * 16;
 
 /// Whether `config` fits `key` on `target`. Only NVIDIA targets have the kernels.
 ///
