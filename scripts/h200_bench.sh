@@ -28,7 +28,9 @@
 #   gemm-h200.jsonl           step `gemm`: our GEMM (benches/benches/gemm.rs) and cuBLAS
 #                             (scripts/gemm_peers.py) on the same shapes, one file
 #   moe-h200.jsonl            step `moe`: fused MoE per layer (kernels-moe's moe_bench),
-#                             SGLang's Triton kernel (its bench, carried in .device-bin/sglang)
+#                             SGLang's Triton kernel (its bench, carried in .device-bin/sglang,
+#                             run first: moe-routes.txt records its routings and moe_bench
+#                             times the same ones)
 #                             and the reference points of scripts/moe_refs.py (a torch loop
 #                             over the experts, cuBLAS on dense GEMMs of the same FLOPs)
 #   defaults-check.log        step `defaults` (not in the default steps: it searches every
@@ -164,9 +166,12 @@ for step in $STEPS; do
             need moe_bench
             [ -f "$B/sglang/sglang_moe_bench.py" ] ||
                 die "the MoE peer is missing: scripts/build_device_bin.sh fetches it into $B/sglang where ../shared/peers exists"
-            run moe 600 sh -c "\"$B/moe_bench\" 1,16,64,512,2048,8192 > \"$OUT/moe-ours.jsonl\""
+            # SGLang's bench first, its routings recorded, then ours on the same routings
+            # (the shapes SGLang runs; DeepSeek-V3-tp8 draws its own).
             PYTHONPATH="$B/sglang" run moe-peers 600 sh -c \
-                "python3 $B/sglang/sglang_moe_bench.py --tokens 1,16,64,512,2048,8192 > \"$OUT/moe-sglang.jsonl\""
+                "python3 scripts/sglang_routes.py --routes-out \"$OUT/moe-routes.txt\" --tokens 1,16,64,512,2048,8192 > \"$OUT/moe-sglang.jsonl\""
+            MOE_BENCH_ROUTES="$OUT/moe-routes.txt" run moe 600 sh -c \
+                "\"$B/moe_bench\" 1,16,64,512,2048,8192 > \"$OUT/moe-ours.jsonl\""
             run moe-refs 600 sh -c \
                 "python3 scripts/moe_refs.py --tokens 1,16,64,512,2048,8192 > \"$OUT/moe-refs.jsonl\""
             cat "$OUT/moe-ours.jsonl" "$OUT/moe-sglang.jsonl" "$OUT/moe-refs.jsonl" > "$OUT/moe-h200.jsonl"

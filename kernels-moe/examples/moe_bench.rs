@@ -7,10 +7,14 @@
 //! align step (as SGLang's figure, which excludes its alignment) and step by step, then
 //! the analytic default and a sample of the search space; prints one JSON line per shape.
 //! `MOE_BENCH_SAMPLE=N` samples N configs a path (6 by default; 0 times the served config
-//! and the default alone, for quick comparisons of two builds).
+//! and the default alone, for quick comparisons of two builds). `MOE_BENCH_ROUTES=<file>`
+//! times the routings a file records (`scripts/sglang_routes.py` writes SGLang's bench's:
+//! one line a routing, `<model> <T> <index> <ids...>`) for the shapes it holds, so both
+//! benches stream the same experts; each line of output says which routing it timed.
 //!
 //! `cargo run --release -p kernels-moe --example moe_bench -- [tokens,...]`
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use kernels_core::backend::cuda::GraphTimer;
@@ -57,6 +61,35 @@ fn random_device(stream: &Arc<CudaStream>, bytes: usize, seed: u64, scale: f32) 
     out
 }
 
+/// Routings read from a `MOE_BENCH_ROUTES` file, by (model, tokens): `ROUTINGS` each, in
+/// order, each `tokens * topk` expert ids.
+type Recorded = HashMap<(String, usize), Vec<Vec<i32>>>;
+
+fn read_routes(path: &str) -> std::result::Result<Recorded, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    let mut out = Recorded::new();
+    for (no, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let bad = |what: &str| format!("{path}:{}: {what}", no + 1);
+        let mut f = line.split_ascii_whitespace();
+        let model = f.next().ok_or_else(|| bad("no model"))?.to_string();
+        let mut num = |what: &str| -> std::result::Result<usize, String> {
+            f.next()
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| bad(&format!("no {what}")))
+        };
+        let (t, index) = (num("token count")?, num("routing index")?);
+        let ids: Vec<i32> = f
+            .map(|v| v.parse().map_err(|_| bad(&format!("`{v}` is not an expert id"))))
+            .collect::<std::result::Result<_, _>>()?;
+        let sets = out.entry((model, t)).or_default();
+        if index != sets.len() {
+            return Err(bad(&format!("routing {index} where {} was due", sets.len())));
+        }
+        sets.push(ids);
+    }
+    Ok(out)
+}
+
 /// The analytic default for `tokens`, then about `sample` configs of each path spread
 /// over the space.
 fn candidates(key: &MoeKey, tokens: u64, sample: usize) -> Vec<MoeConfig> {
@@ -87,6 +120,13 @@ fn main() -> Result<()> {
             SAMPLE
         }),
         Err(_) => SAMPLE,
+    };
+    let recorded = match std::env::var("MOE_BENCH_ROUTES") {
+        Ok(path) => read_routes(&path).unwrap_or_else(|err| {
+            eprintln!("MOE_BENCH_ROUTES: {err}");
+            std::process::exit(2)
+        }),
+        Err(_) => Recorded::new(),
     };
     let dev = CudaDevice::open(0)?;
     let rt = CudaRuntime::new(dev.clone())?;
@@ -145,9 +185,27 @@ fn main() -> Result<()> {
             let ws: Vec<CudaSlice<u8>> = (0..ROUTINGS)
                 .map(|_| stream.alloc_zeros::<u8>(ws_bytes).expect("alloc"))
                 .collect();
-            let sets: Vec<Vec<i32>> = (0..ROUTINGS)
-                .map(|r| uniform_routing(t as u64, experts, topk, 10 + r as u64))
-                .collect();
+            let (routing, sets) = match recorded.get(&(name.to_string(), t)) {
+                Some(sets) => {
+                    let fits = sets.len() == ROUTINGS
+                        && sets.iter().all(|s| {
+                            s.len() == pairs && s.iter().all(|&id| id >= 0 && (id as u32) < experts)
+                        });
+                    if !fits {
+                        eprintln!(
+                            "MOE_BENCH_ROUTES: {name} T={t}: want {ROUTINGS} routings of {pairs} ids in [0, {experts})"
+                        );
+                        std::process::exit(2)
+                    }
+                    ("recorded", sets.clone())
+                }
+                None => (
+                    "uniform",
+                    (0..ROUTINGS)
+                        .map(|r| uniform_routing(t as u64, experts, topk, 10 + r as u64))
+                        .collect(),
+                ),
+            };
             let ids: Vec<CudaSlice<u8>> = sets
                 .iter()
                 .map(|s| {
@@ -246,7 +304,7 @@ fn main() -> Result<()> {
             let wbytes = active * 3.0 * (n * k * 2) as f64;
             let flops = 2.0 * pairs as f64 * 3.0 * (n * k) as f64;
             println!(
-                "{{\"model\": \"{name}\", \"T\": {t}, \"us_served\": {us_served:.2}, \"us_served_no_align\": {us_served_no_align:.2}, \"us_served_pdl\": {us_served_pdl:.2}, \"source\": \"{}\", \"served\": \"{}\", \"steps_us\": {{{}}}, \"weight_GBps_served\": {:.0}, \"tflops_served\": {:.1}, \"us_default\": {us_default:.2}, \"default\": \"{default}\", \"us_best\": {:.2}, \"best\": \"{}\", \"sampled\": {}, \"active_experts\": {active}, \"weight_GBps_best\": {:.0}, \"tflops_best\": {:.1}}}",
+                "{{\"model\": \"{name}\", \"T\": {t}, \"routing\": \"{routing}\", \"us_served\": {us_served:.2}, \"us_served_no_align\": {us_served_no_align:.2}, \"us_served_pdl\": {us_served_pdl:.2}, \"source\": \"{}\", \"served\": \"{}\", \"steps_us\": {{{}}}, \"weight_GBps_served\": {:.0}, \"tflops_served\": {:.1}, \"us_default\": {us_default:.2}, \"default\": \"{default}\", \"us_best\": {:.2}, \"best\": \"{}\", \"sampled\": {}, \"active_experts\": {active}, \"weight_GBps_best\": {:.0}, \"tflops_best\": {:.1}}}",
                 served.resolved.source,
                 served.resolved.config,
                 steps.join(", "),
