@@ -67,6 +67,11 @@ type Recorded = HashMap<(String, usize), Vec<Vec<i32>>>;
 
 fn read_routes(path: &str) -> std::result::Result<Recorded, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    parse_routes(&text, path)
+}
+
+/// The routings of a routes file's `text`; errors name `path` and the line.
+fn parse_routes(text: &str, path: &str) -> std::result::Result<Recorded, String> {
     let mut out = Recorded::new();
     for (no, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let bad = |what: &str| format!("{path}:{}: {what}", no + 1);
@@ -319,4 +324,29 @@ fn main() -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_are_read_by_model_and_tokens_in_order() {
+        let text = "Qwen3-30B-A3B 1 0 3 7\nQwen3-30B-A3B 1 1 5 6\n\nMixtral-8x7B 2 0 0 1 1 0\n";
+        let r = parse_routes(text, "f").unwrap();
+        assert_eq!(r[&("Qwen3-30B-A3B".to_string(), 1)], vec![vec![3, 7], vec![5, 6]]);
+        assert_eq!(r[&("Mixtral-8x7B".to_string(), 2)], vec![vec![0, 1, 1, 0]]);
+    }
+
+    #[test]
+    fn a_bad_routes_line_is_named() {
+        for (text, want) in [
+            ("Qwen3 1 1 3 7\n", "f:1: routing 1 where 0 was due"),
+            ("Qwen3 1 0 3 7\nQwen3 x 1 3\n", "f:2: no token count"),
+            ("Qwen3 1 0 3 seven\n", "f:1: `seven` is not an expert id"),
+            ("Qwen3\n", "f:1: no token count"),
+        ] {
+            assert_eq!(parse_routes(text, "f").unwrap_err(), want, "{text:?}");
+        }
+    }
 }
