@@ -84,12 +84,28 @@ const WGMMA_STAGES: &[u32] = &[3, 4, 5, 6, 8];
 /// tuning of Qwen3-30B-A3B and Mixtral-8x7B (13 shapes, T = 1-8192) the fastest mma config
 /// was 5-125% behind the fastest wgmma one on every shape, and it was three quarters of
 /// the configs screened.
+///
+/// Two wgmma families are left out as well: tiles of 64 or more pairs on the swapped path
+/// with one consumer warpgroup, and unswapped tiles of 128 pair rows on one consumer. In
+/// the H200 tuning of the 4 catalog keys at T = 1-8192 (28 searches, 968 configs timed)
+/// they were 17% of the configs and never within 3% of a search's best (the closest 6%
+/// behind on the swapped path, 19% on the unswapped one), while tiles of as many pairs
+/// on two consumers won searches.
 pub fn search_space(target: Target, key: &MoeKey, tokens: u64) -> Vec<MoeConfig> {
     let all = full_space(target, key, tokens);
     if target == Target::Sm90 && all.iter().any(|c| c.path.is_wgmma()) {
-        return all.into_iter().filter(|c| c.path.is_wgmma()).collect();
+        return all
+            .into_iter()
+            .filter(|c| c.path.is_wgmma() && !never_won(c))
+            .collect();
     }
     all
+}
+
+/// The wgmma families [`search_space`] leaves out: many pairs on one consumer warpgroup.
+fn never_won(c: &MoeConfig) -> bool {
+    c.consumers() == 1
+        && ((c.path == Path::WgmmaSwap && c.block_m >= 64) || (c.path == Path::Wgmma && c.block_m >= 128))
 }
 
 /// Every config of every path that fits `key` on `target` for `tokens`.
@@ -186,6 +202,24 @@ mod tests {
         assert!(prefill
             .iter()
             .any(|c| c.path == Path::Wgmma && c.consumers() == 2));
+        // Many pairs on one consumer never won a search: left out, while they fit and the
+        // same tiles on two consumers stay.
+        for (path, block_m, block_n) in [
+            (Path::WgmmaSwap, 64, 64),
+            (Path::WgmmaSwap, 128, 64),
+            (Path::Wgmma, 128, 64),
+        ] {
+            let one = MoeConfig::wgmma(path, block_m, block_n, 4, 4);
+            assert!(fits(Target::Sm90, &QWEN3, &one), "{one}");
+            assert!(!prefill.contains(&one), "{one}");
+            let two = MoeConfig { warps: 8, ..one };
+            assert!(
+                prefill.contains(&two) || !fits(Target::Sm90, &QWEN3, &two),
+                "{two}"
+            );
+        }
+        assert!(prefill.contains(&MoeConfig::wgmma(Path::WgmmaSwap, 128, 128, 8, 4)));
+        assert!(prefill.contains(&MoeConfig::wgmma(Path::Wgmma, 64, 64, 4, 3)));
 
         let ok = MoeConfig::wgmma(Path::WgmmaSwap, 16, 64, 4, 4);
         assert!(fits(Target::Sm90, &QWEN3, &ok));
