@@ -16,7 +16,10 @@
 //!   safe op takes them (a read guard per input, a write guard per output) and dropped
 //!   after the launch: the floor cudarc's tracking sets for any launch on its buffers
 //!   (each guard waits on the buffer's events and records one), which `safe` is read
-//!   against.
+//!   against;
+//! - `bare-checked` (rmsnorm only): `bare` after the capture check the safe ops make
+//!   while cudarc tracks the buffers (`CudaDevice::check_capturable`: one
+//!   `cuStreamIsCapturing`), the part of `safe` over `bare-tracked` that is not the op.
 //!
 //! GEMM runs the same four ways on a launch-bound decode shape (m = 1, n = 256, k = 512,
 //! bf16, layout nt, with the workspace its split-K configs need): on sm_90 that is the
@@ -476,6 +479,14 @@ fn run() -> Result<(), BoxError> {
             let (_, _x) = x.device_ptr(s);
             let (_, _w) = w.device_ptr(s);
             let (_, _y) = y.device_ptr_mut(s);
+            f()
+        })?,
+    );
+    push(
+        "rmsnorm",
+        "bare-checked",
+        bare::<RmsNorm>(&rt, s, &norm, &mut |f| {
+            CudaDevice::check_capturable(s)?;
             f()
         })?,
     );
