@@ -93,11 +93,15 @@ const WGMMA_STAGES: &[u32] = &[3, 4, 5, 6, 8];
 /// on two consumers won searches.
 pub fn search_space(target: Target, key: &MoeKey, tokens: u64) -> Vec<MoeConfig> {
     let all = full_space(target, key, tokens);
-    if target == Target::Sm90 && all.iter().any(|c| c.path.is_wgmma()) {
-        return all
-            .into_iter()
+    if target == Target::Sm90 {
+        let wgmma: Vec<MoeConfig> = all
+            .iter()
             .filter(|c| c.path.is_wgmma() && !never_won(c))
+            .copied()
             .collect();
+        if !wgmma.is_empty() {
+            return wgmma;
+        }
     }
     all
 }
