@@ -8,7 +8,10 @@ number of active experts, which sets the bytes a decode step streams, differs be
 by a few percent (Qwen3-30B-A3B at T = 16: 80.5 against 83.75 experts in one run), which is as
 large as the differences being measured.
 
-    PYTHONPATH=DEST python3 scripts/sglang_routes.py --routes-out ROUTES [bench arguments...]
+    PYTHONPATH=DEST:../shared/peers python3 scripts/sglang_routes.py --routes-out ROUTES [bench arguments...]
+
+(DEST from ../shared/peers/fetch_sglang_moe.sh; `scripts/build_device_bin.sh` puts the bench
+beside it in .device-bin/sglang, so there PYTHONPATH=.device-bin/sglang suffices.)
 
 The bench's own output (JSON lines on stdout) is unchanged: the recording wraps its routing
 function without drawing any random numbers. ROUTES holds one line per routing, in the order
