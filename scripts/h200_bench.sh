@@ -25,8 +25,9 @@
 #                             of it (the plots need matplotlib)
 #   overhead.jsonl            step `overhead`: each op's eager per-call cost against a bare
 #                             cuLaunchKernel (benches/benches/overhead.rs)
-#   gemm-h200.jsonl           step `gemm`: our GEMM (benches/benches/gemm.rs) and cuBLAS
-#                             (scripts/gemm_peers.py) on the same shapes, one file
+#   gemm-h200.jsonl           step `gemm`: our GEMM and cuBLAS on the same buffers
+#                             (benches/benches/gemm.rs; `source` "cublas", `agree` records)
+#                             and cuBLAS through torch (scripts/gemm_peers.py), one file
 #   moe-h200.jsonl            step `moe`: fused MoE per layer (kernels-moe's moe_bench),
 #                             SGLang's Triton kernel (its bench, carried in .device-bin/sglang,
 #                             run first: moe-routes.txt records its routings and moe_bench

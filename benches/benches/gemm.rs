@@ -4,7 +4,12 @@
 //! the analytic default). Each point is the median over graph replays of back-to-back
 //! launches rotating over copies of the operands (working set at least 2x L2, as the
 //! tuner times), so decode points are weight streams from HBM, not from L2.
-//! scripts/gemm_peers.py times cuBLAS (torch F.linear) the same way.
+//! Beside each point it times cuBLAS (`cublasGemmEx`, bf16 in and out, fp32 compute, loaded
+//! at run time through cudarc) on the same buffers, rotated and graph-timed the same way
+//! (`cublas` rows), and checks that the two agree on the point's first rows (`agree`
+//! records: largest difference over the largest magnitude); where libcublas cannot be
+//! loaded it says so once and times ours alone. scripts/gemm_peers.py times cuBLAS through
+//! torch's F.linear the same way, from Python.
 //!
 //! `cargo bench -p benches --bench gemm`; `KERNELS_BENCH_OUT=FILE.jsonl` also writes
 //! one JSON object per point; `GEMM_BENCH_M=1,16,...` picks the m values;
@@ -27,6 +32,7 @@
 use std::io::Write;
 use std::sync::Arc;
 
+use cudarc::cublas::{result as cublas_result, sys as cublas_sys, CudaBlas};
 use kernels::core::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use kernels::core::{
     backend::cuda::{time_graph_runs, RawStream},
@@ -38,6 +44,120 @@ use kernels::gemm::{Epilogue, Gemm, GemmConfig, GemmKey, Layout, Path};
 use tuned::{resolve_serve, DType};
 
 type BoxError = Box<dyn std::error::Error>;
+
+/// cuBLAS's workspace: 32 MiB, what NVIDIA advises on Hopper. Given to the handle up front
+/// so that no launch allocates while a graph is captured.
+const CUBLAS_WORKSPACE: usize = 32 << 20;
+
+/// Rows of C compared between ours and cuBLAS at each point.
+const AGREE_ROWS: usize = 16;
+
+/// A cuBLAS handle on the bench's stream with its own workspace.
+struct Cublas {
+    blas: CudaBlas,
+    _workspace: CudaSlice<u8>,
+}
+
+impl Cublas {
+    /// `None`, after one line saying why, where libcublas cannot be loaded or set up.
+    fn new(stream: &Arc<CudaStream>) -> Option<Self> {
+        // SAFETY: only tries to open the library.
+        if !unsafe { cublas_sys::is_culib_present() } {
+            println!("cuBLAS: libcublas not found on the loader path (LD_LIBRARY_PATH); cublas rows skipped");
+            return None;
+        }
+        let setup = || -> Result<Self, BoxError> {
+            let blas = CudaBlas::new(stream.clone())?;
+            let workspace = stream.alloc_zeros::<u8>(CUBLAS_WORKSPACE)?;
+            let ptr = workspace.device_ptr(stream).0;
+            // SAFETY: the workspace holds CUBLAS_WORKSPACE bytes and lives as long as the handle.
+            unsafe { cublas_sys::cublasSetWorkspace_v2(*blas.handle(), ptr as *mut _, CUBLAS_WORKSPACE) }
+                .result()?;
+            Ok(Self {
+                blas,
+                _workspace: workspace,
+            })
+        };
+        match setup() {
+            Ok(c) => Some(c),
+            Err(e) => {
+                println!("cuBLAS: could not be set up ({e}); cublas rows skipped");
+                None
+            }
+        }
+    }
+
+    /// C[m, n] = A[m, k] W[n, k]^T, all row-major bf16 with leading dimensions k, k and n
+    /// (column-major to cuBLAS: C^T = op_T(W) A^T).
+    ///
+    /// # Safety
+    /// `a`, `w` and `c` hold m x k, n x k and m x n elements.
+    unsafe fn linear(
+        &self,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: u64,
+        w: u64,
+        c: u64,
+    ) -> kernels::core::Result<()> {
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        let dim = |x: usize| {
+            i32::try_from(x).map_err(|_| kernels::core::Error::InvalidArgument {
+                name: "cublas dims".into(),
+                reason: format!("{x} exceeds i32"),
+            })
+        };
+        unsafe {
+            cublas_result::gemm_ex(
+                *self.blas.handle(),
+                cublas_sys::cublasOperation_t::CUBLAS_OP_T,
+                cublas_sys::cublasOperation_t::CUBLAS_OP_N,
+                dim(n)?,
+                dim(m)?,
+                dim(k)?,
+                (&alpha as *const f32).cast(),
+                w as *const _,
+                cublas_sys::cudaDataType::CUDA_R_16BF,
+                dim(k)?,
+                a as *const _,
+                cublas_sys::cudaDataType::CUDA_R_16BF,
+                dim(k)?,
+                (&beta as *const f32).cast(),
+                c as *mut _,
+                cublas_sys::cudaDataType::CUDA_R_16BF,
+                dim(n)?,
+                cublas_sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                cublas_sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(|e| kernels::core::Error::Driver {
+            call: "cublasGemmEx",
+            message: e.to_string(),
+        })
+    }
+}
+
+/// The first `rows` rows of a row-major bf16 matrix of `n` columns, as f32.
+fn head_rows(
+    stream: &Arc<CudaStream>,
+    c: &CudaSlice<u8>,
+    rows: usize,
+    n: usize,
+) -> Result<Vec<f32>, BoxError> {
+    let bytes = stream.clone_dtoh(&c.slice(0..rows * n * 2))?;
+    Ok(bytes
+        .chunks_exact(2)
+        .map(|b| f32::from_bits(u32::from(u16::from_le_bytes([b[0], b[1]])) << 16))
+        .collect())
+}
+
+/// Largest |x - y| over the largest |y|: how far two results of one product are apart.
+fn rel_diff(x: &[f32], y: &[f32]) -> f64 {
+    let scale = y.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
+    let diff = x.iter().zip(y).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    f64::from(diff / scale)
+}
 
 /// Fills 16-bit elements with values in [-1, 1) from an integer hash (bf16 bits).
 static FILL: KernelSource = KernelSource::new(
@@ -230,6 +350,7 @@ fn main() -> Result<(), BoxError> {
         None
     };
     let stream = rt.device().new_stream()?;
+    let cublas = Cublas::new(&stream);
     let info = rt.device().info().clone();
     let target = info.tuning_target();
     let ms: Vec<u64> = std::env::var("GEMM_BENCH_M")
@@ -404,6 +525,53 @@ fn main() -> Result<(), BoxError> {
                         f,
                         "{{\"model\":\"{model}\",\"layer\":\"{layer}\",\"n\":{n},\"k\":{k},\"m\":{m},\"us\":{us:.3},\"tflops\":{tflops:.2},\"weight_tbs\":{w_tbs:.3},\"copies\":{},\"config\":\"{config}\",\"source\":\"{source}\"}}",
                         problems.len()
+                    )?;
+                }
+            }
+            if let Some(cb) = cublas.as_ref() {
+                let ptrs: Vec<(u64, u64, u64)> = sets
+                    .iter()
+                    .map(|(a, w, c, _)| {
+                        let p = |s: &CudaSlice<u8>| s.device_ptr(&stream).0;
+                        (p(a), p(w), p(c))
+                    })
+                    .collect();
+                let (nu, ku) = (n as usize, k as usize);
+                // SAFETY: each set holds max_m x k, n x k and max_m x n elements, m <= max_m.
+                let mut gemm = |i: usize| {
+                    let (a, w, c) = ptrs[i];
+                    unsafe { cb.linear(mu, nu, ku, a, w, c) }
+                };
+                match time_graph_runs(&stream, &opts, launches, ptrs.len(), &mut gemm) {
+                    Ok(t) => {
+                        let us = t.median_us;
+                        let tflops = 2.0 * m as f64 * n as f64 * k as f64 / us / 1e6;
+                        let w_tbs = (w_elems * 2) as f64 / us / 1e6;
+                        println!(
+                            "{model:<18} {layer:<8} {n:>6} {k:>6} {m:>5} {us:>10.1} {tflops:>9.1} {w_tbs:>8.2}  cublasGemmEx (cublas)"
+                        );
+                        if let Some(f) = out.as_mut() {
+                            writeln!(
+                                f,
+                                "{{\"model\":\"{model}\",\"layer\":\"{layer}\",\"n\":{n},\"k\":{k},\"m\":{m},\"us\":{us:.3},\"tflops\":{tflops:.2},\"weight_tbs\":{w_tbs:.3},\"copies\":{},\"config\":\"cublasGemmEx\",\"source\":\"cublas\"}}",
+                                ptrs.len()
+                            )?;
+                        }
+                    }
+                    Err(e) => println!("{model:<18} {layer:<8} {n:>6} {k:>6} {m:>5} cublas failed: {e}"),
+                }
+                // Both on the first set, one after the other into its C.
+                let rows = mu.min(AGREE_ROWS);
+                rt.launch_config::<Gemm>(&stream, &resolved.config, &problems[0])?;
+                let ours = head_rows(&stream, &sets[0].2, rows, nu)?;
+                gemm(0)?;
+                let theirs = head_rows(&stream, &sets[0].2, rows, nu)?;
+                let rel = rel_diff(&ours, &theirs);
+                println!("{model:<18} {layer:<8} {n:>6} {k:>6} {m:>5} agree: max |ours - cublas| / max |cublas| = {rel:.2e} over {rows} rows");
+                if let Some(f) = out.as_mut() {
+                    writeln!(
+                        f,
+                        "{{\"kind\":\"agree\",\"model\":\"{model}\",\"layer\":\"{layer}\",\"n\":{n},\"k\":{k},\"m\":{m},\"rows\":{rows},\"rel_diff\":{rel:.3e}}}"
                     )?;
                 }
             }
