@@ -295,6 +295,32 @@ fn served_variants_are_verified_against_the_reference() {
     assert!(e.contains("out[0] = 9, want 7"), "{e}");
 }
 
+/// Several configs of one problem: one verdict each, in order; a wrong config between
+/// two right ones does not make the next one fail.
+#[test]
+fn served_variants_of_one_problem_share_one_reference() {
+    let rt = runtime(Policy::Serve);
+    let stream = MockStream::default();
+    let configs = [
+        FillConfig { us: 5, fill: RIGHT },
+        FillConfig { us: 1, fill: 9 },
+        FillConfig { us: 3, fill: RIGHT },
+    ];
+    let verdicts = kernels_core::tune::verify_each::<Mock, Fill>(&rt, &stream, &64, 1, &configs).unwrap();
+    assert_eq!(verdicts.len(), 3);
+    assert_eq!(verdicts[0], Ok(()));
+    assert!(
+        verdicts[1].as_ref().unwrap_err().contains("out[0] = 9, want 7"),
+        "{:?}",
+        verdicts[1]
+    );
+    assert_eq!(verdicts[2], Ok(()));
+    assert_eq!(
+        kernels_core::tune::verify_each::<Mock, Fill>(&rt, &stream, &64, 1, &[]).unwrap(),
+        Vec::<Result<(), String>>::new()
+    );
+}
+
 #[test]
 fn a_screened_search_checks_the_fastest_and_never_picks_a_wrong_one() {
     // One finalist: the quick pass ranks the wrong variant (1 us) first, its full run

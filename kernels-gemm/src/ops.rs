@@ -73,7 +73,38 @@ unsafe impl Tunable for Gemm {
     fn tuning_problem<'a>(key: &GemmKey, m: u64, at: &'a [u64]) -> GemmProblem<'a> {
         GemmProblem::tuning(*key, m, at)
     }
+
+    /// Rows whose CPU reference stays within 2^30 multiply-adds (about a second): the
+    /// weight is read once per row, so a 1 GB lm_head is checked on one or two rows and a
+    /// router of n = 8 on its whole batch.
+    fn check_batch(key: &GemmKey, m: u64) -> u64 {
+        let per_row = u64::from(key.n) * u64::from(key.k);
+        m.min(((1u64 << 30) / per_row.max(1)).max(1))
+    }
 }
 
 /// The `kernels tune` view of [`Gemm`], on every backend.
 pub static GEMM_TUNABLE: TunableDyn<Gemm> = TunableDyn::new();
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Layout;
+
+    /// The served check runs Qwen2.5-7B's lm_head (1 GB) on one row, Llama's on two,
+    /// 70B-tp8 qkv on 102 and a router of n = 8 on all its rows.
+    #[test]
+    fn the_served_check_bounds_its_reference_work() {
+        let key = |n, k| GemmKey {
+            dtype: tuned::DType::Bf16,
+            layout: Layout::Nt,
+            n,
+            k,
+        };
+        assert_eq!(Gemm::check_batch(&key(152064, 3584), 8192), 1);
+        assert_eq!(Gemm::check_batch(&key(128256, 4096), 8192), 2);
+        assert_eq!(Gemm::check_batch(&key(1280, 8192), 8192), 102);
+        assert_eq!(Gemm::check_batch(&key(8, 4096), 8192), 8192);
+        assert_eq!(Gemm::check_batch(&key(1280, 8192), 16), 16);
+    }
+}

@@ -205,6 +205,13 @@ unsafe impl Tunable for Moe {
     fn tuning_problem<'a>(key: &MoeKey, tokens: u64, at: &'a [u64]) -> MoeProblem<'a> {
         crate::plan::tuning_problem(*key, tokens, at)
     }
+
+    /// Tokens whose CPU reference stays within 2^30 multiply-adds (about a second): each
+    /// token runs topk experts' gate, up and down products of n x k.
+    fn check_batch(key: &MoeKey, tokens: u64) -> u64 {
+        let per_token = 3 * u64::from(key.topk) * u64::from(key.n) * u64::from(key.k);
+        tokens.min(((1u64 << 30) / per_token.max(1)).max(1))
+    }
 }
 
 /// The `kernels tune` view of [`Moe`], on every backend. It times the whole layer
@@ -242,5 +249,29 @@ mod tests {
         touched.sort();
         touched.dedup();
         assert!((70..=96).contains(&touched.len()), "{} experts", touched.len());
+    }
+
+    /// The served check runs Mixtral (2 x 3 products of 14336 x 4096 a token) on 3 tokens,
+    /// Qwen3-30B-A3B on 28, and never more tokens than were served.
+    #[test]
+    fn the_served_check_bounds_its_reference_work() {
+        let mixtral = MoeKey {
+            dtype: DType::Bf16,
+            experts: 8,
+            n: 14336,
+            k: 4096,
+            topk: 2,
+        };
+        let qwen3 = MoeKey {
+            experts: 128,
+            n: 768,
+            k: 2048,
+            topk: 8,
+            ..mixtral
+        };
+        assert_eq!(Moe::check_batch(&mixtral, 8192), 3);
+        assert_eq!(Moe::check_batch(&qwen3, 8192), 28);
+        assert_eq!(Moe::check_batch(&qwen3, 16), 16);
+        assert_eq!(Moe::check_batch(&mixtral, 1), 1);
     }
 }

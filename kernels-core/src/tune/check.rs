@@ -1,6 +1,6 @@
 //! The output checks: in every search each candidate is run once on the problem being
 //! tuned and compared with the analytic default's run before it is timed
-//! ([`OutputCheck`]), and [`verify`] runs a config once and compares it with the
+//! ([`OutputCheck`]), and [`verify`] ([`verify_each`]) runs a config once and compares it with the
 //! kernel's CPU reference (`kernels tables check --served`).
 
 use crate::{Backend, BufferRole, Expected, PlannedKernel, Result, Runtime, Tunable, TuneBuffer};
@@ -107,21 +107,7 @@ impl<'s, B: Backend> OutputCheck<'s, B> {
         problem: &K::Problem<'_>,
     ) -> std::result::Result<(), String> {
         self.ready(index)?;
-        let got = self
-            .buffers
-            .iter()
-            .zip(&self.before)
-            .map(|(b, was)| {
-                if unread(b) {
-                    return Ok(was.clone());
-                }
-                let mut host = vec![0u8; b.bytes];
-                // SAFETY: `b.ptr` is valid for b.bytes by the PlannedKernel contract.
-                unsafe { B::read_back(self.stream, b.ptr, &mut host) }?;
-                Ok(host)
-            })
-            .collect::<Result<Vec<_>>>()
-            .map_err(|e| e.to_string())?;
+        let got = self.read_run().map_err(|e| e.to_string())?;
         match &self.default {
             None => {
                 self.default = Some(got);
@@ -134,6 +120,24 @@ impl<'s, B: Backend> OutputCheck<'s, B> {
 }
 
 impl<B: Backend> OutputCheck<'_, B> {
+    /// Every buffer after a run (stream-ordered): read back, except the read-only ones
+    /// above [`UNREAD_LIMIT`], given as they were (see [`OutputCheck::verify_unread`]).
+    fn read_run(&self) -> Result<Vec<Vec<u8>>> {
+        self.buffers
+            .iter()
+            .zip(&self.before)
+            .map(|(b, was)| {
+                if unread(b) {
+                    return Ok(was.clone());
+                }
+                let mut host = vec![0u8; b.bytes];
+                // SAFETY: `b.ptr` is valid for b.bytes by the PlannedKernel contract.
+                unsafe { B::read_back(self.stream, b.ptr, &mut host) }?;
+                Ok(host)
+            })
+            .collect()
+    }
+
     /// After a search: every read-only buffer [`OutputCheck::check`] did not read back
     /// per candidate, compared with its contents from before the search. An error names
     /// the buffer that changed: some candidate wrote into it, so no result of the
@@ -171,15 +175,48 @@ pub fn verify<B: Backend, K: Tunable>(
     batch: u64,
     config: &K::Config,
 ) -> std::result::Result<(), String> {
+    verify_each::<B, K>(rt, stream, key, batch, std::slice::from_ref(config))?
+        .pop()
+        .unwrap_or_else(|| Err("no run".into()))
+}
+
+/// [`verify`] for several configs of one problem: the inputs made and uploaded once and
+/// the CPU reference computed once (GEMM and MoE weights reach gigabytes), then each
+/// config run on the buffers as they were (the written ones put back before each run)
+/// and compared with the reference; one verdict per config, in order. Read-only buffers
+/// above [`UNREAD_LIMIT`] are compared with their contents once, after the last run:
+/// where one changed, the error is the whole call's, since any config may have written
+/// it.
+pub fn verify_each<B: Backend, K: Tunable>(
+    rt: &Runtime<B>,
+    stream: &B::Stream,
+    key: &K::Key,
+    batch: u64,
+    configs: &[K::Config],
+) -> std::result::Result<Vec<std::result::Result<(), String>>, String> {
     let owned = crate::backend::Owned::<B>::upload(stream, &K::tuning_inputs(key, batch))
         .map_err(|e| e.to_string())?;
     let problem = K::tuning_problem(key, batch, owned.addresses());
     let buffers = K::buffers(&problem);
-    let before = read_buffers::<B>(stream, &buffers).map_err(|e| e.to_string())?;
-    rt.launch_config::<K>(stream, config, &problem)
-        .map_err(|e| e.to_string())?;
-    let got = read_buffers::<B>(stream, &buffers).map_err(|e| e.to_string())?;
-    let want = K::reference(&problem, &before)
+    let check = OutputCheck::<B>::new(stream, &buffers).map_err(|e| e.to_string())?;
+    let want = K::reference(&problem, &check.before)
         .ok_or_else(|| format!("kernel `{}` has no CPU reference", K::SCHEMA.kernel))?;
-    check_run::<K>(&problem, &buffers, &before, &got, Expected::Reference(&want))
+    let verdicts = configs
+        .iter()
+        .map(|config| {
+            check.restore_written().map_err(|e| e.to_string())?;
+            rt.launch_config::<K>(stream, config, &problem)
+                .map_err(|e| e.to_string())?;
+            let got = check.read_run().map_err(|e| e.to_string())?;
+            check_run::<K>(
+                &problem,
+                &buffers,
+                &check.before,
+                &got,
+                Expected::Reference(&want),
+            )
+        })
+        .collect();
+    check.verify_unread()?;
+    Ok(verdicts)
 }

@@ -13,7 +13,7 @@ mod tunable;
 mod tuner;
 
 pub(crate) use check::OutputCheck;
-pub use check::{verify, UNREAD_LIMIT, WRONG_OUTPUT};
+pub use check::{verify, verify_each, UNREAD_LIMIT, WRONG_OUTPUT};
 pub use search::{
     all_failed, cached_config, candidate_configs, conclude, prefer_after_default, recheck_configs,
     start_search, time_candidates, time_screened, tune_record, CandidateReport, Recheck, TuneOptions,

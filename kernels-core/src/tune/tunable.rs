@@ -50,6 +50,18 @@ pub unsafe trait Tunable: PlannedKernel {
     /// The problem over those buffers, uploaded to device addresses `at` (in the order
     /// [`Tunable::tuning_inputs`] lists them).
     fn tuning_problem<'a>(key: &Self::Key, batch: u64, at: &'a [u64]) -> Self::Problem<'a>;
+
+    /// The batch at which `kernels tables check --served` runs a config served at
+    /// `batch` against the CPU reference: rows (tokens) are independent, so a smaller
+    /// batch runs the same compiled variant and keeps the reference to seconds. By
+    /// default the largest batch up to `batch` whose inputs stay within 16 MiB (at least
+    /// 1); kernels whose reference cost is not their inputs' size (GEMM, MoE: weights of
+    /// gigabytes read once per row) say their own.
+    fn check_batch(key: &Self::Key, batch: u64) -> u64 {
+        const MAX_INPUT_BYTES: usize = 16 << 20;
+        let row_bytes: usize = Self::tuning_inputs(key, 1).iter().map(Vec::len).sum();
+        batch.min((MAX_INPUT_BYTES / row_bytes.max(1)).max(1) as u64)
+    }
 }
 
 /// Object-safe view of a [`Tunable`] on backend `B`, so tools dispatch over a registry
