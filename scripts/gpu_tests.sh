@@ -5,7 +5,7 @@
 # needs no Rust toolchain):
 #
 #   bash scripts/gpu_tests.sh                 # everything
-#   bash scripts/gpu_tests.sh gpu_softmax     # one test binary (or `served`)
+#   bash scripts/gpu_tests.sh gpu_softmax     # one test binary (or a `served` step)
 #
 #   gpu_core      kernels-core/tests/gpu.rs      runtime, caches, tuner, capture
 #   gpu_softmax   kernels-softmax/tests/gpu.rs   every config, ops, PDL, the 1% check
@@ -14,7 +14,9 @@
 #   gpu_moe       kernels-moe/tests/gpu.rs       routing, alignment and fused MoE against theirs
 #   served        `kernels tables check --served`: every variant the committed tables
 #                 and the analytic defaults serve, on its exact static key, against
-#                 the CPU reference
+#                 the CPU reference: softmax, rmsnorm and fused_add_rmsnorm, one run each
+#   served-gemm   the same for GEMM (a few minutes: weights up to 1 GB)
+#   served-moe    the same for fused MoE
 #
 # GPU_TESTS_BIN and GPU_TESTS_SHAPES name other folders for the binaries and the shape
 # sets; GPU_TESTS_ONLY (an extended regular expression) runs only the tests whose
@@ -41,7 +43,7 @@ export KERNELS_CACHE_DIR
 unset KERNELS_TUNING KERNELS_PDL
 
 SELECTED=("$@")
-[ ${#SELECTED[@]} -gt 0 ] || SELECTED=(gpu_core gpu_softmax gpu_rmsnorm gpu_gemm gpu_moe served)
+[ ${#SELECTED[@]} -gt 0 ] || SELECTED=(gpu_core gpu_softmax gpu_rmsnorm gpu_gemm gpu_moe served served-gemm served-moe)
 
 results=()
 failed=0
@@ -67,16 +69,24 @@ record() {
 }
 
 for bin in "${SELECTED[@]}"; do
-    if [ "$bin" = served ]; then
+    case "$bin" in
+        served) kernels=(softmax rmsnorm fused_add_rmsnorm) ;;
+        served-gemm) kernels=(gemm) ;;
+        served-moe) kernels=(moe) ;;
+        *) kernels=() ;;
+    esac
+    if [ ${#kernels[@]} -gt 0 ]; then
         if [ ! -x "$B/kernels" ]; then
-            record "served: $B/kernels missing (scripts/build_device_bin.sh)" 127 /dev/null
+            record "$bin: $B/kernels missing (scripts/build_device_bin.sh)" 127 /dev/null
             continue
         fi
-        log="$LOGS/served.log"
-        rc=0
-        timeout 600 "$B/kernels" tables check --served --shapes "$SHAPES" > "$log" 2>&1 || rc=$?
-        tail -n 1 "$log"
-        record "served variants (kernels tables check --served)" "$rc" "$log"
+        for kernel in "${kernels[@]}"; do
+            log="$LOGS/served-$kernel.log"
+            rc=0
+            timeout 600 "$B/kernels" tables check --served --kernel "$kernel" --shapes "$SHAPES" > "$log" 2>&1 || rc=$?
+            tail -n 1 "$log"
+            record "served $kernel variants (kernels tables check --served --kernel $kernel)" "$rc" "$log"
+        done
         continue
     fi
     if [ ! -x "$B/$bin" ]; then
