@@ -324,6 +324,11 @@ pub struct TableOutcome {
     pub merge: MergeReport,
     /// Shapes not searched because the job's deadline would have passed.
     pub past_deadline: usize,
+    /// Keys some of whose shapes the deadline left unsearched, with how many of their
+    /// entries were found: held out of the table, so a file written under a deadline
+    /// never holds a partly tuned key (whose few batches the nearest-batch lookup would
+    /// serve across every other); their records stay in the cache for the next run.
+    pub held_back: Vec<(StaticKey, usize)>,
 }
 
 /// Tunes every shape and merges the results into the job's table file.
@@ -347,6 +352,7 @@ pub fn tune_table(
         ..TableOutcome::default()
     };
     let mut entries = Vec::new();
+    let mut partial: Vec<StaticKey> = Vec::new();
     let mut longest = std::time::Duration::ZERO;
     for (index, (key, batch)) in shapes.iter().enumerate() {
         let batch = *batch;
@@ -379,6 +385,9 @@ pub fn tune_table(
                     .is_some_and(|d| std::time::Instant::now() + longest > d)
                 {
                     outcome.past_deadline += 1;
+                    if !partial.contains(key) {
+                        partial.push(key.clone());
+                    }
                     continue;
                 }
                 progress(Progress::Searching {
@@ -429,6 +438,13 @@ pub fn tune_table(
                 default_us: table_us(default_us),
             }),
             None => outcome.no_default_time.push((key.clone(), batch)),
+        }
+    }
+    for key in partial {
+        let found = entries.iter().filter(|e| e.key == key).count();
+        if found > 0 {
+            entries.retain(|e| e.key != key);
+            outcome.held_back.push((key, found));
         }
     }
     if entries.is_empty() {
@@ -623,31 +639,44 @@ mod tests {
     }
 
     /// With a deadline, no search starts that the longest search so far says would
-    /// end past it; the table is written from what was found, and a later run
-    /// resumes from the cache.
+    /// end past it; the table is written from the keys whose every shape was found (a
+    /// key cut short is held back), and a later run resumes from the cache.
     #[test]
-    fn a_deadline_stops_starting_searches_and_the_table_is_still_written() {
+    fn a_deadline_stops_starting_searches_and_writes_only_whole_keys() {
         let dir = temp_dir("deadline");
         let tables = dir.join("tables");
         let cache = DiskCache::at(dir.join("cache"));
-        let shapes = three_batches();
-        let step = std::time::Duration::from_millis(40);
+        let mut shapes =
+            parse_shapes(&SCHEMA, r#"[{"dtype": "bf16", "cols": 2048, "batch": 1}]"#, "s").unwrap();
+        shapes.extend(three_batches());
+        let step = std::time::Duration::from_millis(100);
         let mut calls = Vec::new();
-        let mut search = |_: &StaticKey, b: u64| {
-            calls.push(b);
+        let mut search = |k: &StaticKey, b: u64| {
+            calls.push((k.to_string(), b));
             std::thread::sleep(step);
             Ok(record(128, 10.0, Some(12.0)))
         };
-        // Room for one search and a bit: the second would end past the deadline.
+        // Room for two searches and a half: the third would end past the deadline.
         let limited = TableJob {
-            deadline: Some(std::time::Instant::now() + step + step / 2),
+            deadline: Some(std::time::Instant::now() + step * 5 / 2),
             ..job(&tables, false)
         };
         let out = tune_quietly(&limited, &shapes, &cache, &mut search).unwrap();
-        assert_eq!(calls, [1]);
-        assert_eq!((out.tuned, out.past_deadline), (1, 2));
+        let wide = "dtype=bf16,cols=4096";
+        assert_eq!(
+            calls,
+            [("dtype=bf16,cols=2048".to_string(), 1), (wide.to_string(), 1)]
+        );
+        assert_eq!((out.tuned, out.past_deadline), (2, 2));
         assert!(out.written);
-        // No deadline: the run resumes with the two left.
+        let held: Vec<(String, usize)> = out.held_back.iter().map(|(k, n)| (k.to_string(), *n)).collect();
+        assert_eq!(held, [(wide.to_string(), 1)]);
+        let written = TableFile::read(&out.path, Some(&SCHEMA)).unwrap();
+        assert!(
+            written.entries.iter().all(|e| e.key.to_string() != wide),
+            "the cut key is not in the file"
+        );
+        // No deadline: the run resumes with the two left and writes the whole key.
         let mut calls = Vec::new();
         let mut search = |_: &StaticKey, b: u64| {
             calls.push(b);
@@ -655,7 +684,17 @@ mod tests {
         };
         let out = tune_quietly(&job(&tables, false), &shapes, &cache, &mut search).unwrap();
         assert_eq!(calls, [64, 512]);
-        assert_eq!((out.tuned, out.cached, out.past_deadline), (2, 1, 0));
+        assert_eq!((out.tuned, out.cached, out.past_deadline), (2, 2, 0));
+        assert!(out.held_back.is_empty());
+        let written = TableFile::read(&out.path, Some(&SCHEMA)).unwrap();
+        assert_eq!(
+            written
+                .entries
+                .iter()
+                .filter(|e| e.key.to_string() == wide)
+                .count(),
+            3
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -225,6 +225,11 @@ fn report_table(out: &kernels_core::tune::TableOutcome) -> ExitCode {
     } else {
         println!("nothing to write to {}", out.path.display());
     }
+    for (key, found) in &out.held_back {
+        println!(
+            "held back [{key}]: {found} batch(es) found, the rest past --deadline; not written until the key is whole"
+        );
+    }
     if out.past_deadline > 0 {
         println!(
             "{} shape(s) not searched: they would have ended past --deadline; run again to resume",

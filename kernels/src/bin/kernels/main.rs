@@ -142,7 +142,8 @@ enum Command {
         /// Start no search that would end later than SECS seconds after the command
         /// started (estimated from the longest search so far), then write the table from
         /// what was found: for runs under a time limit, which would otherwise be killed
-        /// before the table is written. A later run resumes from the cache.
+        /// before the table is written. A key with batches left unsearched is held back
+        /// (not written) until a later run, which resumes from the cache, completes it.
         #[arg(long, value_name = "SECS")]
         deadline: Option<String>,
     },
