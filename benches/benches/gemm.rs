@@ -514,19 +514,15 @@ fn main() -> Result<(), BoxError> {
                         continue;
                     }
                 };
-                let us = t.median_us;
-                let tflops = 2.0 * m as f64 * n as f64 * k as f64 / us / 1e6;
-                let w_tbs = (w_elems * 2) as f64 / us / 1e6;
-                println!(
-                    "{model:<18} {layer:<8} {n:>6} {k:>6} {m:>5} {us:>10.1} {tflops:>9.1} {w_tbs:>8.2}  {config} ({source})"
-                );
-                if let Some(f) = out.as_mut() {
-                    writeln!(
-                        f,
-                        "{{\"model\":\"{model}\",\"layer\":\"{layer}\",\"n\":{n},\"k\":{k},\"m\":{m},\"us\":{us:.3},\"tflops\":{tflops:.2},\"weight_tbs\":{w_tbs:.3},\"copies\":{},\"config\":\"{config}\",\"source\":\"{source}\"}}",
-                        problems.len()
-                    )?;
-                }
+                let point = Point {
+                    model,
+                    layer,
+                    n,
+                    k,
+                    m,
+                    copies: problems.len(),
+                };
+                point.report(out.as_mut(), t.median_us, &config.to_string(), &source)?;
             }
             if let Some(cb) = cublas.as_ref() {
                 let ptrs: Vec<(u64, u64, u64)> = sets
@@ -544,19 +540,15 @@ fn main() -> Result<(), BoxError> {
                 };
                 match time_graph_runs(&stream, &opts, launches, ptrs.len(), &mut gemm) {
                     Ok(t) => {
-                        let us = t.median_us;
-                        let tflops = 2.0 * m as f64 * n as f64 * k as f64 / us / 1e6;
-                        let w_tbs = (w_elems * 2) as f64 / us / 1e6;
-                        println!(
-                            "{model:<18} {layer:<8} {n:>6} {k:>6} {m:>5} {us:>10.1} {tflops:>9.1} {w_tbs:>8.2}  cublasGemmEx (cublas)"
-                        );
-                        if let Some(f) = out.as_mut() {
-                            writeln!(
-                                f,
-                                "{{\"model\":\"{model}\",\"layer\":\"{layer}\",\"n\":{n},\"k\":{k},\"m\":{m},\"us\":{us:.3},\"tflops\":{tflops:.2},\"weight_tbs\":{w_tbs:.3},\"copies\":{},\"config\":\"cublasGemmEx\",\"source\":\"cublas\"}}",
-                                ptrs.len()
-                            )?;
-                        }
+                        let point = Point {
+                            model,
+                            layer,
+                            n,
+                            k,
+                            m,
+                            copies: ptrs.len(),
+                        };
+                        point.report(out.as_mut(), t.median_us, "cublasGemmEx", "cublas")?;
                     }
                     Err(e) => println!("{model:<18} {layer:<8} {n:>6} {k:>6} {m:>5} cublas failed: {e}"),
                 }
@@ -582,6 +574,48 @@ fn main() -> Result<(), BoxError> {
         }
     }
     Ok(())
+}
+
+/// A point of the bench: a projection at m rows, timed over `copies` operand copies.
+struct Point<'a> {
+    model: &'a str,
+    layer: &'a str,
+    n: u32,
+    k: u32,
+    m: u64,
+    copies: usize,
+}
+
+impl Point<'_> {
+    /// Prints one timed row (us, TFLOP/s, weight TB/s) and writes its JSON record.
+    fn report(
+        &self,
+        out: Option<&mut std::fs::File>,
+        us: f64,
+        config: &str,
+        source: &str,
+    ) -> Result<(), BoxError> {
+        let Point {
+            model,
+            layer,
+            n,
+            k,
+            m,
+            copies,
+        } = *self;
+        let tflops = 2.0 * m as f64 * f64::from(n) * f64::from(k) / us / 1e6;
+        let w_tbs = 2.0 * f64::from(n) * f64::from(k) / us / 1e6;
+        println!(
+            "{model:<18} {layer:<8} {n:>6} {k:>6} {m:>5} {us:>10.1} {tflops:>9.1} {w_tbs:>8.2}  {config} ({source})"
+        );
+        if let Some(f) = out {
+            writeln!(
+                f,
+                "{{\"model\":\"{model}\",\"layer\":\"{layer}\",\"n\":{n},\"k\":{k},\"m\":{m},\"us\":{us:.3},\"tflops\":{tflops:.2},\"weight_tbs\":{w_tbs:.3},\"copies\":{copies},\"config\":\"{config}\",\"source\":\"{source}\"}}"
+            )?;
+        }
+        Ok(())
+    }
 }
 
 /// One rotation copy of a point's operands: A, the weight, C and the workspace.
