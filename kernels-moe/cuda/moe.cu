@@ -561,9 +561,15 @@ using kg::TmaMap;
 
 constexpr bool SWAP = WGMMA == 2;
 constexpr int NB = UP ? 2 : 1;           // weight tiles per stage: gate and up, or w2
+// Paired (the swapped gate-up step with 32-row weight tiles): the gate and up tiles lie
+// back to back in the stage, one m64 product over both, so a tile covers 32 output
+// columns and the step has twice the items of a 64-row tile (Qwen3-30B-A3B at T = 1:
+// 192 instead of 96, for 132 SMs).
+constexpr bool PAIRED = SWAP && UP && BN == 32;
+constexpr int NP = PAIRED ? 1 : NB;      // products per k16 step
 constexpr int BK = 64;                   // 16-bit elements in one 128-byte swizzle row
 constexpr int ROW = 128;                 // bytes of a tile row
-constexpr int BX = SWAP ? BN : BM;       // rows on wgmma's 64-row side
+constexpr int BX = PAIRED ? 2 * BN : SWAP ? BN : BM;  // rows on wgmma's 64-row side
 constexpr int BY = SWAP ? BM : BN;       // rows on its N side
 constexpr int WG_X = BX / CONSUMERS;     // rows of the 64-row side per consumer
 constexpr int MW = WG_X / 64;            // m64 products per consumer, weight tile and k16
@@ -582,11 +588,12 @@ static_assert(WG_X == 64 || WG_X == 128, "a consumer owns 64 or 128 rows of the 
 static_assert(BY % 16 == 0 && BY >= 16 && BY <= 256, "the N side is a wgmma width");
 static_assert(BM % 16 == 0, "every producer thread gathers whole rows");
 static_assert(W_BYTES % 1024 == 0 && (BM * ROW) % 1024 == 0, "each tile starts on a swizzle atom");
-static_assert(NB * MW * ACC <= 128, "accumulators stay in registers");
+static_assert(NP * MW * ACC <= 128, "accumulators stay in registers");
+static_assert(!PAIRED || (CONSUMERS == 1 && BM <= 32), "a paired tile is one consumer's, at most 32 pairs");
 static_assert(STAGES >= 2, "a ring needs two stages");
 // Two blocks an SM where few accumulators leave registers to spare (the cap halves to
 // 128 a thread); one where setmaxnreg moves the producer's registers to the consumers.
-constexpr int MIN_BLOCKS = CONSUMERS == 1 && NB * MW * ACC <= 64 ? 2 : 1;
+constexpr int MIN_BLOCKS = CONSUMERS == 1 && NP * MW * ACC <= 64 ? 2 : 1;
 
 // Arrives on `bar` once every cp.async this thread issued so far has landed; the
 // barrier's expected count includes this arrival (noinc).
@@ -685,6 +692,9 @@ extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
     // The down step's routing weights of the tile's pairs, read by the producer with the
     // pairs, so no epilogue waits on a global load.
     __shared__ float s_weight[2][UP ? 1 : BM];
+    // Paired: the up rows' accumulators, handed from the warps that hold them to the
+    // warps holding the gate rows of the same columns ([accumulator][thread]).
+    __shared__ float s_up[PAIRED ? ACC * 64 : 1];
 
     const int tid = threadIdx.x, lane = tid % 32, wg = tid / 128;
     const u32 ring = (kd::smem_addr(smem) + 1023u) & ~1023u;
@@ -832,12 +842,12 @@ extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
             kd::pdl_launch_dependents();
             break;
         }
-        // acc[mw]: the NB weight tiles' accumulators of m64 product mw, tile h from h * ACC.
-        float acc[MW][NB * ACC];
+        // acc[mw]: the NP products' accumulators of m64 product mw, product h from h * ACC.
+        float acc[MW][NP * ACC];
 #pragma unroll
         for (int mw = 0; mw < MW; ++mw)
 #pragma unroll
-            for (int x = 0; x < NB * ACC; ++x) acc[mw][x] = 0.0f;
+            for (int x = 0; x < NP * ACC; ++x) acc[mw][x] = 0.0f;
 
         // One wgmma group in flight: a stage is released once the group after the one
         // that read it has been issued and the older group has completed.
@@ -857,7 +867,7 @@ extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
                     // and up tiles (A read from shared memory once) timed within 5% of this on
                     // the H200 with the same configs; the table was tuned on this form.
 #pragma unroll
-                    for (int h = 0; h < NB; ++h) {
+                    for (int h = 0; h < NP; ++h) {
                         auto& a = *reinterpret_cast<float(*)[ACC]>(&acc[mw][h * ACC]);
                         if constexpr (SWAP)
                             Wgmma<BY>::run(a, smem_desc_sw128(stage + h * W_BYTES + mine),
@@ -883,7 +893,32 @@ extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
         // of its m64 block and columns 8 j + 2 (t % 4) (+ 1), as acc[4 j + 2 half + c].
         const int* pair = s_pair[b];
         const float* weight = s_weight[b];
-        if constexpr (SWAP) {
+        if constexpr (PAIRED) {
+            // Rows 0-31 of the product are gate rows (warps 0 and 1), rows 32-63 the up
+            // rows of the same columns (warps 2 and 3, lane for lane): the up warps hand
+            // theirs over in shared memory and the gate warps store silu(gate) * up.
+            if (wl >= 2) {
+#pragma unroll
+                for (int a = 0; a < ACC; ++a) s_up[a * 64 + (wl - 2) * 32 + lane] = acc[0][a];
+            }
+            warpgroup_sync(cw);
+            if (wl < 2) {
+#pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    const int col = ti.n0 + wl * 16 + lane / 4 + half * 8;
+                    if (col >= n) continue;
+#pragma unroll
+                    for (int j = 0; j < BY / 8; ++j)
+#pragma unroll
+                        for (int c = 0; c < 2; ++c) {
+                            const int p = pair[j * 8 + (lane % 4) * 2 + c];
+                            if (p < 0) continue;
+                            const int at = 4 * j + 2 * half + c;
+                            out[(long long)p * n + col] = kd::from_f32<T>(silu_mul(acc[0][at], s_up[at * 64 + wl * 32 + lane]));
+                        }
+                }
+            }
+        } else if constexpr (SWAP) {
 #pragma unroll
             for (int mw = 0; mw < MW; ++mw)
 #pragma unroll

@@ -125,16 +125,26 @@ impl MoeConfig {
 
     /// A wgmma config's operand tiles: (rows on wgmma's 64-row side, rows on its N
     /// side) per block. `wgmma`: pairs, then weight rows; `wgmma_swap`: weight rows, then
-    /// pairs.
+    /// pairs; [`paired`](Self::paired): the gate and up tiles together, then pairs.
     pub fn wgmma_tile(&self) -> (u32, u32) {
         match self.path {
+            Path::WgmmaSwap if self.paired() => (2 * self.block_n, self.block_m),
             Path::WgmmaSwap => (self.block_n, self.block_m),
             _ => (self.block_m, self.block_n),
         }
     }
 
+    /// The swapped path with weight tiles of 32 rows: the gate-up step's gate and up
+    /// tiles form one 64-row product (32 output columns a tile, twice the items of a
+    /// 64-row tile for decode steps with fewer items than SMs), and the down step takes
+    /// tiles of 64 rows ([`step_block_n`](Self::step_block_n)).
+    pub fn paired(&self) -> bool {
+        self.path == Path::WgmmaSwap && self.block_n == 32
+    }
+
     /// Weight rows of one weight tile of a GEMM step: `block_n`, except the down step
-    /// of the unswapped wgmma path, which takes `2 * block_n` (one tile as wide as the
+    /// of the unswapped wgmma path and of the paired swapped one, which take `2 *
+    /// block_n` (one tile as wide as the
     /// gate-up step's gate and up tiles together). Its stage then holds as many bytes and
     /// a consumer as many accumulators as the gate-up step's, and each byte a block moves
     /// into shared memory feeds 2 * block_m * 2 block_n / (block_m + 2 block_n) FLOPs
@@ -148,9 +158,10 @@ impl MoeConfig {
         }
     }
 
-    /// Whether the down step takes the wide weight tile (`step_block_n`).
+    /// Whether the down step takes the wide weight tile (`step_block_n`): the unswapped
+    /// path and the paired swapped one.
     pub fn wide_down(&self) -> bool {
-        self.path == Path::Wgmma
+        self.path == Path::Wgmma || self.paired()
     }
 
     /// Weight tiles a stage of a GEMM step holds, counted in `block_n` rows: 2 for the

@@ -17,8 +17,9 @@ pub fn smem_limit(target: Target) -> usize {
 
 /// Static shared memory of the wgmma kernel besides the ring: two items' pair indices
 /// and routing weights (up to 128 each), the mbarriers (2 per stage, up to 8 stages, and
-/// 4 for the items) and two items' tile records.
-const WGMMA_STATIC_SMEM: usize = 2 * 128 * (4 + 4) + 16 * 8 + 4 * 8 + 2 * 16;
+/// 4 for the items), two items' tile records and a paired tile's up accumulators (64
+/// threads x 16).
+const WGMMA_STATIC_SMEM: usize = 2 * 128 * (4 + 4) + 16 * 8 + 4 * 8 + 2 * 16 + 64 * 16 * 4;
 
 /// Whether `config` fits `key` on `target`. Only NVIDIA targets have the kernels.
 ///
@@ -55,6 +56,7 @@ fn fits_wgmma(target: Target, key: &MoeKey, c: &MoeConfig) -> bool {
         && c.block_k == 64
         && (consumers == 1 || consumers == 2)
         && consumers * 4 == c.warps
+        && (!c.paired() || (consumers == 1 && c.block_m <= 32))
         && (per_consumer == 64 || per_consumer == 128)
         && x == per_consumer * consumers
         && (16..=256).contains(&y)
@@ -80,7 +82,8 @@ const WGMMA_STAGES: &[u32] = &[3, 4, 5, 6, 8];
 /// rows than twice the rows an expert gets under uniform routing are pruned (beyond
 /// that they compute padding), keeping 16 always. On sm90 the space is the wgmma paths
 /// alone (`wgmma` with 64-128 pair rows and 64-256 weight rows per tile, `wgmma_swap` with
-/// 16-128 pairs and 64-256 weight rows), the mma path only where none fits: in the H200
+/// 16-128 pairs and 64-256 weight rows, or 16-32 pairs and 32 weight rows paired), the
+/// mma path only where none fits: in the H200
 /// tuning of Qwen3-30B-A3B and Mixtral-8x7B (13 shapes, T = 1-8192) the fastest mma config
 /// was 5-125% behind the fastest wgmma one on every shape, and it was three quarters of
 /// the configs screened.
@@ -224,6 +227,23 @@ mod tests {
         }
         assert!(prefill.contains(&MoeConfig::wgmma(Path::WgmmaSwap, 128, 128, 8, 4)));
         assert!(prefill.contains(&MoeConfig::wgmma(Path::Wgmma, 64, 64, 4, 3)));
+
+        // Paired tiles of 32 weight rows: one consumer, at most 32 pairs, in the decode
+        // space; the down step takes 64-row tiles.
+        let paired = MoeConfig::wgmma(Path::WgmmaSwap, 16, 32, 4, 6);
+        assert!(paired.paired() && fits(Target::Sm90, &QWEN3, &paired));
+        assert_eq!(paired.wgmma_tile(), (64, 16));
+        assert_eq!((paired.step_block_n(true), paired.step_block_n(false)), (32, 64));
+        assert!(search_space(Target::Sm90, &QWEN3, 1).contains(&paired));
+        assert!(!fits(
+            Target::Sm90,
+            &QWEN3,
+            &MoeConfig {
+                block_m: 64,
+                ..paired
+            }
+        ));
+        assert!(!fits(Target::Sm90, &QWEN3, &MoeConfig { warps: 8, ..paired }));
 
         let ok = MoeConfig::wgmma(Path::WgmmaSwap, 16, 64, 4, 4);
         assert!(fits(Target::Sm90, &QWEN3, &ok));
