@@ -15,30 +15,63 @@ use std::sync::Arc;
 use kernels_core::backend::cuda::GraphTimer;
 use kernels_core::backend::Backend;
 use kernels_core::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
-use kernels_core::launch::{TensorMap2d, TmaElement, TmaSwizzle};
+use kernels_core::launch::{encode, pseudo_random, TensorMap2d, TmaElement, TmaSwizzle};
+use kernels_core::tuned::DType;
 use kernels_core::{Cuda, CudaDevice, CudaRuntime, KernelArgs, KernelSource, LaunchDims, Result, Variant};
 
 static SOURCE: KernelSource = KernelSource::new("stream_probe", include_str!("stream_probe.cu"), "probe")
-    .with_preamble(&[kernels_core::PRELUDE, kernels_gemm::plan::PTX]);
+    .with_preamble(&[
+        kernels_core::PRELUDE,
+        kernels_gemm::plan::PTX,
+        kernels_gemm::plan::WGMMA,
+    ]);
 
 const COPIES: usize = 4;
 
-/// (box rows, boxes of adjacent columns a stage, ring stages, row tiles an item).
-const SHAPES: &[(u32, u32, u32, u32)] = &[
-    // The MoE gate-up step at decode: gate and up boxes of 64 rows, 6 stages.
-    (64, 1, 6, 2),
+/// One probe: box rows, boxes of adjacent columns a stage, ring stages, row tiles an item,
+/// and whether the producers also gather the activation tile and the consumers multiply.
+#[derive(Clone, Copy)]
+struct Shape {
+    br: u32,
+    nbox: u32,
+    stages: u32,
+    item: u32,
+    gather: bool,
+    mma: bool,
+}
+
+const fn shape(br: u32, nbox: u32, stages: u32, item: u32, gather: bool, mma: bool) -> Shape {
+    Shape {
+        br,
+        nbox,
+        stages,
+        item,
+        gather,
+        mma,
+    }
+}
+
+const SHAPES: &[Shape] = &[
+    // The MoE gate-up step at decode: gate and up boxes of 64 rows, 6 stages; then with
+    // its activation gather, its products, and both.
+    shape(64, 1, 6, 2, false, false),
+    shape(64, 1, 6, 2, true, false),
+    shape(64, 1, 6, 2, false, true),
+    shape(64, 1, 6, 2, true, true),
     // The same bytes a stage as two k steps (measured 1.6-2.1x slower in the MoE steps).
-    (64, 2, 3, 2),
+    shape(64, 2, 3, 2, false, false),
+    shape(64, 2, 3, 2, true, true),
     // Paired 32-row tiles.
-    (32, 1, 6, 2),
+    shape(32, 1, 6, 2, false, false),
+    shape(32, 1, 6, 2, true, true),
     // One tile an item: narrower and wider boxes, deeper rings.
-    (64, 1, 6, 1),
-    (64, 1, 12, 1),
-    (32, 1, 12, 1),
-    (16, 1, 16, 1),
-    (128, 1, 6, 1),
-    (256, 1, 3, 1),
-    (64, 4, 3, 1),
+    shape(64, 1, 6, 1, false, false),
+    shape(64, 1, 12, 1, false, false),
+    shape(32, 1, 12, 1, false, false),
+    shape(16, 1, 16, 1, false, false),
+    shape(128, 1, 6, 1, false, false),
+    shape(256, 1, 3, 1, false, false),
+    shape(64, 4, 3, 1, false, false),
 ];
 
 fn env_usize(name: &str, default: usize) -> usize {
@@ -68,12 +101,19 @@ fn graph_us(stream: &Arc<CudaStream>, launch: &mut dyn FnMut(usize) -> Result<()
 
 /// The variants, as `scripts/nvrtc_check.py` reads them (sources from the repository root).
 fn print_variants() {
-    let sources = r#"["kernels-prelude/cuda/prelude.cuh", "kernels-gemm/cuda/gemm_ptx.cuh", "kernels-gemm/examples/stream_probe.cu"]"#;
+    let sources = r#"["kernels-prelude/cuda/prelude.cuh", "kernels-gemm/cuda/gemm_ptx.cuh", "kernels-gemm/cuda/gemm_wgmma.cuh", "kernels-gemm/examples/stream_probe.cu"]"#;
     let lines: Vec<String> = SHAPES
         .iter()
-        .map(|&(br, nbox, stages, item)| {
+        .map(|&s| {
+            let defines = probe_variant("stream_probe", s)
+                .defines()
+                .iter()
+                .map(|(k, v)| format!("\"{k}\": {v}"))
+                .collect::<Vec<_>>()
+                .join(", ");
             format!(
-                r#"{{"name": "stream_probe BR={br} NBOX={nbox} STAGES={stages} ITEM={item}", "sources": {sources}, "defines": {{"DTYPE": 2, "WGMMA": 1, "BR": {br}, "NBOX": {nbox}, "STAGES": {stages}, "ITEM": {item}}}, "archs": ["sm_90a"], "kernels": ["stream_probe", "read_probe"]}}"#
+                r#"{{"name": "{}", "sources": {sources}, "defines": {{{defines}}}, "archs": ["sm_90a"], "kernels": ["stream_probe", "read_probe"]}}"#,
+                probe_variant("stream_probe", s)
             )
         })
         .collect();
@@ -100,13 +140,18 @@ fn main() -> Result<()> {
         .map(|_| stream.alloc_zeros::<u8>(bytes).expect("alloc"))
         .collect();
     let sink = stream.alloc_zeros::<u8>(16).expect("alloc");
+    // A decode step's activation tile: 16 rows of k, the first one live.
+    let act = stream
+        .clone_htod(&encode(DType::Bf16, &pseudo_random(16 * k, 7, 1.0, 0.0)))
+        .expect("htod");
     // Raw addresses taken before any capture: cudarc's tracked pointers would wait on
     // events recorded outside it, which invalidates the capture.
     let mat_ptrs: Vec<u64> = mats.iter().map(|m| ptr(m, &stream)).collect();
     let sink_ptr = ptr(&sink, &stream);
+    let act_ptr = ptr(&act, &stream);
 
     // The read bound: every SM, 512 threads a block, four blocks an SM.
-    let read = rt.kernel(&stream, &SOURCE, &probe_variant("read_probe", (64, 1, 2, 1)))?;
+    let read = rt.kernel(&stream, &SOURCE, &probe_variant("read_probe", SHAPES[0]))?;
     let read_us = graph_us(&stream, &mut |c| {
         let mut args = KernelArgs::new();
         args.ptr(mat_ptrs[c]).i64((bytes / 16) as i64).ptr(sink_ptr);
@@ -119,8 +164,15 @@ fn main() -> Result<()> {
         4 * sms
     );
 
-    for &(br, nbox, stages, item) in SHAPES {
-        let shape = (br, nbox, stages, item);
+    for &shape in SHAPES {
+        let Shape {
+            br,
+            nbox,
+            stages,
+            item,
+            gather,
+            mma,
+        } = shape;
         let v = probe_variant("stream_probe", shape);
         let kernel = match rt.kernel(&stream, &SOURCE, &v) {
             Ok(kernel) => kernel,
@@ -129,7 +181,8 @@ fn main() -> Result<()> {
                 continue;
             }
         };
-        let smem = stages * nbox * item * br * 128 + 1024;
+        let act_bytes = if gather || mma { nbox * 16 * 128 } else { 0 };
+        let smem = stages * (nbox * item * br * 128 + act_bytes) + 1024;
         let items = (rows / (item * br) as usize) as u32;
         let maps: Vec<TensorMap2d> = mat_ptrs
             .iter()
@@ -153,20 +206,22 @@ fn main() -> Result<()> {
                 args.tensor_map(maps[c])
                     .i32(rows as i32)
                     .i32(k as i32)
+                    .ptr(act_ptr)
+                    .i32(1)
                     .ptr(sink_ptr);
                 // SAFETY: the map covers the matrix; the sink holds 16 bytes.
                 unsafe {
                     Cuda::launch(
                         &kernel,
                         &stream,
-                        LaunchDims::linear(grid, 160).with_smem(smem),
+                        LaunchDims::linear(grid, 256).with_smem(smem),
                         &args,
                     )
                 }
             })?;
             let gbps = bytes as f64 / us / 1e3;
             println!(
-                "{{\"kernel\": \"stream_probe\", \"box_rows\": {br}, \"boxes\": {nbox}, \"stages\": {stages}, \"item_tiles\": {item}, \"ring_KiB\": {}, \"grid\": {grid}, \"us\": {us:.2}, \"GBps\": {gbps:.0}, \"of_read\": {:.2}}}",
+                "{{\"kernel\": \"stream_probe\", \"box_rows\": {br}, \"boxes\": {nbox}, \"stages\": {stages}, \"item_tiles\": {item}, \"gather\": {gather}, \"mma\": {mma}, \"ring_KiB\": {}, \"grid\": {grid}, \"us\": {us:.2}, \"GBps\": {gbps:.0}, \"of_read\": {:.2}}}",
                 (smem - 1024) / 1024,
                 gbps / read_gbps
             );
@@ -175,12 +230,14 @@ fn main() -> Result<()> {
     Ok(())
 }
 
-fn probe_variant(entry: &str, (br, nbox, stages, item): (u32, u32, u32, u32)) -> Variant {
+fn probe_variant(entry: &str, s: Shape) -> Variant {
     Variant::new(entry)
         .define("DTYPE", 2)
         .define("WGMMA", 1)
-        .define("BR", br)
-        .define("NBOX", nbox)
-        .define("STAGES", stages)
-        .define("ITEM", item)
+        .define("BR", s.br)
+        .define("NBOX", s.nbox)
+        .define("STAGES", s.stages)
+        .define("ITEM", s.item)
+        .define("GATHER", u32::from(s.gather))
+        .define("MMA", u32::from(s.mma))
 }
