@@ -10,8 +10,9 @@
 // rows / 2 / BR + j (ITEM = 2: a gate tile and its up tile, half the matrix apart); each
 // block takes items blockIdx.x, + gridDim.x, ... and streams every k step of each.
 
-#if !defined(BR) || !defined(NBOX) || !defined(STAGES) || !defined(ITEM) || !defined(GATHER) || !defined(MMA)
-#error "stream_probe needs BR, NBOX, STAGES, ITEM, GATHER, MMA"
+#if !defined(BR) || !defined(NBOX) || !defined(STAGES) || !defined(ITEM) || !defined(GATHER) || !defined(MMA) || \
+    !defined(START)
+#error "stream_probe needs BR, NBOX, STAGES, ITEM, GATHER, MMA, START"
 #endif
 
 // With GATHER, the producer warpgroup's 128 threads also copy BM activation rows a k step
@@ -19,7 +20,9 @@
 // as a decode step's padded row tile), each thread arriving on the stage's barrier when
 // its copies land. With MMA, the consumer warpgroup multiplies each stage as the swapped
 // decode tiles do (wgmma m64n16k16, weight rows on the 64-row side, the activation tile
-// on the N side) instead of reading one word of it.
+// on the N side) instead of reading one word of it. START dependent global loads (each
+// address read from the one before, from a small table that stays in L2) come before an
+// item's first weight box, as the decode steps find their row tile and pairs first.
 namespace kp {
 using kd::u32;
 constexpr int ROW = 128;  // bytes of a box row (64 bf16, one swizzle row)
@@ -35,7 +38,7 @@ static_assert(!MMA || (BR * ITEM) % 64 == 0, "MMA needs whole 64-row products");
 
 extern "C" __global__ void __launch_bounds__(256, 2)
     stream_probe(const __grid_constant__ kg::TmaMap w, int rows, int k, const kd::bf16* __restrict__ act, int valid,
-                 unsigned* __restrict__ sink) {
+                 const int* __restrict__ chain, unsigned* __restrict__ sink) {
     using namespace kp;
     extern __shared__ __align__(1024) unsigned char smem[];
     __shared__ __align__(8) unsigned long long full[STAGES], empty[STAGES];
@@ -60,7 +63,13 @@ extern "C" __global__ void __launch_bounds__(256, 2)
         const int q = tid % 8, r = tid / 8;  // chunk q of activation row r
         const u32 chunk_at = W_BYTES + r * ROW + ((q ^ (r % 8)) * 16);
         int it = 0;
+        int hop = 0;
         for (int item = blockIdx.x; item < items; item += gridDim.x) {
+            if (START > 0 && tid == 0) {
+                hop = item % 256;
+#pragma unroll 1
+                for (int h = 0; h < START; ++h) hop = chain[hop];
+            }
             for (int i = 0; i < steps; ++i, ++it) {
                 const int s = it % STAGES;
                 kg::mbar_wait(empty0 + 8 * s, ((it / STAGES) & 1) ^ 1);
@@ -73,7 +82,7 @@ extern "C" __global__ void __launch_bounds__(256, 2)
 #pragma unroll
                         for (int g = 0; g < ITEM; ++g)
                             kg::tma_load_2d(stage + (x * ITEM + g) * BOX_BYTES, &w, bar, (i * NBOX + x) * 64,
-                                            g * up_rows + item * BR);
+                                            g * up_rows + item * BR + (hop & 0x40000000));
                 }
                 if (GATHER) {
 #pragma unroll

@@ -29,7 +29,8 @@ static SOURCE: KernelSource = KernelSource::new("stream_probe", include_str!("st
 const COPIES: usize = 4;
 
 /// One probe: box rows, boxes of adjacent columns a stage, ring stages, row tiles an item,
-/// and whether the producers also gather the activation tile and the consumers multiply.
+/// whether the producers also gather the activation tile and the consumers multiply, and
+/// the dependent global loads before an item's first box.
 #[derive(Clone, Copy)]
 struct Shape {
     br: u32,
@@ -38,6 +39,7 @@ struct Shape {
     item: u32,
     gather: bool,
     mma: bool,
+    start: u32,
 }
 
 const fn shape(br: u32, nbox: u32, stages: u32, item: u32, gather: bool, mma: bool) -> Shape {
@@ -48,7 +50,13 @@ const fn shape(br: u32, nbox: u32, stages: u32, item: u32, gather: bool, mma: bo
         item,
         gather,
         mma,
+        start: 0,
     }
+}
+
+/// `s` with `hops` dependent loads before each item's first box.
+const fn started(s: Shape, hops: u32) -> Shape {
+    Shape { start: hops, ..s }
 }
 
 const SHAPES: &[Shape] = &[
@@ -58,6 +66,9 @@ const SHAPES: &[Shape] = &[
     shape(64, 1, 6, 2, true, false),
     shape(64, 1, 6, 2, false, true),
     shape(64, 1, 6, 2, true, true),
+    // ... and three dependent loads before an item's first box (the decode steps read the
+    // expert offsets, find their row tile, then read its pairs).
+    started(shape(64, 1, 6, 2, true, true), 3),
     // The same bytes a stage as two k steps (measured 1.6-2.1x slower in the MoE steps).
     shape(64, 2, 3, 2, false, false),
     shape(64, 2, 3, 2, true, true),
@@ -149,6 +160,12 @@ fn main() -> Result<()> {
     let mat_ptrs: Vec<u64> = mats.iter().map(|m| ptr(m, &stream)).collect();
     let sink_ptr = ptr(&sink, &stream);
     let act_ptr = ptr(&act, &stream);
+    // A permutation of 0..256 for the dependent loads (`START`).
+    let chain: Vec<u8> = (0..256u32)
+        .flat_map(|i| ((i * 97 + 13) % 256).to_le_bytes())
+        .collect();
+    let chain = stream.clone_htod(&chain).expect("htod");
+    let chain_ptr = ptr(&chain, &stream);
 
     // The read bound: every SM, 512 threads a block, four blocks an SM.
     let read = rt.kernel(&stream, &SOURCE, &probe_variant("read_probe", SHAPES[0]))?;
@@ -172,6 +189,7 @@ fn main() -> Result<()> {
             item,
             gather,
             mma,
+            start,
         } = shape;
         let v = probe_variant("stream_probe", shape);
         let kernel = match rt.kernel(&stream, &SOURCE, &v) {
@@ -208,6 +226,7 @@ fn main() -> Result<()> {
                     .i32(k as i32)
                     .ptr(act_ptr)
                     .i32(1)
+                    .ptr(chain_ptr)
                     .ptr(sink_ptr);
                 // SAFETY: the map covers the matrix; the sink holds 16 bytes.
                 unsafe {
@@ -221,7 +240,7 @@ fn main() -> Result<()> {
             })?;
             let gbps = bytes as f64 / us / 1e3;
             println!(
-                "{{\"kernel\": \"stream_probe\", \"box_rows\": {br}, \"boxes\": {nbox}, \"stages\": {stages}, \"item_tiles\": {item}, \"gather\": {gather}, \"mma\": {mma}, \"ring_KiB\": {}, \"grid\": {grid}, \"us\": {us:.2}, \"GBps\": {gbps:.0}, \"of_read\": {:.2}}}",
+                "{{\"kernel\": \"stream_probe\", \"box_rows\": {br}, \"boxes\": {nbox}, \"stages\": {stages}, \"item_tiles\": {item}, \"gather\": {gather}, \"mma\": {mma}, \"start_loads\": {start}, \"ring_KiB\": {}, \"grid\": {grid}, \"us\": {us:.2}, \"GBps\": {gbps:.0}, \"of_read\": {:.2}}}",
                 (smem - 1024) / 1024,
                 gbps / read_gbps
             );
@@ -240,4 +259,5 @@ fn probe_variant(entry: &str, s: Shape) -> Variant {
         .define("ITEM", s.item)
         .define("GATHER", u32::from(s.gather))
         .define("MMA", u32::from(s.mma))
+        .define("START", s.start)
 }
