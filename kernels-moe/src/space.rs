@@ -31,7 +31,9 @@ const WGMMA_STATIC_SMEM: usize = 2 * 128 * (4 + 4) + 16 * 8 + 4 * 8 + 2 * 16 + 6
 /// consumer warpgroups each owning 64 or 128 rows of wgmma's M side, an N side that is
 /// a width the wgmma wrappers have (16, 32, 64, 128, 256), at most 128 accumulators a
 /// consumer thread, the ring within shared memory; the weight tensor maps' rows
-/// (experts x 2n, experts x k) within TMA's i32 coordinates.
+/// (experts x 2n, experts x k) within TMA's i32 coordinates. A paired swapped tile
+/// (`block_n = 32`, gate and up rows on one 64-row side) takes one consumer and at most
+/// 32 pairs.
 pub fn fits(target: Target, key: &MoeKey, c: &MoeConfig) -> bool {
     if target.vendor() != Vendor::Nvidia || c.smem_bytes(key.dtype) > smem_limit(target) {
         return false;
