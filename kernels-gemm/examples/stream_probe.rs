@@ -7,8 +7,10 @@
 //! its bytes in L2. Prints one JSON line per point: microseconds per launch (graph-timed,
 //! median of 7 replays), GB/s, and the fraction of the read bound.
 //!
-//! `cargo run --release -p kernels-gemm --example stream_probe`; with `--variants` it
-//! prints the variants it compiles as `scripts/nvrtc_check.py` reads them, and runs nothing.
+//! `cargo run --release -p kernels-gemm --example stream_probe` (with
+//! `STREAM_PROBE_ROWS=16384 STREAM_PROBE_K=768`: the Qwen3 down step's 24 MiB at T = 1).
+//! With `--variants` it prints the variants it compiles as `scripts/nvrtc_check.py` reads
+//! them, and runs nothing.
 
 use std::sync::Arc;
 
@@ -215,10 +217,15 @@ fn main() -> Result<()> {
                 swizzle: TmaSwizzle::B128,
             })
             .collect();
-        for grid in [96, sms, 2 * sms] {
-            if grid > items || (grid > sms && 2 * (smem + 2048) > 228 * 1024) {
-                continue;
-            }
+        // 96 blocks (the gate-up step's items at Qwen3 T = 1), one an SM, two an SM where two
+        // rings fit; never more blocks than items (the down step at T = 1: 256 items).
+        let mut grids: Vec<u32> = [96, sms, 2 * sms]
+            .into_iter()
+            .filter(|&g| g <= sms || 2 * (smem + 2048) <= 228 * 1024)
+            .map(|g| g.min(items))
+            .collect();
+        grids.dedup();
+        for grid in grids {
             let us = graph_us(&stream, &mut |c| {
                 let mut args = KernelArgs::new();
                 args.tensor_map(maps[c])
