@@ -74,9 +74,10 @@ pub(crate) fn reference(p: &MoeProblem<'_>, before: &[Vec<u8>]) -> Vec<Vec<f32>>
     let (n, k) = (p.key.n as usize, p.key.k as usize);
     let mut out: Vec<Vec<f32>> = before.iter().enumerate().map(|(i, b)| as_f32(p, i, b)).collect();
     let (hidden, w13, w2, weights) = (&out[HIDDEN], &out[W13], &out[W2], &out[WEIGHTS]);
-    let mut rows = Vec::new();
-    let mut sums = vec![0.0f64; p.tokens as usize * k];
-    for (pair, t, e) in valid_pairs(p, &before[IDS]) {
+    // Each valid pair's intermediate and down rows, the pairs split over the machine's
+    // threads; the per-token sums then run in pair order, so the result does not depend
+    // on the thread count.
+    let pair_rows = |&(pair, t, e): &(usize, usize, usize)| {
         let x = &hidden[t * k..(t + 1) * k];
         let row = |r: usize| &w13[(e * 2 * n + r) * k..(e * 2 * n + r + 1) * k];
         let inter: Vec<f64> = (0..n)
@@ -92,14 +93,30 @@ pub(crate) fn reference(p: &MoeProblem<'_>, before: &[Vec<u8>]) -> Vec<Vec<f32>>
                 w * inter.iter().zip(r).map(|(&a, &b)| a * f64::from(b)).sum::<f64>()
             })
             .collect();
-        for (s, d) in sums[t * k..(t + 1) * k].iter_mut().zip(&down) {
+        (pair, t, inter, down)
+    };
+    let pairs = valid_pairs(p, &before[IDS]);
+    let threads = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let per = pairs.len().div_ceil(threads).max(1);
+    let rows: Vec<_> = std::thread::scope(|s| {
+        let parts: Vec<_> = pairs
+            .chunks(per)
+            .map(|chunk| s.spawn(|| chunk.iter().map(pair_rows).collect::<Vec<_>>()))
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|h| h.join().expect("a reference thread panicked"))
+            .collect()
+    });
+    let mut sums = vec![0.0f64; p.tokens as usize * k];
+    for (_, t, _, down) in &rows {
+        for (s, d) in sums[t * k..(t + 1) * k].iter_mut().zip(down) {
             *s += d;
         }
-        rows.push((pair, inter, down));
     }
     let ds = down_start(p);
     let acts = &mut out[ACTIVATIONS];
-    for (pair, inter, down) in rows {
+    for (pair, _, inter, down) in rows {
         for (a, v) in acts[pair * n..(pair + 1) * n].iter_mut().zip(inter) {
             *a = v as f32;
         }

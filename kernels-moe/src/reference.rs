@@ -118,9 +118,25 @@ pub fn align(ids: &[i32], experts: usize) -> (Vec<i32>, Vec<i32>) {
 /// Fused MoE in f64: `out[tokens, k]` and, per element, the sum of the magnitudes of
 /// every product that reaches it (weight · intermediate · w2), the scale of its error
 /// bound. `w13` is `[experts, 2n, k]`, `w2` `[experts, k, n]`; choices with ids
-/// outside `[0, experts)` add nothing.
+/// outside `[0, experts)` add nothing. Tokens are split over the machine's threads; each
+/// token's sums run in the same order on any number of them, so the result is the same.
 #[allow(clippy::too_many_arguments)]
 pub fn fused_moe(
+    dims: (usize, usize, usize, usize, usize),
+    hidden: &[f32],
+    w13: &[f32],
+    w2: &[f32],
+    ids: &[i32],
+    weights: &[f32],
+) -> (Vec<f64>, Vec<f64>) {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    fused_moe_on(threads, dims, hidden, w13, w2, ids, weights)
+}
+
+/// [`fused_moe`] on at most `threads` threads.
+#[allow(clippy::too_many_arguments)]
+fn fused_moe_on(
+    threads: usize,
     (tokens, experts, n, k, topk): (usize, usize, usize, usize, usize),
     hidden: &[f32],
     w13: &[f32],
@@ -130,41 +146,52 @@ pub fn fused_moe(
 ) -> (Vec<f64>, Vec<f64>) {
     let mut out = vec![0.0f64; tokens * k];
     let mut scale = vec![0.0f64; tokens * k];
-    let mut inter = vec![0.0f64; n];
-    for t in 0..tokens {
-        let x = &hidden[t * k..(t + 1) * k];
-        for j in 0..topk {
-            let e = ids[t * topk + j];
-            if e < 0 || e as usize >= experts {
-                continue;
-            }
-            let e = e as usize;
-            let w = weights[t * topk + j] as f64;
-            let we = &w13[e * 2 * n * k..(e + 1) * 2 * n * k];
-            for (i, v) in inter.iter_mut().enumerate() {
-                let dot = |r: usize| -> f64 {
-                    we[r * k..(r + 1) * k]
-                        .iter()
-                        .zip(x)
-                        .map(|(&a, &b)| a as f64 * b as f64)
-                        .sum()
-                };
-                let g = dot(i);
-                *v = g / (1.0 + (-g).exp()) * dot(n + i);
-            }
-            let w2e = &w2[e * k * n..(e + 1) * k * n];
-            for h in 0..k {
-                let row = &w2e[h * n..(h + 1) * n];
-                let (mut y, mut ys) = (0.0f64, 0.0f64);
-                for (&a, &b) in inter.iter().zip(row) {
-                    y += a * b as f64;
-                    ys += (a * b as f64).abs();
+    // Tokens t0.. of one thread: their rows of `out` and `scale`.
+    let rows = |t0: usize, out: &mut [f64], scale: &mut [f64]| {
+        let mut inter = vec![0.0f64; n];
+        for (dt, (out, scale)) in out.chunks_mut(k).zip(scale.chunks_mut(k)).enumerate() {
+            let t = t0 + dt;
+            let x = &hidden[t * k..(t + 1) * k];
+            for j in 0..topk {
+                let e = ids[t * topk + j];
+                if e < 0 || e as usize >= experts {
+                    continue;
                 }
-                out[t * k + h] += w * y;
-                scale[t * k + h] += w.abs() * ys;
+                let e = e as usize;
+                let w = weights[t * topk + j] as f64;
+                let we = &w13[e * 2 * n * k..(e + 1) * 2 * n * k];
+                for (i, v) in inter.iter_mut().enumerate() {
+                    let dot = |r: usize| -> f64 {
+                        we[r * k..(r + 1) * k]
+                            .iter()
+                            .zip(x)
+                            .map(|(&a, &b)| a as f64 * b as f64)
+                            .sum()
+                    };
+                    let g = dot(i);
+                    *v = g / (1.0 + (-g).exp()) * dot(n + i);
+                }
+                let w2e = &w2[e * k * n..(e + 1) * k * n];
+                for h in 0..k {
+                    let row = &w2e[h * n..(h + 1) * n];
+                    let (mut y, mut ys) = (0.0f64, 0.0f64);
+                    for (&a, &b) in inter.iter().zip(row) {
+                        y += a * b as f64;
+                        ys += (a * b as f64).abs();
+                    }
+                    out[h] += w * y;
+                    scale[h] += w.abs() * ys;
+                }
             }
         }
-    }
+    };
+    let per = tokens.div_ceil(threads.clamp(1, tokens.max(1))).max(1);
+    std::thread::scope(|s| {
+        for (i, (out, scale)) in out.chunks_mut(per * k).zip(scale.chunks_mut(per * k)).enumerate() {
+            let rows = &rows;
+            s.spawn(move || rows(i * per, out, scale));
+        }
+    });
     (out, scale)
 }
 
@@ -205,6 +232,28 @@ mod tests {
         // so expert 7 (the best single score) is not chosen.
         assert_eq!(ids, [4, 5, 0]);
         assert!((w.iter().sum::<f32>() - 2.5).abs() < 1e-5);
+    }
+
+    #[test]
+    fn the_fused_reference_is_the_same_on_any_number_of_threads() {
+        let (t, e, n, k, topk) = (7, 4, 16, 24, 2);
+        let f = |len: usize, seed: u32| -> Vec<f32> {
+            (0..len)
+                .map(|i| ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) % 1000) as f32 / 500.0 - 1.0)
+                .collect()
+        };
+        let (hidden, w13, w2) = (f(t * k, 1), f(e * 2 * n * k, 2), f(e * k * n, 3));
+        // Token 3's second choice is dropped (an id outside [0, e)).
+        let ids: Vec<i32> = (0..t * topk)
+            .map(|p| if p == 7 { 9 } else { (p % e) as i32 })
+            .collect();
+        let weights = f(t * topk, 4);
+        let one = fused_moe_on(1, (t, e, n, k, topk), &hidden, &w13, &w2, &ids, &weights);
+        for threads in [2, 3, 7, 16] {
+            let many = fused_moe_on(threads, (t, e, n, k, topk), &hidden, &w13, &w2, &ids, &weights);
+            assert_eq!(one, many, "{threads} threads");
+        }
+        assert!(one.0.iter().any(|&v| v != 0.0));
     }
 
     #[test]
