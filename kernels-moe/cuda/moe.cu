@@ -1036,6 +1036,9 @@ extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
 #if STEP == 6
 namespace km {
 constexpr int COMBINE_THREADS = 256;
+// Slots read per round: every id of the round, then every kept slot's piece, are in
+// flight before the sums (two round trips a round, not two a slot).
+constexpr int COMBINE_ROUND = 4;
 }
 
 // out[t] = sum over slots j = 0, 1, ... of y[t * topk + j], in that order (fp32), slots
@@ -1049,17 +1052,33 @@ extern "C" __global__ void __launch_bounds__(km::COMBINE_THREADS)
     if (t >= tokens) {
         return;
     }
+    const long long first = (long long)t * topk;
     for (int c = threadIdx.x * 8; c < h; c += COMBINE_THREADS * 8) {
         float s[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-        for (int j = 0; j < topk; ++j) {
-            const long long p = (long long)t * topk + j;
-            if (unsigned(ids[p]) >= unsigned(experts)) {
-                continue;
-            }
-            float f[8];
-            kd::unpack(kd::load_vec<T, 8>(y + p * h + c), f);
+        for (int j0 = 0; j0 < topk; j0 += COMBINE_ROUND) {
+            unsigned kept = 0;  // bit q: slot j0 + q exists and its id survived alignment
 #pragma unroll
-            for (int q = 0; q < 8; ++q) s[q] += f[q];
+            for (int q = 0; q < COMBINE_ROUND; ++q) {
+                if (j0 + q < topk && unsigned(ids[first + j0 + q]) < unsigned(experts)) {
+                    kept |= 1u << q;
+                }
+            }
+            kd::Vec<T, 8> v[COMBINE_ROUND];
+#pragma unroll
+            for (int q = 0; q < COMBINE_ROUND; ++q) {
+                if (kept >> q & 1u) {
+                    v[q] = kd::load_vec<T, 8>(y + (first + j0 + q) * h + c);
+                }
+            }
+#pragma unroll
+            for (int q = 0; q < COMBINE_ROUND; ++q) {
+                if (kept >> q & 1u) {
+                    float f[8];
+                    kd::unpack(v[q], f);
+#pragma unroll
+                    for (int e = 0; e < 8; ++e) s[e] += f[e];
+                }
+            }
         }
         kd::store_vec<T, 8>(out + (long long)t * h + c, kd::pack<T, 8>(s));
     }
