@@ -78,22 +78,19 @@ pub(crate) fn reference(p: &MoeProblem<'_>, before: &[Vec<u8>]) -> Vec<Vec<f32>>
     // threads; the per-token sums then run in pair order, so the result does not depend
     // on the thread count.
     let pair_rows = |&(pair, t, e): &(usize, usize, usize)| {
-        let x = &hidden[t * k..(t + 1) * k];
-        let row = |r: usize| &w13[(e * 2 * n + r) * k..(e * 2 * n + r + 1) * k];
-        let inter: Vec<f64> = (0..n)
-            .map(|i| {
-                let g = dot(row(i), x);
-                g / (1.0 + (-g).exp()) * dot(row(n + i), x)
-            })
-            .collect();
+        let (inter, down, _) = crate::reference::expert_rows(
+            &hidden[t * k..(t + 1) * k],
+            &w13[e * 2 * n * k..(e + 1) * 2 * n * k],
+            &w2[e * k * n..(e + 1) * k * n],
+            n,
+        );
         let w = f64::from(weights[pair]);
-        let down: Vec<f64> = (0..k)
-            .map(|h| {
-                let r = &w2[(e * k + h) * n..(e * k + h + 1) * n];
-                w * inter.iter().zip(r).map(|(&a, &b)| a * f64::from(b)).sum::<f64>()
-            })
-            .collect();
-        (pair, t, inter, down)
+        (
+            pair,
+            t,
+            inter,
+            down.into_iter().map(|d| w * d).collect::<Vec<f64>>(),
+        )
     };
     let pairs = valid_pairs(p, &before[IDS]);
     let threads = std::thread::available_parallelism().map_or(1, |c| c.get());

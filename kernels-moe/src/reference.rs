@@ -148,7 +148,6 @@ fn fused_moe_on(
     let mut scale = vec![0.0f64; tokens * k];
     // Tokens t0.. of one thread: their rows of `out` and `scale`.
     let rows = |t0: usize, out: &mut [f64], scale: &mut [f64]| {
-        let mut inter = vec![0.0f64; n];
         for (dt, (out, scale)) in out.chunks_mut(k).zip(scale.chunks_mut(k)).enumerate() {
             let t = t0 + dt;
             let x = &hidden[t * k..(t + 1) * k];
@@ -159,28 +158,15 @@ fn fused_moe_on(
                 }
                 let e = e as usize;
                 let w = weights[t * topk + j] as f64;
-                let we = &w13[e * 2 * n * k..(e + 1) * 2 * n * k];
-                for (i, v) in inter.iter_mut().enumerate() {
-                    let dot = |r: usize| -> f64 {
-                        we[r * k..(r + 1) * k]
-                            .iter()
-                            .zip(x)
-                            .map(|(&a, &b)| a as f64 * b as f64)
-                            .sum()
-                    };
-                    let g = dot(i);
-                    *v = g / (1.0 + (-g).exp()) * dot(n + i);
-                }
-                let w2e = &w2[e * k * n..(e + 1) * k * n];
+                let (_, y, ys) = expert_rows(
+                    x,
+                    &w13[e * 2 * n * k..(e + 1) * 2 * n * k],
+                    &w2[e * k * n..(e + 1) * k * n],
+                    n,
+                );
                 for h in 0..k {
-                    let row = &w2e[h * n..(h + 1) * n];
-                    let (mut y, mut ys) = (0.0f64, 0.0f64);
-                    for (&a, &b) in inter.iter().zip(row) {
-                        y += a * b as f64;
-                        ys += (a * b as f64).abs();
-                    }
-                    out[h] += w * y;
-                    scale[h] += w.abs() * ys;
+                    out[h] += w * y[h];
+                    scale[h] += w.abs() * ys[h];
                 }
             }
         }
@@ -193,6 +179,35 @@ fn fused_moe_on(
         }
     });
     (out, scale)
+}
+
+/// One token's pass through one expert, in f64 on the stored inputs: the intermediate
+/// `silu(gate . x) * (up . x)` (n values), its down row `w2_e . inter` (k values, not yet
+/// weighted) and the row's scale `sum |inter_i w2_e[h, i]|`. `w13_e` is the expert's
+/// `[2n, k]` block (gate rows, then up rows), `w2_e` its `[k, n]` block.
+pub fn expert_rows(x: &[f32], w13_e: &[f32], w2_e: &[f32], n: usize) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let k = x.len();
+    let dot = |r: usize| -> f64 {
+        w13_e[r * k..(r + 1) * k]
+            .iter()
+            .zip(x)
+            .map(|(&a, &b)| a as f64 * b as f64)
+            .sum()
+    };
+    let inter: Vec<f64> = (0..n)
+        .map(|i| {
+            let g = dot(i);
+            g / (1.0 + (-g).exp()) * dot(n + i)
+        })
+        .collect();
+    let (mut y, mut ys) = (vec![0.0f64; k], vec![0.0f64; k]);
+    for (h, (y, ys)) in y.iter_mut().zip(&mut ys).enumerate() {
+        for (&a, &b) in inter.iter().zip(&w2_e[h * n..(h + 1) * n]) {
+            *y += a * b as f64;
+            *ys += (a * b as f64).abs();
+        }
+    }
+    (inter, y, ys)
 }
 
 /// The relative bound on `|gpu - reference| / scale` for `dtype`: the device rounds
