@@ -11,7 +11,7 @@
 //! per-row norms, so checking a candidate costs a pass over the weights it uses and
 //! the pairs' rows, not a GEMM.
 
-use kernels_core::launch::{decode, par_check, row_norms};
+use kernels_core::launch::{decode, par_check, par_fill, row_norms};
 use kernels_core::Expected;
 use tuned::DType;
 
@@ -74,46 +74,32 @@ pub(crate) fn reference(p: &MoeProblem<'_>, before: &[Vec<u8>]) -> Vec<Vec<f32>>
     let (n, k) = (p.key.n as usize, p.key.k as usize);
     let mut out: Vec<Vec<f32>> = before.iter().enumerate().map(|(i, b)| as_f32(p, i, b)).collect();
     let (hidden, w13, w2, weights) = (&out[HIDDEN], &out[W13], &out[W2], &out[WEIGHTS]);
-    // Each valid pair's intermediate and down rows, the pairs split over the machine's
-    // threads; the per-token sums then run in pair order, so the result does not depend
-    // on the thread count.
-    let pair_rows = |&(pair, t, e): &(usize, usize, usize)| {
-        let (inter, down, _) = crate::reference::expert_rows(
-            &hidden[t * k..(t + 1) * k],
-            &w13[e * 2 * n * k..(e + 1) * 2 * n * k],
-            &w2[e * k * n..(e + 1) * k * n],
-            n,
-        );
-        let w = f64::from(weights[pair]);
-        (
-            pair,
-            t,
-            inter,
-            down.into_iter().map(|d| w * d).collect::<Vec<f64>>(),
-        )
-    };
+    // Each valid pair's intermediate and down rows, the pairs spread over the cores
+    // (`par_fill`); the per-token sums then run in pair order, so the result does not
+    // depend on the split.
     let pairs = valid_pairs(p, &before[IDS]);
-    let threads = std::thread::available_parallelism().map_or(1, |c| c.get());
-    let per = pairs.len().div_ceil(threads).max(1);
-    let rows: Vec<_> = std::thread::scope(|s| {
-        let parts: Vec<_> = pairs
-            .chunks(per)
-            .map(|chunk| s.spawn(|| chunk.iter().map(pair_rows).collect::<Vec<_>>()))
-            .collect();
-        parts
-            .into_iter()
-            .flat_map(|h| h.join().expect("a reference thread panicked"))
-            .collect()
+    let mut rows: Vec<(Vec<f64>, Vec<f64>)> = vec![(Vec::new(), Vec::new()); pairs.len()];
+    par_fill(&mut rows, |start, part| {
+        for (slot, &(pair, t, e)) in part.iter_mut().zip(&pairs[start..]) {
+            let (inter, down, _) = crate::reference::expert_rows(
+                &hidden[t * k..(t + 1) * k],
+                &w13[e * 2 * n * k..(e + 1) * 2 * n * k],
+                &w2[e * k * n..(e + 1) * k * n],
+                n,
+            );
+            let w = f64::from(weights[pair]);
+            *slot = (inter, down.into_iter().map(|d| w * d).collect());
+        }
     });
     let mut sums = vec![0.0f64; p.tokens as usize * k];
-    for (_, t, _, down) in &rows {
+    for (&(_, t, _), (_, down)) in pairs.iter().zip(&rows) {
         for (s, d) in sums[t * k..(t + 1) * k].iter_mut().zip(down) {
             *s += d;
         }
     }
     let ds = down_start(p);
     let acts = &mut out[ACTIVATIONS];
-    for (pair, _, inter, down) in rows {
+    for (&(pair, _, _), (inter, down)) in pairs.iter().zip(rows) {
         for (a, v) in acts[pair * n..(pair + 1) * n].iter_mut().zip(inter) {
             *a = v as f32;
         }
