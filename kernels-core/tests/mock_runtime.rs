@@ -266,6 +266,25 @@ fn kernels_named_by_variant_compile_once_and_come_from_the_memo() {
     assert_eq!((rt.stats().compiled, rt.stats().memo_hits), (4, 4));
 }
 
+/// A chained variant (launched with programmatic dependent launch where it applies) is
+/// its own module key and loaded kernel: loading it never hands back the plain
+/// variant's kernel, whose launches are made the other way, nor the reverse.
+#[test]
+fn a_chained_variant_is_loaded_apart_from_its_plain_twin() {
+    use std::sync::Arc;
+    let rt = runtime(Policy::Serve);
+    let s = MockStream::default();
+    let plain = Variant::new("scale").define("MOCK_US", 3);
+    let chained = plain.clone().chained();
+    assert_ne!(rt.module_key(&SOURCE, &plain), rt.module_key(&SOURCE, &chained));
+    let a = rt.kernel(&s, &SOURCE, &plain).unwrap();
+    let b = rt.kernel(&s, &SOURCE, &chained).unwrap();
+    assert!(!Arc::ptr_eq(&a, &b));
+    assert!(Arc::ptr_eq(&b, &rt.kernel(&s, &SOURCE, &chained).unwrap()));
+    // The mock backend has no programmatic launch: neither launches that way.
+    assert!(!rt.pdl_for_variant(&SOURCE, &chained));
+}
+
 #[test]
 fn a_compile_while_capturing_is_refused_and_nothing_is_launched() {
     let rt = runtime(Policy::Serve);

@@ -487,11 +487,15 @@ pub fn step_variant(key: &MoeKey, c: &MoeConfig, step: Step) -> Variant {
         Step::Align => Variant::new("moe_align")
             .define("STEP", 3)
             .define("DTYPE", dtype_define(key.dtype)),
-        Step::GateUp => gemm_variant(key, c, true),
-        Step::Down => gemm_variant(key, c, false),
+        // Each step after the align follows a kernel of the layer's own call (align and
+        // the GEMM steps let their dependents start): chained, so on sm_90+ it launches
+        // while the step before finishes, whatever `RuntimeOptions::pdl` says.
+        Step::GateUp => gemm_variant(key, c, true).chained(),
+        Step::Down => gemm_variant(key, c, false).chained(),
         Step::Combine => Variant::new("moe_combine")
             .define("STEP", 6)
-            .define("DTYPE", dtype_define(key.dtype)),
+            .define("DTYPE", dtype_define(key.dtype))
+            .chained(),
     }
 }
 
@@ -1062,6 +1066,25 @@ mod tests {
             ..info
         };
         assert!(step_plan(&mi300, &c, &p, Step::Align).is_err());
+    }
+
+    /// The align step follows whatever kernel the engine ran before the layer, so it
+    /// launches as `RuntimeOptions::pdl` says; every later step follows one of the
+    /// layer's own kernels and is chained.
+    #[test]
+    fn steps_after_the_align_are_chained() {
+        let key = MoeKey {
+            dtype: DType::Bf16,
+            experts: 8,
+            n: 256,
+            k: 512,
+            topk: 2,
+        };
+        let c = crate::heuristic::analytic_default(Target::Sm90, &key, 1);
+        assert!(!step_variant(&key, &c, Step::Align).is_chained());
+        for s in [Step::GateUp, Step::Down, Step::Combine] {
+            assert!(step_variant(&key, &c, s).is_chained(), "{s:?}");
+        }
     }
 
     /// SOURCE is marked for programmatic dependent launch: every entry point (routing,

@@ -104,6 +104,7 @@ pub struct Variant {
     entry: String,
     defines: Vec<(String, String)>,
     max_registers: Option<u32>,
+    chained: bool,
 }
 
 impl Variant {
@@ -113,6 +114,7 @@ impl Variant {
             entry: entry.into(),
             defines: Vec::new(),
             max_registers: None,
+            chained: false,
         }
     }
 
@@ -126,6 +128,23 @@ impl Variant {
     pub fn max_registers(mut self, n: u32) -> Variant {
         self.max_registers = Some(n);
         self
+    }
+
+    /// Marks a launch that comes right after another kernel of the same call, one of
+    /// this library's, which lets its dependents start (`kd::pdl_launch_dependents`):
+    /// where the device and backend have programmatic dependent launch and the source
+    /// allows it ([`KernelSource::pdl`]), the runtime launches it that way whatever
+    /// [`crate::RuntimeOptions::pdl`] says, so its launch overlaps the tail of the kernel
+    /// before. The code compiled is the same; the module is cached apart from the
+    /// unmarked variant's, as it is loaded to launch differently.
+    pub fn chained(mut self) -> Variant {
+        self.chained = true;
+        self
+    }
+
+    /// Whether the variant is [`Variant::chained`].
+    pub fn is_chained(&self) -> bool {
+        self.chained
     }
 
     /// The entry point's name.
@@ -214,6 +233,9 @@ impl Display for Variant {
         if let Some(r) = self.max_registers {
             write!(f, " maxrregcount={r}")?;
         }
+        if self.chained {
+            f.write_str(" chained")?;
+        }
         Ok(())
     }
 }
@@ -256,6 +278,19 @@ mod tests {
                 "-lineinfo",
                 "-I/usr/local/cuda/include"
             ]
+        );
+    }
+
+    #[test]
+    fn a_chained_variant_says_so_and_compiles_the_same() {
+        let plain = Variant::new("k").define("A", 1);
+        let chained = plain.clone().chained();
+        assert!(chained.is_chained() && !plain.is_chained());
+        assert_eq!(chained.to_string(), "k -DA=1 chained");
+        assert_ne!(plain, chained);
+        assert_eq!(
+            plain.nvrtc_options("sm_90a", &[]),
+            chained.nvrtc_options("sm_90a", &[])
         );
     }
 

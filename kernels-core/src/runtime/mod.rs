@@ -239,7 +239,26 @@ impl<B: Backend> Runtime<B> {
     /// launch: asked for in the options, allowed by the source, a backend that has it,
     /// and an sm_90+ device.
     pub fn pdl_for(&self, source: &KernelSource) -> bool {
-        B::PROGRAMMATIC_LAUNCH && self.options.pdl && source.pdl && self.info().compute_capability.0 >= 9
+        launches_with_pdl(
+            self.options.pdl,
+            B::PROGRAMMATIC_LAUNCH,
+            source,
+            self.info().compute_capability,
+            false,
+        )
+    }
+
+    /// Whether this runtime launches `variant` of `source` with programmatic dependent
+    /// launch: as [`Runtime::pdl_for`], or a [`Variant::chained`] launch where the
+    /// source, backend and device allow it.
+    pub fn pdl_for_variant(&self, source: &KernelSource, variant: &Variant) -> bool {
+        launches_with_pdl(
+            self.options.pdl,
+            B::PROGRAMMATIC_LAUNCH,
+            source,
+            self.info().compute_capability,
+            variant.is_chained(),
+        )
     }
 
     /// The device.
@@ -315,7 +334,10 @@ impl<B: Backend> Runtime<B> {
     /// (entry point and every compiler option) is the variant component.
     pub fn module_key(&self, source: &KernelSource, variant: &Variant) -> CacheKey {
         let options = B::compile_options(&self.compiler, variant, &self.arch);
-        let compile = format!("{}\n{}", variant.entry(), options.join("\n"));
+        // A chained variant compiles the same code but is loaded to launch differently:
+        // its own key keeps the two loaded kernels apart.
+        let chained = if variant.is_chained() { "\nchained" } else { "" };
+        let compile = format!("{}\n{}{chained}", variant.entry(), options.join("\n"));
         let mut parts = self.key_parts(source.name, source.fingerprint);
         parts.variant = Component::Applies(&compile);
         cache_key(&parts)
@@ -470,7 +492,7 @@ impl<B: Backend> Runtime<B> {
         variant: &Variant,
         key: &CacheKey,
     ) -> Result<Arc<B::Kernel>> {
-        let pdl = self.pdl_for(source);
+        let pdl = self.pdl_for_variant(source, variant);
         self.modules.load(
             image,
             origin,
@@ -926,5 +948,40 @@ impl<B: Backend, K: Tunable> ResolutionSteps<K::Config> for Steps<'_, '_, '_, '_
 
     fn remember(&mut self, _resolved: &Resolved<K::Config>) {
         // The runtime memoizes once the kernel is loaded too.
+    }
+}
+
+/// Whether a launch uses programmatic dependent launch: the backend has it, the source
+/// allows it, the device is sm_90 or newer, and either the runtime asks for it
+/// (`options_pdl`) or the launch is [`Variant::chained`] after a kernel of its own call.
+fn launches_with_pdl(
+    options_pdl: bool,
+    backend_has: bool,
+    source: &KernelSource,
+    compute_capability: (i32, i32),
+    chained: bool,
+) -> bool {
+    backend_has && source.pdl && compute_capability.0 >= 9 && (options_pdl || chained)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static MARKED: KernelSource = KernelSource::new("k", "", "fnv1a64:0").programmatic_launch();
+    static PLAIN: KernelSource = KernelSource::new("k", "", "fnv1a64:0");
+
+    #[test]
+    fn chained_launches_use_pdl_where_the_source_backend_and_device_allow() {
+        // Asked for by the runtime or chained: on.
+        assert!(launches_with_pdl(true, true, &MARKED, (9, 0), false));
+        assert!(launches_with_pdl(false, true, &MARKED, (9, 0), true));
+        // Neither: off.
+        assert!(!launches_with_pdl(false, true, &MARKED, (9, 0), false));
+        // A source that does not wait first, a backend without it, or a device before
+        // sm_90: off even when chained.
+        assert!(!launches_with_pdl(true, true, &PLAIN, (9, 0), true));
+        assert!(!launches_with_pdl(true, false, &MARKED, (9, 0), true));
+        assert!(!launches_with_pdl(true, true, &MARKED, (8, 9), true));
     }
 }
