@@ -629,9 +629,10 @@ fn every_wgmma_tile_matches_the_reference_on_awkward_cases() {
 }
 
 /// Three MoE layers chained on one stream (routing, then the fused layer, whose output is
-/// the next layer's input) give the same bits with programmatic dependent launch as with
-/// plain launches, eagerly and replayed from a CUDA graph, and the same as the layers run
-/// one at a time; the first layer's output also matches the reference.
+/// the next layer's input) give the same bits with programmatic dependent launch on every
+/// launch as with the default options (where only the steps after each align, chained,
+/// use it), eagerly and replayed from a CUDA graph, and the same as the layers run one at
+/// a time; the first layer's output also matches the reference.
 #[test]
 fn programmatic_launch_chain_matches_plain_launches() {
     let test = "programmatic_launch_chain_matches_plain_launches";
