@@ -18,7 +18,8 @@
 //! `GEMM_BENCH_ALTS=clusters`, `splits` or `pingpong` only that family of the prefill
 //! tiles with TMA stores of C, beside the plain tile; `widths` the tiles of widths between
 //! powers of two beside the others), and
-//! `GEMM_BENCH_SHAPES=qkv,o,...` keeps the layers named; `GEMM_BENCH_COPIES=N` rotates over N
+//! `GEMM_BENCH_SHAPES=qkv,o,...` keeps the layers named (`70B-tp8:qkv`: that layer of the
+//! models whose name contains `70B-tp8` only); `GEMM_BENCH_COPIES=N` rotates over N
 //! copies of the operands instead of the tuner's count (to see what the reuse distance does to
 //! a point); `GEMM_BENCH_PDL=1` also times the
 //! served config launched with programmatic dependent launch (`pdl`). Per shape it first times a
@@ -419,7 +420,11 @@ fn main() -> Result<(), BoxError> {
     };
     let mut overhead_problem = None;
     for &(model, layer, n, k) in SHAPES {
-        if only.as_ref().is_some_and(|o| !o.iter().any(|l| l == layer)) {
+        let picked = |l: &String| match l.split_once(':') {
+            Some((m, l)) => model.contains(m) && l == layer,
+            None => l == layer,
+        };
+        if only.as_ref().is_some_and(|o| !o.iter().any(picked)) {
             continue;
         }
         let key = GemmKey {
