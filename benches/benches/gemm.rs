@@ -18,6 +18,8 @@
 //! `GEMM_BENCH_ALTS=clusters`, `splits` or `pingpong` only that family of the prefill
 //! tiles with TMA stores of C, beside the plain tile; `widths` the tiles of widths between
 //! powers of two beside the others), and
+//! `GEMM_BENCH_MATCH="block_m=128 cluster=2"` times only the alternatives with every
+//! setting named, without the served config (one kernel a point, for a profiler);
 //! `GEMM_BENCH_SHAPES=qkv,o,...` keeps the layers named (`70B-tp8:qkv`: that layer of the
 //! models whose name contains `70B-tp8` only); `GEMM_BENCH_COPIES=N` rotates over N
 //! copies of the operands instead of the tuner's count (to see what the reuse distance does to
@@ -403,10 +405,24 @@ fn main() -> Result<(), BoxError> {
             _ => true,
         }
     };
-    let alts = matches!(
-        alts_var.as_str(),
-        "1" | "clusters" | "splits" | "pingpong" | "widths"
-    );
+    // GEMM_BENCH_MATCH="block_m=128 cluster=2 ...": only the alternatives (of the family
+    // GEMM_BENCH_ALTS names, or all of them) whose config has every one of these
+    // settings, and not the served config: one kernel a point, for a profiler.
+    let matching: Option<Vec<String>> = std::env::var("GEMM_BENCH_MATCH")
+        .ok()
+        .map(|s| s.split_whitespace().map(str::to_string).collect());
+    let matches_all = |c: &GemmConfig| {
+        let text = c.to_string();
+        let settings: Vec<&str> = text.split_whitespace().collect();
+        matching
+            .as_ref()
+            .is_none_or(|m| m.iter().all(|t| settings.contains(&t.as_str())))
+    };
+    let alts = matching.is_some()
+        || matches!(
+            alts_var.as_str(),
+            "1" | "clusters" | "splits" | "pingpong" | "widths"
+        );
     let every_alt = alts_var == "1";
     let only: Option<Vec<String>> = std::env::var("GEMM_BENCH_SHAPES")
         .ok()
@@ -487,8 +503,11 @@ fn main() -> Result<(), BoxError> {
                 .collect::<Result<_, _>>()?;
             let bytes = (w_elems + mu * (k as usize + n as usize)) as u64 * 2;
             let launches = graph_launches(bytes, problems.len());
-            let mut configs = vec![(resolved.config, resolved.source.to_string())];
-            if rt_pdl.is_some() {
+            let mut configs = Vec::new();
+            if matching.is_none() {
+                configs.push((resolved.config, resolved.source.to_string()));
+            }
+            if rt_pdl.is_some() && matching.is_none() {
                 configs.push((resolved.config, "pdl".to_string()));
             }
             if alts {
@@ -499,7 +518,7 @@ fn main() -> Result<(), BoxError> {
                 configs.extend(
                     alternatives(&key, m, &resolved.config)
                         .into_iter()
-                        .filter(&family)
+                        .filter(|c| family(c) && matches_all(c))
                         .map(|c| (c, "alt".to_string())),
                 );
             }
