@@ -506,9 +506,9 @@ fn main() -> Result<(), BoxError> {
             let mut configs = Vec::new();
             if matching.is_none() {
                 configs.push((resolved.config, resolved.source.to_string()));
-            }
-            if rt_pdl.is_some() && matching.is_none() {
-                configs.push((resolved.config, "pdl".to_string()));
+                if rt_pdl.is_some() {
+                    configs.push((resolved.config, "pdl".to_string()));
+                }
             }
             if alts {
                 if every_alt {
