@@ -242,7 +242,9 @@ pub unsafe trait PlannedKernel:
     /// buffer's bytes before and after it ([`PlannedKernel::buffers`] order), `expected` what another run or the
     /// reference left. The tolerance is the kernel's own, derived from its arithmetic
     /// and the storage type; the error names the first value outside it. Buffers the
-    /// kernel only reads are checked unchanged by the caller.
+    /// kernel only reads are checked unchanged by the caller, and those above
+    /// [`crate::tune::UNREAD_LIMIT`] come empty in `got` (and in an `Expected::Run`):
+    /// they are not read back per call, so a check reads inputs from `before`.
     fn check_outputs(
         problem: &Self::Problem<'_>,
         before: &[Vec<u8>],

@@ -25,7 +25,8 @@ pub(crate) fn read_buffers<B: Backend>(stream: &B::Stream, buffers: &[TuneBuffer
 }
 
 /// A run's buffers against `expected`: the ones the kernel only reads must be as they
-/// were (`before`), then the kernel's own check.
+/// were (`before`; those above [`UNREAD_LIMIT`] were not read back, see
+/// [`OutputCheck::read_run`]), then the kernel's own check.
 fn check_run<K: PlannedKernel>(
     problem: &K::Problem<'_>,
     buffers: &[TuneBuffer],
@@ -34,7 +35,7 @@ fn check_run<K: PlannedKernel>(
     expected: Expected<'_>,
 ) -> std::result::Result<(), String> {
     for ((b, was), now) in buffers.iter().zip(before).zip(got) {
-        if b.role == BufferRole::Read && was != now {
+        if b.role == BufferRole::Read && !unread(b) && was != now {
             let i = was.iter().zip(now).position(|(a, b)| a != b).unwrap_or(0);
             return Err(format!("`{}` is only read, but its byte {i} changed", b.name));
         }
@@ -121,14 +122,16 @@ impl<'s, B: Backend> OutputCheck<'s, B> {
 
 impl<B: Backend> OutputCheck<'_, B> {
     /// Every buffer after a run (stream-ordered): read back, except the read-only ones
-    /// above [`UNREAD_LIMIT`], given as they were (see [`OutputCheck::verify_unread`]).
+    /// above [`UNREAD_LIMIT`], given empty (see [`PlannedKernel::check_outputs`] and
+    /// [`OutputCheck::verify_unread`]), rather than a host copy of what they held: for
+    /// the largest GEMM shapes that was a gigabyte copied, and compared with itself, for
+    /// every candidate checked.
     fn read_run(&self) -> Result<Vec<Vec<u8>>> {
         self.buffers
             .iter()
-            .zip(&self.before)
-            .map(|(b, was)| {
+            .map(|b| {
                 if unread(b) {
-                    return Ok(was.clone());
+                    return Ok(Vec::new());
                 }
                 let mut host = vec![0u8; b.bytes];
                 // SAFETY: `b.ptr` is valid for b.bytes by the PlannedKernel contract.
