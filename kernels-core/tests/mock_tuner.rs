@@ -352,6 +352,19 @@ fn a_screened_search_checks_the_fastest_and_never_picks_a_wrong_one() {
         assert!(e.starts_with(kernels_core::tune::SCREENED_OUT), "{e}");
     }
     assert!(outcome(10, RIGHT).is_ok(), "the default is timed in full");
+    // The record says where the search's time went: every phase measured, the quick
+    // pass and the full runs among them.
+    let p = record.phases;
+    assert!(p.screen > 0.0 && p.full > 0.0, "{p:?}");
+    assert!(
+        [p.inputs, p.compile, p.setup, p.finish]
+            .iter()
+            .all(|s| s.is_finite() && *s >= 0.0),
+        "{p:?}"
+    );
+    assert!(p
+        .summary()
+        .is_some_and(|s| s.contains("screen") && s.contains("full")));
 }
 
 #[test]

@@ -544,6 +544,7 @@ fn promote_moves_online_results_into_tables() {
             compiler: "nvrtc 13.0".into(),
             tuned_at: "2026-11-30".into(),
             candidates: vec![],
+            phases: Default::default(),
         };
         cache
             .store(Section::Tuning, &key, "tune", record.to_json().as_bytes())
@@ -649,6 +650,7 @@ fn promote_reselects_from_recorded_candidates_and_keeps_the_timing_method() {
                     outcome: Ok(other_us),
                 },
             ],
+            phases: Default::default(),
         };
         cache
             .store(Section::Tuning, &key, "tune", record.to_json().as_bytes())
@@ -742,6 +744,7 @@ fn promote_skips_records_searched_over_another_candidate_list() {
                     outcome: Ok(3.0),
                 },
             ],
+            phases: Default::default(),
         };
         cache
             .store(Section::Tuning, &key, "tune", record.to_json().as_bytes())

@@ -21,7 +21,8 @@ pub use search::{
 };
 pub use select::{median, noise_margin, select, Measured, LONG_KERNEL_US, NOISE_THRESHOLD};
 pub use table::{
-    parse_shapes, today, tune_table, CandidateRecord, Progress, TableJob, TableOutcome, TuneRecord,
+    parse_shapes, today, tune_table, CandidateRecord, Progress, SearchPhases, TableJob, TableOutcome,
+    TuneRecord,
 };
 pub use timing::{
     graph_launches, rotation, screen_launches, time_runs, FlushL2, L2Flush, Timing, TimingMethod,

@@ -82,6 +82,8 @@ pub struct TuneReport<C> {
     /// one run's result; an error when it did not run (then the buffers hold their
     /// contents from before the search).
     pub final_run: std::result::Result<(), String>,
+    /// Where the search's time went (the tuner's phases; `inputs` is its caller's).
+    pub phases: crate::tune::SearchPhases,
 }
 
 impl<C> TuneReport<C> {
@@ -151,6 +153,7 @@ pub fn start_search<K: crate::PlannedKernel>(
             .collect(),
         failure: None,
         final_run: Err("not run".into()),
+        phases: Default::default(),
     };
     (key, configs, report)
 }
@@ -311,7 +314,7 @@ pub const SCREENED_OUT: &str = "screened out: ";
 /// let t = |us: f64| Ok(Timing { median_us: us, min_us: us, max_us: us, reps: 10, l2_flushed: false });
 /// let mut report = TuneReport {
 ///     kernel: "k", static_key: String::new(), batch: 1, alignment: AlignClass::A16, chosen: 10.0,
-///     chosen_index: None, failure: None, final_run: Err("not run".into()),
+///     chosen_index: None, failure: None, final_run: Err("not run".into()), phases: Default::default(),
 ///     candidates: configs.iter().map(|&c| CandidateReport { config: c, outcome: Err("not run".into()) }).collect(),
 /// };
 /// let kernels: Vec<kernels_core::Result<(f64, ())>> = configs.iter().map(|&c| Ok((c, ()))).collect();
@@ -459,6 +462,7 @@ pub fn tune_record<K: TunedKernel>(
                 outcome: c.outcome.as_ref().map(|t| t.median_us).map_err(Clone::clone),
             })
             .collect(),
+        phases: report.phases,
     })
 }
 
@@ -768,6 +772,7 @@ mod tests {
                 .collect(),
             failure: None,
             final_run: Err("not run".into()),
+            phases: Default::default(),
         }
     }
 
@@ -935,6 +940,7 @@ mod tests {
             compiler: "nvrtc 13.0".into(),
             tuned_at: "2026-11-30".into(),
             candidates: Vec::new(),
+            phases: Default::default(),
         };
         let corrupt = AtomicU64::new(0);
         let get = |batch| cached_config::<Dummy>(&cache, &key(batch), Target::Sm90, &4096, batch, &corrupt);

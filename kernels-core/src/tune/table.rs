@@ -109,6 +109,49 @@ pub struct CandidateRecord {
     pub outcome: std::result::Result<f64, String>,
 }
 
+/// Where a search's wall time went, seconds: making and uploading its inputs, compiling
+/// the candidates, reading the buffers back before anything runs, the quick screening
+/// timings, the output checks and full timings, and the end (large inputs compared,
+/// the winner's final run). For reading a `kernels tune` log: device time is what the
+/// tables cost. Zero where not measured (records written before they were).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SearchPhases {
+    pub inputs: f64,
+    pub compile: f64,
+    pub setup: f64,
+    pub screen: f64,
+    pub full: f64,
+    pub finish: f64,
+}
+
+impl SearchPhases {
+    const NAMES: [&'static str; 6] = ["inputs", "compile", "setup", "screen", "full", "finish"];
+
+    fn values(&self) -> [f64; 6] {
+        [
+            self.inputs,
+            self.compile,
+            self.setup,
+            self.screen,
+            self.full,
+            self.finish,
+        ]
+    }
+
+    /// `inputs 0.42 s, compile 1.20 s, ...`, or `None` where nothing was measured.
+    pub fn summary(&self) -> Option<String> {
+        let v = self.values();
+        v.iter().any(|&s| s > 0.0).then(|| {
+            Self::NAMES
+                .iter()
+                .zip(v)
+                .map(|(n, s)| format!("{n} {s:.2} s"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+    }
+}
+
 /// The result of tuning one (static key, batch): what the tuning cache stores and a
 /// table entry is made of. Every candidate's time is kept for reports.
 #[derive(Clone, Debug, PartialEq)]
@@ -124,6 +167,8 @@ pub struct TuneRecord {
     /// `YYYY-MM-DD`.
     pub tuned_at: String,
     pub candidates: Vec<CandidateRecord>,
+    /// Where the search's time went.
+    pub phases: SearchPhases,
 }
 
 impl TuneRecord {
@@ -146,6 +191,11 @@ impl TuneRecord {
             "compiler": self.compiler,
             "tuned_at": self.tuned_at,
             "candidates": candidates,
+            "phases": SearchPhases::NAMES
+                .iter()
+                .zip(self.phases.values())
+                .map(|(n, s)| (n.to_string(), json!(s)))
+                .collect::<serde_json::Map<_, _>>(),
         })
         .to_string()
     }
@@ -200,6 +250,21 @@ impl TuneRecord {
                 outcome,
             });
         }
+        // Optional: records written before phases were measured have none.
+        let phase = |name: &str| {
+            j["phases"][name]
+                .as_f64()
+                .filter(|s| s.is_finite() && *s >= 0.0)
+                .unwrap_or(0.0)
+        };
+        let phases = SearchPhases {
+            inputs: phase("inputs"),
+            compile: phase("compile"),
+            setup: phase("setup"),
+            screen: phase("screen"),
+            full: phase("full"),
+            finish: phase("finish"),
+        };
         Ok(TuneRecord {
             config: values(&j["config"], "config")?,
             us,
@@ -208,6 +273,7 @@ impl TuneRecord {
             compiler: string("compiler")?,
             tuned_at: string("tuned_at")?,
             candidates,
+            phases,
         })
     }
 }
@@ -549,6 +615,7 @@ mod tests {
                     outcome: Err("too many resources requested".into()),
                 },
             ],
+            phases: Default::default(),
         }
     }
 
@@ -604,6 +671,29 @@ mod tests {
         let r = record(128, 12.5, None);
         assert_eq!(TuneRecord::from_json(&r.to_json()).unwrap(), r);
         assert!(TuneRecord::from_json(r#"{"us": -1}"#).is_err());
+        // Where the time went comes back too; a record written without it reads as
+        // unmeasured, and says nothing.
+        let timed = TuneRecord {
+            phases: SearchPhases {
+                inputs: 0.5,
+                compile: 1.25,
+                setup: 0.125,
+                screen: 3.0,
+                full: 0.75,
+                finish: 0.0625,
+            },
+            ..record(128, 12.5, Some(15.0))
+        };
+        assert_eq!(TuneRecord::from_json(&timed.to_json()).unwrap(), timed);
+        assert_eq!(
+            timed.phases.summary().unwrap(),
+            "inputs 0.50 s, compile 1.25 s, setup 0.12 s, screen 3.00 s, full 0.75 s, finish 0.06 s"
+        );
+        let mut old: Json = serde_json::from_str(&timed.to_json()).unwrap();
+        old.as_object_mut().unwrap().remove("phases");
+        let read = TuneRecord::from_json(&old.to_string()).unwrap();
+        assert_eq!(read.phases, SearchPhases::default());
+        assert_eq!(read.phases.summary(), None);
     }
 
     #[test]

@@ -171,12 +171,15 @@ impl<B: Backend, K: Tunable> DynTunable<B> for TunableDyn<K> {
         opts: &TuneOptions,
     ) -> Result<TuneRecord> {
         let k = parse_key::<K>(key)?;
+        let started = std::time::Instant::now();
         let owned = alloc_copies::<B, K>(rt, stream, &k, batch, &opts.timing)?;
         let problems: Vec<K::Problem<'_>> = owned
             .iter()
             .map(|o| K::tuning_problem(&k, batch, o.addresses()))
             .collect();
-        let report = rt.tune_rotating::<K>(stream, &problems[0], &problems[1..], opts);
+        let inputs = started.elapsed().as_secs_f64();
+        let mut report = rt.tune_rotating::<K>(stream, &problems[0], &problems[1..], opts);
+        report.phases.inputs = inputs;
         rt.record_of::<K>(&report)
     }
 

@@ -66,11 +66,17 @@ impl<B: Backend> Runtime<B> {
         }
 
         // Compile every candidate's kernels in parallel.
+        let mut phase = std::time::Instant::now();
+        let mut lap = |at: &mut f64| {
+            *at += phase.elapsed().as_secs_f64();
+            phase = std::time::Instant::now();
+        };
         let kernels: Vec<_> = self
             .precompile_calls::<K>(&key, &configs, opts.compile_threads)
             .into_iter()
             .map(|r| r.map(|k| (k, ())))
             .collect();
+        lap(&mut report.phases.compile);
 
         // Snapshot in-place buffers, and every buffer for the output checks, before
         // anything runs.
@@ -93,6 +99,7 @@ impl<B: Backend> Runtime<B> {
         } else {
             None
         };
+        lap(&mut report.phases.setup);
         let copies = 1 + rotation.len();
         let launches = graph_launches(working_set, copies);
         let quick_launches = crate::screen_launches(working_set, copies);
@@ -125,6 +132,10 @@ impl<B: Backend> Runtime<B> {
                 )
             }
         };
+        let (screen_s, full_s) = (std::cell::Cell::new(0.0), std::cell::Cell::new(0.0));
+        let timed = |at: &std::cell::Cell<f64>, started: std::time::Instant| {
+            at.set(at.get() + started.elapsed().as_secs_f64());
+        };
         let winner = time_screened(
             &mut report,
             &configs,
@@ -132,16 +143,29 @@ impl<B: Backend> Runtime<B> {
             opts.noise_threshold,
             1 + usize::from(preferred),
             opts.finalists,
-            |_, config, kernel| time(&quick_opts, quick_launches, kernel, config),
+            |_, config, kernel| {
+                let started = std::time::Instant::now();
+                let t = time(&quick_opts, quick_launches, kernel, config);
+                timed(&screen_s, started);
+                t
+            },
             |index, config, kernel| {
-                check.ready(index).map_err(Error::Output)?;
-                guarded.reset()?;
-                check.restore_written()?;
-                launch::<B, K>(kernel, stream, config, problem)?;
-                check.check::<K>(index, problem).map_err(Error::Output)?;
-                time(&opts.timing, launches, kernel, config)
+                let started = std::time::Instant::now();
+                let t = (|| {
+                    check.ready(index).map_err(Error::Output)?;
+                    guarded.reset()?;
+                    check.restore_written()?;
+                    launch::<B, K>(kernel, stream, config, problem)?;
+                    check.check::<K>(index, problem).map_err(Error::Output)?;
+                    time(&opts.timing, launches, kernel, config)
+                })();
+                timed(&full_s, started);
+                t
             },
         );
+        report.phases.screen = screen_s.get();
+        report.phases.full = full_s.get();
+        phase = std::time::Instant::now();
         drop(flush);
         // A large input a candidate wrote into fails the whole search.
         let winner = match check.verify_unread() {
@@ -158,6 +182,7 @@ impl<B: Backend> Runtime<B> {
         guarded.finish(&mut report, winner, |i, kernel| {
             launch::<B, K>(kernel, stream, &configs[i], problem)
         });
+        report.phases.finish += phase.elapsed().as_secs_f64();
         report
     }
 }

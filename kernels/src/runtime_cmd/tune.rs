@@ -275,7 +275,13 @@ fn print_progress(p: &kernels_core::tune::Progress<'_>, started: std::time::Inst
             ..
         } => {
             let from = match p {
-                Progress::Tuned { seconds, .. } => format!("tuned in {seconds:.1} s"),
+                Progress::Tuned { seconds, .. } => {
+                    let searched = record.candidates.len();
+                    match record.phases.summary() {
+                        Some(phases) => format!("tuned in {seconds:.1} s ({searched} candidates: {phases})"),
+                        None => format!("tuned in {seconds:.1} s"),
+                    }
+                }
                 _ => "cached".into(),
             };
             let cfg: Vec<String> = record.config.iter().map(ToString::to_string).collect();
