@@ -17,7 +17,7 @@ pub use check::{verify, verify_each, UNREAD_LIMIT, WRONG_OUTPUT};
 pub use search::{
     all_failed, cached_config, candidate_configs, conclude, prefer_after_default, recheck_configs,
     start_search, time_candidates, time_screened, tune_record, CandidateReport, Recheck, TuneOptions,
-    TuneReport, SCREENED_OUT, SCREEN_REPS,
+    TuneReport, SCREENED_OUT, SCREEN_BUDGET_US, SCREEN_REPS,
 };
 pub use select::{median, noise_margin, select, Measured, LONG_KERNEL_US, NOISE_THRESHOLD};
 pub use table::{
@@ -25,7 +25,7 @@ pub use table::{
     TuneRecord,
 };
 pub use timing::{
-    graph_launches, rotation, screen_launches, time_runs, FlushL2, L2Flush, Timing, TimingMethod,
-    TimingOptions, MIN_REPS,
+    enough_reps, graph_launches, rotation, screen_launches, time_runs, FlushL2, L2Flush, Timing,
+    TimingMethod, TimingOptions, MIN_REPS, SCREEN_MIN_REPS,
 };
 pub use tunable::{DynTunable, Tunable, TunableDyn};

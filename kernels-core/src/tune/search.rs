@@ -290,8 +290,15 @@ pub fn time_candidates<C, Kn: Clone, O>(
         .and_then(|i| kernels[i].as_ref().ok().map(|(k, _)| (i, k.clone())))
 }
 
-/// Timed reps of a screening pass ([`TuneOptions::finalists`]): the minimum.
+/// Timed reps of a screening pass ([`TuneOptions::finalists`]): the minimum, or under
+/// graph timing fewer (down to [`crate::tune::SCREEN_MIN_REPS`]) once the replays took
+/// [`SCREEN_BUDGET_US`] ([`crate::tune::enough_reps`]).
 pub const SCREEN_REPS: u32 = crate::MIN_REPS;
+
+/// The device time after which a screening pass's graph timing stops adding replays:
+/// 10 ms, so replays of over 1 ms get fewer than [`SCREEN_REPS`], and of 3.4 ms or more
+/// [`crate::tune::SCREEN_MIN_REPS`].
+pub const SCREEN_BUDGET_US: f64 = 10_000.0;
 
 /// What the outcome of a candidate left out by screening starts with.
 pub const SCREENED_OUT: &str = "screened out: ";

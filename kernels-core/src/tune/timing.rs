@@ -120,6 +120,10 @@ pub struct TimingOptions {
     /// How the tuner and `kernels tables check` time a candidate. The timing routines
     /// themselves ([`time_runs`], [`crate::Backend::time_graph_runs`]) are one method each.
     pub method: TimingMethod,
+    /// Graph timing only, for a screening pass: once [`SCREEN_MIN_REPS`] replays are
+    /// timed, stop when the replays timed so far took this many microseconds (see
+    /// [`enough_reps`]). `None`: `reps` replays always.
+    pub budget_us: Option<f64>,
 }
 
 impl Default for TimingOptions {
@@ -129,7 +133,29 @@ impl Default for TimingOptions {
             reps: 25,
             flush_l2: FlushL2::Auto,
             method: TimingMethod::Single,
+            budget_us: None,
         }
+    }
+}
+
+/// Fewest replays a screening pass with a budget ([`TimingOptions::budget_us`]) times.
+pub const SCREEN_MIN_REPS: u32 = 3;
+
+/// Whether a graph timing under `opts` has timed enough replays: `reps` of them, or with
+/// a budget at least [`SCREEN_MIN_REPS`] whose replays (`us` per launch each, `launches`
+/// launches a replay) add up to the budget. A screening pass only ranks candidates for
+/// the finalists' full timing, and a replay of milliseconds (a prefill GEMM of 8192
+/// rows by 152064 columns: about 14 ms) varies little from the next (on the H200 a
+/// config's median moved by at most 0.5% between tuning runs, docs/tuning.md), while
+/// ten of them for each of two hundred candidates is half a minute of a search.
+pub fn enough_reps(opts: &TimingOptions, us: &[f64], launches: usize) -> bool {
+    let done = us.len() as u32;
+    if done >= opts.reps {
+        return true;
+    }
+    match opts.budget_us {
+        Some(budget) if done >= SCREEN_MIN_REPS => us.iter().sum::<f64>() * launches as f64 >= budget,
+        _ => false,
     }
 }
 
@@ -319,6 +345,36 @@ mod on_backend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_screening_budget_stops_long_replays_early_and_short_ones_at_reps() {
+        let opts = TimingOptions {
+            reps: 10,
+            budget_us: Some(10_000.0),
+            ..TimingOptions::default()
+        };
+        let reps = |us_per_launch: f64, launches: usize| {
+            let mut us = Vec::new();
+            while !enough_reps(&opts, &us, launches) {
+                us.push(us_per_launch);
+            }
+            us.len()
+        };
+        // Replays of 14 ms (one launch each): the fewest; of 1.5 ms: until 10 ms;
+        // short ones (20 launches of 10 us): all 10.
+        assert_eq!(reps(14_000.0, 1), SCREEN_MIN_REPS as usize);
+        assert_eq!(reps(1_500.0, 1), 7);
+        assert_eq!(reps(10.0, 20), 10);
+        // A replay of 20 launches of 400 us is 8 ms a replay.
+        assert_eq!(reps(400.0, 20), SCREEN_MIN_REPS as usize);
+        // Without a budget, always `reps`.
+        let plain = TimingOptions {
+            budget_us: None,
+            ..opts.clone()
+        };
+        assert!(!enough_reps(&plain, &[14_000.0; 9], 1));
+        assert!(enough_reps(&plain, &[14_000.0; 10], 1));
+    }
 
     #[test]
     fn too_few_reps_is_an_error_naming_reps() {

@@ -114,6 +114,7 @@ impl<B: Backend> Runtime<B> {
         let quick_opts = crate::TimingOptions {
             warmup: 1,
             reps: crate::tune::SCREEN_REPS,
+            budget_us: Some(crate::tune::SCREEN_BUDGET_US),
             ..opts.timing.clone()
         };
         let time = |timing: &crate::TimingOptions, launches: usize, kernel: &_, config: &_| {

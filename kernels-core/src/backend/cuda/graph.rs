@@ -101,7 +101,7 @@ pub fn time_graph_runs(
     }
     let timer = GraphTimer::capture(stream, launches, copies, launch)?;
     let mut us = Vec::with_capacity(opts.reps as usize);
-    for _ in 0..opts.reps {
+    while !crate::tune::enough_reps(opts, &us, launches) {
         us.push(timer.time_us(1)?);
     }
     Ok(Timing::from_samples(&us, false))
