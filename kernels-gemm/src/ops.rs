@@ -65,7 +65,7 @@ unsafe impl Tunable for Gemm {
         vec![
             encode(key.dtype, &pseudo_random(m * k, 21, 1.0, 0.0)),
             encode(key.dtype, &pseudo_random(n * k, 22, 1.0, 0.0)),
-            encode(key.dtype, &vec![0.0; m * n]),
+            vec![0u8; m * n * key.dtype.size()], // C: zeros are all-zero bits in every dtype
             vec![0u8; tuning_workspace_bytes(key, m as u64).max(16)],
         ]
     }

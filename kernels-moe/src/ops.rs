@@ -197,7 +197,7 @@ unsafe impl Tunable for Moe {
             encode(dt, &pseudo_random(e * k * n, 43, 1.0 / (n as f32).sqrt(), 0.0)),
             i32_bytes(&ids),
             encode(DType::F32, &vec![1.0 / topk as f32; t * topk]),
-            encode(dt, &vec![0.0; t * k]),
+            vec![0u8; t * k * dt.size()], // zeros are all-zero bits in every dtype
             ws,
         ]
     }
