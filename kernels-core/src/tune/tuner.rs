@@ -66,17 +66,19 @@ impl<B: Backend> Runtime<B> {
         }
 
         // Compile every candidate's kernels in parallel.
-        let mut phase = std::time::Instant::now();
-        let mut lap = |at: &mut f64| {
-            *at += phase.elapsed().as_secs_f64();
-            phase = std::time::Instant::now();
+        // Seconds since the last lap (the phases of `report.phases`).
+        let mut since = std::time::Instant::now();
+        let mut lap = || {
+            let s = since.elapsed().as_secs_f64();
+            since = std::time::Instant::now();
+            s
         };
         let kernels: Vec<_> = self
             .precompile_calls::<K>(&key, &configs, opts.compile_threads)
             .into_iter()
             .map(|r| r.map(|k| (k, ())))
             .collect();
-        lap(&mut report.phases.compile);
+        report.phases.compile = lap();
 
         // Snapshot in-place buffers, and every buffer for the output checks, before
         // anything runs.
@@ -99,7 +101,7 @@ impl<B: Backend> Runtime<B> {
         } else {
             None
         };
-        lap(&mut report.phases.setup);
+        report.phases.setup = lap();
         let copies = 1 + rotation.len();
         let launches = graph_launches(working_set, copies);
         let quick_launches = crate::screen_launches(working_set, copies);
@@ -166,7 +168,7 @@ impl<B: Backend> Runtime<B> {
         );
         report.phases.screen = screen_s.get();
         report.phases.full = full_s.get();
-        phase = std::time::Instant::now();
+        lap(); // the timings, counted by the closures above
         drop(flush);
         // A large input a candidate wrote into fails the whole search.
         let winner = match check.verify_unread() {
@@ -183,7 +185,7 @@ impl<B: Backend> Runtime<B> {
         guarded.finish(&mut report, winner, |i, kernel| {
             launch::<B, K>(kernel, stream, &configs[i], problem)
         });
-        report.phases.finish += phase.elapsed().as_secs_f64();
+        report.phases.finish = lap();
         report
     }
 }
