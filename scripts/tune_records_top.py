@@ -1,7 +1,14 @@
 #!/usr/bin/env python3
-"""Print the fastest candidates of every tuning record in a kernels cache folder.
+"""Print the fastest candidates of every tuning record in a kernels cache folder, or
+where the searches' time went.
 
 Usage: python3 scripts/tune_records_top.py [CACHE_DIR] [--top N]
+       python3 scripts/tune_records_top.py [CACHE_DIR] --phases [--top N]
+
+--phases: the seconds of every phase (inputs, compile, setup, screen, full, finish, as
+`kernels tune` records them) summed over the records, then the N records whose searches
+took longest, with their phases: what a retune's device time went to. Records written
+before phases were recorded count as unmeasured.
 
 Reads <CACHE_DIR>/v1/tuning/*.kc (the header layout is documented in
 kernels-core/src/cache/mod.rs: magic, key length, kind length, payload length, checksum,
@@ -51,11 +58,45 @@ def records(root):
             print(f"skipped {path}: payload is not a tuning record", file=sys.stderr)
 
 
+PHASES = ("inputs", "compile", "setup", "screen", "full", "finish")
+
+
+def phase_summary(recs, top):
+    """Lines: the phases summed over `recs` ((key, record) pairs), then the `top` records
+    of the longest searches with their phases and candidate counts."""
+    totals = dict.fromkeys(PHASES, 0.0)
+    timed = []
+    unmeasured = 0
+    for key, rec in recs:
+        ph = rec.get("phases") or {}
+        secs = {p: float(ph.get(p, 0.0)) for p in PHASES}
+        if not any(secs.values()):
+            unmeasured += 1
+            continue
+        for p in PHASES:
+            totals[p] += secs[p]
+        timed.append((sum(secs.values()), key, secs, len(rec.get("candidates", []))))
+    whole = sum(totals.values())
+    lines = [f"{len(timed)} searches measured, {unmeasured} without phases; {whole:.1f} s in all"]
+    for p in PHASES:
+        share = totals[p] / whole if whole else 0.0
+        lines.append(f"  {p:8s} {totals[p]:9.1f} s  {share:6.1%}")
+    timed.sort(key=lambda t: -t[0])
+    for total, key, secs, n in timed[:top]:
+        parts = ", ".join(f"{p} {secs[p]:.2f}" for p in PHASES)
+        lines.append(f"{total:8.2f} s  {n} candidates  {key}  ({parts})")
+    return lines
+
+
 def main():
     ap = argparse.ArgumentParser(description="fastest candidates of every tuning record")
     ap.add_argument("cache_dir", nargs="?", default=os.environ.get("KERNELS_CACHE_DIR", "/tmp/kc"))
     ap.add_argument("--top", type=int, default=8)
+    ap.add_argument("--phases", action="store_true", help="where the searches' time went")
     args = ap.parse_args()
+    if args.phases:
+        print("\n".join(phase_summary(list(records(args.cache_dir)), args.top)))
+        return
     for key, rec in records(args.cache_dir):
         ok = [(c["us"], c["config"]) for c in rec.get("candidates", []) if "us" in c]
         ok.sort(key=lambda t: t[0])
