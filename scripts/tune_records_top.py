@@ -61,6 +61,20 @@ def records(root):
 PHASES = ("inputs", "compile", "setup", "screen", "full", "finish")
 
 
+def key_label(key):
+    """A record's key in one line: its kernel, static key and batch where the key text has
+    them (the cache key is one `name = value` line per field), else the text itself."""
+    fields = {}
+    for line in key.splitlines():
+        name, sep, value = line.partition(" = ")
+        if sep:
+            fields[name.strip()] = value.strip().strip('"')
+    if "static_key" not in fields:
+        return " ".join(key.split())
+    return " ".join(f"{f}={fields[f]}" if f == "batch" else fields[f]
+                    for f in ("kernel", "static_key", "batch") if f in fields)
+
+
 def phase_summary(recs, top):
     """Lines: the phases summed over `recs` ((key, record) pairs), then the `top` records
     of the longest searches with their phases and candidate counts."""
@@ -84,7 +98,7 @@ def phase_summary(recs, top):
     timed.sort(key=lambda t: -t[0])
     for total, key, secs, n in timed[:top]:
         parts = ", ".join(f"{p} {secs[p]:.2f}" for p in PHASES)
-        lines.append(f"{total:8.2f} s  {n} candidates  {key}  ({parts})")
+        lines.append(f"{total:8.2f} s  {n} candidates  {key_label(key)}  ({parts})")
     return lines
 
 

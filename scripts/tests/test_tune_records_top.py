@@ -45,3 +45,10 @@ def test_phases_are_summed_and_the_longest_searches_listed(tmp_path):
     assert out[7].startswith("   20.00 s  200 candidates  gemm long")
     assert out[8].startswith("    5.00 s  10 candidates  gemm short")
     assert len(out) == 9
+
+
+def test_a_cache_key_is_shown_as_kernel_static_key_and_batch():
+    key = "kernels cache key v2\nkernel = \"gemm\"\nsource_fingerprint = \"fnv1a64:1\"\n" \
+          "static_key = \"dtype=bf16,layout=nt,n=128,k=2048\"\nbatch = 256\nalignment = 16"
+    assert tune_records_top.key_label(key) == "gemm dtype=bf16,layout=nt,n=128,k=2048 batch=256"
+    assert tune_records_top.key_label("gemm long") == "gemm long"
