@@ -17,7 +17,8 @@
 //! (other tiles, splits and paths of the search space, marked `alt`;
 //! `GEMM_BENCH_ALTS=clusters`, `splits` or `pingpong` only that family of the prefill
 //! tiles with TMA stores of C, beside the plain tile; `widths` the tiles of widths between
-//! powers of two beside the others), and
+//! powers of two beside the others; `cluster_splits` each split of 2-4 through the
+//! workspace and as one cluster; `rings` the deep rings of narrow tiles for few rows), and
 //! `GEMM_BENCH_MATCH="block_m=128 cluster=2"` times only the alternatives with every
 //! setting named, without the served config (one kernel a point, for a profiler);
 //! `GEMM_BENCH_SHAPES=qkv,o,...` keeps the layers named (`70B-tp8:qkv`: that layer of the
@@ -218,17 +219,18 @@ fn filled(
 
 /// The alternatives `GEMM_BENCH_ALTS=1` times beside the served config: the portable
 /// default, and for the wgmma paths other splits, tiles and consumer counts, (decode)
-/// stages of 64 and 128 k, and (prefill) clusters of 2, splits along k, TMA stores of C,
-/// the pingpong schedule and widths between powers of two, each where it lies in the space (TMA stores at the deepest
-/// ring that fits beside their staging buffers).
+/// stages of 64 and 128 k and splits of 2-4 as clusters, and (prefill) clusters of 2, splits along k (2-4 also
+/// as clusters), TMA stores of C,
+/// the pingpong schedule and widths between powers of two, and (up to 256 rows) the space's deep rings of narrow
+/// tiles, each where it lies in the space (TMA stores at the deepest ring that fits beside their staging buffers).
 fn alternatives(key: &GemmKey, m: u64, served: &GemmConfig) -> Vec<GemmConfig> {
     let target = tuned::Target::Sm90;
     let mut out = Vec::new();
     if m <= 64 {
         for (block_n, warps_n) in [(64, 4), (128, 4), (128, 8), (256, 8)] {
-            for split_k in [1, 2, 4, 6, 8, 12, 16] {
+            for split_k in [1, 2, 3, 4, 6, 8, 12, 16] {
                 for (stages, block_k) in [(6, 64), (8, 64), (4, 128), (6, 128)] {
-                    out.push(GemmConfig {
+                    let c = GemmConfig {
                         path: Path::WgmmaSwap,
                         block_m: served.block_m.clamp(16, 64),
                         block_n,
@@ -241,7 +243,14 @@ fn alternatives(key: &GemmKey, m: u64, served: &GemmConfig) -> Vec<GemmConfig> {
                         vec: 8,
                         cluster: 1,
                         epilogue: Epilogue::Direct,
-                    });
+                    };
+                    out.push(c);
+                    if matches!(split_k, 2..=4) {
+                        out.push(GemmConfig {
+                            cluster: split_k,
+                            ..c
+                        });
+                    }
                 }
             }
         }
@@ -262,13 +271,20 @@ fn alternatives(key: &GemmKey, m: u64, served: &GemmConfig) -> Vec<GemmConfig> {
                             // allows it: few tiles, 64 accumulators a thread).
                             let splits: &[u32] = if cluster == 1 { &[1, 2, 3, 4, 6] } else { &[1] };
                             for &split_k in splits {
-                                out.push(GemmConfig {
+                                let c = GemmConfig {
                                     group_m,
                                     cluster,
                                     epilogue,
                                     split_k,
                                     ..GemmConfig::wgmma(block_m, block_n, warps_m, stages)
-                                });
+                                };
+                                out.push(c);
+                                if matches!(split_k, 2..=4) {
+                                    out.push(GemmConfig {
+                                        cluster: split_k,
+                                        ..c
+                                    });
+                                }
                             }
                             if cluster == 1 && block_m <= 128 {
                                 out.push(GemmConfig {
@@ -304,6 +320,12 @@ fn alternatives(key: &GemmKey, m: u64, served: &GemmConfig) -> Vec<GemmConfig> {
             }
         }
     }
+    // The deep rings of narrow unswapped tiles the space holds for few rows.
+    out.extend(
+        kernels::gemm::space::search_space(target, key, m)
+            .into_iter()
+            .filter(|c| c.path == Path::Wgmma && c.stages > 6),
+    );
     out.retain(|c| {
         c != served
             && kernels::gemm::space::fits(target, key, c)
@@ -383,7 +405,9 @@ fn main() -> Result<(), BoxError> {
     // with TMA stores of C and group_m 8: `clusters` (without and with a cluster of 2),
     // `splits` (split along k, 1 included), `pingpong` (cooperative and pingpong),
     // `widths` (cooperative and pingpong, either epilogue: the tiles of widths between
-    // powers of two beside the others).
+    // powers of two beside the others), `cluster_splits` (splits of 2-4 through the
+    // workspace and as one cluster; unswapped with TMA stores and group_m 8), `rings`
+    // (the space's deep rings of narrow unswapped tiles, m <= 256).
     let alts_var = std::env::var("GEMM_BENCH_ALTS").unwrap_or_default();
     let family = |c: &GemmConfig| -> bool {
         let plain = c.epilogue == Epilogue::Tma && c.group_m == 8;
@@ -395,6 +419,12 @@ fn main() -> Result<(), BoxError> {
                     && c.group_m == 8
                     && c.cluster == 1
                     && c.split_k == 1
+            }
+            "rings" => c.path == Path::Wgmma && c.stages > 6,
+            "cluster_splits" => {
+                matches!(c.path, Path::WgmmaSwap | Path::Wgmma)
+                    && matches!(c.split_k, 2..=4)
+                    && (c.path == Path::WgmmaSwap || plain)
             }
             "pingpong" => {
                 plain
@@ -421,7 +451,7 @@ fn main() -> Result<(), BoxError> {
     let alts = matching.is_some()
         || matches!(
             alts_var.as_str(),
-            "1" | "clusters" | "splits" | "pingpong" | "widths"
+            "1" | "clusters" | "splits" | "pingpong" | "widths" | "cluster_splits" | "rings"
         );
     let every_alt = alts_var == "1";
     let only: Option<Vec<String>> = std::env::var("GEMM_BENCH_SHAPES")

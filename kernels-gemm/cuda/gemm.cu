@@ -96,7 +96,8 @@ __device__ __forceinline__ void store_two(void* c, long long ldc, int m, int n, 
 //   zero fill past m, n and k makes ragged edges add nothing. c, bias, ws, split_k,
 //   group_m and flags mean what they mean for gemm_mma_kernel, except that split_k > 1
 //   needs a variant with the reduction (SPLITS below: swapped, or unswapped at 64
-//   accumulators a thread at most, without a cluster or pingpong).
+//   accumulators a thread at most, without a cluster or pingpong) or with CLUSTER
+//   SPLITS (split_k = CLUSTER; ws unused).
 //   EPILOGUE_TMA 1 (WGMMA 1 only): tc is a tensor map of C ([m, n], row stride ldc,
 //   C's element type, 128-byte swizzle) with boxes of 64 rows x 128 bytes. With flags
 //   bit 2 (C_TMA) set, C is stored by TMA from shared staging buffers (see
@@ -105,7 +106,9 @@ __device__ __forceinline__ void store_two(void* c, long long ldc, int m, int n, 
 //   the kernel stores C directly, as without EPILOGUE_TMA.
 // Defines: DTYPE; WGMMA 1 or 2; BX, BY the tile's rows of X and of Y (BY is wgmma's N);
 //   CONSUMERS 1 or 2 warpgroups, each owning BX / CONSUMERS rows of X (64 or 128);
-//   STAGES the ring depth; CLUSTER 2 (WGMMA 1 only; absent: 1) for clusters of 2;
+//   STAGES the ring depth; CLUSTER 2 (absent: 1) for clusters of 2 (WGMMA 1), or 2-4
+//   for the splits of a tile as one cluster (CLUSTER SPLITS below: WGMMA 2, or WGMMA 1
+//   with CLUSTER_SPLIT 1);
 //   EPILOGUE_TMA 1 (WGMMA 1 only, BY a multiple of 64; absent: 0) for TMA stores of C;
 //   PINGPONG 1 (WGMMA 1, CONSUMERS 2, no cluster; absent: 0): see below;
 //   KSUB 2 (WGMMA 2 only; absent: 1): each stage holds two k sub-blocks of 64 (two
@@ -123,16 +126,28 @@ __device__ __forceinline__ void store_two(void* c, long long ldc, int m, int n, 
 //   STAGES * (BX + BY) * 128 * KSUB + 1024 bytes of dynamic shared memory (the 1024 realigns
 //   the ring to the 1024-byte swizzle atom), plus CONSUMERS * 16384 staging bytes
 //   after the ring with EPILOGUE_TMA.
-// CLUSTER 2: __cluster_dims__(2, 1, 1) is compiled in and gridDim.x is even. A work
-//   unit is a band of two vertically adjacent tiles sharing one Y tile; cluster
-//   b / 2 takes units b / 2, b / 2 + gridDim.x / 2, ..., and its block of rank r the
-//   band's tile r (past m when the band is the ragged last one with one tile: computed
-//   from zero fill, never stored). Each block loads its own X tile and half the Y tile
-//   (rows r * BY / 2 on), multicast into both blocks, so y's box is 64 x BY / 2 and
-//   each block's full barrier still counts a whole stage's bytes. A stage is refilled
-//   only when the consumers of both blocks are done with it: every consumer warpgroup
-//   arrives on the empty barrier of both blocks. group_m counts tile rows; the raster
-//   groups group_m / 2 bands (at least one).
+// CLUSTER 2 (WGMMA 1, no CLUSTER_SPLIT): __cluster_dims__(2, 1, 1) is compiled in and
+//   gridDim.x is even. A work unit is a band of two vertically adjacent tiles sharing
+//   one Y tile; cluster b / 2 takes units b / 2, b / 2 + gridDim.x / 2, ..., and its
+//   block of rank r the band's tile r (past m when the band is the ragged last one with
+//   one tile: computed from zero fill, never stored). Each block loads its own X tile
+//   and half the Y tile (rows r * BY / 2 on), multicast into both blocks, so y's box is
+//   64 x BY / 2 and each block's full barrier still counts a whole stage's bytes. A
+//   stage is refilled only when the consumers of both blocks are done with it: every
+//   consumer warpgroup arrives on the empty barrier of both blocks. group_m counts tile
+//   rows; the raster groups group_m / 2 bands (at least one).
+// CLUSTER SPLITS (CLUSTER = split_k = 2, 3 or 4; WGMMA 2, or WGMMA 1 with CLUSTER_SPLIT
+//   1, no pingpong, 64 accumulators a thread at most): a work unit is one tile and the
+//   cluster's blocks are its splits, rank r computing split r; cluster b / CLUSTER takes
+//   tiles b / CLUSTER, b / CLUSTER + gridDim.x / CLUSTER, ... Each block loads its own
+//   boxes (no multicast). Ranks 1.. leave their fp32 partial tile in their own shared
+//   memory (BX * BY * 4 bytes after the ring and any staging buffers of C) and rank 0
+//   adds them to its own in rank order through distributed shared memory, then stores
+//   C: the sums of the workspace split in the same order (the same bits), without ws,
+//   its counters or a trip through L2. Per rank r >= 1, red_full[r] (in rank 0) counts
+//   the consumer threads of rank r that have written a unit's partial, and red_free (in
+//   rank r) the consumer threads of rank 0 that are done reading it; both release at
+//   cluster scope and are waited on with acquire at cluster scope.
 
 #if !defined(BX) || !defined(BY) || !defined(CONSUMERS) || !defined(STAGES)
 #error "the wgmma GEMM needs DTYPE, WGMMA, BX, BY, CONSUMERS, STAGES"
@@ -154,6 +169,14 @@ __device__ __forceinline__ void store_two(void* c, long long ldc, int m, int n, 
 #else
 #define KG_CLUSTER_DIMS
 #endif
+#ifndef CLUSTER_SPLIT
+#define CLUSTER_SPLIT 0
+#endif
+#if CLUSTER > 1 && (WGMMA == 2 || CLUSTER_SPLIT)
+#define KG_CSPLIT 1
+#else
+#define KG_CSPLIT 0
+#endif
 
 namespace kg {
 
@@ -174,16 +197,24 @@ constexpr int STAGE_BYTES = KS * (X_BYTES + Y_BYTES);
 static_assert(WG_X == 64 || WG_X == 128, "a consumer warpgroup owns 64 or 128 rows of X");
 static_assert(BY % 16 == 0 && BY <= 256, "BY is a wgmma N");
 static_assert(X_BYTES % 1024 == 0 && Y_BYTES % 1024 == 0, "each tile starts on a swizzle atom");
-static_assert(CLUSTER == 1 || (CLUSTER == 2 && !SWAP), "clusters of 2, unswapped operands only");
+// The splits of a tile as one cluster (CLUSTER SPLITS).
+constexpr bool CSPLIT = KG_CSPLIT != 0;
+// Tile rows of X per work unit: CLUSTER for the unswapped pairs, else one.
+constexpr int BAND = CSPLIT ? 1 : CLUSTER;
+static_assert(CLUSTER == 1 || (CLUSTER == 2 && !CSPLIT) || (CSPLIT && CLUSTER >= 2 && CLUSTER <= 4),
+              "clusters of 2 sharing Y (unswapped), or of 2-4 splits");
+static_assert(!CSPLIT || SWAP || (!PP && MW * ACC <= 64),
+              "unswapped cluster splits: no pingpong, 64 accumulators a thread at most");
 // With clusters each block loads a slice of Y_BYTES / CLUSTER; each slice starts on a
 // swizzle atom, so the slices land exactly as one whole-tile box would have put them
 // (the 128-byte swizzle depends on the address within the atom).
-static_assert((Y_BYTES / CLUSTER) % 1024 == 0, "each Y slice starts on a swizzle atom");
+static_assert((Y_BYTES / BAND) % 1024 == 0, "each Y slice starts on a swizzle atom");
 static_assert(!EPILOGUE_TMA || (!SWAP && BY % 64 == 0), "TMA stores of C: unswapped, whole 128-byte rows");
 static_assert(!PP || (CONSUMERS == 2 && !SWAP && CLUSTER == 1), "pingpong: two consumers, unswapped, no cluster");
 static_assert(KS == 1 || (KS == 2 && SWAP), "two k sub-blocks a stage: swapped operands only");
-// Whether the variant has the split-K reduction: swapped, or unswapped without a cluster
-// or pingpong (their units are not one tile's split) at 64 accumulators a thread at most.
+// Whether the variant has the split-K reduction through the workspace: swapped, or
+// unswapped without a cluster or pingpong (their units are not one tile's split) at 64
+// accumulators a thread at most (CLUSTER SPLITS compile their own exchange instead).
 // Other variants compile without it and take split_k = 1 only.
 constexpr bool SPLITS = SWAP || (!PP && CLUSTER == 1 && MW * ACC <= 64);
 
@@ -197,13 +228,17 @@ struct Unit {
 // clusters): `group` bands walk the tile columns of Y together, so blocks running at
 // once share Y tiles in L2; the splits of a tile are adjacent. Block `rank` of a
 // cluster takes the band's rank-th tile.
+// With CLUSTER SPLITS a unit is a tile and the block's rank is its split.
 __device__ __forceinline__ Unit unit_at(int u, int bands, int tiles_y, int split_k, int group, int rank) {
-    const int tile = u / split_k;
+    const int tile = CSPLIT ? u : u / split_k;
     const int per_group = group * tiles_y;
     const int first = (tile / per_group) * group;
     const int rows = min(bands - first, group);
     const int band = first + (tile % per_group) % rows;
     const int py = (tile % per_group) / rows;
+    if constexpr (CSPLIT) {
+        return Unit{band * BX, py * BY, rank, tile};
+    }
     return Unit{(band * CLUSTER + rank) * BX, py * BY, u % split_k, tile};
 }
 
@@ -211,12 +246,58 @@ __device__ __forceinline__ Unit unit_at(int u, int bands, int tiles_y, int split
 // on the barrier of every block, as each block's producer refills the shared Y tile
 // of both.
 __device__ __forceinline__ void release_stage(u32 bar) {
-    if constexpr (CLUSTER == 1) {
+    if constexpr (BAND == 1) {
         mbar_arrive(bar);
     } else {
 #pragma unroll
         for (int r = 0; r < CLUSTER; ++r) mbar_arrive_cluster(cluster_addr(bar, r));
     }
+}
+
+#if KG_CSPLIT
+// CLUSTER SPLITS: the exchange of partial tiles between the ranks of a cluster.
+constexpr int RED_BYTES = BX * BY * 4;  // one fp32 partial tile
+
+// Spins until the phase of parity `parity` has completed, acquiring at cluster scope
+// what the arrivals released (from any block of the cluster).
+__device__ __forceinline__ void mbar_wait_acq_cluster(u32 bar, u32 parity) {
+    u32 done = 0;
+    while (!done) {
+        asm volatile(
+            "{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n selp.u32 "
+            "%0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    }
+}
+
+// Arrives once on an mbarrier of any block of the cluster (a cluster_addr address),
+// releasing this thread's earlier accesses at cluster scope.
+__device__ __forceinline__ void mbar_arrive_rel_cluster(u32 bar) {
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void st_shared_v4_f32(u32 addr, float a, float b, float c, float d) {
+    asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "f"(a), "f"(b), "f"(c), "f"(d)
+                 : "memory");
+}
+
+// Four floats at a shared::cluster address (another block's shared memory).
+__device__ __forceinline__ float4 ld_cluster_v4_f32(u32 addr) {
+    float4 v;
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(addr)
+                 : "memory");
+    return v;
+}
+#endif
+
+// Fetches the descriptor of a tensor map (a __grid_constant__ parameter) into the TMA
+// unit's descriptor cache ahead of its first use.
+__device__ __forceinline__ void prefetch_tensormap(const TmaMap* map) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(map)) : "memory");
 }
 
 // Orders the consumer warpgroups among themselves (barrier 1; the producer never joins).
@@ -363,7 +444,7 @@ __device__ __forceinline__ void load_weight(u32 xs, const TmaMap* tx, const TmaM
     if constexpr (SWAP) {
 #pragma unroll
         for (int kb = 0; kb < KS; ++kb) tma_load_2d(xs + kb * X_BYTES, tx, bar, k0 + kb * BK, w.x0);
-    } else if constexpr (CLUSTER > 1) {
+    } else if constexpr (BAND > 1) {
         constexpr int slice_bytes = Y_BYTES / CLUSTER, slice_rows = BY / CLUSTER;
         tma_load_2d_multicast(xs + X_BYTES + rank * slice_bytes, ty, bar, k0, w.y0 + rank * slice_rows,
                               (unsigned short)((1 << CLUSTER) - 1));
@@ -400,6 +481,11 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
     // warpgroup w's next one (one arrival a unit).
     __shared__ __align__(8) unsigned long long turn[2];
 #endif
+#if KG_CSPLIT
+    // red_full[r] (r >= 1, used in rank 0): rank r's partial of the unit is written;
+    // red_free (used in ranks >= 1): rank 0 is done reading it.
+    __shared__ __align__(8) unsigned long long red_full[CLUSTER], red_free;
+#endif
     __shared__ int is_last;
 
     const int wg = threadIdx.x / 128;
@@ -407,16 +493,26 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
     const u32 full0 = kd::smem_addr(full), empty0 = kd::smem_addr(empty);
     const int x_rows = SWAP ? n : m, y_rows = SWAP ? m : n;
     const int tiles_x = (x_rows + BX - 1) / BX, tiles_y = (y_rows + BY - 1) / BY;
-    const int bands = CLUSTER > 1 ? (tiles_x + CLUSTER - 1) / CLUSTER : tiles_x;
-    const int group = CLUSTER > 1 ? max(group_m / CLUSTER, 1) : group_m;
+    const int bands = BAND > 1 ? (tiles_x + BAND - 1) / BAND : tiles_x;
+    const int group = BAND > 1 ? max(group_m / BAND, 1) : group_m;
     const int tiles = bands * tiles_y;
-    const int units = tiles * split_k;
+    // With CLUSTER SPLITS a unit is a whole tile (its splits are the cluster's blocks).
+    const int units = CSPLIT ? tiles : tiles * split_k;
     const int ktiles = (k + BKS - 1) / BKS;  // stages of k
     const int per_split = (ktiles + split_k - 1) / split_k;
     // This block's rank in its cluster; both blocks of a cluster walk the same units,
     // cluster b / CLUSTER taking units b / CLUSTER, b / CLUSTER + gridDim.x / CLUSTER, ...
     const int rank = CLUSTER > 1 ? int(kd::cluster_rank()) : 0;
 
+    if (threadIdx.x == 0) {
+        // The tensor maps' descriptors into the TMA unit's cache while the barriers are
+        // set up, so the first loads (and stores of C) do not wait for their fetch.
+        prefetch_tensormap(&tx);
+        prefetch_tensormap(&ty);
+#if EPILOGUE_TMA
+        prefetch_tensormap(&tc);
+#endif
+    }
     // full[s]: stage s has landed (one arrival with its bytes, by the producer; with
     // clusters, half the Y bytes come from the peer's multicast);
     // empty[s]: every consumer warpgroup (of every block of the cluster) is done reading it
@@ -424,8 +520,12 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full0 + 8 * s, 1);
-            mbar_init(empty0 + 8 * s, PP ? 1 : CONSUMERS * CLUSTER);
+            mbar_init(empty0 + 8 * s, PP ? 1 : CONSUMERS * BAND);
         }
+#if KG_CSPLIT
+        for (int r = 0; r < CLUSTER; ++r) mbar_init(kd::smem_addr(&red_full[r]), CT);
+        mbar_init(kd::smem_addr(&red_free), CT);
+#endif
 #if PINGPONG
         mbar_init(kd::smem_addr(&turn[0]), 1);
         mbar_init(kd::smem_addr(&turn[1]), 1);
@@ -583,6 +683,47 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
             kd::pdl_launch_dependents();
         }
 
+#if KG_CSPLIT
+        {
+            // The partial tiles of the cluster's ranks into rank 0, in rank order (see
+            // CLUSTER SPLITS); `local` numbers this block's units, hence the phases.
+            constexpr int V4 = MW * (ACC / 4);  // float4s a thread holds
+#if EPILOGUE_TMA
+            const u32 red = ring + STAGES * STAGE_BYTES + CONSUMERS * STAGING_BYTES;
+#else
+            const u32 red = ring + STAGES * STAGE_BYTES;
+#endif
+            if (rank != 0) {
+                // Rank 0 is done reading this buffer's previous partial (a fresh barrier
+                // counts as having completed the phase before its first).
+                mbar_wait_acq_cluster(kd::smem_addr(&red_free), (local & 1) ^ 1);
+#pragma unroll
+                for (int mw = 0; mw < MW; ++mw)
+#pragma unroll
+                    for (int j = 0; j < ACC / 4; ++j)
+                        st_shared_v4_f32(red + u32(((mw * (ACC / 4) + j) * CT + ct) * 16), acc[mw][4 * j],
+                                         acc[mw][4 * j + 1], acc[mw][4 * j + 2], acc[mw][4 * j + 3]);
+                mbar_arrive_rel_cluster(cluster_addr(kd::smem_addr(&red_full[rank]), 0));
+                continue;
+            }
+            static_assert(V4 * CT * 16 == RED_BYTES, "a thread's float4s tile the partial");
+            for (int r = 1; r < CLUSTER; ++r) {
+                mbar_wait_acq_cluster(kd::smem_addr(&red_full[r]), local & 1);
+                const u32 peer = cluster_addr(red, u32(r));
+#pragma unroll
+                for (int mw = 0; mw < MW; ++mw)
+#pragma unroll
+                    for (int j = 0; j < ACC / 4; ++j) {
+                        const float4 v = ld_cluster_v4_f32(peer + u32(((mw * (ACC / 4) + j) * CT + ct) * 16));
+                        acc[mw][4 * j] += v.x;
+                        acc[mw][4 * j + 1] += v.y;
+                        acc[mw][4 * j + 2] += v.z;
+                        acc[mw][4 * j + 3] += v.w;
+                    }
+            }
+            for (int r = 1; r < CLUSTER; ++r) mbar_arrive_rel_cluster(cluster_addr(kd::smem_addr(&red_free), u32(r)));
+        }
+#else
         // Split-K where a thread holds at most 64 accumulators (SPLITS): holding a
         // prefill tile's 128 through the reduction spills registers.
         if (SPLITS && split_k > 1) {
@@ -636,6 +777,7 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
                 counters[w.tile] = 0;  // ready for the next launch on this workspace
             }
         }
+#endif
 
         const int x_base = w.x0 + (PP ? 0 : cw * WG_X);
 #if EPILOGUE_TMA

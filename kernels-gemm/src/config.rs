@@ -113,9 +113,12 @@ pub struct GemmConfig {
     pub group_m: u32,
     /// 8: 16-byte loads (aligned operands); 1: element loads.
     pub vec: u32,
-    /// Blocks per cluster: 1, or 2 on the `wgmma` path, where the pair computes two
-    /// vertically adjacent tiles (`2 * block_m` rows) and each block loads half of
-    /// their shared B tile, multicast into both (see [`crate::schema::CLUSTERS`]).
+    /// Blocks per cluster: 1; 2 on the `wgmma` path with `split_k` 1, where the pair
+    /// computes two vertically adjacent tiles (`2 * block_m` rows) and each block loads
+    /// half of their shared B tile, multicast into both; `split_k` (2, 3 or 4) on
+    /// `wgmma` or `wgmma_swap`, where the blocks are the splits of one tile, summed
+    /// through distributed shared memory (see [`crate::schema::CLUSTERS`] and
+    /// [`GemmConfig::cluster_splits`]).
     pub cluster: u32,
     /// `Tma` on the `wgmma` path only: C staged in shared memory and stored by TMA.
     pub epilogue: Epilogue,
@@ -147,6 +150,20 @@ impl GemmConfig {
             vec: 8,
             cluster: 1,
             epilogue: Epilogue::Direct,
+        }
+    }
+
+    /// The swapped Hopper tile (`wgmma_swap`): `block_m` token columns by `block_n`
+    /// weight rows over `warps_n` / 4 consumer warpgroups, a ring of `stages`, 64-wide
+    /// k steps, no split, no cluster. Other choices are struct updates of it.
+    pub const fn swapped(block_m: u32, block_n: u32, warps_n: u32, stages: u32) -> GemmConfig {
+        GemmConfig {
+            path: Path::WgmmaSwap,
+            block_m,
+            block_n,
+            warps_m: 1,
+            warps_n,
+            ..GemmConfig::wgmma(block_m, block_n, 4, stages)
         }
     }
 
@@ -213,6 +230,14 @@ impl GemmConfig {
         v
     }
 
+    /// Whether the splits of each tile run as one cluster (`cluster` = `split_k` > 1, on
+    /// `wgmma` or `wgmma_swap`): rank 0 adds the other ranks' partial tiles from their
+    /// shared memory in split order, so no workspace is used and C has the bits the
+    /// workspace split gives.
+    pub fn cluster_splits(&self) -> bool {
+        self.cluster > 1 && self.cluster == self.split_k
+    }
+
     /// Threads per block (the wgmma paths add a producer warpgroup).
     pub fn threads(&self) -> u32 {
         let extra = if self.path.is_wgmma() { 128 } else { 0 };
@@ -244,8 +269,9 @@ impl GemmConfig {
 
     /// Dynamic shared memory of the pipeline, bytes: `stages` copies of the A and B
     /// tiles (16-bit elements), padded rows on the mma path; unpadded 128-byte-swizzled
-    /// rows plus 1 KiB to realign them on the wgmma paths, and with a `tma` epilogue
-    /// [`TMA_STAGING_BYTES`] per consumer warpgroup.
+    /// rows plus 1 KiB to realign them on the wgmma paths, with a `tma` epilogue
+    /// [`TMA_STAGING_BYTES`] per consumer warpgroup, and with [cluster
+    /// splits](GemmConfig::cluster_splits) one fp32 partial tile.
     pub fn smem_bytes(&self, layout: Layout) -> usize {
         if self.path.is_wgmma() {
             let rows = (self.block_m + self.block_n) as usize;
@@ -253,7 +279,12 @@ impl GemmConfig {
                 Epilogue::Tma => self.consumers() as usize * TMA_STAGING_BYTES,
                 Epilogue::Direct => 0,
             };
-            return rows * self.block_k as usize * 2 * self.stages as usize + 1024 + staging;
+            let partial = if self.cluster_splits() {
+                (self.block_m * self.block_n) as usize * 4
+            } else {
+                0
+            };
+            return rows * self.block_k as usize * 2 * self.stages as usize + 1024 + staging + partial;
         }
         let (bm, bn, bk, pad) = (self.block_m, self.block_n, self.block_k, SMEM_PAD);
         let b = match layout {
@@ -269,9 +300,12 @@ impl GemmConfig {
     }
 
     /// Workspace a launch of `m` rows needs, bytes: with split-K, [`SPLIT_COUNTERS`]
-    /// tile counters then the fp32 partial tiles of every split; else none.
+    /// tile counters then the fp32 partial tiles of every split; else none, as for
+    /// [cluster splits](GemmConfig::cluster_splits), whose mma stand-in where TMA cannot
+    /// run ([`crate::plan::portable`]) does split through a workspace
+    /// ([`crate::workspace_bytes`] counts it).
     pub fn workspace_bytes(&self, m: u64, n: u32) -> usize {
-        if self.split_k <= 1 {
+        if self.split_k <= 1 || self.cluster_splits() {
             return 0;
         }
         let tiles = self.tiles(m, n) as usize;

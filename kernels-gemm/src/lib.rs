@@ -93,8 +93,10 @@ pub static GEMM: tuned::Dyn<Gemm> = tuned::Dyn::new();
 
 /// Workspace bytes a GEMM of `m` rows of `key` on `target` may need: the most any
 /// config the runtime can pick for it takes (the baked table's or the analytic default
-/// under the serve policy, any config of the search space under the online policy).
-/// 0 when none splits k. Allocate it once per stream, zeroed.
+/// under the serve policy, any config of the search space under the online policy),
+/// each as it runs on 16-byte aligned operands or, where TMA cannot load them, as its
+/// mma stand-in ([`plan::portable`]: a cluster split then splits through the
+/// workspace). 0 when none splits k. Allocate it once per stream, zeroed.
 ///
 /// ```
 /// use kernels_gemm::{workspace_bytes, GemmKey, Layout};
@@ -107,6 +109,7 @@ pub fn workspace_bytes(target: Target, key: &GemmKey, m: u64) -> usize {
     space::search_space(target, key, m)
         .iter()
         .chain([&served, &heuristic::analytic_default(target, key, m)])
+        .flat_map(|c| [*c, if c.path.is_wgmma() { plan::portable(c) } else { *c }])
         .map(|c| c.workspace_bytes(m, key.n))
         .max()
         .unwrap_or(0)
@@ -236,7 +239,8 @@ mod space_tests {
     }
 
     /// Split-K on the unswapped wgmma path is searched where the output tiles leave SMs
-    /// idle (70B-tp8 qkv, n = 1280, at m = 256 and 1024), only without a cluster or pingpong
+    /// idle (70B-tp8 qkv, n = 1280, at m = 256 and 1024), only without a cluster (or as
+    /// one: see `cluster_splits_are_searched_beside_splits`) or pingpong
     /// and at 64 accumulators a thread at most, and not where the tiles fill the GPU (8B
     /// qkv at m = 4096).
     #[test]
@@ -255,7 +259,7 @@ mod space_tests {
                 .collect();
             assert!(!split.is_empty(), "m={m}");
             for c in split {
-                assert_eq!(c.cluster, 1, "{c}");
+                assert!(c.cluster == 1 || c.cluster_splits(), "{c}");
                 assert!(c.accumulators() <= space::MAX_ACCUMULATORS, "{c}");
                 assert!(space::split_allowed(Target::Sm90, &key(1280, 8192), m, c), "{c}");
             }
@@ -270,7 +274,8 @@ mod space_tests {
 
     /// Clusters of 2 are in the sm_90 space for the unswapped wgmma configs of every
     /// shape with two tile rows to pair, beside the same config without one (and not
-    /// split along k, of a power-of-two width); nowhere else, and never in a default. The schema, `fits` and `plan::fit` agree.
+    /// split along k, of a power-of-two width); the only other clusters are the swapped
+    /// cluster splits; never in a default. The schema, `fits` and `plan::fit` agree.
     #[test]
     fn clusters_of_two_are_searched_on_unswapped_wgmma_only() {
         for &(n, k) in MODEL_SHAPES {
@@ -283,13 +288,16 @@ mod space_tests {
             for m in [1, 16, 17, 64, 65, 128, 129, 256, 1024, 8192] {
                 for t in [Target::Sm80, Target::Sm90] {
                     let space = space::search_space(t, &key, m);
-                    for c in space.iter().filter(|c| c.cluster != 1) {
+                    for c in space.iter().filter(|c| c.cluster != 1 && !c.cluster_splits()) {
                         assert_eq!(c.cluster, 2, "{c}");
                         assert_eq!((t, c.path), (Target::Sm90, Path::Wgmma), "{c}");
                         assert!(m > u64::from(c.block_m), "m={m}: nothing to pair in {c}");
                         assert!(space.contains(&GemmConfig { cluster: 1, ..*c }), "{c}");
                     }
-                    let pairs = space.iter().filter(|c| c.cluster == 2).count();
+                    let pairs = space
+                        .iter()
+                        .filter(|c| c.path == Path::Wgmma && c.cluster == 2 && !c.cluster_splits())
+                        .count();
                     let unswapped = space
                         .iter()
                         .filter(|c| c.path == Path::Wgmma && m > u64::from(c.block_m));
@@ -300,9 +308,12 @@ mod space_tests {
                             .count(),
                         "{t} n={n} m={m}"
                     );
-                    // Clusters take no split.
-                    assert!(space.iter().all(|c| c.cluster == 1 || c.split_k == 1));
-                    assert_eq!(analytic_default(t, &key, m).cluster, 1, "{t} n={n} m={m}");
+                    // Clusters of 2 take no split.
+                    assert!(space
+                        .iter()
+                        .all(|c| c.cluster == 1 || c.split_k == 1 || c.cluster_splits()));
+                    let d = analytic_default(t, &key, m);
+                    assert!(d.cluster == 1 || d.cluster_splits(), "{t} n={n} m={m}: {d}");
                 }
                 let nn = GemmKey {
                     layout: Layout::Nn,
@@ -330,7 +341,8 @@ mod space_tests {
             ..key
         };
         assert!(!space::fits(Target::Sm90, &nn, &two));
-        // Only the `wgmma` path and sizes 1 and 2, whatever the problem.
+        // Unswapped: sizes 1 and 2 on the `wgmma` path only, whatever the problem
+        // (swapped: the splits, see `cluster_splits_are_searched_beside_swapped_splits`).
         let swap = GemmConfig {
             path: Path::WgmmaSwap,
             block_m: 16,
@@ -357,6 +369,207 @@ mod space_tests {
         assert_eq!((fitted.path, fitted.cluster), (Path::Mma, 1));
         assert!(space::fits(Target::Sm90, &key, &fitted));
         assert_eq!(plan::fit(two, kernels_core::cache::AlignClass::A16), two);
+    }
+
+    /// Every split of 2, 3 or 4 in the sm_90 space (swapped, or unswapped with raster
+    /// groups of 8) has its cluster twin beside it where the partial tile fits beside the
+    /// ring (and any staging of C), and every cluster split is such a twin; a swapped split
+    /// of 2 runs only as its twin where that fits, in the space and in the default. The
+    /// schema takes a swapped cluster only as large as the split; a cluster split needs
+    /// no workspace, while its mma stand-in (where TMA cannot run) keeps the split and
+    /// needs what `workspace_bytes` returns.
+    #[test]
+    fn cluster_splits_are_searched_beside_splits() {
+        let (mut twins, mut waves) = (0, 0);
+        for &(n, k) in MODEL_SHAPES {
+            let key = GemmKey {
+                dtype: DType::Bf16,
+                layout: Layout::Nt,
+                n,
+                k,
+            };
+            for m in [1, 3, 16, 17, 64, 65, 128, 256, 1024] {
+                let space = space::search_space(Target::Sm90, &key, m);
+                for c in space.iter().filter(|c| c.cluster_splits()) {
+                    assert!(matches!(c.path, Path::WgmmaSwap | Path::Wgmma), "{c}");
+                    assert!(matches!(c.cluster, 2..=4) && c.cluster == c.split_k, "{c}");
+                    let unclustered = GemmConfig { cluster: 1, ..*c };
+                    let replaced = c.path == Path::WgmmaSwap && c.split_k == 2;
+                    if space::split_allowed(Target::Sm90, &key, m, &unclustered) {
+                        assert_eq!(space.contains(&unclustered), !replaced, "{c}");
+                    } else {
+                        // Split for the waves alone, as a cluster only.
+                        assert!(space::wave_split(Target::Sm90, &key, m, c), "{c}");
+                        assert!(!space.contains(&unclustered), "{c}");
+                        waves += 1;
+                    }
+                    assert!(space::fits(Target::Sm90, &key, &unclustered), "{c}");
+                    assert_eq!(c.workspace_bytes(m, n), 0, "{c}");
+                    let stand_in = plan::portable(c);
+                    assert_eq!((stand_in.split_k, stand_in.cluster), (c.split_k, 1), "{c}");
+                    assert!(stand_in.workspace_bytes(m, n) > 0, "{c}");
+                    assert!(
+                        workspace_bytes(Target::Sm90, &key, m) >= stand_in.workspace_bytes(m, n),
+                        "{c}"
+                    );
+                    assert_eq!(
+                        c.smem_bytes(Layout::Nt),
+                        GemmConfig { cluster: 1, ..*c }.smem_bytes(Layout::Nt)
+                            + (c.block_m * c.block_n * 4) as usize
+                    );
+                    twins += 1;
+                }
+                for c in space
+                    .iter()
+                    .filter(|c| c.path != Path::Mma && c.cluster == 1 && matches!(c.split_k, 2..=4))
+                {
+                    let twin = GemmConfig {
+                        cluster: c.split_k,
+                        ..*c
+                    };
+                    let grouped = c.path == Path::WgmmaSwap || c.group_m == 8;
+                    assert_eq!(
+                        space.contains(&twin),
+                        grouped && space::fits(Target::Sm90, &key, &twin),
+                        "n={n} m={m} {twin}"
+                    );
+                    if c.path == Path::WgmmaSwap && c.split_k == 2 {
+                        assert!(!space::fits(Target::Sm90, &key, &twin), "{c}");
+                    }
+                }
+                let d = analytic_default(Target::Sm90, &key, m);
+                let twin = GemmConfig {
+                    cluster: d.split_k,
+                    ..d
+                };
+                let clustered =
+                    d.path == Path::WgmmaSwap && d.split_k == 2 && space::fits(Target::Sm90, &key, &twin);
+                assert_eq!(d.cluster_splits(), clustered, "n={n} m={m}: {d}");
+                assert!(space.contains(&d), "n={n} m={m}: {d}");
+                assert!(space::search_space(Target::Sm80, &key, m)
+                    .iter()
+                    .all(|c| c.cluster == 1));
+            }
+        }
+        assert!(twins > 100, "{twins} cluster splits over the model shapes");
+        // 8B gate_up at m = 1 and 16 among them.
+        assert!(
+            waves > 0,
+            "no cluster split for the waves alone over the model shapes"
+        );
+        let gate_up = GemmKey {
+            dtype: DType::Bf16,
+            layout: Layout::Nt,
+            n: 28672,
+            k: 4096,
+        };
+        let four = GemmConfig {
+            split_k: 4,
+            cluster: 4,
+            ..GemmConfig::swapped(16, 128, 8, 6)
+        };
+        assert!(space::wave_split(Target::Sm90, &gate_up, 1, &four));
+        assert!(space::search_space(Target::Sm90, &gate_up, 1).contains(&four));
+        // Not through the workspace, not for 32-token tiles, not where the tiles fill
+        // their waves already (lm_head, n = 152064: 1188 tiles of 128, 9 waves).
+        let workspace = GemmConfig { cluster: 1, ..four };
+        assert!(!space::split_allowed(Target::Sm90, &gate_up, 1, &workspace));
+        assert!(!space::wave_split(
+            Target::Sm90,
+            &gate_up,
+            32,
+            &GemmConfig { block_m: 32, ..four }
+        ));
+        let lm_head = GemmKey { n: 152064, ..gate_up };
+        assert!(!space::wave_split(Target::Sm90, &lm_head, 1, &four));
+        let split = GemmConfig {
+            split_k: 4,
+            ..GemmConfig::swapped(16, 128, 4, 4)
+        };
+        assert!(schema::check_config(&GemmConfig { cluster: 4, ..split }.values()).is_ok());
+        for bad in [
+            GemmConfig { cluster: 2, ..split },
+            GemmConfig {
+                cluster: 4,
+                split_k: 2,
+                ..split
+            },
+            GemmConfig {
+                cluster: 4,
+                split_k: 1,
+                ..split
+            },
+        ] {
+            let e = schema::check_config(&bad.values()).unwrap_err();
+            assert!(e.contains("cluster") && e.contains("split_k"), "{bad}: {e}");
+        }
+        // Unswapped: a pair unsplit, or the splits (cluster = split_k, 2-4).
+        let tile = GemmConfig::wgmma(128, 128, 8, 4);
+        for ok in [(2, 1), (2, 2), (3, 3), (4, 4)] {
+            let c = GemmConfig {
+                cluster: ok.0,
+                split_k: ok.1,
+                ..tile
+            };
+            assert!(schema::check_config(&c.values()).is_ok(), "{c}");
+            assert_eq!(c.cluster_splits(), ok.1 > 1, "{c}");
+        }
+        for bad in [(4, 1), (3, 1), (2, 4), (4, 2)] {
+            let c = GemmConfig {
+                cluster: bad.0,
+                split_k: bad.1,
+                ..tile
+            };
+            let e = schema::check_config(&c.values()).unwrap_err();
+            assert!(
+                e.contains("split_k") && e.contains("clusters of 2 only"),
+                "{c}: {e}"
+            );
+        }
+    }
+
+    /// Deep rings (8, 12 and 16 stages) of narrow unswapped tiles are searched for few
+    /// rows only: 64-row tiles 32 or 64 wide from 17 to 64 rows, 128 x 64 from 65 to 256,
+    /// each depth where it fits shared memory (16 stages of 64 x 32, not of 64 x 64); no
+    /// other unswapped config rings deeper than 6.
+    #[test]
+    fn deep_rings_are_searched_for_few_rows_only() {
+        for &(n, k) in MODEL_SHAPES {
+            let key = GemmKey {
+                dtype: DType::Bf16,
+                layout: Layout::Nt,
+                n,
+                k,
+            };
+            for m in [1, 16, 17, 64, 65, 256, 257, 1024] {
+                let space = space::search_space(Target::Sm90, &key, m);
+                let deep: Vec<_> = space
+                    .iter()
+                    .filter(|c| c.path == Path::Wgmma && c.stages > 6)
+                    .collect();
+                for c in &deep {
+                    let tile = (c.block_m, c.block_n, c.consumers());
+                    let few = match tile {
+                        (64, 32 | 64, 1) => (17..=64).contains(&m),
+                        (128, 64, 2) => (65..=256).contains(&m),
+                        _ => false,
+                    };
+                    assert!(few, "m={m}: {c}");
+                    assert!(space::fits(Target::Sm90, &key, c), "{c}");
+                }
+                let has = |block_m, block_n, warps_m, stages| {
+                    space.contains(&GemmConfig::wgmma(block_m, block_n, warps_m, stages))
+                };
+                match m {
+                    17..=64 => {
+                        assert!(has(64, 32, 4, 16) && has(64, 64, 4, 12), "n={n} m={m}");
+                        assert!(!has(64, 64, 4, 16), "n={n} m={m}: 64 x 64 x 16 stages overflows");
+                    }
+                    65..=256 => assert!(has(128, 64, 8, 8), "n={n} m={m}"),
+                    _ => assert!(deep.is_empty(), "n={n} m={m}"),
+                }
+            }
+        }
     }
 
     /// TMA stores of C are in the sm_90 space beside every unswapped wgmma config whose

@@ -262,9 +262,10 @@ pub(crate) fn tuning_workspace_bytes(key: &GemmKey, m: u64) -> usize {
 
 /// The compiled variant of `c` for `key`: entry point and defines (split-K, grouping,
 /// bias and the output type are run-time arguments and share it). `CLUSTER` is
-/// defined only for clusters of 2 (the kernel reads its absence as 1), `PINGPONG` only
-/// on `wgmma_pingpong` and `EPILOGUE_TMA` only for TMA stores of C, so a config with
-/// none of them names the same variant as before they existed.
+/// defined only for clusters (the kernel reads its absence as 1), `CLUSTER_SPLIT` only
+/// for the unswapped cluster splits, `PINGPONG` only on `wgmma_pingpong` and
+/// `EPILOGUE_TMA` only for TMA stores of C, so a config with none of them names the same
+/// variant as before they existed.
 pub fn variant(key: &GemmKey, c: &GemmConfig) -> Variant {
     if c.path.is_wgmma() {
         let (x_rows, y_rows) = c.wgmma_tile();
@@ -277,6 +278,13 @@ pub fn variant(key: &GemmKey, c: &GemmConfig) -> Variant {
             .define("STAGES", c.stages);
         let v = if c.cluster > 1 {
             v.define("CLUSTER", c.cluster)
+        } else {
+            v
+        };
+        // Unswapped, a cluster is a pair sharing B unless it is the splits (swapped
+        // clusters are always the splits).
+        let v = if c.path == Path::Wgmma && c.cluster_splits() {
+            v.define("CLUSTER_SPLIT", 1)
         } else {
             v
         };
@@ -438,7 +446,10 @@ pub fn launch_args(
             }
         }
     }
-    if c.split_k > 1 && c.tiles(p.m, p.key.n) > u64::from(crate::config::SPLIT_COUNTERS) {
+    if c.split_k > 1
+        && !c.cluster_splits()
+        && c.tiles(p.m, p.key.n) > u64::from(crate::config::SPLIT_COUNTERS)
+    {
         return Err(Error::invalid(
             "m",
             format!(
@@ -502,15 +513,16 @@ fn c_flags(p: &GemmProblem<'_>) -> i32 {
 /// is half the tile: each block of a pair loads one half for both), with a `tma`
 /// epilogue a third of C ([`c_tensor_map`]; where C has none, A's map stands in, never
 /// read, and flag `C_TMA` stays clear, so the kernel stores C directly), and a
-/// persistent grid of at most one block per SM over the work units: (tile, split), or
-/// with clusters one band of `cluster` tile rows per cluster.
+/// persistent grid of at most one block per SM over the work units: (tile, split), with
+/// clusters of 2 one band of 2 tile rows per cluster, with cluster splits one tile per
+/// cluster (its blocks the splits).
 ///
 /// A cluster grid is `cluster` x the clusters, at most `sm_count / cluster` of them
-/// (66 pairs, 132 blocks, on an H200). A cluster's blocks share a GPC, and a GPC holds
-/// whole TPCs of 2 SMs, so every pair should find room at once; kernels-core has no
-/// cluster occupancy query (`cuOccupancyMaxActiveClusters`) to confirm it at run time.
-/// Where fewer pairs fit, the rest run when one frees: the kernel never depends on
-/// clusters running together.
+/// (66 pairs, 132 blocks, on an H200). The launch is persistent
+/// ([`LaunchDims::persistent`]): the CUDA launch lowers it to the clusters the device
+/// holds at once. A cluster's blocks share a GPC, and a GPC holds whole TPCs of 2 SMs,
+/// so every pair should find room; a cluster of 4 needs 4 SMs of one GPC, which GPCs of
+/// 18 SMs leave 2 of. The kernel never depends on clusters running together.
 fn wgmma_launch_args(
     device: &DeviceInfo,
     c: &GemmConfig,
@@ -522,8 +534,13 @@ fn wgmma_launch_args(
     };
     let e = p.key.dtype.size() as u64;
     // block_m rows of A and block_n rows of B per tile, whichever side each is on;
-    // with clusters (unswapped only) each block loads block_n / cluster rows of B.
-    let (a_box, b_box) = (c.block_m, c.block_n / c.cluster);
+    // with clusters of 2 (unswapped) each block loads block_n / 2 rows of B.
+    let b_share = if c.path == Path::Wgmma && !c.cluster_splits() {
+        c.cluster
+    } else {
+        1
+    };
+    let (a_box, b_box) = (c.block_m, c.block_n / b_share);
     let map = |ptr: u64, rows: u64, ld: usize, box_rows: u32| TensorMap2d {
         ptr,
         element,
@@ -543,8 +560,12 @@ fn wgmma_launch_args(
         _ => (a_map, b_map),
     };
     let cluster = u64::from(c.cluster);
-    let bands = p.m.div_ceil(u64::from(c.block_m) * cluster);
-    let units = bands * u64::from(p.key.n).div_ceil(u64::from(c.block_n)) * u64::from(c.split_k);
+    let units = if c.cluster_splits() {
+        c.tiles(p.m, p.key.n)
+    } else {
+        let bands = p.m.div_ceil(u64::from(c.block_m) * cluster);
+        bands * u64::from(p.key.n).div_ceil(u64::from(c.block_n)) * u64::from(c.split_k)
+    };
     if units > i32::MAX as u64 {
         return Err(Error::invalid(
             "m",
@@ -582,7 +603,8 @@ fn wgmma_launch_args(
     Ok((
         LaunchDims::linear(grid, c.threads())
             .with_smem(smem)
-            .with_cluster(c.cluster),
+            .with_cluster(c.cluster)
+            .with_persistent(),
         args,
     ))
 }
@@ -850,6 +872,14 @@ mod tests {
         }
     }
 
+    /// A bf16 nt problem of packed operands at the made-up addresses, bf16 C, no bias
+    /// and no workspace.
+    fn packed(m: usize, n: usize, k: usize) -> GemmProblem<'static> {
+        let (a, b, c) = ok_operands(m, n, k);
+        unsafe { GemmProblem::raw(DType::Bf16, Layout::Nt, m, n, k, a, b, c, DType::Bf16, None, None) }
+            .unwrap()
+    }
+
     fn ok_operands(m: usize, n: usize, k: usize) -> (Operand, Operand, Operand) {
         (
             Operand::new(A, m * k, k),
@@ -1035,23 +1065,7 @@ mod tests {
         // (m, n, blocks): 3 tile rows make 2 bands; 16 x 16 tiles make 128 bands, more
         // than the 66 pairs of 132 SMs; one tile row still takes a whole pair.
         for (m, n, blocks) in [(300, 512, 8), (2048, 4096, 132), (5, 100, 2)] {
-            let (a, b, c) = ok_operands(m, n, 4096);
-            let p = unsafe {
-                GemmProblem::raw(
-                    DType::Bf16,
-                    Layout::Nt,
-                    m,
-                    n,
-                    4096,
-                    a,
-                    b,
-                    c,
-                    DType::Bf16,
-                    None,
-                    None,
-                )
-            }
-            .unwrap();
+            let p = packed(m, n, 4096);
             let (dims, args) = launch_args(&h200, &two, &p).unwrap();
             assert_eq!((dims.grid, dims.cluster), ((blocks, 1, 1), 2), "m={m} n={n}");
             assert_eq!(dims.block, (384, 1, 1));
@@ -1063,6 +1077,80 @@ mod tests {
             let boxes: Vec<_> = args.tensor_maps().map(|(_, t)| (t.ptr, t.box_rows)).collect();
             assert_eq!(boxes, [(A, 128), (B, 256)], "m={m}");
         }
+    }
+
+    /// Cluster splits: the `CLUSTER` define on the swapped variant, one cluster of
+    /// `split_k` blocks per output tile (whole clusters up to one block per SM), the
+    /// whole tile's boxes of both operands (each block loads its own k range, nothing is
+    /// multicast), the partial tile in shared memory and no workspace: a launch without
+    /// one is taken, where the same split through the workspace is refused.
+    #[test]
+    fn cluster_splits_launch_one_cluster_per_tile_without_a_workspace() {
+        let split = GemmConfig {
+            split_k: 4,
+            ..GemmConfig::swapped(16, 128, 4, 6)
+        };
+        let four = GemmConfig { cluster: 4, ..split };
+        let key = GemmKey {
+            dtype: DType::Bf16,
+            layout: Layout::Nt,
+            n: 4096,
+            k: 4096,
+        };
+        assert!(variant(&key, &four)
+            .to_string()
+            .ends_with("-DSTAGES=6 -DCLUSTER=4"));
+        assert!(!variant(&key, &split).to_string().contains("CLUSTER"));
+        let h200 = h200();
+        // (m, n, blocks): 1 x 10 tiles make 10 clusters of 4; 2 x 64 tiles are more
+        // than the 33 clusters of 4 that 132 SMs hold.
+        for (m, n, blocks) in [(3, 1280, 40), (17, 8192, 132)] {
+            let p = packed(m, n, 4096);
+            let (dims, args) = launch_args(&h200, &four, &p).unwrap();
+            assert_eq!((dims.grid, dims.cluster), ((blocks, 1, 1), 4), "m={m} n={n}");
+            assert_eq!(dims.block, (256, 1, 1));
+            assert_eq!(dims.smem_bytes as usize, four.smem_bytes(Layout::Nt));
+            dims.validate(&h200).unwrap();
+            // X = B (the weight), Y = A (the tokens), both whole tiles.
+            let boxes: Vec<_> = args.tensor_maps().map(|(_, t)| (t.ptr, t.box_rows)).collect();
+            assert_eq!(boxes, [(B, 128), (A, 16)], "m={m}");
+            let e = launch_args(&h200, &split, &p).unwrap_err();
+            assert!(
+                matches!(&e, Error::InvalidArgument { name, .. } if name == "workspace"),
+                "{e}"
+            );
+        }
+        // Unswapped: `CLUSTER_SPLIT` tells the splits from a pair sharing B, whose B box
+        // is half the tile; the splits' is whole. 300 x 1280 in 128 x 64 tiles: 3 x 20
+        // tiles, 60 clusters of 2 (more than 66 would be lowered to what fits at once).
+        let tile = GemmConfig {
+            epilogue: Epilogue::Tma,
+            ..GemmConfig::wgmma(128, 64, 8, 4)
+        };
+        let splits = GemmConfig {
+            cluster: 2,
+            split_k: 2,
+            ..tile
+        };
+        let pair = GemmConfig { cluster: 2, ..tile };
+        assert!(variant(&key, &splits)
+            .to_string()
+            .ends_with("-DSTAGES=4 -DCLUSTER=2 -DCLUSTER_SPLIT=1 -DEPILOGUE_TMA=1"));
+        assert!(!variant(&key, &pair).to_string().contains("CLUSTER_SPLIT"));
+        let p = packed(300, 1280, 4096);
+        let (dims, args) = launch_args(&h200, &splits, &p).unwrap();
+        assert_eq!((dims.grid, dims.cluster, dims.persistent), ((120, 1, 1), 2, true));
+        assert_eq!(dims.smem_bytes as usize, splits.smem_bytes(Layout::Nt));
+        assert_eq!(
+            splits.smem_bytes(Layout::Nt),
+            tile.smem_bytes(Layout::Nt) + 128 * 64 * 4
+        );
+        let boxes: Vec<_> = args.tensor_maps().map(|(_, t)| (t.ptr, t.box_rows)).collect();
+        assert_eq!(boxes[..2], [(A, 128), (B, 64)]);
+        let (dims, args) = launch_args(&h200, &pair, &p).unwrap();
+        assert_eq!((dims.grid, dims.cluster), ((80, 1, 1), 2)); // 2 bands x 20: 40 pairs
+        let boxes: Vec<_> = args.tensor_maps().map(|(_, t)| (t.ptr, t.box_rows)).collect();
+        assert_eq!(boxes[..2], [(A, 128), (B, 32)]);
     }
 
     /// A `tma` epilogue: the `EPILOGUE_TMA` define (absent for `direct`, so those

@@ -55,7 +55,9 @@ pub const BLOCK_N: &[i64] = &[16, 32, 64, 80, 96, 112, 128, 160, 192, 224, 256];
 pub const BLOCK_K: &[i64] = &[32, 64, 128];
 pub const WARPS_M: &[i64] = &[1, 2, 4, 8];
 pub const WARPS_N: &[i64] = &[1, 2, 4, 8];
-pub const STAGES: &[i64] = &[2, 3, 4, 5, 6, 7, 8];
+/// 2 to 8, and 12 and 16, which the search tries only for the deep rings of narrow
+/// unswapped wgmma tiles (`space::DEEP_STAGES`).
+pub const STAGES: &[i64] = &[2, 3, 4, 5, 6, 7, 8, 12, 16];
 /// Splits of k; not only powers of two, so a weight of few tiles can be cut into about
 /// one wave (70B-tp8 qkv at decode: 20 tiles of 64 rows, 6 splits make 120 units for
 /// 132 SMs where 4 leave 52 idle and 8 need a second wave).
@@ -66,10 +68,17 @@ pub const GROUP_M: &[i64] = &[1, 4, 8, 16];
 pub const VECS: &[i64] = &[1, 8];
 /// Warps per block: 4 or 8.
 pub const WARPS: &[i64] = &[4, 8];
-/// Blocks per thread-block cluster: 1, or 2 on the `wgmma` path (sm_90a), where the
-/// two blocks compute vertically adjacent tiles and share their B tile, each loading
-/// half of it by TMA multicast into both.
-pub const CLUSTERS: &[i64] = &[1, 2];
+/// Blocks per thread-block cluster (sm_90a): 1; 2 on the `wgmma` path with `split_k` 1,
+/// where the two blocks compute vertically adjacent tiles and share their B tile, each
+/// loading half of it by TMA multicast into both; or one of [`SPLIT_CLUSTERS`] on the
+/// `wgmma_swap` or `wgmma` path with `split_k` equal to it, where the blocks are the
+/// splits of one tile and rank 0 sums their partials from distributed shared memory, in
+/// split order, with no workspace.
+pub const CLUSTERS: &[i64] = &[1, 2, 3, 4];
+/// The splits a wgmma tile may run as one cluster. Not 6 or more: with one block
+/// an SM, a cluster's blocks must find free SMs in one GPC at once, and a GPC of 16 SMs
+/// holds two clusters of 6 or 8 (12 or 16 of its SMs).
+pub const SPLIT_CLUSTERS: &[i64] = &[2, 3, 4];
 /// How C leaves the kernel: `direct` (each thread stores its accumulators) or `tma`
 /// (the `wgmma` and `wgmma_pingpong` paths only, block_n a multiple of 64: each consumer warpgroup stages
 /// 64-row sub-tiles in shared memory and the TMA unit stores them; where C's base or
@@ -91,7 +100,8 @@ pub const EPILOGUE_AT: usize = param_index(&GEMM, "epilogue");
 
 /// Checks a config's values against the parameter domains and the rules that tie
 /// parameters together (independent of the problem): 4 or 8 warps, each warp tile a
-/// whole number of 16 x 16 products, clusters on the `wgmma` path only, TMA stores of
+/// whole number of 16 x 16 products, clusters of 2 unsplit on the `wgmma` path and of
+/// `split_k` ([`SPLIT_CLUSTERS`]) on `wgmma` and `wgmma_swap` only, TMA stores of
 /// C on the unswapped wgmma paths only, with whole 64-column sub-tiles, block_n other than
 /// a power of two on those paths only.
 pub fn check_config(values: &[Value]) -> Result<(), String> {
@@ -103,12 +113,25 @@ pub fn check_config(values: &[Value]) -> Result<(), String> {
     let wm = int_param(s, values, WARPS_M_AT, WARPS_M)?;
     let wn = int_param(s, values, WARPS_N_AT, WARPS_N)?;
     int_param(s, values, STAGES_AT, STAGES)?;
-    int_param(s, values, SPLIT_K_AT, SPLIT_K)?;
+    let split_k = int_param(s, values, SPLIT_K_AT, SPLIT_K)?;
     int_param(s, values, GROUP_M_AT, GROUP_M)?;
     int_param(s, values, VEC_AT, VECS)?;
     let cluster = int_param(s, values, CLUSTER_AT, CLUSTERS)?;
-    if cluster > 1 && path != "wgmma" {
-        return Err(format!("cluster={cluster} needs path wgmma, got {path}"));
+    match path {
+        _ if cluster == 1 => {}
+        "wgmma" if cluster == 2 && split_k == 1 => {}
+        "wgmma" | "wgmma_swap" if cluster != split_k => {
+            return Err(format!(
+                "cluster={cluster} on path {path} needs split_k={cluster} (the cluster's blocks are the splits{}), got split_k={split_k}",
+                if path == "wgmma" { "; unsplit, clusters of 2 only" } else { "" }
+            ))
+        }
+        "wgmma" | "wgmma_swap" => {}
+        _ => {
+            return Err(format!(
+                "cluster={cluster} needs path wgmma or wgmma_swap, got {path}"
+            ))
+        }
     }
     let epilogue = name_param(s, values, EPILOGUE_AT, EPILOGUES)?;
     if epilogue == "tma" && !matches!(path, "wgmma" | "wgmma_pingpong") {

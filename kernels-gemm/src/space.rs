@@ -3,7 +3,7 @@
 use tuned::{Target, Vendor};
 
 use crate::config::{Epilogue, GemmConfig, GemmKey, Layout, Path};
-use crate::schema::{check_config, BLOCK_K, BLOCK_M, BLOCK_N, GROUP_M, SPLIT_K, WARPS};
+use crate::schema::{check_config, BLOCK_K, BLOCK_M, BLOCK_N, GROUP_M, SPLIT_CLUSTERS, SPLIT_K, WARPS};
 
 /// Shared memory one block may use on `target`, in bytes (opt-in maximum), less 1 KiB
 /// kept for the kernel's static shared memory.
@@ -35,11 +35,12 @@ pub const MIN_BLOCK_CAP: u32 = 64;
 /// also 128, two such boxes a stage), 16-byte loads
 /// (TMA), consumer warps stacked along wgmma's 64-row side only, 64 or 128 rows per
 /// consumer warpgroup, and split-K with swapped operands, or unswapped without a cluster
-/// at [`MAX_ACCUMULATORS`] a thread at most (see `SPLITS` in `cuda/gemm.cu`) on a tile
+/// (or as one) at [`MAX_ACCUMULATORS`] a thread at most (see `SPLITS` in `cuda/gemm.cu`) on a tile
 /// width that is a power of two (the mma stand-in of a wider-than-64 width other than a
 /// power of two takes a narrower tile, whose split-K workspace could be larger).
-/// Clusters of 2 need no rule of their own here: the schema keeps them to `wgmma`,
-/// and any of its tiles splits into two B halves of whole swizzle atoms (8+ rows). Nor
+/// Clusters need no rule of their own here: the schema keeps clusters of 2 to `wgmma`,
+/// where any tile splits into two B halves of whole swizzle atoms (8+ rows), and
+/// swapped clusters to `split_k` blocks, whose partial tile counts in `smem_bytes`. Nor
 /// does a `tma` epilogue: the schema keeps it to the unswapped paths with block_n a
 /// multiple of 64, and its staging buffers count in `smem_bytes`. `wgmma_pingpong` has
 /// two consumer warpgroups, each holding a whole tile of 64 or 128 rows.
@@ -63,7 +64,7 @@ fn wgmma_shape_fits(target: Target, key: &GemmKey, c: &GemmConfig) -> bool {
         && (c.split_k == 1
             || c.path == Path::WgmmaSwap
             || (c.path == Path::Wgmma
-                && c.cluster == 1
+                && (c.cluster == 1 || c.cluster_splits())
                 && c.block_n.is_power_of_two()
                 && c.accumulators() <= MAX_ACCUMULATORS))
         && c.accumulators() <= MAX_WGMMA_ACCUMULATORS
@@ -139,12 +140,35 @@ pub fn extra_widths(target: Target, key: &GemmKey, m: u64, block_m: u32) -> Vec<
         .collect()
 }
 
-/// Whether split-K may be used for `m` rows: only where the output tiles leave SMs idle,
-/// and the split grid stays within two waves (which also bounds the workspace).
+/// Whether split-K may be used for `m` rows: where the output tiles leave SMs idle and
+/// the split grid stays within two waves (which also bounds the workspace), or, for a
+/// swapped cluster split of 16-token tiles ([`wave_split`]), where the tiles' last wave
+/// would leave SMs idle.
 pub fn split_allowed(target: Target, key: &GemmKey, m: u64, c: &GemmConfig) -> bool {
     let sms = u64::from(target.reference_sm_count());
     let tiles = c.tiles(m, key.n);
-    c.split_k == 1 || (tiles < sms && tiles * u64::from(c.split_k) <= 2 * sms)
+    c.split_k == 1
+        || (tiles < sms && tiles * u64::from(c.split_k) <= 2 * sms)
+        || wave_split(target, key, m, c)
+}
+
+/// Whether `c` is a swapped cluster split of 16-token tiles (decode) whose tiles number
+/// at least the SMs, and fill the clusters' waves at least 0.05 better than unsplit tiles
+/// fill the SMs' (the split grid within 8 waves). 8B gate_up (n = 28672) at m = 1 makes
+/// 224 tiles of 128 weight rows: 1.7 waves of 132 SMs, 0.85 of the second busy, as our
+/// time against cuBLAS's was; as clusters of 4, at most 33 of which run at once, 6.8
+/// waves (0.97). The tiles stay 16 tokens wide so the mma stand-in's workspace (where TMA
+/// cannot run) stays as small as the two-wave rule's.
+pub fn wave_split(target: Target, key: &GemmKey, m: u64, c: &GemmConfig) -> bool {
+    let sms = u64::from(target.reference_sm_count());
+    let tiles = c.tiles(m, key.n);
+    let cluster = u64::from(c.cluster);
+    c.cluster_splits()
+        && c.path == Path::WgmmaSwap
+        && c.block_m == 16
+        && tiles >= sms
+        && tiles * cluster <= 8 * sms
+        && wave_fill(tiles, sms / cluster) >= wave_fill(tiles, sms) + 0.05
 }
 
 /// Pipeline depths a search tries on the mma path (the schema allows 2..=8).
@@ -154,16 +178,22 @@ pub const SEARCH_STAGES: &[i64] = &[3, 4, 6];
 /// wants 64-128 KiB in flight per SM; prefill tiles fill shared memory at 4-6.
 pub const SEARCH_STAGES_SWAP: &[u32] = &[4, 6, 8];
 pub const SEARCH_STAGES_WGMMA: &[u32] = &[3, 4, 5, 6];
+/// Ring depths of the deep rings searched on narrow unswapped tiles for few rows
+/// (see `wgmma_space`); `fits` drops those that do not fit.
+pub const DEEP_STAGES: &[u32] = &[8, 12, 16];
 
 /// The wgmma configs a search for `m` rows of `key` on `target` times (none off
 /// sm_90 or for layout nn): swapped operands up to 64 rows, with 16..=64 token columns and
 /// stages of 64 or 128 k
 /// up to `m` rounded up, 64..=256 weight rows, 1 or 2 consumers, every split-K
-/// [`split_allowed`] (from 65 to 256 rows, 64 or 128 token columns); unswapped from 17
+/// [`split_allowed`] (from 65 to 256 rows, 64 or 128 token columns), splits of 2-4
+/// also as one cluster where their partial tile fits beside the ring (splits of 2 then
+/// only so); unswapped from 17
 /// rows, tiles of 64..=256 (up to `m` rounded up) by 64, 128, 256 and the
 /// [`extra_widths`] of the problem, 1 or 2 consumers, grouped
 /// rasters where there are tile rows to group, split-K without a cluster where
-/// [`split_allowed`] and `fits` (64 accumulators a thread), clusters of 2 where there are two tile
+/// [`split_allowed`] and `fits` (64 accumulators a thread; splits of 2-4 also as one
+/// cluster where the partial tile fits, raster groups of 8), clusters of 2 where there are two tile
 /// rows to pair (power-of-two widths), C stored directly or by TMA (whose staging buffers may leave room for
 /// fewer ring stages: `fits` drops the deepest rings that no longer fit); and the
 /// pingpong schedule on the tiles of 64 or 128 rows, stored either way.
@@ -214,7 +244,21 @@ fn wgmma_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>)
                             // At most 64 accumulators a thread where the token tile
                             // grows: the split-K reduction holds them all.
                             if m <= 64 || c.accumulators() <= 64 {
-                                push(c);
+                                // The same splits as one cluster, summed through
+                                // distributed shared memory (no workspace round trip).
+                                // A split of 2 only so where that fits: of 254 such pairs
+                                // timed on the H200 at m = 1, 16 and 64, the cluster was
+                                // faster at 248.
+                                let twin = GemmConfig {
+                                    cluster: c.split_k,
+                                    ..c
+                                };
+                                if !(c.split_k == 2 && fits(target, key, &twin)) {
+                                    push(c);
+                                }
+                                if SPLIT_CLUSTERS.contains(&i64::from(c.split_k)) {
+                                    push(twin);
+                                }
                             }
                         }
                     }
@@ -265,13 +309,24 @@ fn wgmma_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>)
                                     // 5.0% behind its shape's best).
                                     let splits: &[i64] = if cluster == 1 && m > 64 { SPLIT_K } else { &[1] };
                                     for &split_k in splits {
-                                        push(GemmConfig {
+                                        let c = GemmConfig {
                                             group_m: group_m as u32,
                                             cluster,
                                             epilogue,
                                             split_k: split_k as u32,
                                             ..GemmConfig::wgmma(bm, bn, 4 * consumers, stages)
-                                        });
+                                        };
+                                        push(c);
+                                        // The same splits as one cluster, on the plain
+                                        // raster: a split runs where the tiles number
+                                        // fewer than the SMs, so their order hardly moves
+                                        // which of them share L2 at a time.
+                                        if SPLIT_CLUSTERS.contains(&split_k) && group_m == 8 {
+                                            push(GemmConfig {
+                                                cluster: c.split_k,
+                                                ..c
+                                            });
+                                        }
                                     }
                                 }
                             }
@@ -286,6 +341,37 @@ fn wgmma_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>)
                                         ..GemmConfig::pingpong(bm, bn, stages)
                                     });
                                 }
+                            }
+                        }
+                    }
+                }
+            }
+            // Deep rings of narrow tiles for few rows, as cuBLAS runs them on the H200
+            // (gemm.md, its kernels at the lagging points: 64 x 32-64 tiles of 12-16 stages
+            // at m = 64, 128 x 64 of 8 at 256): more of the weight in flight per SM than
+            // the rings of 3-6 above. 64-row tiles on one consumer up to 64 rows, 128-row
+            // tiles on two from 65 to 256.
+            let deep = if consumers == 1 {
+                m <= 64
+            } else {
+                m > 64 && m <= 256
+            };
+            if deep {
+                let (bm, widths): (u32, &[u32]) = if consumers == 1 {
+                    (64, &[32, 64])
+                } else {
+                    (128, &[64])
+                };
+                let tile_rows = m.div_ceil(u64::from(bm));
+                for &bn in widths {
+                    for &stages in DEEP_STAGES {
+                        for cluster in [1u32, 2].into_iter().filter(|&c| c == 1 || tile_rows > 1) {
+                            for epilogue in [Epilogue::Direct, Epilogue::Tma] {
+                                push(GemmConfig {
+                                    cluster,
+                                    epilogue,
+                                    ..GemmConfig::wgmma(bm, bn, 4 * consumers, stages)
+                                });
                             }
                         }
                     }

@@ -303,24 +303,47 @@ impl Case {
 type SameBits = (GemmConfig, &'static str, GemmConfig, usize);
 
 /// For each case (inputs seeded from `seed`), every pair `pairs` gives for its key
-/// whose second config fits it ([`same_bits`]); on sm_90 every one must fit. Prints
-/// how many pairs `what` checked and fails with every difference found.
+/// whose second config fits it ([`same_bits`]), on a workspace as large as the largest
+/// of them needs; on sm_90 every one must fit. Prints how many pairs `what` checked and
+/// fails with every difference found.
 fn bit_for_bit(test: &str, what: &str, seed: u64, cases: &[Case], pairs: impl Fn(&GemmKey) -> Vec<SameBits>) {
     let Some((rt, stream)) = runtime(test) else {
         return;
     };
     let target = rt.device().info().tuning_target();
+    let key_of = |case: &Case| GemmKey {
+        dtype: case.dtype,
+        layout: case.layout,
+        n: case.n as u32,
+        k: case.k as u32,
+    };
+    // Every variant first, compiled in parallel (the runs below would compile them one
+    // at a time); the cases' operands are 16-byte aligned, so no config is refitted.
+    let mut jobs = Vec::new();
+    for case in cases {
+        let key = key_of(case);
+        for (base, _, other, _) in pairs(&key) {
+            for c in [base, other].into_iter().filter(|c| space::fits(target, &key, c)) {
+                jobs.push((kernels_gemm::plan::SOURCE, kernels_gemm::plan::variant(&key, &c)));
+            }
+        }
+    }
+    for r in rt.precompile(&jobs) {
+        r.expect("every variant compiles");
+    }
     let (mut checked, mut failures) = (0, Vec::new());
     for (i, case) in cases.iter().enumerate() {
-        let key = GemmKey {
-            dtype: case.dtype,
-            layout: case.layout,
-            n: case.n as u32,
-            k: case.k as u32,
-        };
+        let key = key_of(case);
         let e = expected(case, seed + i as u64);
-        let mut dev = Device::new(&stream, case, &e, 0);
-        for (base, base_name, other, runs) in pairs(&key) {
+        let pairs = pairs(&key);
+        let ws_bytes = pairs
+            .iter()
+            .flat_map(|(base, _, other, _)| [base, other])
+            .map(|c| c.workspace_bytes(case.m as u64, key.n))
+            .max()
+            .unwrap_or(0);
+        let mut dev = Device::new(&stream, case, &e, ws_bytes);
+        for (base, base_name, other, runs) in pairs {
             if !space::fits(target, &key, &other) {
                 assert!(target != Target::Sm90, "{other} must fit {key:?}");
                 continue;
@@ -361,8 +384,11 @@ fn covering_configs() -> Vec<GemmConfig> {
                 let tma = c.epilogue == Epilogue::Tma;
                 match c.path {
                     Path::Mma => tiles.insert(tile),
+                    // Unsplit: splits, with and without a cluster, have tests of their own
+                    // (split_k_is_deterministic..., cluster_splits_match...).
+                    Path::Wgmma if c.cluster_splits() => wgmma_tiles.insert((0, 1, tma, tile)),
                     Path::Wgmma => wgmma_tiles.insert((0, c.cluster, tma, tile)),
-                    Path::WgmmaSwap => wgmma_tiles.insert((1, c.cluster, tma, tile)),
+                    Path::WgmmaSwap => wgmma_tiles.insert((1, 1, tma, tile)),
                     Path::WgmmaPingpong => wgmma_tiles.insert((2, c.cluster, tma, tile)),
                 };
             }
@@ -400,7 +426,8 @@ const WG_KINDS: [Path; 3] = [Path::Wgmma, Path::WgmmaSwap, Path::WgmmaPingpong];
 /// and epilogue of the sm_90 space at the deepest of 4 or 3 stages that fits; every
 /// ring depth 2..=8 at one tile of each operand order, with a cluster of 2 and with TMA
 /// stores of C (and 2..=6 at a two-consumer tile and a pingpong tile with TMA stores);
-/// plain and wide grouped rasters, with and without clusters and TMA stores.
+/// the deep rings of 12 and 16 stages at the narrow 64-row tiles where they fit; plain
+/// and wide grouped rasters, with and without clusters and TMA stores.
 fn wgmma_covering(tiles: &BTreeSet<(usize, u32, bool, Tile)>) -> Vec<GemmConfig> {
     let key = GemmKey {
         dtype: DType::Bf16,
@@ -440,6 +467,17 @@ fn wgmma_covering(tiles: &BTreeSet<(usize, u32, bool, Tile)>) -> Vec<GemmConfig>
         for cluster in [1, 2] {
             for tma in [false, true] {
                 out.push(wg(0, (64, 128, 64, 4, 1), stages, 8, cluster, tma));
+            }
+        }
+    }
+    // The deep rings of narrow tiles for few rows (`space::DEEP_STAGES`), where they fit.
+    for stages in [12, 16] {
+        for c in [
+            wg(0, (64, 32, 64, 4, 1), stages, 8, 1, false),
+            wg(0, (64, 64, 64, 4, 1), stages, 8, 1, true),
+        ] {
+            if space::fits(Target::Sm90, &key, &c) {
+                out.push(c);
             }
         }
     }
@@ -818,6 +856,134 @@ fn clusters_of_two_match_the_unclustered_tile_bit_for_bit() {
                 .collect()
         },
     );
+}
+
+/// The splits of a tile as one cluster add the same partials in the same split order
+/// as the workspace split: C must match it bit for bit, on swapped tiles of 16-128
+/// token columns, 64-256 weight rows, one and two consumers and stages of 64 and 128 k,
+/// and unswapped tiles of 64-128 rows by 64-128 columns stored directly and by TMA (the
+/// partial after the staging buffers), in splits of 2, 3 and 4, where a split gets no k steps (9 steps in 4 splits of 3), on
+/// ragged n and k, and where each cluster takes several tiles in turn (its partial
+/// buffers reused: n = 8200 at m = 17 makes 66-258 tiles, more than the clusters the
+/// SMs hold), three runs each.
+#[test]
+fn cluster_splits_match_the_workspace_splits_bit_for_bit() {
+    let cases = [
+        Case::nt(DType::Bf16, 1, 300, 576, 300, DType::Bf16),
+        Case::nt(DType::Bf16, 17, 8200, 1000, 8200, DType::F32),
+        Case::nt(DType::F16, 64, 4096, 4096, 4104, DType::F16),
+        Case::nt(DType::Bf16, 100, 1280, 2048, 1280, DType::Bf16),
+    ];
+    // (block_m = token columns, block_n = weight rows, block_k, consumer warps, stages)
+    let tiles = [
+        (16, 64, 64, 4, 4),
+        (16, 128, 128, 4, 6),
+        (32, 128, 64, 4, 8),
+        (16, 256, 128, 8, 4),
+        (64, 256, 64, 8, 4),
+        (64, 128, 128, 4, 4),
+        (128, 128, 64, 8, 4),
+    ];
+    bit_for_bit(
+        "cluster_splits_match_the_workspace_splits_bit_for_bit",
+        "cluster splits",
+        700,
+        &cases,
+        |key| {
+            // Each split that fits with its cluster twin, both ways.
+            let mut splits = Vec::new();
+            for split_k in [2, 3, 4] {
+                for &(block_m, block_n, block_k, warps_n, stages) in &tiles {
+                    splits.push(GemmConfig {
+                        block_k,
+                        split_k,
+                        ..GemmConfig::swapped(block_m, block_n, warps_n, stages)
+                    });
+                }
+                // Unswapped: (block_m, block_n, consumer warps, stages), either epilogue.
+                for (block_m, block_n, warps_m, stages) in [(64, 64, 4, 4), (128, 64, 8, 4), (128, 128, 8, 3)]
+                {
+                    for epilogue in [Epilogue::Direct, Epilogue::Tma] {
+                        splits.push(GemmConfig {
+                            split_k,
+                            epilogue,
+                            ..GemmConfig::wgmma(block_m, block_n, warps_m, stages)
+                        });
+                    }
+                }
+            }
+            let mut pairs = Vec::new();
+            for split in splits {
+                let cluster = GemmConfig {
+                    cluster: split.split_k,
+                    ..split
+                };
+                if space::fits(Target::Sm90, key, &split) && space::fits(Target::Sm90, key, &cluster) {
+                    pairs.push((split, "the workspace split", cluster, 3));
+                }
+            }
+            pairs
+        },
+    );
+}
+
+/// A persistent launch of clusters is lowered to the clusters the device holds at once:
+/// for a pair of 128 x 128 tiles and a split of 4 as one cluster (each one block an SM),
+/// the occupancy query finds at least one and at most `sm_count / cluster` of them,
+/// and the same answer on every ask (kept by the kernel). Printed: what an H200 holds.
+#[test]
+fn persistent_cluster_launches_fit_the_clusters_the_device_holds() {
+    let Some((rt, stream)) = runtime("persistent_cluster_launches_fit_the_clusters_the_device_holds") else {
+        return;
+    };
+    let info = rt.device().info().clone();
+    if info.tuning_target() != Target::Sm90 {
+        println!("gemm: no wgmma clusters on {} (sm_90 only)", info.name);
+        return;
+    }
+    let key = GemmKey {
+        dtype: DType::Bf16,
+        layout: Layout::Nt,
+        n: 8192,
+        k: 512,
+    };
+    let pair = GemmConfig {
+        cluster: 2,
+        ..GemmConfig::wgmma(128, 128, 8, 4)
+    };
+    let split = GemmConfig {
+        split_k: 4,
+        cluster: 4,
+        ..GemmConfig::swapped(16, 128, 4, 6)
+    };
+    // 4 x 64 tiles in 128 pairs; 1 x 64 tiles for 64 clusters of 4.
+    for (c, m) in [(pair, 512usize), (split, 16)] {
+        let case = Case::nt(DType::Bf16, m, 8192, 512, 8192, DType::Bf16);
+        let e = expected(&case, 900);
+        let dev = Device::new(&stream, &case, &e, 0);
+        let p = dev.problem(&stream, &case);
+        let (dims, _) = kernels_gemm::plan::launch_args(&info, &c, &p).unwrap();
+        assert!(dims.persistent, "{c}");
+        let k = rt
+            .kernel(
+                &stream,
+                &kernels_gemm::plan::SOURCE,
+                &kernels_gemm::plan::variant(&key, &c),
+            )
+            .unwrap();
+        let held = k.resident_clusters(&dims).unwrap();
+        println!(
+            "gemm: {} holds {held} clusters of {} ({c}); the launch asks for {}",
+            info.name,
+            c.cluster,
+            dims.grid.0 / c.cluster
+        );
+        assert!(
+            held >= 1 && held <= info.sm_count / c.cluster,
+            "{held} clusters of {c}"
+        );
+        assert_eq!(k.resident_clusters(&dims).unwrap(), held);
+    }
 }
 
 /// The pingpong schedule computes each tile as the cooperative kernel does, from the

@@ -27,6 +27,15 @@ pub struct LaunchDims {
     /// differs from the last value set there; AMD devices have no such split, and a
     /// launch that asks for one there is refused.
     pub carveout: Option<u8>,
+    /// The kernel is persistent: its blocks (or clusters) walk the work with a stride of
+    /// the grid, so any whole number of clusters computes the same result. With clusters,
+    /// the CUDA launch then lowers `grid.0` to the clusters the device holds at once
+    /// (`cuOccupancyMaxActiveClusters`, asked once per function, at its first launch
+    /// outside a graph capture; launches captured before that keep `grid.0`): a cluster of 4 needs
+    /// four free SMs of one GPC, and where the GPCs' SM counts are not multiples of 4
+    /// fewer than `sm_count / 4` fit; one launched beyond them would wait for a second
+    /// wave, doubling the time of its work.
+    pub persistent: bool,
 }
 
 impl LaunchDims {
@@ -38,6 +47,7 @@ impl LaunchDims {
             smem_bytes: 0,
             cluster: 1,
             carveout: None,
+            persistent: false,
         }
     }
 
@@ -54,6 +64,14 @@ impl LaunchDims {
     pub const fn with_carveout(self, percent: u8) -> LaunchDims {
         LaunchDims {
             carveout: Some(percent),
+            ..self
+        }
+    }
+
+    /// The same launch of a persistent kernel (see [`LaunchDims::persistent`]).
+    pub const fn with_persistent(self) -> LaunchDims {
+        LaunchDims {
+            persistent: true,
             ..self
         }
     }

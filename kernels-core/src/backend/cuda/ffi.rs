@@ -234,6 +234,58 @@ pub(crate) fn allow_non_portable_cluster(func: dsys::CUfunction) -> Result<()> {
     .map_err(|e| driver_error("cuFuncSetAttribute", e))
 }
 
+/// `cuOccupancyMaxActiveClusters`: how many clusters of `cluster` blocks of `func`, each
+/// of `block` threads with `smem` bytes of dynamic shared memory, the device holds at
+/// once. The function's dynamic shared memory limit must already allow `smem`.
+pub(crate) fn max_active_clusters(
+    func: dsys::CUfunction,
+    block: (u32, u32, u32),
+    smem: u32,
+    cluster: u32,
+) -> Result<u32> {
+    // SAFETY: all-zero is a valid value of this plain C union.
+    let mut value: dsys::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
+    value.clusterDim.x = cluster;
+    value.clusterDim.y = 1;
+    value.clusterDim.z = 1;
+    let mut attr = dsys::CUlaunchAttribute {
+        id: dsys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+        pad: [0; 4],
+        value,
+    };
+    // The grid of one cluster: the query asks what fits, not what is launched.
+    let config = dsys::CUlaunchConfig {
+        gridDimX: cluster,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: block.0,
+        blockDimY: block.1,
+        blockDimZ: block.2,
+        sharedMemBytes: smem,
+        hStream: std::ptr::null_mut(),
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    let mut n: std::ffi::c_int = 0;
+    // SAFETY: `func` belongs to a module the caller keeps loaded; `config` and `attr`
+    // outlive the call.
+    let asked = unsafe { dsys::cuOccupancyMaxActiveClusters(&mut n, func, &config) }.result();
+    if let Err(e) = asked {
+        // Kernels that declare `__cluster_dims__` may also be asked with the cluster
+        // size left to the function (no attribute).
+        let bare = dsys::CUlaunchConfig {
+            attrs: std::ptr::null_mut(),
+            numAttrs: 0,
+            ..config
+        };
+        // SAFETY: as above.
+        unsafe { dsys::cuOccupancyMaxActiveClusters(&mut n, func, &bare) }
+            .result()
+            .map_err(|_| driver_error("cuOccupancyMaxActiveClusters", e))?;
+    }
+    Ok(n.max(0) as u32)
+}
+
 /// `cuLaunchKernel` with raw parameters, or with `pdl` `cuLaunchKernelEx` with the
 /// programmatic-stream-serialization attribute (the kernel may start before the
 /// previous one of the stream has finished, and must wait for it before it touches

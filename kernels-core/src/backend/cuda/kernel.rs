@@ -5,7 +5,7 @@
 use std::ffi::c_void;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchArgs, LaunchConfig};
@@ -75,6 +75,9 @@ pub struct CudaKernel {
     non_portable_cluster: AtomicBool,
     /// The carveout percentage last set on the function (-1: never set, the driver's).
     carveout: AtomicI32,
+    /// The last answer of [`CudaKernel::resident_clusters`], packed with what it was
+    /// asked for (see `resident_key`); 0: none yet.
+    resident: AtomicU64,
     /// Whether [`CudaKernel::launch_raw`] launches with programmatic dependent launch.
     pdl: bool,
 }
@@ -112,6 +115,7 @@ impl CudaKernel {
             smem_limit: AtomicU32::new(DEFAULT_SMEM_LIMIT),
             non_portable_cluster: AtomicBool::new(false),
             carveout: AtomicI32::new(-1),
+            resident: AtomicU64::new(0),
             pdl,
         })
     }
@@ -168,6 +172,70 @@ impl CudaKernel {
         Ok(())
     }
 
+    /// How many clusters of `dims.cluster` blocks of this function, with `dims`' block and
+    /// dynamic shared memory, the device holds at once (`cuOccupancyMaxActiveClusters`;
+    /// the function is opted in to the shared memory first). The answer for the last
+    /// (cluster, block, shared memory) asked is kept, so a launch repeating it makes no
+    /// driver call. 1-block "clusters": the device's SM count times the blocks an SM
+    /// holds is not asked for; this returns `u32::MAX`.
+    pub fn resident_clusters(&self, dims: &LaunchDims) -> Result<u32> {
+        if dims.cluster <= 1 {
+            return Ok(u32::MAX);
+        }
+        if let Some(n) = self.kept_resident(dims) {
+            return Ok(n);
+        }
+        let key = resident_key(dims);
+        self.prepare(dims)?;
+        let n = ffi::max_active_clusters(
+            self.function.cu_function(),
+            dims.block,
+            dims.smem_bytes,
+            dims.cluster,
+        )?;
+        if key != 0 {
+            self.resident
+                .store(key << 16 | u64::from(n.min(0xffff)), Ordering::Release);
+        }
+        Ok(n)
+    }
+
+    /// The kept answer of [`CudaKernel::resident_clusters`] for `dims`, if it was asked.
+    fn kept_resident(&self, dims: &LaunchDims) -> Option<u32> {
+        let key = resident_key(dims);
+        let last = self.resident.load(Ordering::Acquire);
+        (key != 0 && last >> 16 == key).then_some((last & 0xffff) as u32)
+    }
+
+    /// `dims` with a persistent launch's grid on `stream` lowered to the clusters the
+    /// device holds at once (see [`LaunchDims::persistent`]); others as they are.
+    fn fit_resident(&self, dims: LaunchDims, stream: RawStream) -> LaunchDims {
+        if !dims.persistent || dims.cluster <= 1 {
+            return dims;
+        }
+        // The lowering only spares a second wave, so where the device is not asked (in a
+        // capture, before any launch outside one has: the occupancy query is no stream
+        // work, and a capture in global mode may refuse calls that are not) or the
+        // query fails, the grid launches as asked. A function the query finds no room
+        // for still launches one cluster (the launch itself then says why it cannot run).
+        let most = match self.kept_resident(&dims) {
+            Some(n) => n,
+            None if matches!(stream.is_capturing(), Ok(false)) => match self.resident_clusters(&dims) {
+                Ok(n) => n,
+                Err(_) => return dims,
+            },
+            None => return dims,
+        };
+        let most = most.max(1);
+        let clusters = dims.grid.0 / dims.cluster;
+        if clusters <= most {
+            return dims;
+        }
+        let mut lowered = dims;
+        lowered.grid.0 = most * dims.cluster;
+        lowered
+    }
+
     /// A launch on `stream` with cudarc buffers: push arguments with cudarc's `arg`
     /// (slices, views, scalars), then `launch`. cudarc orders the buffers' uses across
     /// streams. Always a plain launch, whatever [`CudaKernel::programmatic_launch`] says.
@@ -184,6 +252,7 @@ impl CudaKernel {
     /// ```
     pub fn builder<'a>(&'a self, stream: &'a CudaStream, dims: LaunchDims) -> Result<Launch<'a>> {
         self.prepare(&dims)?;
+        let dims = self.fit_resident(dims, RawStream::of(stream));
         Ok(Launch {
             args: stream.launch_builder(&self.function),
             dims,
@@ -207,6 +276,7 @@ impl CudaKernel {
             ));
         }
         self.prepare(&dims)?;
+        let dims = self.fit_resident(dims, stream);
         let mut slots = args.slots;
         let mut params: [*mut c_void; MAX_KERNEL_ARGS] = [std::ptr::null_mut(); MAX_KERNEL_ARGS];
         for (p, s) in params.iter_mut().zip(slots.iter_mut()) {
@@ -234,6 +304,17 @@ impl CudaKernel {
             self.pdl,
         )
     }
+}
+
+/// What [`CudaKernel::resident_clusters`] was asked, in 48 bits (cluster size, block
+/// threads, dynamic shared memory), or 0 where it does not fit them (then not kept).
+fn resident_key(dims: &LaunchDims) -> u64 {
+    let (bx, by, bz) = dims.block;
+    let threads = u64::from(bx) * u64::from(by) * u64::from(bz);
+    if by != 1 || bz != 1 || threads >= 1 << 11 || dims.cluster >= 1 << 5 || dims.smem_bytes >= 1 << 20 {
+        return 0;
+    }
+    (1 << 47) | u64::from(dims.cluster) << 31 | threads << 20 | u64::from(dims.smem_bytes)
 }
 
 /// A launch being built: cudarc's [`LaunchArgs`] (push arguments through `Deref`)
