@@ -25,7 +25,12 @@
 //! models whose name contains `70B-tp8` only); `GEMM_BENCH_COPIES=N` rotates over N
 //! copies of the operands instead of the tuner's count (to see what the reuse distance does to
 //! a point); `GEMM_BENCH_PDL=1` also times the
-//! served config launched with programmatic dependent launch (`pdl`). Per shape it first times a
+//! served config launched with programmatic dependent launch (`pdl`);
+//! `GEMM_BENCH_TABLE=<dir>/gemm/<target>.json` serves from that table file instead of the
+//! baked one, by the same lookup rule (a table a tuning run has just written, timed in the
+//! same device call before it is landed and baked; refused unless it was tuned against
+//! this binary's kernel source and target; its sources read `file:table-exact` and so
+//! on). Per shape it first times a
 //! plain read of the weight, rotated and graph-timed the same way: the floor of a
 //! decode point's weight stream (`read_floor` records), and a copy of the weight's bytes
 //! (`copy_floor`: the device's own bandwidth at that size, the bound against which a
@@ -33,6 +38,7 @@
 //! of one launch (plan, tensor-map encoding, enqueue) of the served config at decode
 //! and prefill. Without a GPU it says so in one line and exits cleanly.
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::sync::Arc;
 
@@ -45,9 +51,68 @@ use kernels::core::{
 };
 use kernels::gemm::plan::{GemmProblem, Operand};
 use kernels::gemm::{Epilogue, Gemm, GemmConfig, GemmKey, Layout, Path};
-use tuned::{resolve_serve, DType};
+use tuned::{resolve_in_entries, resolve_serve, BakedEntry, DType, EntryConfig, TableFile, Target};
 
 type BoxError = Box<dyn std::error::Error>;
+
+/// The entries of `GEMM_BENCH_TABLE`'s table file, per canonical static key, in the
+/// baked form [`resolve_in_entries`] takes; `None` where the variable is unset. Refuses
+/// a file of another kernel or target, or tuned against another kernel source than this
+/// binary's (its configs would be served against code they were not measured on).
+fn table_from_env(target: Target) -> Result<Option<HashMap<String, Vec<BakedEntry>>>, BoxError> {
+    let Some(path) = std::env::var_os("GEMM_BENCH_TABLE") else {
+        return Ok(None);
+    };
+    let path = std::path::PathBuf::from(path);
+    let file = TableFile::read(&path, Some(&kernels::gemm::schema::GEMM))
+        .map_err(|e| format!("GEMM_BENCH_TABLE: {e}"))?;
+    let h = &file.header;
+    if h.kernel != "gemm" || h.target != target {
+        return Err(format!(
+            "GEMM_BENCH_TABLE: {} holds kernel {} for {}, not gemm for this device's {}",
+            path.display(),
+            h.kernel,
+            h.target.name(),
+            target.name()
+        )
+        .into());
+    }
+    if h.source_fingerprint != kernels::gemm::SOURCE_FINGERPRINT {
+        return Err(format!(
+            "GEMM_BENCH_TABLE: {} was tuned against kernel source {}, this binary has {}",
+            path.display(),
+            h.source_fingerprint,
+            kernels::gemm::SOURCE_FINGERPRINT
+        )
+        .into());
+    }
+    println!(
+        "serving from {} (tuned {} on {}), not the baked table",
+        path.display(),
+        h.tuned_at,
+        h.device
+    );
+    let mut keys: HashMap<String, Vec<BakedEntry>> = HashMap::new();
+    for e in file.entries {
+        let config = match e.config {
+            // Leaked: the baked form borrows its values for 'static, and the bench holds
+            // one table for its whole run.
+            EntryConfig::Tuned(v) => EntryConfig::Tuned(&*Box::leak(v.into_boxed_slice())),
+            EntryConfig::Default => EntryConfig::Default,
+        };
+        // The file's entries are sorted by (key, batch) with unique pairs, as the
+        // nearest-batch rule needs.
+        keys.entry(e.key.as_str().to_string())
+            .or_default()
+            .push(BakedEntry {
+                batch: e.batch,
+                config,
+                us: e.us,
+                default_us: e.default_us,
+            });
+    }
+    Ok(Some(keys))
+}
 
 /// cuBLAS's workspace: 32 MiB, what NVIDIA advises on Hopper. Given to the handle up front
 /// so that no launch allocates while a graph is captured.
@@ -378,6 +443,7 @@ fn main() -> Result<(), BoxError> {
     let cublas = Cublas::new(&stream);
     let info = rt.device().info().clone();
     let target = info.tuning_target();
+    let file_table = table_from_env(target)?;
     let ms: Vec<u64> = std::env::var("GEMM_BENCH_M")
         .ok()
         .map(|s| s.split(',').filter_map(|x| x.trim().parse().ok()).collect())
@@ -479,6 +545,13 @@ fn main() -> Result<(), BoxError> {
             n,
             k,
         };
+        let mut key_buf = tuned::KeyBuf::new();
+        tuned::write_canonical(
+            &kernels::gemm::schema::GEMM,
+            <Gemm as tuned::TunedKernel>::key_values(&key).as_slice(),
+            &mut key_buf,
+        )?;
+        let key_text = key_buf.as_str();
         let w_elems = n as usize * k as usize;
         let max_m = *ms.iter().max().unwrap_or(&1) as usize;
         let per_call_max = (w_elems + max_m * (k as usize + n as usize)) as u64 * 2;
@@ -508,7 +581,16 @@ fn main() -> Result<(), BoxError> {
         )?;
         for &m in &ms {
             let mu = m as usize;
-            let resolved = resolve_serve::<Gemm>(target, &key, m);
+            let resolved = match &file_table {
+                Some(t) => {
+                    resolve_in_entries::<Gemm>(target, &key, t.get(key_text).map_or(&[], Vec::as_slice), m)
+                }
+                None => resolve_serve::<Gemm>(target, &key, m),
+            };
+            let source_text = match &file_table {
+                Some(_) => format!("file:{}", resolved.source),
+                None => resolved.source.to_string(),
+            };
             let problems: Vec<GemmProblem<'_>> = sets
                 .iter()
                 .map(|(a, w, c, ws)| {
@@ -535,7 +617,7 @@ fn main() -> Result<(), BoxError> {
             let launches = graph_launches(bytes, problems.len());
             let mut configs = Vec::new();
             if matching.is_none() {
-                configs.push((resolved.config, resolved.source.to_string()));
+                configs.push((resolved.config, source_text));
                 if rt_pdl.is_some() {
                     configs.push((resolved.config, "pdl".to_string()));
                 }

@@ -46,7 +46,9 @@ pub use flag::{env_flag, parse_flag, FlagError};
 pub use key::{
     write_canonical, KeyBuf, KeyFormatError, KeyPart, KeySink, KeyValues, StaticKey, MAX_KEY_FIELDS,
 };
-pub use resolve::{resolve_serve, Dyn, DynKernel, PreparedKey, Resolution, Resolved, Source, TunedKernel};
+pub use resolve::{
+    resolve_in_entries, resolve_serve, Dyn, DynKernel, PreparedKey, Resolution, Resolved, Source, TunedKernel,
+};
 pub use schema::{
     dtype_key, int_key, int_param, name_param, param_index, write_config, Field, FieldKind, KernelSchema,
 };

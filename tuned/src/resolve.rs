@@ -163,12 +163,26 @@ fn table_entries<K: TunedKernel>(target: Target, key: &K::Key) -> &'static [Bake
     table.entries.get(buf.as_str()).copied().unwrap_or(&[])
 }
 
+/// [`resolve_serve`]'s rule over entries the caller holds instead of the baked table's
+/// (a table file that is not baked into this binary, such as the one a tuning run has
+/// just written, which the GEMM bench can time before it lands): the nearest batch,
+/// default markers and [`TunedKernel::accepts`] as for a baked table, then the analytic
+/// default. `entries` must be one static key's, sorted by batch with unique batches.
+pub fn resolve_in_entries<K: TunedKernel>(
+    target: Target,
+    key: &K::Key,
+    entries: &[BakedEntry],
+    batch: u64,
+) -> Resolved<K::Config> {
+    resolve_among::<K>(target, key, entries, batch)
+}
+
 /// The nearest batch among one key's entries (a default marker gives the analytic
 /// default), else the analytic default.
 fn resolve_among<K: TunedKernel>(
     target: Target,
     key: &K::Key,
-    entries: &'static [BakedEntry],
+    entries: &[BakedEntry],
     batch: u64,
 ) -> Resolved<K::Config> {
     // One analytic-default call site keeps this small enough to inline in callers.
