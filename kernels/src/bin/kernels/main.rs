@@ -306,7 +306,28 @@ fn each_table_file(
     })
 }
 
+/// Restores the default action of SIGPIPE, which Rust's runtime ignores: a listing piped
+/// into `head` then ends the process quietly, as other command-line tools do, instead of
+/// panicking on the closed pipe at the next print.
+#[cfg(unix)]
+fn default_sigpipe() {
+    extern "C" {
+        fn signal(signum: i32, handler: usize) -> usize;
+    }
+    const SIGPIPE: i32 = 13;
+    const SIG_DFL: usize = 0;
+    // SAFETY: `signal` from the C library the binary links, with SIGPIPE and SIG_DFL,
+    // before any other thread exists.
+    unsafe {
+        signal(SIGPIPE, SIG_DFL);
+    }
+}
+
+#[cfg(not(unix))]
+fn default_sigpipe() {}
+
 fn main() -> ExitCode {
+    default_sigpipe();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
