@@ -24,7 +24,8 @@
 //! `GEMM_BENCH_SHAPES=qkv,o,...` keeps the layers named (`70B-tp8:qkv`: that layer of the
 //! models whose name contains `70B-tp8` only); `GEMM_BENCH_COPIES=N` rotates over N
 //! copies of the operands instead of the tuner's count (to see what the reuse distance does to
-//! a point); `GEMM_BENCH_PDL=1` also times the
+//! a point); `GEMM_BENCH_ROUNDS=N` (1 to 9, default 3) times the served config and cuBLAS
+//! in turn N times per point and reports each side's median round; `GEMM_BENCH_PDL=1` also times the
 //! served config launched with programmatic dependent launch (`pdl`);
 //! `GEMM_BENCH_TABLE=<dir>/gemm/<target>.json` serves from that table file instead of the
 //! baked one, by the same lookup rule (a table a tuning run has just written, timed in the
@@ -523,6 +524,13 @@ fn main() -> Result<(), BoxError> {
     let only: Option<Vec<String>> = std::env::var("GEMM_BENCH_SHAPES")
         .ok()
         .map(|s| s.split(',').map(|x| x.trim().to_string()).collect());
+    let rounds = match std::env::var("GEMM_BENCH_ROUNDS") {
+        Ok(v) => match v.trim().parse::<usize>() {
+            Ok(r) if (1..=9).contains(&r) => r,
+            _ => return Err(format!("GEMM_BENCH_ROUNDS: `{v}` is not a count from 1 to 9").into()),
+        },
+        Err(_) => 3,
+    };
     let copies_override = match std::env::var("GEMM_BENCH_COPIES") {
         Ok(v) => match v.trim().parse::<usize>() {
             Ok(c) if (1..=64).contains(&c) => Some(c),
@@ -634,65 +642,80 @@ fn main() -> Result<(), BoxError> {
                         .map(|c| (c, "alt".to_string())),
                 );
             }
-            for (config, source) in configs {
-                let runtime = match (&rt_pdl, source.as_str()) {
-                    (Some(pdl), "pdl") => pdl,
-                    _ => &rt,
-                };
-                let t = match time_graph_runs(&stream, &opts, launches, problems.len(), &mut |i| {
-                    runtime.launch_config::<Gemm>(&stream, &config, &problems[i])
-                }) {
-                    Ok(t) => t,
-                    Err(e) => {
-                        println!(
-                            "{model:<18} {layer:<8} {n:>6} {k:>6} {m:>5} failed: {e}  {config} ({source})"
-                        );
+            let point = Point {
+                model,
+                layer,
+                n,
+                k,
+                m,
+                copies: problems.len(),
+            };
+            let (nu, ku) = (n as usize, k as usize);
+            let ptrs: Vec<(u64, u64, u64)> = sets
+                .iter()
+                .map(|(a, w, c, _)| {
+                    let p = |s: &CudaSlice<u8>| s.device_ptr(&stream).0;
+                    (p(a), p(w), p(c))
+                })
+                .collect();
+            // SAFETY: each set holds max_m x k, n x k and max_m x n elements, m <= max_m.
+            let gemm = |cb: &Cublas, i: usize| {
+                let (a, w, c) = ptrs[i];
+                unsafe { cb.linear(mu, nu, ku, a, w, c) }
+            };
+            // The served config and cuBLAS take turns for `rounds` rounds and each reports
+            // its median round: a point's two sides then run in the same thermal and
+            // clock state (one after the other, a side running second ran up to 10%
+            // slower on the H100's longest points). Alternatives run once, in round 0.
+            let mut served_us = Vec::new();
+            let mut cublas_us = Vec::new();
+            for round in 0..rounds {
+                for (idx, (config, source)) in configs.iter().enumerate() {
+                    let served = idx == 0 && matching.is_none();
+                    if round > 0 && !served {
                         continue;
                     }
-                };
-                let point = Point {
-                    model,
-                    layer,
-                    n,
-                    k,
-                    m,
-                    copies: problems.len(),
-                };
-                point.report(out.as_mut(), t.median_us, &config.to_string(), &source)?;
+                    let runtime = match (&rt_pdl, source.as_str()) {
+                        (Some(pdl), "pdl") => pdl,
+                        _ => &rt,
+                    };
+                    let t = match time_graph_runs(&stream, &opts, launches, problems.len(), &mut |i| {
+                        runtime.launch_config::<Gemm>(&stream, config, &problems[i])
+                    }) {
+                        Ok(t) => t,
+                        Err(e) => {
+                            println!(
+                                "{model:<18} {layer:<8} {n:>6} {k:>6} {m:>5} failed: {e}  {config} ({source})"
+                            );
+                            continue;
+                        }
+                    };
+                    if served {
+                        served_us.push(t.median_us);
+                    } else {
+                        point.report(out.as_mut(), t.median_us, &config.to_string(), source)?;
+                    }
+                }
+                if let Some(cb) = cublas.as_ref() {
+                    match time_graph_runs(&stream, &opts, launches, ptrs.len(), &mut |i| gemm(cb, i)) {
+                        Ok(t) => cublas_us.push(t.median_us),
+                        Err(e) => println!("{model:<18} {layer:<8} {n:>6} {k:>6} {m:>5} cublas failed: {e}"),
+                    }
+                }
+            }
+            if let Some(us) = median(&mut served_us) {
+                let (config, source) = &configs[0];
+                point.report(out.as_mut(), us, &config.to_string(), source)?;
+            }
+            if let Some(us) = median(&mut cublas_us) {
+                point.report(out.as_mut(), us, "cublasGemmEx", "cublas")?;
             }
             if let Some(cb) = cublas.as_ref() {
-                let ptrs: Vec<(u64, u64, u64)> = sets
-                    .iter()
-                    .map(|(a, w, c, _)| {
-                        let p = |s: &CudaSlice<u8>| s.device_ptr(&stream).0;
-                        (p(a), p(w), p(c))
-                    })
-                    .collect();
-                let (nu, ku) = (n as usize, k as usize);
-                // SAFETY: each set holds max_m x k, n x k and max_m x n elements, m <= max_m.
-                let mut gemm = |i: usize| {
-                    let (a, w, c) = ptrs[i];
-                    unsafe { cb.linear(mu, nu, ku, a, w, c) }
-                };
-                match time_graph_runs(&stream, &opts, launches, ptrs.len(), &mut gemm) {
-                    Ok(t) => {
-                        let point = Point {
-                            model,
-                            layer,
-                            n,
-                            k,
-                            m,
-                            copies: ptrs.len(),
-                        };
-                        point.report(out.as_mut(), t.median_us, "cublasGemmEx", "cublas")?;
-                    }
-                    Err(e) => println!("{model:<18} {layer:<8} {n:>6} {k:>6} {m:>5} cublas failed: {e}"),
-                }
                 // Both on the first set, one after the other into its C.
                 let rows = mu.min(AGREE_ROWS);
                 rt.launch_config::<Gemm>(&stream, &resolved.config, &problems[0])?;
                 let ours = head_rows(&stream, &sets[0].2, rows, nu)?;
-                gemm(0)?;
+                gemm(cb, 0)?;
                 let theirs = head_rows(&stream, &sets[0].2, rows, nu)?;
                 let rel = rel_diff(&ours, &theirs);
                 println!("{model:<18} {layer:<8} {n:>6} {k:>6} {m:>5} agree: max |ours - cublas| / max |cublas| = {rel:.2e} over {rows} rows");
@@ -710,6 +733,12 @@ fn main() -> Result<(), BoxError> {
         }
     }
     Ok(())
+}
+
+/// The median of `v` (the upper one of an even count); `None` when empty.
+fn median(v: &mut [f64]) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied()
 }
 
 /// A point of the bench: a projection at m rows, timed over `copies` operand copies.
