@@ -7,7 +7,9 @@
 //! Beside each point it times cuBLAS (`cublasGemmEx`, bf16 in and out, fp32 compute, loaded
 //! at run time through cudarc) on the same buffers, rotated and graph-timed the same way
 //! (`cublas` rows), and checks that the two agree on the point's first rows (`agree`
-//! records: largest difference over the largest magnitude); where libcublas cannot be
+//! records: largest difference over the largest magnitude; each alternative timed is
+//! checked the same way over up to 256 rows, `alt_check` records, and a difference above
+//! 1e-2 is printed as a mismatch); where libcublas cannot be
 //! loaded it says so once and times ours alone. scripts/gemm_peers.py times cuBLAS through
 //! torch's F.linear the same way, from Python.
 //!
@@ -667,6 +669,17 @@ fn main() -> Result<(), BoxError> {
             // its median round: a point's two sides then run in the same thermal and
             // clock state (one after the other, a side running second ran up to 10%
             // slower on the H100's longest points). Alternatives run once, in round 0.
+            // Alternatives are checked against cuBLAS on the first operand set, up to 256
+            // rows (`alt_check` records): an alternative outside the space has not been
+            // through the GPU tests.
+            let alt_rows = mu.min(256);
+            let reference = match cublas.as_ref() {
+                Some(cb) if configs.len() > 1 || matching.is_some() => {
+                    gemm(cb, 0)?;
+                    Some(head_rows(&stream, &sets[0].2, alt_rows, nu)?)
+                }
+                _ => None,
+            };
             let mut served_us = Vec::new();
             let mut cublas_us = Vec::new();
             for round in 0..rounds {
@@ -692,8 +705,22 @@ fn main() -> Result<(), BoxError> {
                     };
                     if served {
                         served_us.push(t.median_us);
-                    } else {
-                        point.report(out.as_mut(), t.median_us, &config.to_string(), source)?;
+                        continue;
+                    }
+                    point.report(out.as_mut(), t.median_us, &config.to_string(), source)?;
+                    if let Some(reference) = reference.as_ref() {
+                        runtime.launch_config::<Gemm>(&stream, config, &problems[0])?;
+                        let got = head_rows(&stream, &sets[0].2, alt_rows, nu)?;
+                        let rel = rel_diff(&got, reference);
+                        if rel > 1e-2 {
+                            println!("{model:<18} {layer:<8} {n:>6} {k:>6} {m:>5} MISMATCH {rel:.2e} over {alt_rows} rows: {config}");
+                        }
+                        if let Some(f) = out.as_mut() {
+                            writeln!(
+                                f,
+                                "{{\"kind\":\"alt_check\",\"model\":\"{model}\",\"layer\":\"{layer}\",\"n\":{n},\"k\":{k},\"m\":{m},\"rows\":{alt_rows},\"rel_diff\":{rel:.3e},\"config\":\"{config}\"}}"
+                            )?;
+                        }
                     }
                 }
                 if let Some(cb) = cublas.as_ref() {
