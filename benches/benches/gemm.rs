@@ -666,9 +666,9 @@ fn main() -> Result<(), BoxError> {
                 unsafe { cb.linear(mu, nu, ku, a, w, c) }
             };
             // The served config and cuBLAS take turns for `rounds` rounds and each reports
-            // its median round: a point's two sides then run in the same thermal and
-            // clock state (one after the other, a side running second ran up to 10%
-            // slower on the H100's longest points). Alternatives run once, in round 0.
+            // its median round, so a drift of the device's clocks during a point falls on
+            // both sides alike (single rounds moved by 5-15% from run to run on the H100's
+            // longest points). Alternatives run once, in round 0.
             // Alternatives are checked against cuBLAS on the first operand set, up to 256
             // rows (`alt_check` records): an alternative outside the space has not been
             // through the GPU tests.
