@@ -739,16 +739,18 @@ mod tests {
         let mut shapes =
             parse_shapes(&SCHEMA, r#"[{"dtype": "bf16", "cols": 2048, "batch": 1}]"#, "s").unwrap();
         shapes.extend(three_batches());
-        let step = std::time::Duration::from_millis(100);
+        let step = std::time::Duration::from_millis(200);
         let mut calls = Vec::new();
         let mut search = |k: &StaticKey, b: u64| {
             calls.push((k.to_string(), b));
             std::thread::sleep(step);
             Ok(record(128, 10.0, Some(12.0)))
         };
-        // Room for two searches and a half: the third would end past the deadline.
+        // Just under three steps: a search sleeps at least `step`, so the third never
+        // fits, and the second fits unless the first overshoots its sleep by about half
+        // a step (on a loaded CI machine a 2.5-step deadline left too little room).
         let limited = TableJob {
-            deadline: Some(std::time::Instant::now() + step * 5 / 2),
+            deadline: Some(std::time::Instant::now() + step * 3 - std::time::Duration::from_millis(1)),
             ..job(&tables, false)
         };
         let out = tune_quietly(&limited, &shapes, &cache, &mut search).unwrap();
