@@ -14,7 +14,9 @@
 #   DEADLINE   seconds after which no search starts (default 480, for 600-second calls)
 #   TUNE_CACHE the module and tuning cache (default /tmp/kernels-tune-cache: kept while
 #              the machine is)
-#   RECORDS    records.tgz of an earlier call, unpacked into an empty cache first
+#   RECORDS    records.tgz of an earlier call, unpacked into an empty cache first (with
+#              `--carry-from DIR` among the arguments, an earlier source's records too:
+#              docs/tuning.md, carrying searches across a source change)
 #
 # Writes under $OUT: tune.log; tables/KERNEL/<target>.json (land it with
 # scripts/land_table.sh); records.tgz (the cache's v1/tuning: carry it to the next call
@@ -55,7 +57,7 @@ rc=0
 "$B/kernels" tune "$KERNEL" --shapes "$SHAPES" --tables "$OUT/tables" --deadline "${DEADLINE:-480}" "$@" \
     > "$OUT/tune.log" 2>&1 || rc=$?
 echo "kernels tune: exit $rc after $((SECONDS - start)) s"
-grep -E "^(wrote|held back|failed|nothing to write)|not searched" "$OUT/tune.log"
+grep -E "^(carry:|wrote|held back|failed|nothing to write)|not searched" "$OUT/tune.log"
 if [ -d "$KERNELS_CACHE_DIR/v1/tuning" ]; then
     tar czf "$OUT/records.tgz" -C "$KERNELS_CACHE_DIR" v1/tuning
     echo "records: $(ls "$KERNELS_CACHE_DIR/v1/tuning" | wc -l) in $OUT/records.tgz"

@@ -65,6 +65,7 @@ fn main() -> ExitCode {
             backend: Backend::Cuda,
             filter: Default::default(),
             deadline: None,
+            carry_from: None,
         };
         match tune(args) {
             Ok(code) if code == ExitCode::SUCCESS => {}

@@ -20,9 +20,10 @@
 //! validated (file, entry and reason on failure, which fails the build) and emitted
 //! as a `phf::Map` in `$OUT_DIR/tuned_tables.rs`. The crate includes that file and
 //! gets, per kernel, `<kernel>_table(Target) -> Option<&'static BakedTable>`, plus
-//! `SOURCE_FINGERPRINT`. A table whose `source_fingerprint` differs from the current
-//! source is stale: a cargo warning, or an error when `TUNED_STRICT` is on (`1`, `true`,
-//! `yes`, `on`; another value that is not off fails the build).
+//! `SOURCE_FINGERPRINT` and `SOURCE_FILES` (the names it covers, in order). A table
+//! whose `source_fingerprint` differs from the current source is stale: a cargo
+//! warning, or an error when `TUNED_STRICT` is on (`1`, `true`, `yes`, `on`; another
+//! value that is not off fails the build).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -215,6 +216,17 @@ impl Bake {
         .ok();
         writeln!(code, "/// Fingerprint of this crate's kernel source.").ok();
         writeln!(code, "pub const SOURCE_FINGERPRINT: &str = {fingerprint:?};").ok();
+        writeln!(
+            code,
+            "/// The file names the fingerprint covers, in its order (`KernelSource::with_files`)."
+        )
+        .ok();
+        writeln!(
+            code,
+            "pub const SOURCE_FILES: &[&str] = &{:?};",
+            source_names(sources)
+        )
+        .ok();
         for k in &self.kernels {
             let name = k.schema.kernel;
             let mut arms = Vec::new();
@@ -305,24 +317,33 @@ pub fn enabled_targets() -> Vec<Target> {
         .collect()
 }
 
+/// The names [`source_fingerprint`] gives `sources`, in order: each file's file name,
+/// each text's own name.
+pub fn source_names(sources: &[Source]) -> Vec<String> {
+    sources
+        .iter()
+        .map(|s| match s {
+            Source::File(p) => p
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default()
+                .to_string(),
+            Source::Text { name, .. } => name.clone(),
+        })
+        .collect()
+}
+
 /// The fingerprint ([`tuned::fingerprint`]) of kernel sources, each named by its file
 /// name (so it does not depend on where the workspace is checked out).
 pub fn source_fingerprint(sources: &[Source]) -> Result<String, BakeError> {
     let mut files = Vec::new();
-    for s in sources {
-        match s {
-            Source::File(p) => {
-                let text = std::fs::read_to_string(p)
-                    .map_err(|e| BakeError::Io(format!("cannot read kernel source {}: {e}", p.display())))?;
-                let name = p
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .unwrap_or_default()
-                    .to_string();
-                files.push((name, text));
-            }
-            Source::Text { name, text } => files.push((name.clone(), text.clone())),
-        }
+    for (s, name) in sources.iter().zip(source_names(sources)) {
+        let text = match s {
+            Source::File(p) => std::fs::read_to_string(p)
+                .map_err(|e| BakeError::Io(format!("cannot read kernel source {}: {e}", p.display())))?,
+            Source::Text { text, .. } => text.clone(),
+        };
+        files.push((name, text));
     }
     let refs: Vec<(&str, &str)> = files.iter().map(|(n, t)| (n.as_str(), t.as_str())).collect();
     Ok(tuned::fingerprint(&refs))

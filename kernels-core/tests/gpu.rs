@@ -1118,6 +1118,7 @@ fn tune_command_path_writes_a_table_and_resumes() {
         retune: false,
         timing: kernels_core::tune::TimingMethod::Single,
         deadline: None,
+        carried: None,
     };
     let key_for = |key: &tuned::StaticKey, batch: u64| {
         rt.tuning_key(

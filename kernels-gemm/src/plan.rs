@@ -29,6 +29,7 @@ pub const WGMMA: &str = include_str!("../cuda/gemm_wgmma.cuh");
 pub static SOURCE: KernelSource =
     KernelSource::new("gemm", include_str!("../cuda/gemm.cu"), crate::SOURCE_FINGERPRINT)
         .with_preamble(&[kernels_core::PRELUDE, PTX, WGMMA])
+        .with_files(crate::SOURCE_FILES)
         .programmatic_launch();
 
 /// One dense operand of a problem: device address, length in elements (what the

@@ -78,7 +78,7 @@ mod baked {
     include!(concat!(env!("OUT_DIR"), "/tuned_tables.rs"));
 }
 
-pub use baked::SOURCE_FINGERPRINT;
+pub use baked::{SOURCE_FILES, SOURCE_FINGERPRINT};
 
 /// The folder of this crate's committed tables in the source tree it was built from
 /// (`<kernel>/<target>.json` below it), where `build.rs` bakes them from and

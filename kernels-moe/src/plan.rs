@@ -25,6 +25,7 @@ pub static SOURCE: KernelSource =
             kernels_gemm::plan::PTX,
             kernels_gemm::plan::WGMMA,
         ])
+        .with_files(crate::SOURCE_FILES)
         .programmatic_launch();
 
 /// The most experts a problem may have (the align kernel counts them in shared memory).

@@ -36,7 +36,7 @@ mod baked {
 }
 
 /// Fingerprint of the RMSNorm kernel source this crate was built with.
-pub use baked::SOURCE_FINGERPRINT;
+pub use baked::{SOURCE_FILES, SOURCE_FINGERPRINT};
 
 /// The folder of this crate's committed tables in the source tree it was built from
 /// (`<kernel>/<target>.json` below it), where `build.rs` bakes them from and

@@ -23,6 +23,7 @@ pub static SOURCE: KernelSource = KernelSource::new(
     crate::SOURCE_FINGERPRINT,
 )
 .with_preamble(&[kernels_core::PRELUDE])
+.with_files(crate::SOURCE_FILES)
 .programmatic_launch();
 
 /// One RMSNorm call, as device addresses: `out` is `y` for [`RmsNorm`] and

@@ -371,6 +371,7 @@ fn tuning_restores_in_place_buffers_and_writes_a_gfx_table() {
         retune: false,
         timing: kernels_core::tune::TimingMethod::Single,
         deadline: None,
+        carried: None,
     };
     let key_for = |key: &StaticKey, batch: u64| {
         rt.tuning_key(

@@ -23,6 +23,7 @@ pub static SOURCE: KernelSource = KernelSource::new(
     crate::SOURCE_FINGERPRINT,
 )
 .with_preamble(&[kernels_core::PRELUDE])
+.with_files(crate::SOURCE_FILES)
 .programmatic_launch();
 
 /// One softmax call, as device addresses. `y` may be `x` itself (in place, with equal

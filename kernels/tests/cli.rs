@@ -940,6 +940,40 @@ fn tune_on_hip_without_rocm_or_without_a_device_writes_nothing() {
     );
 }
 
+/// `kernels tune --carry-from DIR` reads the kernel's old source files before any
+/// device is opened: a folder without them is a usage error naming `--carry-from` and
+/// the missing file, and nothing is written.
+#[test]
+fn tune_carry_from_names_a_missing_old_source_file() {
+    let dir = std::env::temp_dir().join(format!("kernels-cli-carry-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (old, tables) = (dir.join("old"), dir.join("tables"));
+    std::fs::create_dir_all(&old).unwrap();
+    std::fs::create_dir_all(&tables).unwrap();
+    // The prelude but not the kernel's own file.
+    std::fs::write(old.join("prelude.cuh"), kernels::core::PRELUDE).unwrap();
+    let shapes = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tuned/shapes/rmsnorm.json");
+    let o = kernels(&[
+        "tune",
+        "rmsnorm",
+        "--shapes",
+        shapes.to_str().unwrap(),
+        "--tables",
+        tables.to_str().unwrap(),
+        "--carry-from",
+        old.to_str().unwrap(),
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--carry-from") && err.contains("rmsnorm.cu"),
+        "{err}"
+    );
+    let written: Vec<_> = std::fs::read_dir(&tables).unwrap().collect();
+    assert!(written.is_empty(), "wrote {written:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Whether this machine has an AMD GPU the HIP runtime can open.
 #[cfg(feature = "rocm")]
 fn kernels_core_has_amd_gpu() -> bool {

@@ -42,6 +42,11 @@ pub struct KernelSource {
     /// dependent launch. Set it with [`KernelSource::programmatic_launch`]; never on a
     /// source that reads or writes global memory before that wait.
     pub pdl: bool,
+    /// The file names the fingerprint covers, in its order: one per preamble part, then
+    /// one for `code` (the crate's `SOURCE_FILES`, from `build-tools`). Empty where
+    /// unknown. Tools that compare this source with another version of its files
+    /// ([`crate::tune::OldSource`]) need them.
+    pub files: &'static [&'static str],
 }
 
 impl KernelSource {
@@ -54,7 +59,14 @@ impl KernelSource {
             headers: &[],
             fingerprint,
             pdl: false,
+            files: &[],
         }
+    }
+
+    /// The same source with the names of its files, as its fingerprint covers them:
+    /// the preamble's parts, then `code` (see [`KernelSource::files`]).
+    pub const fn with_files(self, files: &'static [&'static str]) -> KernelSource {
+        KernelSource { files, ..self }
     }
 
     /// The same source, marked safe to launch with programmatic dependent launch (see

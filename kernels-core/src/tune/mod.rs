@@ -1,9 +1,11 @@
 //! Tuning: what a search is and how it picks ([`TuneOptions`], [`select`] and its noise
 //! rule), how kernels are timed ([`time_runs`], graph timing, L2 flushing), the
 //! records a search leaves ([`TuneRecord`]), and `kernels tune`'s resumable driver
-//! that writes committed tables ([`tune_table`]). The tuner itself is
-//! [`crate::Runtime::tune`]; a serving engine needs nothing from this module.
+//! that writes committed tables ([`tune_table`]), which can carry searches across a
+//! source change that leaves their machine code as it was ([`carries`]). The tuner
+//! itself is [`crate::Runtime::tune`]; a serving engine needs nothing from this module.
 
+mod carry;
 mod check;
 pub(crate) mod search;
 mod select;
@@ -12,6 +14,7 @@ mod timing;
 mod tunable;
 mod tuner;
 
+pub use carry::{carries, CompileFn, OldSource, SameCode};
 pub(crate) use check::OutputCheck;
 pub use check::{verify, verify_each, UNREAD_LIMIT, WRONG_OUTPUT};
 pub use search::{

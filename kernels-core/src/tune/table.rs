@@ -324,6 +324,11 @@ pub struct TableJob<'a> {
     /// writes the table from what it has, and a later run resumes from the cache.
     /// For runs under a time limit, which would otherwise be killed before writing.
     pub deadline: Option<std::time::Instant>,
+    /// Records of searches made under an earlier version of the kernel source that
+    /// stand for this one's (see [`crate::tune::carries`]), by (key, batch): a shape
+    /// with no record of its own takes its carried record (stored under its own key,
+    /// so a later run finds it cached) instead of being searched. Not with `retune`.
+    pub carried: Option<&'a std::collections::HashMap<(StaticKey, u64), TuneRecord>>,
 }
 
 impl TableJob<'_> {
@@ -347,6 +352,14 @@ pub enum Progress<'a> {
     },
     /// Its result came from the cache (an earlier, maybe interrupted, run).
     Cached {
+        index: usize,
+        total: usize,
+        key: &'a StaticKey,
+        batch: u64,
+        record: &'a TuneRecord,
+    },
+    /// Its result is a search made under the earlier source ([`TableJob::carried`]).
+    Carried {
         index: usize,
         total: usize,
         key: &'a StaticKey,
@@ -378,9 +391,11 @@ pub struct TableOutcome {
     /// The table file (written only when `written`).
     pub path: PathBuf,
     pub written: bool,
-    /// Shapes searched in this run, and shapes taken from the cache.
+    /// Shapes searched in this run, shapes taken from the cache, and shapes carried
+    /// from searches under the earlier source ([`TableJob::carried`]).
     pub tuned: usize,
     pub cached: usize,
+    pub carried: usize,
     /// Shapes whose search failed, with the reason.
     pub failed: Vec<(StaticKey, u64, String)>,
     /// Shapes left out of the table because the analytic default did not run (a table
@@ -399,9 +414,9 @@ pub struct TableOutcome {
 
 /// Tunes every shape and merges the results into the job's table file.
 ///
-/// For each (key, batch): the cached record (unless `retune`), else `search`, whose
-/// result is persisted at once under `key_for(key, batch)` so an interrupted run
-/// resumes. Failed searches are reported and skipped. The new entries are then merged
+/// For each (key, batch): the cached record (unless `retune`), else the job's carried
+/// record, else `search`; a carried or searched result is persisted at once under
+/// `key_for(key, batch)` so an interrupted run resumes. Failed searches are reported and skipped. The new entries are then merged
 /// with the existing file (the faster entry of each (key, batch) is kept) and the file
 /// is written atomically.
 pub fn tune_table(
@@ -433,8 +448,12 @@ pub fn tune_table(
                 Lookup::Miss | Lookup::Corrupt { .. } => None,
             }
         };
-        let record = match cached {
-            Some(r) => {
+        let carried = match (&cached, job.carried) {
+            (None, Some(map)) if !job.retune => map.get(&(key.clone(), batch)),
+            _ => None,
+        };
+        let record = match (cached, carried) {
+            (Some(r), _) => {
                 outcome.cached += 1;
                 progress(Progress::Cached {
                     index,
@@ -445,7 +464,19 @@ pub fn tune_table(
                 });
                 r
             }
-            None => {
+            (None, Some(r)) => {
+                cache.store(Section::Tuning, &ck, "tune", r.to_json().as_bytes())?;
+                outcome.carried += 1;
+                progress(Progress::Carried {
+                    index,
+                    total,
+                    key,
+                    batch,
+                    record: r,
+                });
+                r.clone()
+            }
+            (None, None) => {
                 if job
                     .deadline
                     .is_some_and(|d| std::time::Instant::now() + longest > d)
@@ -715,6 +746,7 @@ mod tests {
             retune,
             timing: crate::TimingMethod::Single,
             deadline: None,
+            carried: None,
         }
     }
 
@@ -798,6 +830,59 @@ mod tests {
         search: &mut dyn FnMut(&StaticKey, u64) -> Result<TuneRecord>,
     ) -> Result<TableOutcome> {
         tune_table(job, shapes, cache, &key_for, search, &mut |_| {})
+    }
+
+    /// A shape with a carried record takes it instead of searching, stores it under
+    /// its own key (a second run finds it cached) and counts it; the shapes without one
+    /// are searched; `retune` searches them all.
+    #[test]
+    fn carried_records_stand_in_for_searches_and_are_cached() {
+        let dir = temp_dir("carry");
+        let tables = dir.join("tables");
+        let cache = DiskCache::at(dir.join("cache"));
+        let shapes = three_batches();
+        let wide = shapes[0].0.clone();
+        let carried: std::collections::HashMap<_, _> = [((wide.clone(), 64), record(256, 7.0, Some(9.0)))]
+            .into_iter()
+            .collect();
+        let carrying = TableJob {
+            carried: Some(&carried),
+            ..job(&tables, false)
+        };
+        let mut calls = Vec::new();
+        let mut search = |_: &StaticKey, b: u64| {
+            calls.push(b);
+            Ok(record(128, 10.0, Some(12.0)))
+        };
+        let out = tune_quietly(&carrying, &shapes, &cache, &mut search).unwrap();
+        assert_eq!(calls, [1, 512]);
+        assert_eq!((out.tuned, out.cached, out.carried), (2, 0, 1));
+        let written = TableFile::read(&out.path, Some(&SCHEMA)).unwrap();
+        let at_64 = written.entries.iter().find(|e| e.batch == 64).unwrap();
+        assert_eq!(at_64.config.tuned(), Some(&vec![Value::Int(256)]));
+        // The carried record is now this source's own cached one.
+        let mut calls = Vec::new();
+        let mut search = |_: &StaticKey, b: u64| {
+            calls.push(b);
+            Ok(record(128, 10.0, Some(12.0)))
+        };
+        let out = tune_quietly(&job(&tables, false), &shapes, &cache, &mut search).unwrap();
+        assert!(calls.is_empty());
+        assert_eq!((out.tuned, out.cached, out.carried), (0, 3, 0));
+        // Retuning searches every shape, carried or not.
+        let retune = TableJob {
+            carried: Some(&carried),
+            ..job(&tables, true)
+        };
+        let mut calls = Vec::new();
+        let mut search = |_: &StaticKey, b: u64| {
+            calls.push(b);
+            Ok(record(128, 10.0, Some(12.0)))
+        };
+        let out = tune_quietly(&retune, &shapes, &cache, &mut search).unwrap();
+        assert_eq!(calls, [1, 64, 512]);
+        assert_eq!(out.carried, 0);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

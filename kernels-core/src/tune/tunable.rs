@@ -4,14 +4,14 @@
 
 use std::marker::PhantomData;
 
-use tuned::{KernelSchema, StaticKey};
+use tuned::{KernelSchema, StaticKey, Value};
 
 use super::search::backend::{candidates_or_error, parse_key, working_set, RecheckPlan};
 use crate::backend::Owned;
 use crate::runtime::launch;
 use crate::{
-    Backend, DeviceInfo, Error, L2Flush, PlannedKernel, Recheck, Result, Runtime, TimingMethod,
-    TimingOptions, TuneOptions, TuneRecord,
+    Backend, DeviceInfo, Error, KernelSource, L2Flush, PlannedKernel, Recheck, Result, Runtime, TimingMethod,
+    TimingOptions, TuneOptions, TuneRecord, Variant,
 };
 
 /// A kernel family the runtime can resolve and tune on every backend: a
@@ -72,6 +72,22 @@ pub trait DynTunable<B: Backend>: Sync {
     fn schema(&self) -> &'static KernelSchema;
     /// Fingerprint of its source.
     fn source_fingerprint(&self) -> &'static str;
+    /// Its device source.
+    fn source(&self) -> &'static KernelSource;
+    /// The compiled variants of one call of the config with values `config` for `key`
+    /// on `device` ([`PlannedKernel::variants`]); an error where the key or the config
+    /// does not parse.
+    fn variants_of(&self, device: &DeviceInfo, key: &StaticKey, config: &[Value]) -> Result<Vec<Variant>>;
+    /// The candidates, as config values, of the search `kernels tune` runs for `key` at
+    /// `batch` on `device` with `prefer` as the table's entry ([`super::candidate_configs`]
+    /// on 16-byte aligned buffers: the analytic default, then the space).
+    fn candidate_values(
+        &self,
+        device: &DeviceInfo,
+        key: &StaticKey,
+        batch: u64,
+        prefer: Option<&[Value]>,
+    ) -> Result<Vec<Vec<Value>>>;
     /// The [`crate::candidates_digest`] of a search for `key` at `batch` on `device`,
     /// for its tuning cache key. A key the kernel cannot parse gets a digest of the
     /// error (the search fails on it anyway).
@@ -156,6 +172,38 @@ impl<B: Backend, K: Tunable> DynTunable<B> for TunableDyn<K> {
 
     fn source_fingerprint(&self) -> &'static str {
         K::SOURCE_FINGERPRINT
+    }
+
+    fn source(&self) -> &'static KernelSource {
+        K::SOURCE
+    }
+
+    fn variants_of(&self, device: &DeviceInfo, key: &StaticKey, config: &[Value]) -> Result<Vec<Variant>> {
+        let k = parse_key::<K>(key)?;
+        let c = K::config_from_values(config).map_err(|e| Error::kernel(K::SCHEMA.kernel, e))?;
+        Ok(K::variants(device, &k, &c))
+    }
+
+    fn candidate_values(
+        &self,
+        device: &DeviceInfo,
+        key: &StaticKey,
+        batch: u64,
+        prefer: Option<&[Value]>,
+    ) -> Result<Vec<Vec<Value>>> {
+        let k = parse_key::<K>(key)?;
+        let target = device.tuning_target();
+        let align = crate::cache::AlignClass::A16;
+        let default = K::fit_alignment(device, &k, K::analytic_default(target, &k, batch), align);
+        let configs = super::candidate_configs(
+            default,
+            K::search_space(device, &k, batch),
+            |c| K::fit_alignment(device, &k, c, align),
+            |c| K::accepts(target, &k, batch, c),
+            |c| prefer.is_some_and(|v| K::config_values(c) == v),
+            0,
+        );
+        Ok(configs.iter().map(K::config_values).collect())
     }
 
     fn candidates(&self, device: &DeviceInfo, key: &StaticKey, batch: u64) -> String {

@@ -42,6 +42,9 @@ pub struct TuneArgs {
     /// `--deadline`: no search starts that would end past it
     /// ([`kernels_core::tune::TableJob::deadline`]).
     pub deadline: Option<std::time::Instant>,
+    /// `--carry-from`: the kernel's source files before a change, to carry the
+    /// searches it left alone ([`kernels_core::tune::carries`]).
+    pub carry_from: Option<PathBuf>,
 }
 
 /// `kernels tune --only FIELD=VALUE --batch N`: the part of a shape file to tune, to
@@ -208,7 +211,7 @@ fn report_table(out: &kernels_core::tune::TableOutcome) -> ExitCode {
             println!("dropped  [{key}] batch {batch}: timed with another method");
         }
         println!(
-            "wrote {} ({} added, {} replaced, {} kept, {} stale dropped, {} retimed dropped; {} searched, {} from cache)",
+            "wrote {} ({} added, {} replaced, {} kept, {} stale dropped, {} retimed dropped; {} searched, {} from cache, {} carried)",
             out.path.display(),
             m.added.len(),
             m.replaced.len(),
@@ -216,7 +219,8 @@ fn report_table(out: &kernels_core::tune::TableOutcome) -> ExitCode {
             m.stale_dropped.len(),
             m.retimed_dropped.len(),
             out.tuned,
-            out.cached
+            out.cached,
+            out.carried
         );
         println!(
             "next: `kernels tables prune`, then, on a build with the new tables, `kernels tables lock` \
@@ -266,6 +270,13 @@ fn print_progress(p: &kernels_core::tune::Progress<'_>, started: std::time::Inst
             batch,
             record,
         }
+        | Progress::Carried {
+            index,
+            total,
+            key,
+            batch,
+            record,
+        }
         | Progress::Tuned {
             index,
             total,
@@ -282,6 +293,7 @@ fn print_progress(p: &kernels_core::tune::Progress<'_>, started: std::time::Inst
                         None => format!("tuned in {seconds:.1} s"),
                     }
                 }
+                Progress::Carried { .. } => "carried (same machine code as under the old source)".into(),
                 _ => "cached".into(),
             };
             let cfg: Vec<String> = record.config.iter().map(ToString::to_string).collect();
@@ -334,6 +346,7 @@ fn tune_on(
     dev: &TuneDevice<'_>,
     shapes: &[(StaticKey, u64)],
     key_for: &dyn Fn(&StaticKey, u64) -> kernels_core::cache::CacheKey,
+    carry: &dyn Fn(&Previous) -> Result<Option<Carried>, String>,
     search: &mut dyn FnMut(
         &StaticKey,
         u64,
@@ -369,10 +382,16 @@ fn tune_on(
         retune: args.retune,
         timing: dev.timing,
         deadline: args.deadline,
+        carried: None,
     };
     args.filter
         .check_table(&job.table_path(), dev.fingerprint, &dev.timing.to_string())?;
     let previous = previous_configs(&job.table_path(), dev.schema);
+    let carried = if args.retune { None } else { carry(&previous)? };
+    let job = kernels_core::tune::TableJob {
+        carried: carried.as_ref(),
+        ..job
+    };
     println!(
         "tuning {} on {} ({}, {}, {}) for {} shape(s); results cached in {}",
         dev.schema.kernel,
@@ -408,16 +427,143 @@ fn tune_on(
     }
 }
 
+/// The tuned configs of a table, by (key, batch).
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+type Previous = std::collections::HashMap<(StaticKey, u64), Vec<tuned::Value>>;
+
+/// Records of searches under an earlier source, by the (key, batch) they stand for.
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+type Carried = std::collections::HashMap<(StaticKey, u64), kernels_core::tune::TuneRecord>;
+
+/// `--carry-from DIR`: the kernel's source as DIR holds it, read before any device is
+/// opened (an error names `--carry-from`); `None` without it.
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+fn old_source(
+    dir: Option<&Path>,
+    current: &kernels_core::KernelSource,
+) -> Result<Option<kernels_core::tune::OldSource>, String> {
+    dir.map(|d| {
+        kernels_core::tune::OldSource::read(current, d).map_err(|e| match e {
+            kernels_core::Error::InvalidArgument { name, reason } => format!("--{name}: {reason}"),
+            e => e.to_string(),
+        })
+    })
+    .transpose()
+}
+
+/// The text of a tuning cache key without its `candidates` line: the search it names,
+/// whatever candidate list that search had.
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+fn search_text(key_text: &str) -> String {
+    key_text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("candidates ="))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `--carry-from DIR` (`old`, read from `dir`): for each shape not yet searched under
+/// the current source, a record of the tuning cache for its search under the old one
+/// (`old_key_for(old fingerprint, key, batch)` but for the candidate list: the same
+/// kernel, device, compiler, timing, key and batch), kept where it stands for the
+/// current search ([`kernels_core::tune::carries`]: it timed every candidate of the
+/// current search, chose one of them, and each compiles to the same bytes from both
+/// sources with this runtime's compiler, for its arch). `None` without `--carry-from`,
+/// or where DIR holds the current source. Prints what it found.
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+fn carry_records<B: kernels_core::Backend>(
+    old: Option<(&kernels_core::tune::OldSource, &Path)>,
+    rt: &kernels_core::Runtime<B>,
+    k: &dyn kernels_core::tune::DynTunable<B>,
+    shapes: &[(StaticKey, u64)],
+    previous: &Previous,
+    old_key_for: &dyn Fn(&str, &StaticKey, u64) -> kernels_core::cache::CacheKey,
+) -> Result<Option<Carried>, String> {
+    use kernels_core::cache::{Lookup, Section};
+    use kernels_core::tune::{carries, SameCode, TuneRecord};
+    let Some((old, dir)) = old else {
+        return Ok(None);
+    };
+    if old.is_current(k.source()) {
+        println!(
+            "carry: {} holds the current source ({}); nothing to carry",
+            dir.display(),
+            k.source_fingerprint()
+        );
+        return Ok(None);
+    }
+    // Every record in the cache, by the search it names.
+    let (entries, _corrupt) = rt.cache().entries(Section::Tuning).map_err(|e| e.to_string())?;
+    let mut by_search: std::collections::HashMap<String, Vec<TuneRecord>> = Default::default();
+    for (text, entry) in entries {
+        if let Some(r) = std::str::from_utf8(&entry.payload)
+            .ok()
+            .and_then(|t| TuneRecord::from_json(t).ok())
+        {
+            by_search.entry(search_text(&text)).or_default().push(r);
+        }
+    }
+    let info = rt.info();
+    let variants_of = |key: &StaticKey, config: &[tuned::Value]| k.variants_of(info, key, config);
+    // (shape, its candidates now, the old records of its search).
+    let mut found = Vec::new();
+    for (key, batch) in shapes {
+        // A search made under the current source already: nothing to carry.
+        let current = old_key_for(k.source_fingerprint(), key, *batch);
+        if matches!(rt.cache().load(Section::Tuning, &current), Lookup::Hit(_)) {
+            continue;
+        }
+        let Some(records) = by_search.remove(&search_text(
+            old_key_for(old.source.fingerprint, key, *batch).text(),
+        )) else {
+            continue;
+        };
+        let prefer = previous.get(&(key.clone(), *batch)).map(Vec::as_slice);
+        let Ok(candidates) = k.candidate_values(info, key, *batch, prefer) else {
+            continue;
+        };
+        found.push(((key.clone(), *batch), candidates, records));
+    }
+    let compile = |s: &kernels_core::KernelSource, v: &kernels_core::Variant| {
+        B::compile(rt.compiler(), s, v, rt.arch()).map(|image| image.bytes)
+    };
+    let same = SameCode::new(&old.source, k.source(), &compile);
+    let all: Vec<kernels_core::Variant> = found
+        .iter()
+        .flat_map(|((key, _), candidates, _)| candidates.iter().filter_map(|c| variants_of(key, c).ok()))
+        .flatten()
+        .collect();
+    let threads = std::thread::available_parallelism().map_or(4, |n| n.get());
+    same.prepare(&all, threads);
+    let searched_before = found.len();
+    let carried: Carried = found
+        .into_iter()
+        .filter_map(|(shape, candidates, records)| {
+            let variants = |c: &[tuned::Value]| variants_of(&shape.0, c);
+            let r = records
+                .into_iter()
+                .find(|r| carries(r, &candidates, &variants, &same))?;
+            Some((shape, r))
+        })
+        .collect();
+    let (compared, changed) = same.counts();
+    println!(
+        "carry: {searched_before} of {} shape(s) searched under {} ({}) and not yet under this source, {} of them carried ({compared} variants compared, {changed} with other machine code)",
+        shapes.len(),
+        old.source.fingerprint,
+        dir.display(),
+        carried.len(),
+    );
+    Ok(Some(carried))
+}
+
 /// The tuned configs of the table file at `path`, by (key, batch), stale or not: each
 /// search tries its shape's entry right after the analytic default
 /// ([`kernels_core::tune::TuneOptions::prefer`]), and stays unless a candidate beats it by
 /// the noise margin. Empty where there is no file; a file that does not read is
 /// left to [`kernels_core::tune::tune_table`], which refuses to overwrite it.
 #[cfg(any(feature = "cuda", feature = "rocm"))]
-fn previous_configs(
-    path: &Path,
-    schema: &'static tuned::KernelSchema,
-) -> std::collections::HashMap<(StaticKey, u64), Vec<tuned::Value>> {
+fn previous_configs(path: &Path, schema: &'static tuned::KernelSchema) -> Previous {
     if !path.exists() {
         return Default::default();
     }
@@ -459,6 +605,7 @@ mod cuda {
     pub fn tune(args: TuneArgs) -> CmdResult {
         let k = find(&args.kernel)?;
         let shapes = tune_shapes(k.schema(), &args.shapes, &args.filter)?;
+        let old = super::old_source(args.carry_from.as_deref(), k.source())?;
         let rt = or_fail!("tune", open(args.device));
         let info = rt.device().info();
         let described = format!(
@@ -482,17 +629,22 @@ mod cuda {
             cache: rt.cache(),
         };
         // Results of one timing method never resume a run of the other.
-        let key_for = |key: &StaticKey, batch: u64| {
+        let key_under = |fingerprint: &str, key: &StaticKey, batch: u64| {
             rt.offline_tuning_key(
                 k.schema().kernel,
-                k.source_fingerprint(),
+                fingerprint,
                 key.as_str(),
                 batch,
                 method,
                 &k.candidates(info, key, batch),
             )
         };
-        tune_on(&args, &dev, &shapes, &key_for, &mut |key, batch, opts| {
+        let key_for = |key: &StaticKey, batch: u64| key_under(k.source_fingerprint(), key, batch);
+        let carry = |previous: &super::Previous| {
+            let old = old.as_ref().zip(args.carry_from.as_deref());
+            super::carry_records(old, &rt, k, &shapes, previous, &key_under)
+        };
+        tune_on(&args, &dev, &shapes, &key_for, &carry, &mut |key, batch, opts| {
             k.search(&rt, &stream, key, batch, opts)
         })
     }
@@ -514,6 +666,7 @@ mod hip {
     pub fn tune(args: TuneArgs) -> CmdResult {
         let k = find(&args.kernel)?;
         let shapes = tune_shapes(k.schema(), &args.shapes, &args.filter)?;
+        let old = super::old_source(args.carry_from.as_deref(), k.source())?;
         let opened = HipDevice::open(args.device).and_then(HipRuntime::new);
         let rt = or_fail!("tune", opened);
         if args.timing == Some(kernels_core::tune::TimingMethod::Graph) {
@@ -535,19 +688,167 @@ mod hip {
             timing_label: "HIP, single-launch timing",
             cache: rt.cache(),
         };
-        let key_for = |key: &StaticKey, batch: u64| {
+        let key_under = |fingerprint: &str, key: &StaticKey, batch: u64| {
             rt.tuning_key(
                 k.schema().kernel,
-                k.source_fingerprint(),
+                fingerprint,
                 key.as_str(),
                 batch,
                 AlignClass::A16,
                 &k.candidates(rt.info(), key, batch),
             )
         };
-        tune_on(&args, &dev, &shapes, &key_for, &mut |key, batch, opts| {
+        let key_for = |key: &StaticKey, batch: u64| key_under(k.source_fingerprint(), key, batch);
+        let carry = |previous: &super::Previous| {
+            let old = old.as_ref().zip(args.carry_from.as_deref());
+            super::carry_records(old, &rt, k, &shapes, previous, &key_under)
+        };
+        tune_on(&args, &dev, &shapes, &key_for, &carry, &mut |key, batch, opts| {
             k.search(&rt, &stream, key, batch, opts)
         })
+    }
+}
+
+/// `--carry-from` end to end on the mock backend (whose compiler ignores the source
+/// text, so every variant counts as unchanged): records of the old source's searches
+/// are found whatever their candidate list, and carried where they timed every current
+/// candidate and chose one of them.
+#[cfg(all(test, feature = "cuda"))]
+mod carry_tests {
+    use kernels_core::cache::Section;
+    use kernels_core::tune::{CandidateRecord, DynTunable, OldSource, TimingMethod, TuneRecord};
+    use kernels_core::{Backend, DiskCache, Mock, Policy, Runtime, RuntimeOptions};
+    use tuned::{StaticKey, Value};
+
+    #[test]
+    fn records_of_the_old_source_are_carried_where_they_cover_the_search() {
+        let dir = std::env::temp_dir().join(format!("kernels-carry-cli-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let options = RuntimeOptions {
+            policy: Policy::Serve,
+            cache: DiskCache::at(dir.join("cache")),
+            tune: Default::default(),
+            pdl: false,
+        };
+        let rt = Runtime::<Mock>::with_options(Mock::open(0).unwrap(), options).unwrap();
+        let k: &dyn DynTunable<Mock> = &kernels_gemm::ops::GEMM_TUNABLE;
+        let source = k.source();
+        // The old source: the same files but one line more of code in the last.
+        let old_dir = dir.join("old");
+        std::fs::create_dir_all(&old_dir).unwrap();
+        let texts: Vec<&str> = source.preamble.iter().copied().chain([source.code]).collect();
+        for (i, (name, text)) in source.files.iter().zip(&texts).enumerate() {
+            let text = if i + 1 == texts.len() {
+                format!("{text}\nint an_edit;\n")
+            } else {
+                text.to_string()
+            };
+            std::fs::write(old_dir.join(name), text).unwrap();
+        }
+        let old = OldSource::read(source, &old_dir).unwrap();
+        assert!(!old.is_current(source));
+        let info = rt.info().clone();
+        let key = StaticKey::parse(k.schema(), "dtype=bf16,layout=nt,n=128,k=2048").unwrap();
+        let key_under = |fingerprint: &str, key: &StaticKey, batch: u64| {
+            rt.offline_tuning_key(
+                k.schema().kernel,
+                fingerprint,
+                key.as_str(),
+                batch,
+                TimingMethod::Graph,
+                &k.candidates(&info, key, batch),
+            )
+        };
+        // One record per batch under the old source, stored under another candidate
+        // list's digest (its space held one more config).
+        let extra = vec![
+            Value::str("wgmma_swap"),
+            Value::Int(16),
+            Value::Int(64),
+            Value::Int(64),
+            Value::Int(1),
+            Value::Int(4),
+            Value::Int(7),
+            Value::Int(1),
+            Value::Int(8),
+            Value::Int(8),
+            Value::Int(1),
+            Value::str("direct"),
+        ];
+        let store = |batch: u64, timed: Vec<Vec<Value>>, chosen: Vec<Value>| {
+            let record = TuneRecord {
+                config: chosen,
+                us: 5.0,
+                default_us: Some(6.0),
+                device: info.name.clone(),
+                compiler: "mock 1.0".into(),
+                tuned_at: "2026-12-01".into(),
+                candidates: timed
+                    .into_iter()
+                    .map(|config| CandidateRecord {
+                        config,
+                        outcome: Ok(5.0),
+                    })
+                    .collect(),
+                phases: Default::default(),
+            };
+            let ck = rt.offline_tuning_key(
+                k.schema().kernel,
+                old.source.fingerprint,
+                key.as_str(),
+                batch,
+                TimingMethod::Graph,
+                "fnv1a64:0123456789abcdef",
+            );
+            rt.cache()
+                .store(Section::Tuning, &ck, "tune", record.to_json().as_bytes())
+                .unwrap();
+        };
+        let now = |batch: u64| k.candidate_values(&info, &key, batch, None).unwrap();
+        // Batch 1: every current candidate and one more, a current one chosen.
+        let mut timed = now(1);
+        timed.push(extra.clone());
+        store(1, timed, now(1)[1].clone());
+        // Batch 4: the pruned config chosen.
+        let mut timed = now(4);
+        timed.push(extra.clone());
+        store(4, timed, extra.clone());
+        // Batch 16: one current candidate never timed.
+        let timed = now(16)[1..].to_vec();
+        store(16, timed, now(16)[1].clone());
+        let shapes: Vec<(StaticKey, u64)> = [1, 4, 16, 64].iter().map(|&b| (key.clone(), b)).collect();
+        let carried = super::carry_records(
+            Some((&old, old_dir.as_path())),
+            &rt,
+            k,
+            &shapes,
+            &Default::default(),
+            &key_under,
+        )
+        .unwrap()
+        .unwrap();
+        let mut batches: Vec<u64> = carried.keys().map(|(_, b)| *b).collect();
+        batches.sort_unstable();
+        assert_eq!(batches, [1]);
+        assert_eq!(carried[&(key.clone(), 1)].config, now(1)[1]);
+        // The current source's own record wins: nothing left to carry.
+        let ck = key_under(source.fingerprint, &key, 1);
+        let own = carried[&(key.clone(), 1)].to_json();
+        rt.cache()
+            .store(Section::Tuning, &ck, "tune", own.as_bytes())
+            .unwrap();
+        let again = super::carry_records(
+            Some((&old, old_dir.as_path())),
+            &rt,
+            k,
+            &shapes,
+            &Default::default(),
+            &key_under,
+        )
+        .unwrap()
+        .unwrap();
+        assert!(again.is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
 

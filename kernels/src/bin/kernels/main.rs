@@ -146,6 +146,13 @@ enum Command {
         /// (not written) until a later run, which resumes from the cache, completes it.
         #[arg(long, value_name = "SECS")]
         deadline: Option<String>,
+        /// The kernel's source files as they were before a change (DIR/prelude.cuh,
+        /// DIR/gemm.cu, ...: the names its fingerprint covers): a shape with no record
+        /// under the current source but one under the old, in the cache, takes that one
+        /// where every candidate it timed compiles (here, with this compiler) to the
+        /// same machine code from both sources; the others are searched.
+        #[arg(long, value_name = "DIR")]
+        carry_from: Option<PathBuf>,
     },
     /// Resolve a kernel's shapes under KERNELS_TUNING and compile them in parallel into
     /// the module cache.
@@ -507,6 +514,7 @@ fn run(cli: Cli) -> Result<ExitCode, Usage> {
             only,
             batches,
             deadline,
+            carry_from,
         } => runtime_cmd::tune(runtime_cmd::TuneArgs {
             kernel,
             shapes,
@@ -534,6 +542,7 @@ fn run(cli: Cli) -> Result<ExitCode, Usage> {
                     Some(started + std::time::Duration::from_secs_f64(secs))
                 }
             },
+            carry_from,
         })
         .map_err(Usage),
         Command::Precompile {
