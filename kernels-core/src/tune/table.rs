@@ -849,24 +849,24 @@ mod tests {
             carried: Some(&carried),
             ..job(&tables, false)
         };
-        let mut calls = Vec::new();
-        let mut search = |_: &StaticKey, b: u64| {
-            calls.push(b);
-            Ok(record(128, 10.0, Some(12.0)))
+        // Each run's searched batches, in order.
+        let run = |job: &TableJob<'_>| {
+            let mut calls = Vec::new();
+            let mut search = |_: &StaticKey, b: u64| {
+                calls.push(b);
+                Ok(record(128, 10.0, Some(12.0)))
+            };
+            let out = tune_quietly(job, &shapes, &cache, &mut search).unwrap();
+            (calls, out)
         };
-        let out = tune_quietly(&carrying, &shapes, &cache, &mut search).unwrap();
+        let (calls, out) = run(&carrying);
         assert_eq!(calls, [1, 512]);
         assert_eq!((out.tuned, out.cached, out.carried), (2, 0, 1));
         let written = TableFile::read(&out.path, Some(&SCHEMA)).unwrap();
         let at_64 = written.entries.iter().find(|e| e.batch == 64).unwrap();
         assert_eq!(at_64.config.tuned(), Some(&vec![Value::Int(256)]));
         // The carried record is now this source's own cached one.
-        let mut calls = Vec::new();
-        let mut search = |_: &StaticKey, b: u64| {
-            calls.push(b);
-            Ok(record(128, 10.0, Some(12.0)))
-        };
-        let out = tune_quietly(&job(&tables, false), &shapes, &cache, &mut search).unwrap();
+        let (calls, out) = run(&job(&tables, false));
         assert!(calls.is_empty());
         assert_eq!((out.tuned, out.cached, out.carried), (0, 3, 0));
         // Retuning searches every shape, carried or not.
@@ -874,12 +874,7 @@ mod tests {
             carried: Some(&carried),
             ..job(&tables, true)
         };
-        let mut calls = Vec::new();
-        let mut search = |_: &StaticKey, b: u64| {
-            calls.push(b);
-            Ok(record(128, 10.0, Some(12.0)))
-        };
-        let out = tune_quietly(&retune, &shapes, &cache, &mut search).unwrap();
+        let (calls, out) = run(&retune);
         assert_eq!(calls, [1, 64, 512]);
         assert_eq!(out.carried, 0);
         std::fs::remove_dir_all(&dir).unwrap();

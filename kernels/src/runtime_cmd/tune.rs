@@ -817,16 +817,14 @@ mod carry_tests {
         let timed = now(16)[1..].to_vec();
         store(16, timed, now(16)[1].clone());
         let shapes: Vec<(StaticKey, u64)> = [1, 4, 16, 64].iter().map(|&b| (key.clone(), b)).collect();
-        let carried = super::carry_records(
-            Some((&old, old_dir.as_path())),
-            &rt,
-            k,
-            &shapes,
-            &Default::default(),
-            &key_under,
-        )
-        .unwrap()
-        .unwrap();
+        let carry = || {
+            let previous = super::Previous::default();
+            let old = Some((&old, old_dir.as_path()));
+            super::carry_records(old, &rt, k, &shapes, &previous, &key_under)
+                .unwrap()
+                .unwrap()
+        };
+        let carried = carry();
         let mut batches: Vec<u64> = carried.keys().map(|(_, b)| *b).collect();
         batches.sort_unstable();
         assert_eq!(batches, [1]);
@@ -837,16 +835,7 @@ mod carry_tests {
         rt.cache()
             .store(Section::Tuning, &ck, "tune", own.as_bytes())
             .unwrap();
-        let again = super::carry_records(
-            Some((&old, old_dir.as_path())),
-            &rt,
-            k,
-            &shapes,
-            &Default::default(),
-            &key_under,
-        )
-        .unwrap()
-        .unwrap();
+        let again = carry();
         assert!(again.is_empty());
         std::fs::remove_dir_all(&dir).unwrap();
     }
