@@ -451,6 +451,29 @@ fn old_source(
     .transpose()
 }
 
+/// The tuning cache key `kernels tune` on CUDA gives the search of `k` for `key` at
+/// `batch` under the source of `fingerprint`, timed with `method` (results of one timing
+/// method never resume a run of the other).
+#[cfg(feature = "cuda")]
+fn offline_key<B: kernels_core::Backend>(
+    rt: &kernels_core::Runtime<B>,
+    k: &dyn kernels_core::tune::DynTunable<B>,
+    method: kernels_core::tune::TimingMethod,
+    fingerprint: &str,
+    key: &StaticKey,
+    batch: u64,
+) -> kernels_core::cache::CacheKey {
+    let candidates = k.candidates(rt.info(), key, batch);
+    rt.offline_tuning_key(
+        k.schema().kernel,
+        fingerprint,
+        key.as_str(),
+        batch,
+        method,
+        &candidates,
+    )
+}
+
 /// The text of a tuning cache key without its `candidates` line: the search it names,
 /// whatever candidate list that search had.
 #[cfg(any(feature = "cuda", feature = "rocm"))]
@@ -628,16 +651,8 @@ mod cuda {
             timing_label: &timing,
             cache: rt.cache(),
         };
-        // Results of one timing method never resume a run of the other.
         let key_under = |fingerprint: &str, key: &StaticKey, batch: u64| {
-            rt.offline_tuning_key(
-                k.schema().kernel,
-                fingerprint,
-                key.as_str(),
-                batch,
-                method,
-                &k.candidates(info, key, batch),
-            )
+            super::offline_key(&rt, k, method, fingerprint, key, batch)
         };
         let key_for = |key: &StaticKey, batch: u64| key_under(k.source_fingerprint(), key, batch);
         let carry = |previous: &super::Previous| {
@@ -750,14 +765,7 @@ mod carry_tests {
         let info = rt.info().clone();
         let key = StaticKey::parse(k.schema(), "dtype=bf16,layout=nt,n=128,k=2048").unwrap();
         let key_under = |fingerprint: &str, key: &StaticKey, batch: u64| {
-            rt.offline_tuning_key(
-                k.schema().kernel,
-                fingerprint,
-                key.as_str(),
-                batch,
-                TimingMethod::Graph,
-                &k.candidates(&info, key, batch),
-            )
+            super::offline_key(&rt, k, TimingMethod::Graph, fingerprint, key, batch)
         };
         // One record per batch under the old source, stored under another candidate
         // list's digest (its space held one more config).
