@@ -213,6 +213,17 @@ impl fmt::Display for CacheKey {
     }
 }
 
+/// The text of a cache key ([`CacheKey::text`], as a cache file stores it) without its
+/// `candidates` line: the search it names whatever candidate list that search had
+/// (`kernels tune --carry-from` finds an earlier source's records by it).
+pub fn search_text(key_text: &str) -> String {
+    key_text
+        .lines()
+        .filter(|l| !l.starts_with("candidates = "))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// The one cache-key function, for compiled modules and online tuning results alike.
 ///
 /// The key is a hash over every component of [`CacheKeyParts`], in a fixed order,
@@ -303,6 +314,27 @@ mod tests {
             batch: Component::Applies(64),
             alignment: Component::Applies(AlignClass::A16),
         }
+    }
+
+    /// Keys that differ in the candidates alone name one search; any other component
+    /// still tells searches apart.
+    #[test]
+    fn the_search_text_leaves_out_the_candidates_only() {
+        let env = base_env();
+        let key = |edit: fn(&mut CacheKeyParts<'_>)| {
+            let mut p = base(&env);
+            edit(&mut p);
+            search_text(cache_key(&p).text())
+        };
+        let k0 = key(|_| {});
+        assert!(!k0.contains("candidates") && k0.contains("batch = 64"), "{k0}");
+        assert_eq!(
+            k0,
+            key(|p| p.candidates = Component::Applies("fnv1a64:0000000000000009"))
+        );
+        assert_eq!(k0, key(|p| p.candidates = Component::DoesNotApply));
+        assert_ne!(k0, key(|p| p.batch = Component::Applies(65)));
+        assert_ne!(k0, key(|p| p.source_fingerprint = "fnv1a64:0000000000000002"));
     }
 
     #[test]

@@ -23,7 +23,7 @@
 mod key;
 
 pub use key::{
-    cache_key, codegen_env, AlignClass, CacheKey, CacheKeyParts, Component, CODEGEN_ENV_VARS,
+    cache_key, codegen_env, search_text, AlignClass, CacheKey, CacheKeyParts, Component, CODEGEN_ENV_VARS,
     PDL_TUNING_VARIANT,
 };
 

@@ -474,17 +474,6 @@ fn offline_key<B: kernels_core::Backend>(
     )
 }
 
-/// The text of a tuning cache key without its `candidates` line: the search it names,
-/// whatever candidate list that search had.
-#[cfg(any(feature = "cuda", feature = "rocm"))]
-fn search_text(key_text: &str) -> String {
-    key_text
-        .lines()
-        .filter(|l| !l.trim_start().starts_with("candidates ="))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 /// `--carry-from DIR` (`old`, read from `dir`): for each shape not yet searched under
 /// the current source, a record of the tuning cache for its search under the old one
 /// (`old_key_for(old fingerprint, key, batch)` but for the candidate list: the same
@@ -502,7 +491,7 @@ fn carry_records<B: kernels_core::Backend>(
     previous: &Previous,
     old_key_for: &dyn Fn(&str, &StaticKey, u64) -> kernels_core::cache::CacheKey,
 ) -> Result<Option<Carried>, String> {
-    use kernels_core::cache::{Lookup, Section};
+    use kernels_core::cache::{search_text, Lookup, Section};
     use kernels_core::tune::{carries, SameCode, TuneRecord};
     let Some((old, dir)) = old else {
         return Ok(None);
