@@ -19,8 +19,8 @@
 //! (other tiles, splits and paths of the search space, marked `alt`;
 //! `GEMM_BENCH_ALTS=clusters`, `splits` or `pingpong` only that family of the prefill
 //! tiles with TMA stores of C, beside the plain tile; `widths` the tiles of widths between
-//! powers of two beside the others; `cluster_splits` each split of 2-4 through the
-//! workspace and as one cluster; `rings` the deep rings of narrow tiles for few rows), and
+//! powers of two beside the others; `cluster_splits` each split of 2, 3, 4, 6 or 8
+//! of the search space through the workspace and as one cluster; `rings` the deep rings of narrow tiles for few rows), and
 //! `GEMM_BENCH_MATCH="block_m=128 cluster=2"` times only the alternatives with every
 //! setting named, without the served config (one kernel a point, for a profiler);
 //! `GEMM_BENCH_SHAPES=qkv,o,...` keeps the layers named (`70B-tp8:qkv`: that layer of the
@@ -53,6 +53,7 @@ use kernels::core::{
     CudaDevice, CudaRuntime, KernelArgs, KernelSource, LaunchDims, RuntimeOptions, Variant,
 };
 use kernels::gemm::plan::{GemmProblem, Operand};
+use kernels::gemm::schema::SPLIT_CLUSTERS;
 use kernels::gemm::{Epilogue, Gemm, GemmConfig, GemmKey, Layout, Path};
 use tuned::{resolve_in_entries, resolve_serve, BakedEntry, DType, EntryConfig, TableFile, Target};
 
@@ -287,10 +288,10 @@ fn filled(
 
 /// The alternatives `GEMM_BENCH_ALTS=1` times beside the served config: the portable
 /// default, and for the wgmma paths other splits, tiles and consumer counts, (decode)
-/// stages of 64 and 128 k and splits of 2-4 as clusters, and (prefill) clusters of 2, splits along k (2-4 also
-/// as clusters), TMA stores of C,
+/// stages of 64 and 128 k and splits of 2, 3, 4, 6 and 8 as clusters, and (prefill) clusters of 2, splits
+/// along k (those also as clusters), TMA stores of C,
 /// the pingpong schedule and widths between powers of two, and (up to 256 rows) the space's deep rings of narrow
-/// tiles, each where it lies in the space (TMA stores at the deepest ring that fits beside their staging buffers).
+/// tiles and its splits of those sizes (swapped or not), each where it lies in the space (TMA stores at the deepest ring that fits beside their staging buffers).
 fn alternatives(key: &GemmKey, m: u64, served: &GemmConfig) -> Vec<GemmConfig> {
     let target = tuned::Target::Sm90;
     let mut out = Vec::new();
@@ -313,7 +314,7 @@ fn alternatives(key: &GemmKey, m: u64, served: &GemmConfig) -> Vec<GemmConfig> {
                         epilogue: Epilogue::Direct,
                     };
                     out.push(c);
-                    if matches!(split_k, 2..=4) {
+                    if SPLIT_CLUSTERS.contains(&i64::from(split_k)) {
                         out.push(GemmConfig {
                             cluster: split_k,
                             ..c
@@ -337,7 +338,7 @@ fn alternatives(key: &GemmKey, m: u64, served: &GemmConfig) -> Vec<GemmConfig> {
                         for epilogue in [Epilogue::Direct, Epilogue::Tma] {
                             // Split along k without a cluster (kept where the space
                             // allows it: few tiles, 64 accumulators a thread).
-                            let splits: &[u32] = if cluster == 1 { &[1, 2, 3, 4, 6] } else { &[1] };
+                            let splits: &[u32] = if cluster == 1 { &[1, 2, 3, 4, 6, 8] } else { &[1] };
                             for &split_k in splits {
                                 let c = GemmConfig {
                                     group_m,
@@ -347,7 +348,7 @@ fn alternatives(key: &GemmKey, m: u64, served: &GemmConfig) -> Vec<GemmConfig> {
                                     ..GemmConfig::wgmma(block_m, block_n, warps_m, stages)
                                 };
                                 out.push(c);
-                                if matches!(split_k, 2..=4) {
+                                if SPLIT_CLUSTERS.contains(&i64::from(split_k)) {
                                     out.push(GemmConfig {
                                         cluster: split_k,
                                         ..c
@@ -388,14 +389,20 @@ fn alternatives(key: &GemmKey, m: u64, served: &GemmConfig) -> Vec<GemmConfig> {
             }
         }
     }
-    // The deep rings of narrow unswapped tiles the space holds for few rows.
+    // The deep rings of narrow unswapped tiles the space holds for few rows, and up to
+    // 256 rows its splits of the cluster sizes, through the workspace and as clusters.
     out.extend(
         kernels::gemm::space::search_space(target, key, m)
             .into_iter()
-            .filter(|c| c.path == Path::Wgmma && c.stages > 6),
+            .filter(|c| {
+                (c.path == Path::Wgmma && c.stages > 6)
+                    || (m <= 256 && SPLIT_CLUSTERS.contains(&i64::from(c.split_k)))
+            }),
     );
+    let mut seen = std::collections::HashSet::new();
     out.retain(|c| {
-        c != served
+        seen.insert(*c)
+            && c != served
             && kernels::gemm::space::fits(target, key, c)
             && kernels::gemm::space::split_allowed(target, key, m, c)
     });
@@ -474,8 +481,8 @@ fn main() -> Result<(), BoxError> {
     // with TMA stores of C and group_m 8: `clusters` (without and with a cluster of 2),
     // `splits` (split along k, 1 included), `pingpong` (cooperative and pingpong),
     // `widths` (cooperative and pingpong, either epilogue: the tiles of widths between
-    // powers of two beside the others), `cluster_splits` (splits of 2-4 through the
-    // workspace and as one cluster; unswapped with TMA stores and group_m 8), `rings`
+    // powers of two beside the others), `cluster_splits` (splits of 2, 3, 4, 6 or 8
+    // through the workspace and as one cluster; unswapped with TMA stores and group_m 8), `rings`
     // (the space's deep rings of narrow unswapped tiles, m <= 256).
     let alts_var = std::env::var("GEMM_BENCH_ALTS").unwrap_or_default();
     let family = |c: &GemmConfig| -> bool {
@@ -492,7 +499,7 @@ fn main() -> Result<(), BoxError> {
             "rings" => c.path == Path::Wgmma && c.stages > 6,
             "cluster_splits" => {
                 matches!(c.path, Path::WgmmaSwap | Path::Wgmma)
-                    && matches!(c.split_k, 2..=4)
+                    && SPLIT_CLUSTERS.contains(&i64::from(c.split_k))
                     && (c.path == Path::WgmmaSwap || plain)
             }
             "pingpong" => {

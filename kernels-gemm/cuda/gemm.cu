@@ -106,9 +106,9 @@ __device__ __forceinline__ void store_two(void* c, long long ldc, int m, int n, 
 //   the kernel stores C directly, as without EPILOGUE_TMA.
 // Defines: DTYPE; WGMMA 1 or 2; BX, BY the tile's rows of X and of Y (BY is wgmma's N);
 //   CONSUMERS 1 or 2 warpgroups, each owning BX / CONSUMERS rows of X (64 or 128);
-//   STAGES the ring depth; CLUSTER 2 (absent: 1) for clusters of 2 (WGMMA 1), or 2-4
-//   for the splits of a tile as one cluster (CLUSTER SPLITS below: WGMMA 2, or WGMMA 1
-//   with CLUSTER_SPLIT 1);
+//   STAGES the ring depth; CLUSTER 2 (absent: 1) for clusters of 2 (WGMMA 1), or 2, 3,
+//   4, 6 or 8 for the splits of a tile as one cluster (CLUSTER SPLITS below: WGMMA 2,
+//   or WGMMA 1 with CLUSTER_SPLIT 1);
 //   EPILOGUE_TMA 1 (WGMMA 1 only, BY a multiple of 64; absent: 0) for TMA stores of C;
 //   PINGPONG 1 (WGMMA 1, CONSUMERS 2, no cluster; absent: 0): see below;
 //   KSUB 2 (WGMMA 2 only; absent: 1): each stage holds two k sub-blocks of 64 (two
@@ -136,18 +136,23 @@ __device__ __forceinline__ void store_two(void* c, long long ldc, int m, int n, 
 //   stage is refilled only when the consumers of both blocks are done with it: every
 //   consumer warpgroup arrives on the empty barrier of both blocks. group_m counts tile
 //   rows; the raster groups group_m / 2 bands (at least one).
-// CLUSTER SPLITS (CLUSTER = split_k = 2, 3 or 4; WGMMA 2, or WGMMA 1 with CLUSTER_SPLIT
-//   1, no pingpong, 64 accumulators a thread at most): a work unit is one tile and the
-//   cluster's blocks are its splits, rank r computing split r; cluster b / CLUSTER takes
-//   tiles b / CLUSTER, b / CLUSTER + gridDim.x / CLUSTER, ... Each block loads its own
-//   boxes (no multicast). Ranks 1.. leave their fp32 partial tile in their own shared
-//   memory (BX * BY * 4 bytes after the ring and any staging buffers of C) and rank 0
-//   adds them to its own in rank order through distributed shared memory, then stores
-//   C: the sums of the workspace split in the same order (the same bits), without ws,
-//   its counters or a trip through L2. Per rank r >= 1, red_full[r] (in rank 0) counts
-//   the consumer threads of rank r that have written a unit's partial, and red_free (in
-//   rank r) the consumer threads of rank 0 that are done reading it; both release at
-//   cluster scope and are waited on with acquire at cluster scope.
+// CLUSTER SPLITS (CLUSTER = split_k = 2, 3, 4, 6 or 8; WGMMA 2, or WGMMA 1 with
+//   CLUSTER_SPLIT 1, no pingpong, 64 accumulators a thread at most): a work unit is one
+//   tile and the cluster's blocks are its splits, rank r computing split r; cluster
+//   b / CLUSTER takes tiles b / CLUSTER, b / CLUSTER + gridDim.x / CLUSTER, ... Each
+//   block loads its own boxes (no multicast). The partial tiles are summed by
+//   reduce-scatter: the tile's fragment groups (8 columns of an m64 block; 64 columns,
+//   a whole staging sub-tile, with EPILOGUE_TMA) are dealt to the ranks in turn (see
+//   owns); each rank leaves its whole partial tile in its own shared memory (BX * BY * 4
+//   bytes after the ring and any staging buffers of C), sums every rank's copy of the
+//   groups it owns in rank order 0, 1, ... through distributed shared memory, and
+//   stores those groups of C. So each rank reads a CLUSTER-th of every partial (one
+//   tile's worth in all), where rank 0 alone would read all of them, and the sums are
+//   the workspace split's in the same order (the same bits), without ws, its counters
+//   or a trip through L2. red_full (in each rank) completes a phase when every
+//   peer has written the unit's partial, red_free when every peer is done reading it:
+//   one thread of each peer arrives, after a barrier of its consumer threads, with
+//   release at cluster scope, and the waits acquire at cluster scope.
 
 #if !defined(BX) || !defined(BY) || !defined(CONSUMERS) || !defined(STAGES)
 #error "the wgmma GEMM needs DTYPE, WGMMA, BX, BY, CONSUMERS, STAGES"
@@ -201,8 +206,9 @@ static_assert(X_BYTES % 1024 == 0 && Y_BYTES % 1024 == 0, "each tile starts on a
 constexpr bool CSPLIT = KG_CSPLIT != 0;
 // Tile rows of X per work unit: CLUSTER for the unswapped pairs, else one.
 constexpr int BAND = CSPLIT ? 1 : CLUSTER;
-static_assert(CLUSTER == 1 || (CLUSTER == 2 && !CSPLIT) || (CSPLIT && CLUSTER >= 2 && CLUSTER <= 4),
-              "clusters of 2 sharing Y (unswapped), or of 2-4 splits");
+static_assert(CLUSTER == 1 || (CLUSTER == 2 && !CSPLIT) ||
+                  (CSPLIT && (CLUSTER == 2 || CLUSTER == 3 || CLUSTER == 4 || CLUSTER == 6 || CLUSTER == 8)),
+              "clusters of 2 sharing Y (unswapped), or of 2, 3, 4, 6 or 8 splits");
 static_assert(!CSPLIT || SWAP || (!PP && MW * ACC <= 64),
               "unswapped cluster splits: no pingpong, 64 accumulators a thread at most");
 // With clusters each block loads a slice of Y_BYTES / CLUSTER; each slice starts on a
@@ -254,6 +260,25 @@ __device__ __forceinline__ void release_stage(u32 bar) {
     }
 }
 
+// CLUSTER SPLITS: the ownership of the tile's float4 groups. Group v of consumer
+// warpgroup cw is acc[v / (ACC / 4)][4 (v % (ACC / 4)) ..] of its threads (8 columns of
+// an m64 block). The groups are dealt to the ranks in turn, in units of OWN groups (64
+// columns, whole staging sub-tiles, with EPILOGUE_TMA), the warpgroups' units numbered
+// one after the other: unit i of warpgroup cw goes to rank (cw * UNITS + i) % CLUSTER.
+constexpr int OWN = EPILOGUE_TMA ? 8 : 1;
+constexpr int UNITS = MW * (ACC / 4) / OWN;  // ownership units a consumer warpgroup holds
+static_assert(!CSPLIT || (ACC / 4) % OWN == 0, "an m64 block holds whole ownership units");
+
+// Whether `rank` sums and stores group v of warpgroup cw (without cluster splits a block
+// stores every group).
+__device__ __forceinline__ bool owns(int rank, int cw, int v) {
+    if constexpr (!CSPLIT) {
+        return true;
+    } else {
+        return (cw * UNITS + v / OWN) % CLUSTER == rank;
+    }
+}
+
 #if KG_CSPLIT
 // CLUSTER SPLITS: the exchange of partial tiles between the ranks of a cluster.
 constexpr int RED_BYTES = BX * BY * 4;  // one fp32 partial tile
@@ -292,6 +317,43 @@ __device__ __forceinline__ float4 ld_cluster_v4_f32(u32 addr) {
                  : "memory");
     return v;
 }
+
+// One thread's part of the reduce-scatter once every rank's whole partial tile is in
+// its shared memory (peer[r]: rank r's, as a shared::cluster address; at: this thread's
+// offset in each): the groups whose unit i has i % CLUSTER == SLOT (this rank's, see
+// owns), all ranks' copies loaded first so the distributed loads overlap, then summed
+// into acc in rank order 0, 1, ... (the workspace split's order: the same bits).
+template <int SLOT>
+__device__ __forceinline__ void sum_owned(float (&acc)[MW][ACC], const u32 (&peer)[CLUSTER], u32 at) {
+    constexpr int V4 = MW * (ACC / 4);
+    constexpr int MINE = (UNITS - SLOT + CLUSTER - 1) / CLUSTER * OWN;  // groups owned
+    float4 got[MINE > 0 ? MINE : 1][CLUSTER];
+#pragma unroll
+    for (int i = 0; i < MINE; ++i) {
+        const int v = ((i / OWN) * CLUSTER + SLOT) * OWN + i % OWN;
+#pragma unroll
+        for (int r = 0; r < CLUSTER; ++r) got[i][r] = ld_cluster_v4_f32(peer[r] + at + u32(v * CT * 16));
+    }
+    static_assert(MINE == 0 || ((MINE - 1) / OWN * CLUSTER + SLOT) * OWN + (MINE - 1) % OWN < V4,
+                  "owned groups lie in the tile");
+#pragma unroll
+    for (int i = 0; i < MINE; ++i) {
+        const int v = ((i / OWN) * CLUSTER + SLOT) * OWN + i % OWN;
+        float4 sum = got[i][0];
+#pragma unroll
+        for (int r = 1; r < CLUSTER; ++r) {
+            sum.x += got[i][r].x;
+            sum.y += got[i][r].y;
+            sum.z += got[i][r].z;
+            sum.w += got[i][r].w;
+        }
+        float* a = &acc[v / (ACC / 4)][4 * (v % (ACC / 4))];
+        a[0] = sum.x;
+        a[1] = sum.y;
+        a[2] = sum.z;
+        a[3] = sum.w;
+    }
+}
 #endif
 
 // Fetches the descriptor of a tensor map (a __grid_constant__ parameter) into the TMA
@@ -310,10 +372,12 @@ __device__ __forceinline__ void store_one(void* c, long long ldc, int r, int col
 
 // The accumulators of consumer thread t (warpgroup-relative) plus bias into C. The
 // m64nN fragment: thread t holds rows 16 * (t / 32) + (t % 32) / 4 (+ 8) and columns
-// 8 j + 2 (t % 4) (+ 1) of its m64 block, as acc[4 j + 2 half + e].
+// 8 j + 2 (t % 4) (+ 1) of its m64 block, as acc[4 j + 2 half + e]. With cluster
+// splits only the groups rank owns (of consumer warpgroup cw).
 template <typename OutT>
 __device__ __forceinline__ void store_acc(void* c, long long ldc, int m, int n, int x_base, int y_base,
-                                          const float (&acc)[MW][ACC], const T* bias, bool pairs, int t) {
+                                          const float (&acc)[MW][ACC], const T* bias, bool pairs, int t, int rank,
+                                          int cw) {
     const int warp = t / 32, lane = t % 32;
 #pragma unroll
     for (int mw = 0; mw < MW; ++mw)
@@ -327,6 +391,9 @@ __device__ __forceinline__ void store_acc(void* c, long long ldc, int m, int n, 
                 const float b = bias != nullptr ? kd::to_f32(bias[x]) : 0.0f;
 #pragma unroll
                 for (int j = 0; j < BY / 8; ++j) {
+                    if (!owns(rank, cw, mw * (ACC / 4) + j)) {
+                        continue;
+                    }
                     const int y = y_base + j * 8 + (lane % 4) * 2;
                     if (y < m) store_one<OutT>(c, ldc, y, x, acc[mw][4 * j + 2 * h] + b);
                     if (y + 1 < m) store_one<OutT>(c, ldc, y + 1, x, acc[mw][4 * j + 2 * h + 1] + b);
@@ -334,6 +401,9 @@ __device__ __forceinline__ void store_acc(void* c, long long ldc, int m, int n, 
             } else {
 #pragma unroll
                 for (int j = 0; j < BY / 8; ++j) {
+                    if (!owns(rank, cw, mw * (ACC / 4) + j)) {
+                        continue;
+                    }
                     const int y = y_base + j * 8 + (lane % 4) * 2;
                     float b0 = 0.0f, b1 = 0.0f;
                     if (bias != nullptr) {
@@ -370,10 +440,12 @@ constexpr int EPILOGUE_BARRIER = 2;
 // The accumulators of consumer thread t of warpgroup cw plus bias, as OutT, into C by
 // TMA through the warpgroup's staging buffers at `staging`. `sub` counts the sub-tiles
 // the warpgroup has issued (the same in all its threads): it picks the buffer, and its
-// parity carries over from tile to tile. Values and rounding are store_acc's.
+// parity carries over from tile to tile. Values and rounding are store_acc's; with
+// cluster splits only the sub-tiles `rank` owns (whole ownership units: see owns).
 template <typename OutT>
 __device__ __forceinline__ void store_acc_tma(const TmaMap* tc, u32 staging, int& sub, int m, int n, int x_base,
-                                              int y_base, const float (&acc)[MW][ACC], const T* bias, int t, int cw) {
+                                              int y_base, const float (&acc)[MW][ACC], const T* bias, int t, int cw,
+                                              int rank) {
     constexpr int COLS = 128 / sizeof(OutT);  // columns of a sub-tile
     constexpr int J = COLS / 8;               // 8-column fragment groups per sub-tile
     const int warp = t / 32, lane = t % 32;
@@ -390,6 +462,9 @@ __device__ __forceinline__ void store_acc_tma(const TmaMap* tc, u32 staging, int
             const int x0 = x_base + mw * 64;
             if (x0 >= m) {
                 break;
+            }
+            if (!owns(rank, cw, mw * (ACC / 4) + q * J)) {
+                continue;
             }
             const u32 buf = staging + u32(sub & 1) * SUB_BYTES;
             // The store that last read this buffer (two sub-tiles ago) is done with it.
@@ -482,9 +557,9 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
     __shared__ __align__(8) unsigned long long turn[2];
 #endif
 #if KG_CSPLIT
-    // red_full[r] (r >= 1, used in rank 0): rank r's partial of the unit is written;
-    // red_free (used in ranks >= 1): rank 0 is done reading it.
-    __shared__ __align__(8) unsigned long long red_full[CLUSTER], red_free;
+    // red_full: every peer has written its partial of the unit; red_free: every peer is
+    // done reading this block's (one arrival a peer and unit each).
+    __shared__ __align__(8) unsigned long long red_full, red_free;
 #endif
     __shared__ int is_last;
 
@@ -523,8 +598,8 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
             mbar_init(empty0 + 8 * s, PP ? 1 : CONSUMERS * BAND);
         }
 #if KG_CSPLIT
-        for (int r = 0; r < CLUSTER; ++r) mbar_init(kd::smem_addr(&red_full[r]), CT);
-        mbar_init(kd::smem_addr(&red_free), CT);
+        mbar_init(kd::smem_addr(&red_full), CLUSTER - 1);
+        mbar_init(kd::smem_addr(&red_free), CLUSTER - 1);
 #endif
 #if PINGPONG
         mbar_init(kd::smem_addr(&turn[0]), 1);
@@ -685,43 +760,63 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
 
 #if KG_CSPLIT
         {
-            // The partial tiles of the cluster's ranks into rank 0, in rank order (see
-            // CLUSTER SPLITS); `local` numbers this block's units, hence the phases.
-            constexpr int V4 = MW * (ACC / 4);  // float4s a thread holds
+            // Reduce-scatter of the cluster's partial tiles (see CLUSTER SPLITS); `local`
+            // numbers this block's units, hence the barriers' phases.
+            constexpr int V4 = MW * (ACC / 4);  // float4 groups a thread holds
+            static_assert(V4 * CT * 16 == RED_BYTES, "a thread's float4s tile the partial");
 #if EPILOGUE_TMA
             const u32 red = ring + STAGES * STAGE_BYTES + CONSUMERS * STAGING_BYTES;
 #else
             const u32 red = ring + STAGES * STAGE_BYTES;
 #endif
-            if (rank != 0) {
-                // Rank 0 is done reading this buffer's previous partial (a fresh barrier
-                // counts as having completed the phase before its first).
-                mbar_wait_acq_cluster(kd::smem_addr(&red_free), (local & 1) ^ 1);
+            const u32 full_bar = kd::smem_addr(&red_full), free_bar = kd::smem_addr(&red_free);
+            const u32 at = u32(ct * 16);  // this thread's float4 of group 0
+            // The peers are done reading this block's previous partial (a fresh barrier
+            // counts as having completed the phase before its first).
+            mbar_wait_acq_cluster(free_bar, (local & 1) ^ 1);
 #pragma unroll
-                for (int mw = 0; mw < MW; ++mw)
+            for (int mw = 0; mw < MW; ++mw)
 #pragma unroll
-                    for (int j = 0; j < ACC / 4; ++j)
-                        st_shared_v4_f32(red + u32(((mw * (ACC / 4) + j) * CT + ct) * 16), acc[mw][4 * j],
-                                         acc[mw][4 * j + 1], acc[mw][4 * j + 2], acc[mw][4 * j + 3]);
-                mbar_arrive_rel_cluster(cluster_addr(kd::smem_addr(&red_full[rank]), 0));
-                continue;
+                for (int j = 0; j < ACC / 4; ++j)
+                    st_shared_v4_f32(red + at + u32((mw * (ACC / 4) + j) * CT * 16), acc[mw][4 * j],
+                                     acc[mw][4 * j + 1], acc[mw][4 * j + 2], acc[mw][4 * j + 3]);
+            // Every consumer thread's writes precede the one release each peer acquires.
+            consumers_sync();
+            if (ct == 0) {
+                for (int r = 0; r < CLUSTER; ++r)
+                    if (r != rank) mbar_arrive_rel_cluster(cluster_addr(full_bar, u32(r)));
             }
-            static_assert(V4 * CT * 16 == RED_BYTES, "a thread's float4s tile the partial");
-            for (int r = 1; r < CLUSTER; ++r) {
-                mbar_wait_acq_cluster(kd::smem_addr(&red_full[r]), local & 1);
-                const u32 peer = cluster_addr(red, u32(r));
+            mbar_wait_acq_cluster(full_bar, local & 1);
+            u32 peer[CLUSTER];  // each rank's partial (this one's too), as shared::cluster addresses
 #pragma unroll
-                for (int mw = 0; mw < MW; ++mw)
-#pragma unroll
-                    for (int j = 0; j < ACC / 4; ++j) {
-                        const float4 v = ld_cluster_v4_f32(peer + u32(((mw * (ACC / 4) + j) * CT + ct) * 16));
-                        acc[mw][4 * j] += v.x;
-                        acc[mw][4 * j + 1] += v.y;
-                        acc[mw][4 * j + 2] += v.z;
-                        acc[mw][4 * j + 3] += v.w;
-                    }
+            for (int r = 0; r < CLUSTER; ++r) peer[r] = cluster_addr(red, u32(r));
+            // This warpgroup's units that are this rank's: those i with i % CLUSTER == slot.
+            const int slot = (rank - (cw * UNITS) % CLUSTER + CLUSTER) % CLUSTER;
+            switch (slot) {
+                case 0: sum_owned<0>(acc, peer, at); break;
+                case 1: sum_owned<1>(acc, peer, at); break;
+#if CLUSTER > 2
+                case 2: sum_owned<2>(acc, peer, at); break;
+#endif
+#if CLUSTER > 3
+                case 3: sum_owned<3>(acc, peer, at); break;
+#endif
+#if CLUSTER > 4
+                case 4: sum_owned<4>(acc, peer, at); break;
+                case 5: sum_owned<5>(acc, peer, at); break;
+#endif
+#if CLUSTER > 6
+                case 6: sum_owned<6>(acc, peer, at); break;
+                case 7: sum_owned<7>(acc, peer, at); break;
+#endif
+                default: break;
             }
-            for (int r = 1; r < CLUSTER; ++r) mbar_arrive_rel_cluster(cluster_addr(kd::smem_addr(&red_free), u32(r)));
+            // Every consumer thread's reads precede the release that lets a peer rewrite.
+            consumers_sync();
+            if (ct == 0) {
+                for (int r = 0; r < CLUSTER; ++r)
+                    if (r != rank) mbar_arrive_rel_cluster(cluster_addr(free_bar, u32(r)));
+            }
         }
 #else
         // Split-K where a thread holds at most 64 accumulators (SPLITS): holding a
@@ -783,17 +878,17 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
 #if EPILOGUE_TMA
         if (flags & C_TMA) {
             if (flags & C_F32) {
-                store_acc_tma<float>(&tc, staging, sub, m, n, x_base, w.y0, acc, bias, t, cw);
+                store_acc_tma<float>(&tc, staging, sub, m, n, x_base, w.y0, acc, bias, t, cw, rank);
             } else {
-                store_acc_tma<T>(&tc, staging, sub, m, n, x_base, w.y0, acc, bias, t, cw);
+                store_acc_tma<T>(&tc, staging, sub, m, n, x_base, w.y0, acc, bias, t, cw, rank);
             }
             continue;
         }
 #endif
         if (flags & C_F32) {
-            store_acc<float>(c, ldc, m, n, x_base, w.y0, acc, bias, pairs, t);
+            store_acc<float>(c, ldc, m, n, x_base, w.y0, acc, bias, pairs, t, rank, cw);
         } else {
-            store_acc<T>(c, ldc, m, n, x_base, w.y0, acc, bias, pairs, t);
+            store_acc<T>(c, ldc, m, n, x_base, w.y0, acc, bias, pairs, t, rank, cw);
         }
     }
 #if EPILOGUE_TMA

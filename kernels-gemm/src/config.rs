@@ -115,9 +115,9 @@ pub struct GemmConfig {
     pub vec: u32,
     /// Blocks per cluster: 1; 2 on the `wgmma` path with `split_k` 1, where the pair
     /// computes two vertically adjacent tiles (`2 * block_m` rows) and each block loads
-    /// half of their shared B tile, multicast into both; `split_k` (2, 3 or 4) on
-    /// `wgmma` or `wgmma_swap`, where the blocks are the splits of one tile, summed
-    /// through distributed shared memory (see [`crate::schema::CLUSTERS`] and
+    /// half of their shared B tile, multicast into both; `split_k` (2, 3, 4, 6 or 8) on
+    /// `wgmma` or `wgmma_swap`, where the blocks are the splits of one tile, each
+    /// summing a share of it from all of them through distributed shared memory (see [`crate::schema::CLUSTERS`] and
     /// [`GemmConfig::cluster_splits`]).
     pub cluster: u32,
     /// `Tma` on the `wgmma` path only: C staged in shared memory and stored by TMA.
@@ -231,9 +231,9 @@ impl GemmConfig {
     }
 
     /// Whether the splits of each tile run as one cluster (`cluster` = `split_k` > 1, on
-    /// `wgmma` or `wgmma_swap`): rank 0 adds the other ranks' partial tiles from their
-    /// shared memory in split order, so no workspace is used and C has the bits the
-    /// workspace split gives.
+    /// `wgmma` or `wgmma_swap`): each rank adds its share of the tile from every rank's
+    /// partial in their shared memory, in split order, so no workspace is used and C has
+    /// the bits the workspace split gives.
     pub fn cluster_splits(&self) -> bool {
         self.cluster > 1 && self.cluster == self.split_k
     }

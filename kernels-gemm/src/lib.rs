@@ -371,7 +371,7 @@ mod space_tests {
         assert_eq!(plan::fit(two, kernels_core::cache::AlignClass::A16), two);
     }
 
-    /// Every split of 2, 3 or 4 in the sm_90 space (swapped, or unswapped with raster
+    /// Every split of 2, 3, 4, 6 or 8 in the sm_90 space (swapped, or unswapped with raster
     /// groups of 8) has its cluster twin beside it where the partial tile fits beside the
     /// ring (and any staging of C), and every cluster split is such a twin; a swapped split
     /// of 2 runs only as its twin where that fits, in the space and in the default. The
@@ -392,7 +392,10 @@ mod space_tests {
                 let space = space::search_space(Target::Sm90, &key, m);
                 for c in space.iter().filter(|c| c.cluster_splits()) {
                     assert!(matches!(c.path, Path::WgmmaSwap | Path::Wgmma), "{c}");
-                    assert!(matches!(c.cluster, 2..=4) && c.cluster == c.split_k, "{c}");
+                    assert!(
+                        schema::SPLIT_CLUSTERS.contains(&i64::from(c.cluster)) && c.cluster == c.split_k,
+                        "{c}"
+                    );
                     let unclustered = GemmConfig { cluster: 1, ..*c };
                     let replaced = c.path == Path::WgmmaSwap && c.split_k == 2;
                     if space::split_allowed(Target::Sm90, &key, m, &unclustered) {
@@ -419,10 +422,11 @@ mod space_tests {
                     );
                     twins += 1;
                 }
-                for c in space
-                    .iter()
-                    .filter(|c| c.path != Path::Mma && c.cluster == 1 && matches!(c.split_k, 2..=4))
-                {
+                for c in space.iter().filter(|c| {
+                    c.path != Path::Mma
+                        && c.cluster == 1
+                        && schema::SPLIT_CLUSTERS.contains(&i64::from(c.split_k))
+                }) {
                     let twin = GemmConfig {
                         cluster: c.split_k,
                         ..*c
@@ -503,9 +507,9 @@ mod space_tests {
             let e = schema::check_config(&bad.values()).unwrap_err();
             assert!(e.contains("cluster") && e.contains("split_k"), "{bad}: {e}");
         }
-        // Unswapped: a pair unsplit, or the splits (cluster = split_k, 2-4).
+        // Unswapped: a pair unsplit, or the splits (cluster = split_k, 2, 3, 4, 6 or 8).
         let tile = GemmConfig::wgmma(128, 128, 8, 4);
-        for ok in [(2, 1), (2, 2), (3, 3), (4, 4)] {
+        for ok in [(2, 1), (2, 2), (3, 3), (4, 4), (6, 6), (8, 8)] {
             let c = GemmConfig {
                 cluster: ok.0,
                 split_k: ok.1,
@@ -514,7 +518,7 @@ mod space_tests {
             assert!(schema::check_config(&c.values()).is_ok(), "{c}");
             assert_eq!(c.cluster_splits(), ok.1 > 1, "{c}");
         }
-        for bad in [(4, 1), (3, 1), (2, 4), (4, 2)] {
+        for bad in [(4, 1), (3, 1), (2, 4), (4, 2), (8, 1), (6, 3), (8, 6)] {
             let c = GemmConfig {
                 cluster: bad.0,
                 split_k: bad.1,

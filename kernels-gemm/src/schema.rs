@@ -74,11 +74,12 @@ pub const WARPS: &[i64] = &[4, 8];
 /// `wgmma_swap` or `wgmma` path with `split_k` equal to it, where the blocks are the
 /// splits of one tile and rank 0 sums their partials from distributed shared memory, in
 /// split order, with no workspace.
-pub const CLUSTERS: &[i64] = &[1, 2, 3, 4];
-/// The splits a wgmma tile may run as one cluster. Not 6 or more: with one block
-/// an SM, a cluster's blocks must find free SMs in one GPC at once, and a GPC of 16 SMs
-/// holds two clusters of 6 or 8 (12 or 16 of its SMs).
-pub const SPLIT_CLUSTERS: &[i64] = &[2, 3, 4];
+pub const CLUSTERS: &[i64] = &[1, 2, 3, 4, 6, 8];
+/// The splits a wgmma tile may run as one cluster (8 is the largest portable cluster).
+/// With one block an SM, a cluster's blocks must find free SMs of one GPC at once: the
+/// H200 holds 66 clusters of 2, 30 of 4 and 15 of 8 (the occupancy query in gemm.md),
+/// so the larger clusters pay only where few tiles are split deep.
+pub const SPLIT_CLUSTERS: &[i64] = &[2, 3, 4, 6, 8];
 /// How C leaves the kernel: `direct` (each thread stores its accumulators) or `tma`
 /// (the `wgmma` and `wgmma_pingpong` paths only, block_n a multiple of 64: each consumer warpgroup stages
 /// 64-row sub-tiles in shared memory and the TMA unit stores them; where C's base or

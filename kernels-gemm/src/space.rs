@@ -186,14 +186,14 @@ pub const DEEP_STAGES: &[u32] = &[8, 12, 16];
 /// sm_90 or for layout nn): swapped operands up to 64 rows, with 16..=64 token columns and
 /// stages of 64 or 128 k
 /// up to `m` rounded up, 64..=256 weight rows, 1 or 2 consumers, every split-K
-/// [`split_allowed`] (from 65 to 256 rows, 64 or 128 token columns), splits of 2-4
-/// also as one cluster where their partial tile fits beside the ring (splits of 2 then
+/// [`split_allowed`] (from 65 to 256 rows, 64 or 128 token columns), splits of 2, 3, 4,
+/// 6 and 8 also as one cluster where their partial tile fits beside the ring (splits of 2 then
 /// only so); unswapped from 17
 /// rows, tiles of 64..=256 (up to `m` rounded up) by 64, 128, 256 and the
 /// [`extra_widths`] of the problem, 1 or 2 consumers, grouped
 /// rasters where there are tile rows to group, split-K without a cluster where
-/// [`split_allowed`] and `fits` (64 accumulators a thread; splits of 2-4 also as one
-/// cluster where the partial tile fits, raster groups of 8), clusters of 2 where there are two tile
+/// [`split_allowed`] and `fits` (64 accumulators a thread; splits of 2, 3, 4, 6 and 8
+/// also as one cluster where the partial tile fits, raster groups of 8), clusters of 2 where there are two tile
 /// rows to pair (power-of-two widths), C stored directly or by TMA (whose staging buffers may leave room for
 /// fewer ring stages: `fits` drops the deepest rings that no longer fit); and the
 /// pingpong schedule on the tiles of 64 or 128 rows, stored either way.

@@ -862,7 +862,9 @@ fn clusters_of_two_match_the_unclustered_tile_bit_for_bit() {
 /// as the workspace split: C must match it bit for bit, on swapped tiles of 16-128
 /// token columns, 64-256 weight rows, one and two consumers and stages of 64 and 128 k,
 /// and unswapped tiles of 64-128 rows by 64-128 columns stored directly and by TMA (the
-/// partial after the staging buffers), in splits of 2, 3 and 4, where a split gets no k steps (9 steps in 4 splits of 3), on
+/// partial after the staging buffers), in splits of 2, 3, 4, 6 and 8 (each rank summing
+/// and storing its share of the tile; with 6 or 8 ranks on a 16-token tile some own
+/// none), where a split gets no k steps (9 steps in 4 splits of 3), on
 /// ragged n and k, and where each cluster takes several tiles in turn (its partial
 /// buffers reused: n = 8200 at m = 17 makes 66-258 tiles, more than the clusters the
 /// SMs hold), three runs each.
@@ -892,7 +894,7 @@ fn cluster_splits_match_the_workspace_splits_bit_for_bit() {
         |key| {
             // Each split that fits with its cluster twin, both ways.
             let mut splits = Vec::new();
-            for split_k in [2, 3, 4] {
+            for split_k in [2, 3, 4, 6, 8] {
                 for &(block_m, block_n, block_k, warps_n, stages) in &tiles {
                     splits.push(GemmConfig {
                         block_k,
@@ -928,9 +930,10 @@ fn cluster_splits_match_the_workspace_splits_bit_for_bit() {
 }
 
 /// A persistent launch of clusters is lowered to the clusters the device holds at once:
-/// for a pair of 128 x 128 tiles and a split of 4 as one cluster (each one block an SM),
-/// the occupancy query finds at least one and at most `sm_count / cluster` of them,
-/// and the same answer on every ask (kept by the kernel). Printed: what an H200 holds.
+/// for a pair of 128 x 128 tiles and splits of 2, 3, 4, 6 and 8 as one cluster (each one
+/// block an SM), the occupancy query finds at least one and at most `sm_count / cluster`
+/// of them, and the same answer on every ask (kept by the kernel). Printed: what the
+/// device holds of each.
 #[test]
 fn persistent_cluster_launches_fit_the_clusters_the_device_holds() {
     let Some((rt, stream)) = runtime("persistent_cluster_launches_fit_the_clusters_the_device_holds") else {
@@ -951,13 +954,16 @@ fn persistent_cluster_launches_fit_the_clusters_the_device_holds() {
         cluster: 2,
         ..GemmConfig::wgmma(128, 128, 8, 4)
     };
-    let split = GemmConfig {
-        split_k: 4,
-        cluster: 4,
+    let split = |ways: u32| GemmConfig {
+        split_k: ways,
+        cluster: ways,
         ..GemmConfig::swapped(16, 128, 4, 6)
     };
-    // 4 x 64 tiles in 128 pairs; 1 x 64 tiles for 64 clusters of 4.
-    for (c, m) in [(pair, 512usize), (split, 16)] {
+    // 4 x 64 tiles in 128 pairs; 1 x 64 tiles for 64 clusters of each split.
+    let launches = [(pair, 512usize)]
+        .into_iter()
+        .chain([2, 3, 4, 6, 8].map(|ways| (split(ways), 16)));
+    for (c, m) in launches {
         let case = Case::nt(DType::Bf16, m, 8192, 512, 8192, DType::Bf16);
         let e = expected(&case, 900);
         let dev = Device::new(&stream, &case, &e, 0);
