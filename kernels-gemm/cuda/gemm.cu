@@ -260,23 +260,26 @@ __device__ __forceinline__ void release_stage(u32 bar) {
     }
 }
 
+#if KG_CSPLIT
 // CLUSTER SPLITS: the ownership of the tile's float4 groups. Group v of consumer
 // warpgroup cw is acc[v / (ACC / 4)][4 (v % (ACC / 4)) ..] of its threads (8 columns of
 // an m64 block). The groups are dealt to the ranks in turn, in units of OWN groups (64
 // columns, whole staging sub-tiles, with EPILOGUE_TMA), the warpgroups' units numbered
 // one after the other: unit i of warpgroup cw goes to rank (cw * UNITS + i) % CLUSTER.
+// (Inside the #if: a namespace-scope constant reaches every variant's image.)
 constexpr int OWN = EPILOGUE_TMA ? 8 : 1;
 constexpr int UNITS = MW * (ACC / 4) / OWN;  // ownership units a consumer warpgroup holds
-static_assert(!CSPLIT || (ACC / 4) % OWN == 0, "an m64 block holds whole ownership units");
+static_assert((ACC / 4) % OWN == 0, "an m64 block holds whole ownership units");
+#endif
 
-// Whether `rank` sums and stores group v of warpgroup cw (without cluster splits a block
-// stores every group).
+// Whether `rank` sums and stores group v of warpgroup cw (see above; without cluster
+// splits a block stores every group).
 __device__ __forceinline__ bool owns(int rank, int cw, int v) {
-    if constexpr (!CSPLIT) {
-        return true;
-    } else {
-        return (cw * UNITS + v / OWN) % CLUSTER == rank;
-    }
+#if KG_CSPLIT
+    return (cw * UNITS + v / OWN) % CLUSTER == rank;
+#else
+    return true;
+#endif
 }
 
 #if KG_CSPLIT
