@@ -72,8 +72,8 @@ pub const WARPS: &[i64] = &[4, 8];
 /// where the two blocks compute vertically adjacent tiles and share their B tile, each
 /// loading half of it by TMA multicast into both; or one of [`SPLIT_CLUSTERS`] on the
 /// `wgmma_swap` or `wgmma` path with `split_k` equal to it, where the blocks are the
-/// splits of one tile and rank 0 sums their partials from distributed shared memory, in
-/// split order, with no workspace.
+/// splits of one tile and each rank sums its share of the tile from every rank's partial
+/// (distributed shared memory, in split order) and stores that share, with no workspace.
 pub const CLUSTERS: &[i64] = &[1, 2, 3, 4, 6, 8];
 /// The splits a wgmma tile may run as one cluster (8 is the largest portable cluster).
 /// With one block an SM, a cluster's blocks must find free SMs of one GPC at once: the
