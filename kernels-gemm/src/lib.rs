@@ -532,10 +532,46 @@ mod space_tests {
         }
     }
 
+    /// Where 128 x 128 tiles make four waves or more (from 256 rows), the sm_90 space
+    /// holds no smaller tile of any wgmma path but still 128 x 128 and larger ones; where
+    /// they make fewer, or below 256 rows, smaller tiles are searched as before.
+    #[test]
+    fn many_tiles_leave_only_large_ones_in_the_space() {
+        let (mut pruned, mut kept) = (0, 0);
+        for &(n, k) in MODEL_SHAPES {
+            let key = GemmKey {
+                dtype: DType::Bf16,
+                layout: Layout::Nt,
+                n,
+                k,
+            };
+            for m in [64, 255, 256, 1024, 4096, 8192] {
+                let space = space::search_space(Target::Sm90, &key, m);
+                let small = space.iter().filter(|c| c.block_m * c.block_n < 128 * 128).count();
+                let tiles = m.div_ceil(128) * u64::from(n).div_ceil(128);
+                let only_large = space::only_large_tiles(&key, m);
+                assert_eq!(only_large, m >= 256 && tiles >= 528, "n={n} m={m}");
+                if only_large {
+                    pruned += 1;
+                    assert_eq!(small, 0, "n={n} m={m}");
+                    assert!(
+                        space.iter().any(|c| c.block_m == 128 && c.block_n == 128),
+                        "n={n} m={m}"
+                    );
+                } else {
+                    kept += 1;
+                    assert!(small > 0, "n={n} m={m}");
+                }
+            }
+        }
+        assert!(pruned > 0 && kept > 0, "{pruned} pruned, {kept} kept");
+    }
+
     /// Deep rings (8, 12 and 16 stages) of narrow unswapped tiles are searched for few
-    /// rows only: 64-row tiles 32 or 64 wide from 17 to 64 rows, 128 x 64 from 65 to 256,
-    /// each depth where it fits shared memory (16 stages of 64 x 32, not of 64 x 64); no
-    /// other unswapped config rings deeper than 6.
+    /// rows only: 64-row tiles 32 or 64 wide from 17 to 64 rows, 128 x 64 from 65 to 256
+    /// (unless the tiles are too many for any tile that small), each depth where it fits
+    /// shared memory (16 stages of 64 x 32, not of 64 x 64); no other unswapped config
+    /// rings deeper than 6.
     #[test]
     fn deep_rings_are_searched_for_few_rows_only() {
         for &(n, k) in MODEL_SHAPES {
@@ -569,7 +605,11 @@ mod space_tests {
                         assert!(has(64, 32, 4, 16) && has(64, 64, 4, 12), "n={n} m={m}");
                         assert!(!has(64, 64, 4, 16), "n={n} m={m}: 64 x 64 x 16 stages overflows");
                     }
-                    65..=256 => assert!(has(128, 64, 8, 8), "n={n} m={m}"),
+                    65..=256 => assert_eq!(
+                        has(128, 64, 8, 8),
+                        !space::only_large_tiles(&key, m),
+                        "n={n} m={m}"
+                    ),
                     _ => assert!(deep.is_empty(), "n={n} m={m}"),
                 }
             }
