@@ -53,18 +53,22 @@ pub(crate) struct OutputCheck<'s, B: Backend> {
     before: Vec<Vec<u8>>,
     written: Vec<(TuneBuffer, B::Buffer)>,
     default: Option<Vec<Vec<u8>>>,
+    /// Where the runs after the default's are read back, allocated by the first of them
+    /// and reused: a fresh host buffer per candidate paid the first touch of every page
+    /// again, for outputs of up to gigabytes (a GEMM of 8192 rows by 152064 columns).
+    scratch: Vec<Vec<u8>>,
 }
 
 impl<'s, B: Backend> OutputCheck<'s, B> {
     /// Reads `buffers` (a problem's) before anything runs and keeps a device copy of
-    /// each `Write` buffer.
+    /// each `Write` buffer (copied on the device: uploading the host copy sent up to
+    /// gigabytes of output back over the bus).
     pub(crate) fn new(stream: &'s B::Stream, buffers: &[TuneBuffer]) -> Result<Self> {
         let before = read_buffers::<B>(stream, buffers)?;
         let written = buffers
             .iter()
-            .zip(&before)
-            .filter(|(b, _)| b.role == BufferRole::Write)
-            .map(|(b, host)| Ok((*b, B::upload(stream, host)?)))
+            .filter(|b| b.role == BufferRole::Write)
+            .map(|b| Ok((*b, crate::tune::search::backend::snapshot::<B>(stream, b)?)))
             .collect::<Result<_>>()?;
         Ok(OutputCheck {
             stream,
@@ -72,6 +76,7 @@ impl<'s, B: Backend> OutputCheck<'s, B> {
             before,
             written,
             default: None,
+            scratch: Vec::new(),
         })
     }
 
@@ -108,37 +113,42 @@ impl<'s, B: Backend> OutputCheck<'s, B> {
         problem: &K::Problem<'_>,
     ) -> std::result::Result<(), String> {
         self.ready(index)?;
-        let got = self.read_run().map_err(|e| e.to_string())?;
-        match &self.default {
-            None => {
-                self.default = Some(got);
-                Ok(())
-            }
-            Some(want) => check_run::<K>(problem, &self.buffers, &self.before, &got, Expected::Run(want))
+        let Some(want) = &self.default else {
+            let mut got = Vec::new();
+            self.read_run(&mut got).map_err(|e| e.to_string())?;
+            self.default = Some(got);
+            return Ok(());
+        };
+        let mut got = std::mem::take(&mut self.scratch);
+        let outcome = match self.read_run(&mut got) {
+            Ok(()) => check_run::<K>(problem, &self.buffers, &self.before, &got, Expected::Run(want))
                 .map_err(|e| format!("{WRONG_OUTPUT}{e}")),
-        }
+            Err(e) => Err(e.to_string()),
+        };
+        self.scratch = got;
+        outcome
     }
 }
 
 impl<B: Backend> OutputCheck<'_, B> {
-    /// Every buffer after a run (stream-ordered): read back, except the read-only ones
-    /// above [`UNREAD_LIMIT`], given empty (see [`PlannedKernel::check_outputs`] and
-    /// [`OutputCheck::verify_unread`]), rather than a host copy of what they held: for
-    /// the largest GEMM shapes that was a gigabyte copied, and compared with itself, for
-    /// every candidate checked.
-    fn read_run(&self) -> Result<Vec<Vec<u8>>> {
-        self.buffers
-            .iter()
-            .map(|b| {
-                if unread(b) {
-                    return Ok(Vec::new());
-                }
-                let mut host = vec![0u8; b.bytes];
-                // SAFETY: `b.ptr` is valid for b.bytes by the PlannedKernel contract.
-                unsafe { B::read_back(self.stream, b.ptr, &mut host) }?;
-                Ok(host)
-            })
-            .collect()
+    /// Every buffer after a run (stream-ordered), into `into`, one host buffer each,
+    /// overwritten in place where `into` already holds it at its size: read back, except
+    /// the read-only ones above [`UNREAD_LIMIT`], given empty (see
+    /// [`PlannedKernel::check_outputs`] and [`OutputCheck::verify_unread`]), rather than
+    /// a host copy of what they held: for the largest GEMM shapes that was a gigabyte
+    /// copied, and compared with itself, for every candidate checked.
+    fn read_run(&self, into: &mut Vec<Vec<u8>>) -> Result<()> {
+        into.resize_with(self.buffers.len(), Vec::new);
+        for (b, host) in self.buffers.iter().zip(into.iter_mut()) {
+            if unread(b) {
+                host.clear();
+                continue;
+            }
+            host.resize(b.bytes, 0);
+            // SAFETY: `b.ptr` is valid for b.bytes by the PlannedKernel contract.
+            unsafe { B::read_back(self.stream, b.ptr, host) }?;
+        }
+        Ok(())
     }
 
     /// After a search: every read-only buffer [`OutputCheck::check`] did not read back
@@ -146,9 +156,16 @@ impl<B: Backend> OutputCheck<'_, B> {
     /// the buffer that changed: some candidate wrote into it, so no result of the
     /// search can be trusted.
     pub(crate) fn verify_unread(&self) -> std::result::Result<(), String> {
+        // Piece by piece through one host buffer: these are the largest buffers (up to
+        // gigabytes of weights), and a host copy of each whole paid its first touch.
         for (b, was) in self.buffers.iter().zip(&self.before).filter(|(b, _)| unread(b)) {
-            let now = read_buffers::<B>(self.stream, std::slice::from_ref(b)).map_err(|e| e.to_string())?;
-            if let Some(i) = was.iter().zip(&now[0]).position(|(a, b)| a != b) {
+            let changed = first_change(was, UNREAD_PIECE, |at, now| {
+                // SAFETY: `b.ptr` is valid for b.bytes by the PlannedKernel contract, and
+                // the piece lies within them (`was` is the host copy of all b.bytes).
+                unsafe { B::read_back(self.stream, b.ptr + at as u64, now) }
+            })
+            .map_err(|e| e.to_string())?;
+            if let Some(i) = changed {
                 return Err(format!(
                     "`{}` is only read, but after the search its byte {i} had changed: a candidate wrote into it",
                     b.name
@@ -162,6 +179,30 @@ impl<B: Backend> OutputCheck<'_, B> {
 /// Read-only buffers larger than this (64 MiB: GEMM and MoE weights reach gigabytes)
 /// are verified once after a search instead of read back after every candidate's check.
 pub const UNREAD_LIMIT: usize = 64 << 20;
+
+/// The pieces [`OutputCheck::verify_unread`] reads those buffers back in.
+const UNREAD_PIECE: usize = 64 << 20;
+
+/// The first byte at which a buffer differs from `was`, its earlier contents, reading
+/// it `piece` bytes at a time through one host buffer: `read(at, into)` fills `into`
+/// with the buffer's bytes from `at` on.
+fn first_change(
+    was: &[u8],
+    piece: usize,
+    mut read: impl FnMut(usize, &mut [u8]) -> Result<()>,
+) -> Result<Option<usize>> {
+    let piece = piece.max(1);
+    let mut now = Vec::new();
+    for (i, was) in was.chunks(piece).enumerate() {
+        let at = i * piece;
+        now.resize(was.len(), 0);
+        read(at, &mut now)?;
+        if let Some(j) = was.iter().zip(&now).position(|(a, b)| a != b) {
+            return Ok(Some(at + j));
+        }
+    }
+    Ok(None)
+}
 
 fn unread(b: &TuneBuffer) -> bool {
     b.role == BufferRole::Read && b.bytes > UNREAD_LIMIT
@@ -204,13 +245,14 @@ pub fn verify_each<B: Backend, K: Tunable>(
     let check = OutputCheck::<B>::new(stream, &buffers).map_err(|e| e.to_string())?;
     let want = K::reference(&problem, &check.before)
         .ok_or_else(|| format!("kernel `{}` has no CPU reference", K::SCHEMA.kernel))?;
+    let mut got = Vec::new();
     let verdicts = configs
         .iter()
         .map(|config| {
             check.restore_written().map_err(|e| e.to_string())?;
             rt.launch_config::<K>(stream, config, &problem)
                 .map_err(|e| e.to_string())?;
-            let got = check.read_run().map_err(|e| e.to_string())?;
+            check.read_run(&mut got).map_err(|e| e.to_string())?;
             check_run::<K>(
                 &problem,
                 &buffers,
@@ -222,4 +264,42 @@ pub fn verify_each<B: Backend, K: Tunable>(
         .collect();
     check.verify_unread()?;
     Ok(verdicts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_change;
+
+    #[test]
+    fn first_change_finds_a_byte_in_any_piece() {
+        let was: Vec<u8> = (0..50u8).collect();
+        // Pieces of 7 bytes (the last one short), 1 byte and the whole buffer at once.
+        for piece in [7, 1, 50, 64] {
+            for changed in [None, Some(0), Some(6), Some(7), Some(30), Some(49)] {
+                let mut now = was.clone();
+                if let Some(i) = changed {
+                    now[i] ^= 0x80;
+                }
+                let mut reads = Vec::new();
+                let found = first_change(&was, piece, |at, into| {
+                    reads.push((at, into.len()));
+                    into.copy_from_slice(&now[at..at + into.len()]);
+                    Ok(())
+                })
+                .unwrap();
+                assert_eq!(found, changed, "piece {piece}");
+                // Contiguous reads from 0 that stop at the piece holding the change.
+                let mut next = 0;
+                for &(at, len) in &reads {
+                    assert_eq!(at, next, "piece {piece}");
+                    assert!(len <= piece && len > 0, "piece {piece}");
+                    next = at + len;
+                }
+                let stop = changed
+                    .map_or(was.len(), |i| (i / piece + 1) * piece)
+                    .min(was.len());
+                assert_eq!(next, stop, "piece {piece}, change {changed:?}");
+            }
+        }
+    }
 }

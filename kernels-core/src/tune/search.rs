@@ -580,7 +580,7 @@ pub(crate) mod backend {
     }
 
     /// A stream-ordered device copy of `b`'s contents.
-    fn snapshot<B: Backend>(stream: &B::Stream, b: &TuneBuffer) -> Result<B::Buffer> {
+    pub(crate) fn snapshot<B: Backend>(stream: &B::Stream, b: &TuneBuffer) -> Result<B::Buffer> {
         let snap = B::alloc(stream, b.bytes)?;
         // SAFETY: the snapshot holds b.bytes; `b.ptr` is valid for them by the
         // PlannedKernel contract.
