@@ -206,6 +206,7 @@ pub(crate) struct Owned<B: Backend> {
     #[allow(dead_code)] // held for its allocation
     buffers: Vec<B::Buffer>,
     addresses: Vec<u64>,
+    bytes: Vec<usize>,
 }
 
 impl<B: Backend> Owned<B> {
@@ -216,7 +217,37 @@ impl<B: Backend> Owned<B> {
             .map(|h| B::upload(stream, h))
             .collect::<Result<Vec<_>>>()?;
         let addresses = buffers.iter().map(B::address).collect();
-        Ok(Owned { buffers, addresses })
+        let bytes = images.iter().map(Vec::len).collect();
+        Ok(Owned {
+            buffers,
+            addresses,
+            bytes,
+        })
+    }
+
+    /// Another set of buffers holding what these hold, copied on the device
+    /// (stream-ordered; no host round trip).
+    pub(crate) fn duplicate(&self, stream: &B::Stream) -> Result<Owned<B>> {
+        let buffers = self
+            .buffers
+            .iter()
+            .zip(&self.bytes)
+            .map(|(src, &bytes)| {
+                let dst = B::alloc(stream, bytes)?;
+                if bytes > 0 {
+                    // SAFETY: both buffers are live allocations of `bytes` bytes on the
+                    // stream's device.
+                    unsafe { B::copy(stream, B::address(&dst), B::address(src), bytes) }?;
+                }
+                Ok(dst)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let addresses = buffers.iter().map(B::address).collect();
+        Ok(Owned {
+            buffers,
+            addresses,
+            bytes: self.bytes.clone(),
+        })
     }
 
     /// The buffers' device addresses, in upload order.
@@ -295,7 +326,26 @@ impl ProgramText {
 
 #[cfg(test)]
 mod tests {
-    use super::ProgramText;
+    use super::mock::{Mock, MockStream};
+    use super::{Backend, Owned, ProgramText};
+
+    #[test]
+    fn duplicates_hold_the_same_bytes_and_are_copied_on_the_device() {
+        let stream = MockStream::default();
+        let images = vec![vec![1u8, 2, 3], Vec::new(), (0..=255u8).collect()];
+        let first = Owned::<Mock>::upload(&stream, &images).unwrap();
+        let copy = first.duplicate(&stream).unwrap();
+        for (i, image) in images.iter().enumerate() {
+            assert_ne!(first.addresses()[i], copy.addresses()[i], "buffer {i}");
+            let mut host = vec![0u8; image.len()];
+            // SAFETY: the copy holds image.len() bytes (mock device memory is host memory).
+            unsafe { Mock::read_back(&stream, copy.addresses()[i], &mut host) }.unwrap();
+            assert_eq!(&host, image, "buffer {i}");
+        }
+        // One device copy per non-empty buffer, and nothing sent from the host.
+        let copies = stream.log.borrow().iter().filter(|l| *l == "copy").count();
+        assert_eq!(copies, 2);
+    }
 
     #[test]
     fn program_text_names_the_string_with_a_nul_byte_and_keeps_its_pointers() {

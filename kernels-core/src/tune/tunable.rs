@@ -158,10 +158,13 @@ pub(crate) fn alloc_copies<B: Backend, K: Tunable>(
         TimingMethod::Single => 1,
         TimingMethod::Graph => crate::rotation(bytes, rt.info().l2_bytes),
     };
-    let mut all = vec![first];
+    // The copies on the device: uploading each again sent the inputs over the bus as
+    // many times (up to 64 copies, or twice a gigabyte of weights).
+    let mut all = Vec::with_capacity(copies);
     for _ in 1..copies {
-        all.push(Owned::<B>::upload(stream, &inputs)?);
+        all.push(first.duplicate(stream)?);
     }
+    all.insert(0, first);
     Ok(all)
 }
 
