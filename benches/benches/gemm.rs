@@ -32,8 +32,9 @@
 //! `GEMM_BENCH_TABLE=<dir>/gemm/<target>.json` serves from that table file instead of the
 //! baked one, by the same lookup rule (a table a tuning run has just written, timed in the
 //! same device call before it is landed and baked; refused unless it was tuned against
-//! this binary's kernel source and target; its sources read `file:table-exact` and so
-//! on). Per shape it first times a
+//! this binary's kernel source and target, unless `GEMM_BENCH_ANY_SOURCE=1`: two builds
+//! of a kernel-source change timed on the same configs before a retune; its sources read
+//! `file:table-exact` and so on). Per shape it first times a
 //! plain read of the weight, rotated and graph-timed the same way: the floor of a
 //! decode point's weight stream (`read_floor` records), and a copy of the weight's bytes
 //! (`copy_floor`: the device's own bandwidth at that size, the bound against which a
@@ -82,13 +83,19 @@ fn table_from_env(target: Target) -> Result<Option<HashMap<String, Vec<BakedEntr
         .into());
     }
     if h.source_fingerprint != kernels::gemm::SOURCE_FINGERPRINT {
-        return Err(format!(
-            "GEMM_BENCH_TABLE: {} was tuned against kernel source {}, this binary has {}",
+        let what = format!(
+            "{} was tuned against kernel source {}, this binary has {}",
             path.display(),
             h.source_fingerprint,
             kernels::gemm::SOURCE_FINGERPRINT
-        )
-        .into());
+        );
+        if std::env::var_os("GEMM_BENCH_ANY_SOURCE").is_none_or(|v| v != "1") {
+            return Err(format!(
+                "GEMM_BENCH_TABLE: {what} (GEMM_BENCH_ANY_SOURCE=1 serves it anyway, to compare two builds on the same configs)"
+            )
+            .into());
+        }
+        println!("GEMM_BENCH_ANY_SOURCE: {what}; its configs are served on code they were not tuned on");
     }
     println!(
         "serving from {} (tuned {} on {}), not the baked table",
