@@ -155,17 +155,42 @@ where
 /// assert_eq!(row_norms(tuned::DType::Bf16, &bytes, 2, 3, 2), vec![5.0, 0.0]);
 /// ```
 pub fn row_norms(dtype: DType, bytes: &[u8], rows: usize, ld: usize, len: usize) -> Vec<f64> {
+    let size = dtype.size();
     let mut out = vec![0.0f64; rows];
     par_fill(&mut out, |start, part| {
         for (r, slot) in part.iter_mut().enumerate() {
-            let base = (start + r) * ld;
-            *slot = (base..base + len)
-                .map(|i| f64::from(element_at(dtype, bytes, i)).powi(2))
-                .sum::<f64>()
-                .sqrt();
+            let base = (start + r) * ld * size;
+            *slot = sum_of_squares(dtype, &bytes[base..base + len * size]).sqrt();
         }
     });
     out
+}
+
+/// The sum of the squares of the `dtype` elements stored in `bytes`, in f64, over eight
+/// running sums: one sum in a row waits on each add, and the tuner takes the norm of
+/// every row of weights of up to a gigabyte for each finalist it checks.
+fn sum_of_squares(dtype: DType, bytes: &[u8]) -> f64 {
+    fn over<const N: usize>(bytes: &[u8], decode: impl Fn([u8; N]) -> f32) -> f64 {
+        let mut sums = [0.0f64; 8];
+        let mut chunks = bytes.chunks_exact(8 * N);
+        for c in &mut chunks {
+            for (l, sum) in sums.iter_mut().enumerate() {
+                let x = f64::from(decode(c[l * N..(l + 1) * N].try_into().unwrap_or([0; N])));
+                *sum += x * x;
+            }
+        }
+        let tail: f64 = chunks
+            .remainder()
+            .chunks_exact(N)
+            .map(|e| f64::from(decode(e.try_into().unwrap_or([0; N]))).powi(2))
+            .sum();
+        sums.iter().sum::<f64>() + tail
+    }
+    match dtype {
+        DType::F32 => over::<4>(bytes, f32::from_le_bytes),
+        DType::F16 => over::<2>(bytes, |b| half::f16::from_le_bytes(b).to_f32()),
+        DType::Bf16 => over::<2>(bytes, |b| half::bf16::from_le_bytes(b).to_f32()),
+    }
 }
 
 /// Deterministic pseudo-random values in `[offset - scale, offset + scale)` (tuning
