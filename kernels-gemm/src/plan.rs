@@ -801,7 +801,7 @@ fn check_outputs(
     let (out_ulp, acc) = crate::reference::tolerance(cd);
     let sqrt_k = (k as f64).sqrt();
     let what = format!("gemm {dtype} [{m}, {n}, {k}]");
-    let elems = c.len() / cd.size();
+    let elems = c.len() / size;
     par_check(m, p.c.ld, |rows| {
         for i in rows {
             let row = i * p.c.ld;

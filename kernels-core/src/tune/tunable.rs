@@ -160,11 +160,11 @@ pub(crate) fn alloc_copies<B: Backend, K: Tunable>(
     };
     // The copies on the device: uploading each again sent the inputs over the bus as
     // many times (up to 64 copies, or twice a gigabyte of weights).
-    let mut all = Vec::with_capacity(copies);
+    let mut all = vec![first];
     for _ in 1..copies {
-        all.push(first.duplicate(stream)?);
+        let copy = all[0].duplicate(stream)?;
+        all.push(copy);
     }
-    all.insert(0, first);
     Ok(all)
 }
 
