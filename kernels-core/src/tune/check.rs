@@ -197,7 +197,9 @@ fn first_change(
         let at = i * piece;
         now.resize(was.len(), 0);
         read(at, &mut now)?;
-        if let Some(j) = was.iter().zip(&now).position(|(a, b)| a != b) {
+        // A slice comparison first (a memcmp); the byte only where the piece differs.
+        if was != now.as_slice() {
+            let j = was.iter().zip(&now).position(|(a, b)| a != b).unwrap_or(0);
             return Ok(Some(at + j));
         }
     }
