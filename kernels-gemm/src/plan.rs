@@ -780,22 +780,19 @@ fn check_outputs(
         }
     };
     let cd = p.c_dtype;
-    let (want_at, runs): (Box<dyn Fn(usize) -> f32 + Sync>, f64) = match expected {
+    // Against another run, its bytes too: a row whose outputs are those bytes exactly
+    // passes without its bounds (most candidates sum each output in the default's order
+    // and round it the same way).
+    type WantAt<'w> = Box<dyn Fn(usize) -> f32 + Sync + 'w>;
+    let (want_at, runs, want_bytes): (WantAt<'_>, f64, Option<&Vec<u8>>) = match expected {
         Expected::Run(w) => {
             let w = &w[2];
-            (Box::new(move |at| element_at(cd, w, at)), 2.0)
+            (Box::new(move |at| element_at(cd, w, at)), 2.0, Some(w))
         }
         Expected::Reference(w) => {
             let w = &w[2];
-            (Box::new(move |at| w[at]), 1.0)
+            (Box::new(move |at| w[at]), 1.0, None)
         }
-    };
-    // Another run's bytes, where the comparison is with one: a row whose outputs are
-    // those bytes exactly passes without its bounds (most candidates sum each output
-    // in the default's order and round it the same way).
-    let want_bytes = match expected {
-        Expected::Run(w) => Some(&w[2]),
-        Expected::Reference(_) => None,
     };
     let size = cd.size();
     let (out_ulp, acc) = crate::reference::tolerance(cd);

@@ -201,6 +201,25 @@ pub(crate) fn no_graph_timing<B: Backend>() -> crate::Error {
     )
 }
 
+/// A new device buffer holding the `bytes` bytes at `src`, copied on the device
+/// (stream-ordered).
+///
+/// # Safety
+/// `src` must be device memory of `stream`'s device, valid for `bytes` bytes until the
+/// copy runs.
+pub(crate) unsafe fn device_copy<B: Backend>(
+    stream: &B::Stream,
+    src: u64,
+    bytes: usize,
+) -> Result<B::Buffer> {
+    let dst = B::alloc(stream, bytes)?;
+    if bytes > 0 {
+        // SAFETY: `dst` holds `bytes`; `src` is valid for them by the caller's contract.
+        unsafe { B::copy(stream, B::address(&dst), src, bytes) }?;
+    }
+    Ok(dst)
+}
+
 /// A device buffer and its address.
 pub(crate) struct Owned<B: Backend> {
     #[allow(dead_code)] // held for its allocation
@@ -232,15 +251,8 @@ impl<B: Backend> Owned<B> {
             .buffers
             .iter()
             .zip(&self.bytes)
-            .map(|(src, &bytes)| {
-                let dst = B::alloc(stream, bytes)?;
-                if bytes > 0 {
-                    // SAFETY: both buffers are live allocations of `bytes` bytes on the
-                    // stream's device.
-                    unsafe { B::copy(stream, B::address(&dst), B::address(src), bytes) }?;
-                }
-                Ok(dst)
-            })
+            // SAFETY: each buffer is a live allocation of its `bytes` on the stream's device.
+            .map(|(src, &bytes)| unsafe { device_copy::<B>(stream, B::address(src), bytes) })
             .collect::<Result<Vec<_>>>()?;
         let addresses = buffers.iter().map(B::address).collect();
         Ok(Owned {

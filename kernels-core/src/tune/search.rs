@@ -581,11 +581,8 @@ pub(crate) mod backend {
 
     /// A stream-ordered device copy of `b`'s contents.
     pub(crate) fn snapshot<B: Backend>(stream: &B::Stream, b: &TuneBuffer) -> Result<B::Buffer> {
-        let snap = B::alloc(stream, b.bytes)?;
-        // SAFETY: the snapshot holds b.bytes; `b.ptr` is valid for them by the
-        // PlannedKernel contract.
-        unsafe { B::copy(stream, B::address(&snap), b.ptr, b.bytes) }?;
-        Ok(snap)
+        // SAFETY: `b.ptr` is valid for b.bytes by the PlannedKernel contract.
+        unsafe { crate::backend::device_copy::<B>(stream, b.ptr, b.bytes) }
     }
 
     /// The configs a recheck of a committed entry compares: the entry, the analytic
