@@ -39,6 +39,14 @@ variant's machine code changed (a refactor that should change nothing):
     # ... edit ...
     python3 scripts/nvrtc_check.py variants.json --arch sm_90a --digest after.json
     cmp before.json after.json
+
+`--sass KERNEL` (repeatable) disassembles the sm_90a cubin of every variant with entry
+point KERNEL (nvdisasm from the nvidia-cuda-nvdisasm wheel, $NVDISASM or PATH) and fails
+one whose warpgroup-MMA main loop (the innermost loop around each HGMMA) moves values into
+uniform registers (`R2UR`): the wgmma descriptors then come from per-thread registers, a
+few instructions before every HGMMA (a warpgroup index the compiler does not know is
+warp-uniform did this; docs/results/gemm.md). With `-v` it
+prints each such loop's instruction and HGMMA counts.
 """
 
 from __future__ import annotations
@@ -52,7 +60,10 @@ import importlib.util
 import json
 import os
 import re
+import shutil
+import subprocess
 import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -83,6 +94,77 @@ def find_nvrtc() -> str:
     if found:
         return found
     sys.exit("nvrtc_check: no libnvrtc found; `pip install nvidia-cuda-nvrtc` or set NVRTC_LIB")
+
+
+def find_nvdisasm() -> str | None:
+    """Path of nvdisasm: $NVDISASM, then the nvidia-cuda-nvdisasm wheel, then PATH."""
+    env = os.environ.get("NVDISASM")
+    if env:
+        return env
+    spec = importlib.util.find_spec("nvidia")
+    for base in list(spec.submodule_search_locations) if spec else []:
+        for sub in ("cu13/bin", "cuda_nvdisasm/bin", "cu12/bin"):
+            path = os.path.join(base, sub, "nvdisasm")
+            if os.access(path, os.X_OK):
+                return path
+    return shutil.which("nvdisasm")
+
+
+SASS_INSTR = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;")
+SASS_LABEL = re.compile(r"^\s*(\.L_x_\d+):")
+SASS_BRANCH = re.compile(r"\bBRA\b.*`\((\.L_x_\d+)\)")
+
+
+def opcode(instr: str) -> str:
+    """The opcode of one SASS instruction, past its predicate (`@!P0 R2UR UR4, R2` -> R2UR)."""
+    words = instr.split()
+    return words[1] if words and words[0].startswith("@") and len(words) > 1 else (words[0] if words else "")
+
+
+def wgmma_loops(sass: str) -> list[list[str]]:
+    """The innermost loop around each HGMMA of a disassembly (nvdisasm -c): the shortest
+    run from a label to a branch back to it that holds the HGMMA, as its instructions,
+    each loop once, in order."""
+    instrs, labels = [], {}
+    for line in sass.splitlines():
+        m = SASS_LABEL.match(line)
+        if m:
+            labels[m.group(1)] = len(instrs)
+            continue
+        m = SASS_INSTR.search(line)
+        if m:
+            instrs.append(m.group(1))
+    loops = []
+    for end, ins in enumerate(instrs):
+        m = SASS_BRANCH.search(ins)
+        if m and labels.get(m.group(1), end + 1) <= end:
+            loops.append((labels[m.group(1)], end))
+    found = set()
+    for at, ins in enumerate(instrs):
+        if not opcode(ins).startswith("HGMMA"):
+            continue
+        around = [(b, e) for b, e in loops if b <= at <= e]
+        if around:
+            found.add(min(around, key=lambda r: r[1] - r[0]))
+    return [instrs[b:e + 1] for b, e in sorted(found)]
+
+
+def sass_problems(nvdisasm: str, cubin: bytes) -> tuple[list[str], list[str]]:
+    """(problems, loop summaries) of one cubin's warpgroup-MMA loops (see `--sass`)."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True, check=True).stdout
+    problems, summary = [], []
+    for body in wgmma_loops(out):
+        ops = [opcode(i) for i in body]
+        hgmma = sum(op.startswith("HGMMA") for op in ops)
+        moves = sum(op.startswith("R2UR") for op in ops)
+        summary.append(f"{len(body)} instructions, {hgmma} HGMMA")
+        if moves:
+            problems.append(f"a wgmma loop of {len(body)} instructions moves {moves} values into "
+                            f"uniform registers (R2UR) around its {hgmma} HGMMA")
+    return problems, summary
 
 
 class Nvrtc:
@@ -210,7 +292,15 @@ def main() -> int:
                     help="print registers, stack and spills per variant (ptxas -v)")
     ap.add_argument("--digest", metavar="FILE",
                     help="write the SHA-256 of every variant's cubin to FILE (JSON)")
+    ap.add_argument("--sass", action="append", metavar="KERNEL",
+                    help="fail sm_90a variants of entry point KERNEL (repeatable) whose wgmma "
+                    "loops move values into uniform registers (R2UR); needs nvdisasm")
     args = ap.parse_args()
+    nvdisasm = None
+    if args.sass:
+        nvdisasm = find_nvdisasm()
+        if nvdisasm is None:
+            sys.exit("nvrtc_check: --sass needs nvdisasm; `pip install nvidia-cuda-nvdisasm` or set NVDISASM")
 
     if args.smoke:
         variants = smoke_variants()
@@ -238,19 +328,24 @@ def main() -> int:
     def run(job):
         v, arch, src, opts = job
         ok, log, size = nvrtc.compile(src, os.path.basename(v["sources"][-1]), opts,
-                                      want_cubin=bool(args.digest))
+                                      want_cubin=bool(args.digest or nvdisasm))
+        loops = []
+        if ok and nvdisasm and arch == "sm_90a" and set(args.sass) & set(v.get("kernels", [])):
+            problems, loops = sass_problems(nvdisasm, size)
+            if problems:
+                ok, log = False, "\n".join(problems) + "\n" + log
         if ok and args.digest:
             size = hashlib.sha256(size).hexdigest()
         if ok:
             missing = [k for k in v.get("kernels", []) if k not in src]
             if missing:
                 ok, log = False, f"entry points not in the source: {missing}\n" + log
-        return v, arch, ok, log, size
+        return v, arch, ok, log, size, loops
 
     failures = 0
     digests = {}
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        for v, arch, ok, log, size in pool.map(run, jobs):
+        for v, arch, ok, log, size, loops in pool.map(run, jobs):
             name = f"{variant_name(v)} [{arch}]"
             if not ok:
                 failures += 1
@@ -265,7 +360,8 @@ def main() -> int:
                     f"{k}: {r} regs, {st} B stack, {sp} B spill"
                     for (k, st, sp), r in zip(PTXAS_FRAME.findall(log), PTXAS_REGS.findall(log))
                 )
-                print(f"ok   {name}: {info}", flush=True)
+                loops = "".join(f"; wgmma loop: {x}" for x in loops)
+                print(f"ok   {name}: {info}{loops}", flush=True)
     print(f"{len(jobs) - failures}/{len(jobs)} compiled", flush=True)
     if args.digest:
         tmp = args.digest + ".tmp"
