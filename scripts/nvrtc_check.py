@@ -149,14 +149,18 @@ def wgmma_loops(sass: str) -> list[list[str]]:
     return [instrs[b:e + 1] for b, e in sorted(found)]
 
 
-def sass_problems(nvdisasm: str, cubin: bytes) -> tuple[list[str], list[str]]:
-    """(problems, loop summaries) of one cubin's warpgroup-MMA loops (see `--sass`)."""
+def disassemble(nvdisasm: str, cubin: bytes) -> str:
+    """nvdisasm -c of a cubin."""
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        out = subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True, check=True).stdout
+        return subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True, check=True).stdout
+
+
+def sass_problems(sass: str) -> tuple[list[str], list[str]]:
+    """(problems, loop summaries) of one disassembly's warpgroup-MMA loops (see `--sass`)."""
     problems, summary = [], []
-    for body in wgmma_loops(out):
+    for body in wgmma_loops(sass):
         ops = [opcode(i) for i in body]
         hgmma = sum(op.startswith("HGMMA") for op in ops)
         moves = sum(op.startswith("R2UR") for op in ops)
@@ -331,7 +335,7 @@ def main() -> int:
                                       want_cubin=bool(args.digest or nvdisasm))
         loops = []
         if ok and nvdisasm and arch == "sm_90a" and set(args.sass) & set(v.get("kernels", [])):
-            problems, loops = sass_problems(nvdisasm, size)
+            problems, loops = sass_problems(disassemble(nvdisasm, size))
             if problems:
                 ok, log = False, "\n".join(problems) + "\n" + log
         if ok and args.digest:
