@@ -45,8 +45,8 @@ point KERNEL (nvdisasm from the nvidia-cuda-nvdisasm wheel, $NVDISASM or PATH) a
 one whose warpgroup-MMA main loop (the innermost loop around each HGMMA) moves values into
 uniform registers (`R2UR`): the wgmma descriptors then come from per-thread registers, a
 few instructions before every HGMMA (a warpgroup index the compiler does not know is
-warp-uniform did this; docs/results/gemm.md). With `-v` it
-prints each such loop's instruction and HGMMA counts.
+warp-uniform did this; docs/results/gemm.md). With `-v` it prints each such loop's
+instruction and HGMMA counts.
 """
 
 from __future__ import annotations
@@ -118,7 +118,9 @@ SASS_BRANCH = re.compile(r"\bBRA\b.*`\((\.L_x_\d+)\)")
 def opcode(instr: str) -> str:
     """The opcode of one SASS instruction, past its predicate (`@!P0 R2UR UR4, R2` -> R2UR)."""
     words = instr.split()
-    return words[1] if words and words[0].startswith("@") and len(words) > 1 else (words[0] if words else "")
+    if words and words[0].startswith("@"):
+        words = words[1:]
+    return words[0] if words else ""
 
 
 def wgmma_loops(sass: str) -> list[list[str]]:
@@ -364,8 +366,8 @@ def main() -> int:
                     f"{k}: {r} regs, {st} B stack, {sp} B spill"
                     for (k, st, sp), r in zip(PTXAS_FRAME.findall(log), PTXAS_REGS.findall(log))
                 )
-                loops = "".join(f"; wgmma loop: {x}" for x in loops)
-                print(f"ok   {name}: {info}{loops}", flush=True)
+                shown = "".join(f"; wgmma loop: {x}" for x in loops)
+                print(f"ok   {name}: {info}{shown}", flush=True)
     print(f"{len(jobs) - failures}/{len(jobs)} compiled", flush=True)
     if args.digest:
         tmp = args.digest + ".tmp"
