@@ -14,6 +14,16 @@ the table's `source`, the bench's cuBLAS with `source` "cublas", `agree`, `read_
   over the bench's;
 - per weight, the copy floor against the 1 GiB copy, and ours and cuBLAS at m = 1 against it;
 - the largest disagreement between ours and cuBLAS.
+
+Two builds side by side (an A/B of a kernel-source change on the same configs: bench_gemm of
+each build with `GEMM_BENCH_TABLE=<one table> GEMM_BENCH_ANY_SOURCE=1`, in one device call):
+
+    python3 scripts/gemm_report.py a-*.jsonl --against b-*.jsonl
+
+prints every point both runs have: A's and B's us, A / B (above 1: B faster) and each against
+the cuBLAS timed beside it, then per m the geometric means of A / B and of B's cuBLAS ratio
+over A's (the same comparison with each run's drift divided out). Several files a side are
+merged (a run split m by m).
 """
 
 from __future__ import annotations
@@ -61,15 +71,55 @@ def load(path):
     return ours, cublas, torch, agree, floors, copy
 
 
+def load_all(paths):
+    """`load` of several record files merged (later files win a point both hold)."""
+    merged = [{}, {}, {}, {}, {}, None]
+    for path in paths:
+        for i, part in enumerate(load(path)):
+            if i < 5:
+                merged[i].update(part)
+            elif part is not None:
+                merged[i] = part
+    return tuple(merged)
+
+
+def compare(a_paths, b_paths):
+    a_ours, a_cublas = load_all(a_paths)[:2]
+    b_ours, b_cublas = load_all(b_paths)[:2]
+    keys = [k for k in a_ours if k in b_ours and k in a_cublas and k in b_cublas]
+    if not keys:
+        sys.exit("no point has ours and the bench's cuBLAS in both runs")
+    print("| model | layer | m | A us | B us | A / B | A vs cuBLAS | B vs cuBLAS |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for key in sorted(keys, key=lambda k: (k[2], k[0], k[1])):
+        a, b = a_ours[key]["us"], b_ours[key]["us"]
+        print(f"| {key[0]} | {key[1]} | {key[2]} | {a:.1f} | {b:.1f} | {a / b:.3f} | "
+              f"{a_cublas[key]['us'] / a:.2f} | {b_cublas[key]['us'] / b:.2f} |")
+    print()
+    print("| m | points | A / B geomean | min | max | B's cuBLAS ratio / A's |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for m in sorted({k[2] for k in keys}):
+        at = [k for k in keys if k[2] == m]
+        speed = {k: a_ours[k]["us"] / b_ours[k]["us"] for k in at}
+        lo, hi = min(speed, key=speed.get), max(speed, key=speed.get)
+        drift = geomean((b_cublas[k]["us"] / b_ours[k]["us"]) / (a_cublas[k]["us"] / a_ours[k]["us"]) for k in at)
+        print(f"| {m} | {len(at)} | {geomean(speed.values()):.3f} | {speed[lo]:.3f} ({short(*lo[:2])}) | "
+              f"{speed[hi]:.3f} ({short(*hi[:2])}) | {drift:.3f} |")
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("records")
+    ap.add_argument("records", nargs="+")
+    ap.add_argument("--against", nargs="+", metavar="B", help="another build's records: an A/B of the two")
     args = ap.parse_args()
-    ours, cublas, torch, agree, floors, copy = load(args.records)
+    if args.against:
+        return compare(args.records, args.against)
+    ours, cublas, torch, agree, floors, copy = load_all(args.records)
     if not ours or not cublas:
-        sys.exit(f"{args.records}: no points of ours and of the bench's cuBLAS (source \"cublas\")")
+        sys.exit(f"{' '.join(args.records)}: no points of ours and of the bench's cuBLAS (source \"cublas\")")
     if not copy:
-        sys.exit(f"{args.records}: no copy_tbs record (scripts/gemm_peers.py writes it)")
+        sys.exit(f"{' '.join(args.records)}: no copy_tbs record (scripts/gemm_peers.py writes it)")
     ms = sorted({k[2] for k in ours})
     shapes = list(dict.fromkeys(k[:2] for k in ours))
 

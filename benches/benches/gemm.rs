@@ -33,7 +33,8 @@
 //! baked one, by the same lookup rule (a table a tuning run has just written, timed in the
 //! same device call before it is landed and baked; refused unless it was tuned against
 //! this binary's kernel source and target, unless `GEMM_BENCH_ANY_SOURCE=1`: two builds
-//! of a kernel-source change timed on the same configs before a retune; its sources read
+//! of a kernel-source change timed on the same configs before a retune, compared by
+//! `scripts/gemm_report.py A.jsonl --against B.jsonl`; its sources read
 //! `file:table-exact` and so on). Per shape it first times a
 //! plain read of the weight, rotated and graph-timed the same way: the floor of a
 //! decode point's weight stream (`read_floor` records), and a copy of the weight's bytes
