@@ -73,14 +73,13 @@ def load(path):
 
 def load_all(paths):
     """`load` of several record files merged (later files win a point both hold)."""
-    merged = [{}, {}, {}, {}, {}, None]
+    maps, copy = [{}, {}, {}, {}, {}], None
     for path in paths:
-        for i, part in enumerate(load(path)):
-            if i < 5:
-                merged[i].update(part)
-            elif part is not None:
-                merged[i] = part
-    return tuple(merged)
+        *parts, path_copy = load(path)
+        for merged, part in zip(maps, parts):
+            merged.update(part)
+        copy = path_copy if path_copy is not None else copy
+    return (*maps, copy)
 
 
 def compare(a_paths, b_paths):
