@@ -577,7 +577,9 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
 #endif
     __shared__ int is_last;
 
-    const int wg = threadIdx.x / 128;
+    // Read from lane 0, so the compiler knows it is the same across the warp and keeps what
+    // derives from it (the wgmma descriptors) in uniform registers.
+    const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x / 128), 0);
     const u32 ring = (kd::smem_addr(smem) + 1023u) & ~1023u;
     const u32 full0 = kd::smem_addr(full), empty0 = kd::smem_addr(empty);
     const int x_rows = SWAP ? n : m, y_rows = SWAP ? m : n;
@@ -701,6 +703,9 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
     int sub = 0;
 #endif
     int it = 0;
+    // Ring slot 0's descriptors of this warpgroup's X rows and of Y.
+    const unsigned long long dx0 = smem_desc_sw128(ring + (PP ? 0 : cw * WG_X * 128));
+    const unsigned long long dy0 = smem_desc_sw128(ring + KS * X_BYTES);
     // The block's units in order (`local`); with PINGPONG this warpgroup's own count
     // (`mine`) numbers its turns.
     int local = 0, mine = 0;
@@ -731,15 +736,18 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
         // One wgmma group in flight: a stage is released once the group after the one
         // that read it has been issued and the older group has completed.
         int prev = -1;
-        for (int i = 0; i < nk; ++i, ++it) {
-            const int s = it % STAGES;
-            mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
-            // The descriptors of the stage's first X and Y sub-tiles; the others follow by
-            // adding byte offsets / 16 to the address field (every address here is a multiple
-            // of 16 below 2^18, so the field neither carries nor wraps).
-            const unsigned long long dx =
-                smem_desc_sw128(ring + s * STAGE_BYTES + (PP ? 0 : cw * WG_X * 128));
-            const unsigned long long dy = smem_desc_sw128(ring + s * STAGE_BYTES + KS * X_BYTES);
+        // The ring slot and phase of the unit's first stage, then stepped along without
+        // a division per stage.
+        u32 s = u32(it) % STAGES, phase = (u32(it) / STAGES) & 1;
+        it += nk;
+        for (int i = 0; i < nk; ++i) {
+            mbar_wait(full0 + 8 * s, phase);
+            // The descriptors of the stage's first X and Y sub-tiles, those of ring slot 0
+            // moved by the slot's offset; the others follow by adding byte offsets / 16
+            // to the address field (every address here is a multiple of 16 below 2^18,
+            // so the field neither carries nor wraps).
+            const unsigned long long dx = dx0 + s * (STAGE_BYTES >> 4);
+            const unsigned long long dy = dy0 + s * (STAGE_BYTES >> 4);
             wgmma_fence();
 #pragma unroll
             for (int kb = 0; kb < KS; ++kb)
@@ -754,7 +762,11 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
             if (prev >= 0 && t == 0) {
                 release_stage(empty0 + 8 * prev);
             }
-            prev = s;
+            prev = int(s);
+            if (++s == STAGES) {
+                s = 0;
+                phase ^= 1;
+            }
         }
 #if PINGPONG
         if (t == 0) {
