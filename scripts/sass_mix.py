@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import collections
 import os
-import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -54,11 +53,7 @@ def main() -> int:
     if args.sass:
         with open(args.sass, "w", encoding="utf-8") as out:
             out.write(sass)
-    ops = collections.Counter()
-    for line in sass.splitlines():
-        m = re.match(r"\s*(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(\.[A-Z0-9_.]+)?\s", line.split("*/", 1)[-1])
-        if m and "/*" in line:
-            ops[m.group(1) + (m.group(2) or "")] += 1
+    ops = collections.Counter(nvrtc_check.opcode(i) for i in nvrtc_check.SASS_INSTR.findall(sass))
     total = sum(ops.values())
     print(f"{total} instructions")
     problems, loops = nvrtc_check.sass_problems(sass)
