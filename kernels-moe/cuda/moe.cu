@@ -696,7 +696,10 @@ extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
     // warps holding the gate rows of the same columns ([accumulator][thread]).
     __shared__ float s_up[PAIRED ? ACC * 64 : 1];
 
-    const int tid = threadIdx.x, lane = tid % 32, wg = tid / 128;
+    const int tid = threadIdx.x, lane = tid % 32;
+    // Lane 0's value: the compiler then knows it is warp-uniform and keeps the wgmma
+    // descriptors derived from it in uniform registers.
+    const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
     const u32 ring = (kd::smem_addr(smem) + 1023u) & ~1023u;
     const u32 full0 = kd::smem_addr(full), empty0 = kd::smem_addr(empty);
     const u32 ifull0 = kd::smem_addr(info_full), ifree0 = kd::smem_addr(info_free);
@@ -832,6 +835,7 @@ extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
     const int t = tid % 128;
     const int wl = t / 32;
     int it = 0;
+    const unsigned long long d_ring = smem_desc_sw128(ring);
     for (int local = 0;; ++local) {
         const int b = local & 1;
         mbar_wait(ifull0 + 8 * b, (local / 2) & 1);
@@ -852,11 +856,16 @@ extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
         // One wgmma group in flight: a stage is released once the group after the one
         // that read it has been issued and the older group has completed.
         int prev = -1;
-        for (int i = 0; i < ktiles; ++i, ++it) {
-            const int s = it % STAGES;
-            mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
+        // The ring slot and phase of the tile's first stage, then stepped along without a
+        // division per stage.
+        u32 s = u32(it) % STAGES, phase = (u32(it) / STAGES) & 1;
+        it += ktiles;
+        for (int i = 0; i < ktiles; ++i) {
+            mbar_wait(full0 + 8 * s, phase);
             fence_proxy_async();
-            const u32 stage = ring + s * STAGE_BYTES;
+            // Descriptors: the ring's, its address field moved by byte offsets / 16 (every
+            // address here is a multiple of 16 below 2^18: the field neither carries nor wraps).
+            const u32 stage = s * STAGE_BYTES;
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < BK / 16; ++kk)
@@ -870,11 +879,11 @@ extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
                     for (int h = 0; h < NP; ++h) {
                         auto& a = *reinterpret_cast<float(*)[ACC]>(&acc[mw][h * ACC]);
                         if constexpr (SWAP)
-                            Wgmma<BY>::run(a, smem_desc_sw128(stage + h * W_BYTES + mine),
-                                           smem_desc_sw128(stage + A_OFF + kk * 32));
+                            Wgmma<BY>::run(a, d_ring + ((stage + h * W_BYTES + mine) >> 4),
+                                           d_ring + ((stage + A_OFF + kk * 32) >> 4));
                         else
-                            Wgmma<BY>::run(a, smem_desc_sw128(stage + A_OFF + mine),
-                                           smem_desc_sw128(stage + h * W_BYTES + kk * 32));
+                            Wgmma<BY>::run(a, d_ring + ((stage + A_OFF + mine) >> 4),
+                                           d_ring + ((stage + h * W_BYTES + kk * 32) >> 4));
                     }
                 }
             wgmma_commit();
@@ -882,7 +891,11 @@ extern "C" __global__ void __launch_bounds__(km::THREADS, km::MIN_BLOCKS)
             if (prev >= 0 && t == 0) {
                 mbar_arrive(empty0 + 8 * prev);
             }
-            prev = s;
+            prev = int(s);
+            if (++s == STAGES) {
+                s = 0;
+                phase ^= 1;
+            }
         }
         wgmma_wait<0>();
         if (prev >= 0 && t == 0) {
