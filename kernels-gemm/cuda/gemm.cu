@@ -928,7 +928,7 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
         cluster_sync();  // see the producer's
     }
 }
-#else  // portable path
+#elif !STREAM  // portable path
 
 #if !defined(DTYPE) || !defined(LAYOUT) || !defined(BM) || !defined(BN) || !defined(BK) || !defined(WM) || \
     !defined(WN) || !defined(STAGES) || !defined(ALIGNED)
@@ -1187,3 +1187,256 @@ extern "C" __global__ void __launch_bounds__(kg::THREADS)
 }
 
 #endif  // WGMMA
+
+#if STREAM
+// Decode path (sm_80+, layout nt): the weight streams from global memory straight into
+// the A fragments of mma.sync m16n8k16, with no shared-memory ring, no barrier and no
+// producer, so a block starts loading at once and each SM keeps as many 16-byte loads
+// in flight as its warps issue. The weight's rows are the product's 16-row side and the
+// tokens its 8-column side (C^T = B . A^T, as on the swapped wgmma path).
+//
+// ABI (the Rust host follows exactly this): gemm_mma_kernel's, layout nt only;
+//   group_m is taken and unused (one token tile row: nothing to group).
+// Defines: DTYPE; STREAM 1; TOK 8 or 16 tokens a block (the config's block_m); WR warps
+//   along the weight's rows, 16 rows each (block_n = 16 WR); WK warps splitting the
+//   block's share of k, summed in shared memory in warp order; UNROLL blocks of 32 k
+//   each warp loads before their products (the config's stages); ALIGNED 1: A and B
+//   bases 16-byte aligned and lda, ldb multiples of 8 elements (16-byte loads); 0:
+//   element loads.
+// Grid: (ceil(n / (16 WR)), split_k, ceil(m / TOK)) blocks of WR * WK * 32 threads, with
+//   WR * WK * 32 * TOK / 2 floats of dynamic shared memory where WK > 1. split_k > 1
+//   sums the splits through the workspace as gemm_mma_kernel does (the last block of a
+//   tile adds the partials in split order), a tile being TOK tokens x 16 WR rows.
+//
+// Fragments without a transpose: a lane with g = lane / 4, t = lane % 4 loads 8
+// consecutive k (16 bytes) of weight rows g and g + 8 at 8t within each block of 32 k
+// and the same 8 k of token g's row of A. Within the block, mma step 0 takes elements
+// 0-3 of every lane's 8 and step 1 elements 4-7: the products' k order is a fixed
+// permutation of the block's 32 k, the same for both operands, so each dot product is
+// whole (fp32 sums in another order than the tiled paths', within the same tolerance).
+
+#if !defined(DTYPE) || !defined(TOK) || !defined(WR) || !defined(WK) || !defined(UNROLL) || !defined(ALIGNED)
+#error "the stream GEMM needs DTYPE, TOK, WR, WK, UNROLL, ALIGNED"
+#endif
+
+namespace kg {
+
+constexpr int S_THREADS = WR * WK * 32;
+constexpr int S_NT = TOK / 8;  // n8 token tiles a warp
+static_assert(TOK == 8 || TOK == 16, "8 or 16 tokens a block");
+static_assert(S_THREADS == 128 || S_THREADS == 256, "4 or 8 warps");
+static_assert(UNROLL >= 1 && UNROLL <= 8, "1 to 8 blocks of k in flight");
+
+// 16 bytes (8 elements) from p, with no element at or past `left` read (left <= 0: zeros).
+// Full chunks of an aligned operand move as one 16-byte load (`stream`: the weight,
+// read once, not kept in L1); the rest element by element.
+template <bool STREAMED>
+__device__ __forceinline__ uint4 load8(const T* p, int left) {
+#if ALIGNED
+    if (left >= 8) {
+        uint4 v;
+        if constexpr (STREAMED) {
+            asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                         : "l"(p));
+        } else {
+            asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+                         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                         : "l"(p));
+        }
+        return v;
+    }
+#endif
+    const kd::u16* q = reinterpret_cast<const kd::u16*>(p);
+    u32 w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const u32 lo = 2 * i < left ? u32(q[2 * i]) : 0u;
+        const u32 hi = 2 * i + 1 < left ? u32(q[2 * i + 1]) : 0u;
+        w[i] = lo | (hi << 16);
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// One block of 32 k: two m16n8k16 products per token tile (elements 0-3, then 4-7).
+__device__ __forceinline__ void stream_mma(float (&acc)[S_NT][4], const uint4& wa, const uint4& wb,
+                                           const uint4 (&x)[S_NT]) {
+#pragma unroll
+    for (int i = 0; i < S_NT; ++i) {
+        const u32 a0[4] = {wa.x, wb.x, wa.y, wb.y};
+        const u32 a1[4] = {wa.z, wb.z, wa.w, wb.w};
+        Mma<T>::run(acc[i], a0, x[i].x, x[i].y);
+        Mma<T>::run(acc[i], a1, x[i].z, x[i].w);
+    }
+}
+
+}  // namespace kg
+
+extern "C" __global__ void __launch_bounds__(kg::S_THREADS)
+    gemm_stream_kernel(const kg::T* __restrict__ a, const kg::T* __restrict__ b, void* __restrict__ c,
+                       const kg::T* __restrict__ bias, float* __restrict__ ws, int m, int n, int k, long long lda,
+                       long long ldb, long long ldc, int split_k, int group_m, int flags) {
+    using namespace kg;
+    (void)group_m;
+    extern __shared__ __align__(16) float red[];
+    __shared__ int is_last;
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int wr = warp % WR, wk = warp / WR;
+    const int g = lane / 4, t = lane % 4;
+    const int row0 = (blockIdx.x * WR + wr) * 16;
+    const int tok0 = blockIdx.z * TOK;
+    // This warp's blocks of 32 k: share blockIdx.y * WK + wk of split_k * WK.
+    const int kblocks = (k + 31) / 32;
+    const int shares = split_k * WK;
+    const int per = (kblocks + shares - 1) / shares;
+    const int kb0 = min((blockIdx.y * WK + wk) * per, kblocks);
+    const int kb1 = min(kb0 + per, kblocks);
+    // Rows past n read row n - 1 (its products are never stored).
+    const T* wa = b + (long long)min(row0 + g, n - 1) * ldb + 8 * t;
+    const T* wb = b + (long long)min(row0 + g + 8, n - 1) * ldb + 8 * t;
+
+    // The first blocks of the weight head for L2 while the kernel before finishes
+    // (the weight is not written by the kernels this one waits for, as on the wgmma path).
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+        if (kb0 + u < kb1 && (kb0 + u) * 32 + 8 * t < k) {
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(wa + (kb0 + u) * 32));
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(wb + (kb0 + u) * 32));
+        }
+    }
+    kd::pdl_wait();
+
+    const T* xa[S_NT];
+    bool tok_ok[S_NT];
+#pragma unroll
+    for (int i = 0; i < S_NT; ++i) {
+        const int tok = tok0 + 8 * i + g;
+        tok_ok[i] = tok < m;
+        xa[i] = a + (long long)min(tok, m - 1) * lda + 8 * t;
+    }
+    float acc[S_NT][4];
+#pragma unroll
+    for (int i = 0; i < S_NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+
+    // Whole blocks (all 32 k within k), UNROLL at a time: every load first, then the products.
+    const int whole = min(kb1, k / 32);
+    int kb = kb0;
+    for (; kb + UNROLL <= whole; kb += UNROLL) {
+        uint4 ra[UNROLL], rb[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            ra[u] = load8<true>(wa + (kb + u) * 32, 8);
+            rb[u] = load8<true>(wb + (kb + u) * 32, 8);
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            uint4 x[S_NT];
+#pragma unroll
+            for (int i = 0; i < S_NT; ++i)
+                x[i] = tok_ok[i] ? load8<false>(xa[i] + (kb + u) * 32, 8) : make_uint4(0u, 0u, 0u, 0u);
+            stream_mma(acc, ra[u], rb[u], x);
+        }
+    }
+    // The rest one block at a time, the last one ragged where k is not a multiple of 32.
+    for (; kb < kb1; ++kb) {
+        const int left = k - (kb * 32 + 8 * t);
+        const uint4 ra = load8<true>(wa + kb * 32, left), rb = load8<true>(wb + kb * 32, left);
+        uint4 x[S_NT];
+#pragma unroll
+        for (int i = 0; i < S_NT; ++i)
+            x[i] = tok_ok[i] ? load8<false>(xa[i] + kb * 32, left) : make_uint4(0u, 0u, 0u, 0u);
+        stream_mma(acc, ra, rb, x);
+    }
+    // Every input this block reads is read: the next kernel may start its blocks.
+    kd::pdl_launch_dependents();
+
+    // The block's k shares, summed in warp order by the warps of share 0.
+    if constexpr (WK > 1) {
+        if (wk > 0) {
+#pragma unroll
+            for (int i = 0; i < S_NT; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) red[(((wk - 1) * WR + wr) * S_NT * 4 + i * 4 + j) * 32 + lane] = acc[i][j];
+        }
+        __syncthreads();
+        if (wk == 0) {
+#pragma unroll
+            for (int i = 0; i < S_NT; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+                    for (int q = 1; q < WK; ++q) acc[i][j] += red[(((q - 1) * WR + wr) * S_NT * 4 + i * 4 + j) * 32 + lane];
+        }
+    }
+
+    if (split_k > 1) {
+        // Each split stores its partial tile (fragment order: coalesced); the last block
+        // of the tile to finish sums all of them in split order 0, 1, ...
+        const int tiles_n = (n + 16 * WR - 1) / (16 * WR);
+        const int tiles = tiles_n * ((m + TOK - 1) / TOK);
+        const int tile = blockIdx.z * tiles_n + blockIdx.x;
+        constexpr int TILE = TOK * 16 * WR;
+        float* part = ws + SPLIT_COUNTERS + (long long)tile * TILE;
+        const long long split_stride = (long long)tiles * TILE;
+        const int z = blockIdx.y;
+        if (wk == 0) {
+#pragma unroll
+            for (int i = 0; i < S_NT; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) part[z * split_stride + ((i * 4 + j) * WR + wr) * 32 + lane] = acc[i][j];
+        }
+        __threadfence();
+        __syncthreads();
+        unsigned* counters = reinterpret_cast<unsigned*>(ws);
+        if (tid == 0) {
+            is_last = atomicAdd(&counters[tile], 1u) == unsigned(split_k - 1);
+        }
+        __syncthreads();
+        if (!is_last) {
+            return;
+        }
+        __threadfence();
+        if (wk == 0) {
+#pragma unroll
+            for (int i = 0; i < S_NT; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    float s = 0.f;
+                    for (int zz = 0; zz < split_k; ++zz) {
+                        const float v =
+                            zz == z ? acc[i][j] : __ldcg(&part[zz * split_stride + ((i * 4 + j) * WR + wr) * 32 + lane]);
+                        s = zz == 0 ? v : s + v;
+                    }
+                    acc[i][j] = s;
+                }
+        }
+        if (tid == 0) {
+            counters[tile] = 0;  // ready for the next launch on this workspace
+        }
+    }
+    if (wk != 0) {
+        return;
+    }
+    // C[token][row] (+ bias[row]): accumulator j of token tile i is row g + 8 (j / 2),
+    // token 8 i + 2 t + j % 2.
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const int row = row0 + g + 8 * (j / 2);
+        if (row >= n) {
+            continue;
+        }
+        const float bv = bias != nullptr ? kd::to_f32(bias[row]) : 0.f;
+#pragma unroll
+        for (int i = 0; i < S_NT; ++i) {
+            const int tok = tok0 + 8 * i + 2 * t + j % 2;
+            if (tok < m) {
+                const long long at = (long long)tok * ldc + row;
+                if (flags & C_F32) {
+                    reinterpret_cast<float*>(c)[at] = acc[i][j] + bv;
+                } else {
+                    reinterpret_cast<T*>(c)[at] = kd::from_f32<T>(acc[i][j] + bv);
+                }
+            }
+        }
+    }
+}
+#endif  // STREAM

@@ -58,6 +58,7 @@ pub enum Path {
     Wgmma,
     WgmmaSwap,
     WgmmaPingpong,
+    Stream,
 }
 
 impl Path {
@@ -67,6 +68,7 @@ impl Path {
             Path::Wgmma => "wgmma",
             Path::WgmmaSwap => "wgmma_swap",
             Path::WgmmaPingpong => "wgmma_pingpong",
+            Path::Stream => "stream",
         }
     }
 
@@ -176,6 +178,26 @@ impl GemmConfig {
         }
     }
 
+    /// The decode path (`stream`): `block_m` tokens (8 or 16), `warps_n` warps of 16
+    /// weight rows each, `warps_m` warps splitting the block's k, `stages` blocks of 32 k
+    /// in flight a warp, no split. Other choices are struct updates of it.
+    pub const fn stream(block_m: u32, warps_n: u32, warps_m: u32, stages: u32) -> GemmConfig {
+        GemmConfig {
+            path: Path::Stream,
+            block_m,
+            block_n: 16 * warps_n,
+            block_k: 32,
+            warps_m,
+            warps_n,
+            stages,
+            split_k: 1,
+            group_m: 8,
+            vec: 8,
+            cluster: 1,
+            epilogue: Epilogue::Direct,
+        }
+    }
+
     /// Decodes and checks a config (values in parameter order).
     pub fn from_values(values: &[Value]) -> Result<Self, String> {
         check_config(values)?;
@@ -185,6 +207,7 @@ impl GemmConfig {
             Some("wgmma") => Path::Wgmma,
             Some("wgmma_swap") => Path::WgmmaSwap,
             Some("wgmma_pingpong") => Path::WgmmaPingpong,
+            Some("stream") => Path::Stream,
             other => return Err(format!("unknown path {other:?}")),
         };
         let epilogue = match values[EPILOGUE_AT].as_str() {
@@ -261,8 +284,11 @@ impl GemmConfig {
     /// fp32 accumulators each thread holds (one per output of its warp tile / 32; on
     /// `wgmma_pingpong` each consumer warpgroup holds a whole tile).
     pub fn accumulators(&self) -> u32 {
-        if self.path == Path::WgmmaPingpong {
-            return self.block_m * self.block_n / 128;
+        match self.path {
+            Path::WgmmaPingpong => return self.block_m * self.block_n / 128,
+            // 16 rows x block_m tokens a warp.
+            Path::Stream => return self.block_m / 2,
+            _ => {}
         }
         (self.block_m / self.warps_m) * (self.block_n / self.warps_n) / 32
     }
@@ -271,8 +297,18 @@ impl GemmConfig {
     /// tiles (16-bit elements), padded rows on the mma path; unpadded 128-byte-swizzled
     /// rows plus 1 KiB to realign them on the wgmma paths, with a `tma` epilogue
     /// [`TMA_STAGING_BYTES`] per consumer warpgroup, and with [cluster
-    /// splits](GemmConfig::cluster_splits) one fp32 partial tile.
+    /// splits](GemmConfig::cluster_splits) one fp32 partial tile; on `stream` no ring,
+    /// only the accumulators of every warp where `warps_m` > 1 (the block's k shares,
+    /// summed there).
     pub fn smem_bytes(&self, layout: Layout) -> usize {
+        if self.path == Path::Stream {
+            // The k shares' accumulators, summed in shared memory (none with one share).
+            return if self.warps_m > 1 {
+                (self.threads() * self.accumulators()) as usize * 4
+            } else {
+                0
+            };
+        }
         if self.path.is_wgmma() {
             let rows = (self.block_m + self.block_n) as usize;
             let staging = match self.epilogue {

@@ -305,6 +305,16 @@ pub fn variant(key: &GemmKey, c: &GemmConfig) -> Variant {
             Epilogue::Direct => v,
         };
     }
+    if c.path == Path::Stream {
+        return Variant::new("gemm_stream_kernel")
+            .define("DTYPE", dtype_define(key.dtype))
+            .define("STREAM", 1)
+            .define("TOK", c.block_m)
+            .define("WR", c.warps_n)
+            .define("WK", c.warps_m)
+            .define("UNROLL", c.stages)
+            .define("ALIGNED", u32::from(c.vec == 8));
+    }
     Variant::new("gemm_mma_kernel")
         .define("DTYPE", dtype_define(key.dtype))
         .define(
@@ -474,6 +484,9 @@ pub fn launch_args(
     if c.path.is_wgmma() {
         return wgmma_launch_args(device, c, p);
     }
+    if c.path == Path::Stream {
+        return stream_launch_args(c, p);
+    }
     let tiles = c.tiles(p.m, p.key.n);
     let grid = u32::try_from(tiles)
         .ok()
@@ -499,6 +512,51 @@ pub fn launch_args(
         .i32(flags);
     let mut dims = LaunchDims::linear(grid, c.threads()).with_smem(smem);
     dims.grid.1 = c.split_k;
+    Ok((dims, args))
+}
+
+/// The launch of a `stream` config (alignment, device and workspace already checked):
+/// the weight's row tiles along x, the splits along y, the token tiles along z, with the
+/// mma kernel's arguments.
+fn stream_launch_args(c: &GemmConfig, p: &GemmProblem<'_>) -> Result<(LaunchDims, KernelArgs)> {
+    if p.key.layout != Layout::Nt {
+        return Err(Error::invalid(
+            "layout",
+            "nn: the stream path takes layout nt only (the weight as [n, k] rows)",
+        ));
+    }
+    let row_tiles = p.key.n.div_ceil(c.block_n);
+    let token_tiles = u32::try_from(p.m.div_ceil(u64::from(c.block_m)))
+        .ok()
+        .filter(|&t| t <= 65535)
+        .ok_or_else(|| {
+            Error::invalid(
+                "m",
+                format!(
+                    "{} rows make more than 65535 tiles of {} tokens for the stream path",
+                    p.m, c.block_m
+                ),
+            )
+        })?;
+    let smem = c.smem_bytes(p.key.layout) as u32;
+    let mut args = KernelArgs::new();
+    args.ptr(p.a.ptr)
+        .ptr(p.b.ptr)
+        .ptr(p.c.ptr)
+        .ptr(p.bias)
+        .ptr(p.ws)
+        .i32(p.m as i32)
+        .i32(p.key.n as i32)
+        .i32(p.key.k as i32)
+        .i64(p.a.ld as i64)
+        .i64(p.b.ld as i64)
+        .i64(p.c.ld as i64)
+        .i32(c.split_k as i32)
+        .i32(c.group_m as i32)
+        .i32(c_flags(p));
+    let mut dims = LaunchDims::linear(row_tiles, c.threads()).with_smem(smem);
+    dims.grid.1 = c.split_k;
+    dims.grid.2 = token_tiles;
     Ok((dims, args))
 }
 

@@ -47,8 +47,17 @@ pub const LAYOUTS: &[&str] = &["nt", "nn"];
 /// warpgroup), stacked along the side wgmma's 64 rows cover: `warps_m` for `wgmma`,
 /// `warps_n` for `wgmma_swap`; the other is 1 (`wgmma_pingpong`: `warps_m` 8, two
 /// warpgroups on separate tiles). A block has one more warpgroup, the producer.
-pub const PATHS: &[&str] = &["mma", "wgmma", "wgmma_swap", "wgmma_pingpong"];
-pub const BLOCK_M: &[i64] = &[16, 32, 64, 128, 256];
+///
+/// `stream`: the decode path (sm_80+, layout nt): the weight's rows stream from global
+/// memory straight into mma.sync m16n8k16 fragments, with no shared-memory ring.
+/// `block_m` is 8 or 16 tokens, `warps_n` the warps along the weight's rows (16 rows
+/// each: `block_n` = 16 `warps_n`), `warps_m` the warps splitting the block's share of k
+/// (summed in shared memory in warp order), `block_k` 32 (one load of 16 bytes a lane
+/// and row), `stages` the blocks of 32 k each warp loads before their products;
+/// split-K through the workspace, no cluster, C stored directly.
+pub const PATHS: &[&str] = &["mma", "wgmma", "wgmma_swap", "wgmma_pingpong", "stream"];
+/// 8 on the `stream` path only.
+pub const BLOCK_M: &[i64] = &[8, 16, 32, 64, 128, 256];
 /// Powers of two on every path; the widths between them on the unswapped wgmma paths only
 /// (see `space::EXTRA_BLOCK_N`).
 pub const BLOCK_N: &[i64] = &[16, 32, 64, 80, 96, 112, 128, 160, 192, 224, 256];
@@ -100,7 +109,8 @@ pub const CLUSTER_AT: usize = param_index(&GEMM, "cluster");
 pub const EPILOGUE_AT: usize = param_index(&GEMM, "epilogue");
 
 /// Checks a config's values against the parameter domains and the rules that tie
-/// parameters together (independent of the problem): 4 or 8 warps, each warp tile a
+/// parameters together (independent of the problem): 4 or 8 warps; on `stream` 8 or 16
+/// tokens, 16 rows a warp along n and 32-wide k blocks; elsewhere each warp tile a
 /// whole number of 16 x 16 products, clusters of 2 unsplit on the `wgmma` path and of
 /// `split_k` ([`SPLIT_CLUSTERS`]) on `wgmma` and `wgmma_swap` only, TMA stores of
 /// C on the unswapped wgmma paths only, with whole 64-column sub-tiles, block_n other than
@@ -152,6 +162,24 @@ pub fn check_config(values: &[Value]) -> Result<(), String> {
     }
     if !WARPS.contains(&(wm * wn)) {
         return Err(format!("warps_m * warps_n = {} must be 4 or 8", wm * wn));
+    }
+    if path == "stream" {
+        let bk = values[BLOCK_K_AT].as_int().unwrap_or(0);
+        return if bm != 8 && bm != 16 {
+            Err(format!("block_m={bm} on path stream must be 8 or 16 tokens"))
+        } else if bn != 16 * wn {
+            Err(format!(
+                "block_n={bn} on path stream must be 16 rows a warp along n: 16 * warps_n = {}",
+                16 * wn
+            ))
+        } else if bk != 32 {
+            Err(format!("block_k={bk} on path stream must be 32"))
+        } else {
+            Ok(())
+        };
+    }
+    if bm == 8 {
+        return Err(format!("block_m=8 needs path stream, got {path}"));
     }
     // On `wgmma_pingpong` each of the two consumer warpgroups spans the whole tile.
     let wm = if path == "wgmma_pingpong" { wm / 2 } else { wm };

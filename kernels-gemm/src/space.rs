@@ -84,6 +84,8 @@ pub fn fits(target: Target, key: &GemmKey, c: &GemmConfig) -> bool {
     let k_steps = key.k.div_ceil(c.block_k);
     let path_fits = match c.path {
         Path::Mma => c.accumulators() <= MAX_ACCUMULATORS,
+        // The weight's rows stream as [n, k] rows: layout nt only.
+        Path::Stream => key.layout == Layout::Nt,
         Path::Wgmma | Path::WgmmaSwap | Path::WgmmaPingpong => wgmma_shape_fits(target, key, c),
     };
     path_fits
@@ -147,6 +149,9 @@ pub fn extra_widths(target: Target, key: &GemmKey, m: u64, block_m: u32) -> Vec<
 pub fn split_allowed(target: Target, key: &GemmKey, m: u64, c: &GemmConfig) -> bool {
     let sms = u64::from(target.reference_sm_count());
     let tiles = c.tiles(m, key.n);
+    if c.path == Path::Stream {
+        return c.split_k == 1 || stream_split(target, key, m, c);
+    }
     c.split_k == 1
         || (tiles < sms && tiles * u64::from(c.split_k) <= 2 * sms)
         || wave_split(target, key, m, c)
@@ -169,6 +174,59 @@ pub fn wave_split(target: Target, key: &GemmKey, m: u64, c: &GemmConfig) -> bool
         && tiles >= sms
         && tiles * cluster <= 8 * sms
         && wave_fill(tiles, sms / cluster) >= wave_fill(tiles, sms) + 0.05
+}
+
+/// Whether a `stream` config may split k for `m` rows: where its tiles number fewer than
+/// [`STREAM_BLOCKS_PER_SM`] blocks an SM and the split grid at most that many. Its blocks
+/// are small (4-8 warps, no shared-memory ring), so several run on each SM at once: 70B-tp8
+/// qkv (n = 1280, k = 8192) at m = 1 streams fastest in 80 tiles of 16 rows split 4 ways
+/// (320 blocks), 8B o (n = 4096) in 256 tiles split 2 ways (the decode probe in gemm.md).
+pub fn stream_split(target: Target, key: &GemmKey, m: u64, c: &GemmConfig) -> bool {
+    let sms = u64::from(target.reference_sm_count());
+    let tiles = c.tiles(m, key.n);
+    c.path == Path::Stream
+        && tiles < STREAM_BLOCKS_PER_SM * sms / 2
+        && tiles * u64::from(c.split_k) <= STREAM_BLOCKS_PER_SM * sms
+}
+
+/// Blocks an SM the `stream` split grid may reach (see [`stream_split`]).
+pub const STREAM_BLOCKS_PER_SM: u64 = 8;
+
+/// Token counts up to which the `stream` path is searched (a weight stream: every extra
+/// 8 tokens add two products a k block for each 16-byte weight load).
+pub const STREAM_MAX_M: u64 = 16;
+
+/// `stream` warp grids searched, as (`warps_n`, `warps_m`): rows a block by warps
+/// splitting its k, 8 warps a block (the schema also takes 4; in the decode probe on the
+/// H100, at m = 1-16 on five Llama shapes, no 4-warp block was fastest on any).
+pub const STREAM_WARPS: &[(u32, u32)] = &[(8, 1), (4, 2), (2, 4), (1, 8)];
+
+/// Blocks of 32 k each `stream` warp loads before their products (in the probe, 4 won 19
+/// of 20 points and 8 the other; 2 none).
+pub const STREAM_STAGES: &[u32] = &[4, 8];
+
+/// The `stream` configs a search for `m` rows of `key` times (m up to [`STREAM_MAX_M`],
+/// layout nt, sm_80 and newer): the token tile of 8 or 16 that covers m, every warp grid
+/// of [`STREAM_WARPS`] and depth of [`STREAM_STAGES`], every split of k [`stream_split`]
+/// allows, where `fits`.
+fn stream_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>) {
+    if m > STREAM_MAX_M || key.layout != Layout::Nt || target.vendor() != Vendor::Nvidia {
+        return;
+    }
+    let block_m = if m <= 8 { 8 } else { 16 };
+    for &(warps_n, warps_m) in STREAM_WARPS {
+        for &stages in STREAM_STAGES {
+            for &split_k in SPLIT_K {
+                let c = GemmConfig {
+                    split_k: split_k as u32,
+                    ..GemmConfig::stream(block_m, warps_n, warps_m, stages)
+                };
+                if fits(target, key, &c) && split_allowed(target, key, m, &c) {
+                    out.push(c);
+                }
+            }
+        }
+    }
 }
 
 /// Pipeline depths a search tries on the mma path (the schema allows 2..=8).
@@ -406,11 +464,13 @@ fn wgmma_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>)
 /// paths in full searches of n=6144 k=4096 at m=1 (98 candidates) and m=256 (580),
 /// and screening hundreds of them at every shape costs more device time than the
 /// tables can afford. Where TMA cannot run, `plan::fit` still moves a wgmma config
-/// to its mma stand-in.
+/// to its mma stand-in. Up to [`STREAM_MAX_M`] rows either set is joined by the
+/// `stream` configs (`stream_space`), which run on sm_80 and sm_90 alike.
 pub fn search_space(target: Target, key: &GemmKey, m: u64) -> Vec<GemmConfig> {
     let mut wgmma = Vec::new();
     wgmma_space(target, key, m, &mut wgmma);
     if !wgmma.is_empty() {
+        stream_space(target, key, m, &mut wgmma);
         return wgmma;
     }
     let mut out = Vec::new();
@@ -458,5 +518,6 @@ pub fn search_space(target: Target, key: &GemmKey, m: u64) -> Vec<GemmConfig> {
             }
         }
     }
+    stream_space(target, key, m, &mut out);
     out
 }

@@ -13,7 +13,8 @@
 //! empty or ragged, with more bands than SM pairs; TMA stores of C at every unswapped
 //! tile and cluster size, at every ring depth of two tiles, with C's row stride a
 //! multiple of 16 bytes or not (then the same variant stores C directly); the pingpong
-//! schedule at every tile. Clusters of 2 and the pingpong schedule must also give C bit
+//! schedule at every tile; every stream config (token tile, warp grid and depth) of the
+//! space. Clusters of 2 and the pingpong schedule must also give C bit
 //! for bit as the same cooperative tile without a cluster (each output sums the same
 //! products in the same order), and TMA stores of C bit for bit as direct stores (the
 //! same values, rounded the same way).
@@ -364,6 +365,8 @@ type Tile = (u32, u32, u32, u32, u32);
 fn covering_configs() -> Vec<GemmConfig> {
     let mut tiles = BTreeSet::new();
     let mut wgmma_tiles = BTreeSet::new();
+    // (block_m, warps_n, warps_m, stages) of the stream configs: every one, unsplit.
+    let mut stream = BTreeSet::new();
     // (path kind, cluster, TMA stores of C, tile) of the wgmma configs: see `WG_KINDS`.
     for (n, k) in [(6144u32, 4096u32), (4096, 14336), (1280, 8192), (28672, 4096)] {
         for m in [1u64, 16, 32, 64, 256, 4096] {
@@ -390,6 +393,7 @@ fn covering_configs() -> Vec<GemmConfig> {
                     Path::Wgmma => wgmma_tiles.insert((0, c.cluster, tma, tile)),
                     Path::WgmmaSwap => wgmma_tiles.insert((1, 1, tma, tile)),
                     Path::WgmmaPingpong => wgmma_tiles.insert((2, c.cluster, tma, tile)),
+                    Path::Stream => stream.insert((c.block_m, c.warps_n, c.warps_m, c.stages)),
                 };
             }
         }
@@ -416,6 +420,11 @@ fn covering_configs() -> Vec<GemmConfig> {
     out.push(at((64, 64, 64, 2, 2), 4, 1, 1));
     out.push(at((32, 64, 64, 1, 4), 4, 1, 16));
     out.extend(wgmma_covering(&wgmma_tiles));
+    out.extend(
+        stream.iter().map(|&(block_m, warps_n, warps_m, stages)| {
+            GemmConfig::stream(block_m, warps_n, warps_m, stages)
+        }),
+    );
     out
 }
 
@@ -663,9 +672,11 @@ fn covering_configs_match_the_reference_on_awkward_shapes() {
                 k: case.k as u32,
             };
             if !space::fits(target, &key, c) {
-                // Only the wgmma configs are left out: on other targets and for nn.
+                // Only the wgmma configs are left out (on other targets and for nn) and
+                // the stream configs for nn.
                 assert!(
-                    c.path != Path::Mma && (target != Target::Sm90 || key.layout == Layout::Nn),
+                    (c.path.is_wgmma() && (target != Target::Sm90 || key.layout == Layout::Nn))
+                        || (c.path == Path::Stream && key.layout == Layout::Nn),
                     "{c} must fit {key:?}"
                 );
                 continue;
@@ -780,6 +791,27 @@ fn split_k_is_deterministic_and_reuses_its_workspace() {
             };
             if space::fits(target, &key, &c) {
                 configs.push(c);
+            }
+        }
+        // The stream path with split-K (8 and 16 tokens, one and several warps along k;
+        // m = 67 takes five token tiles of 16), layout nt.
+        for (split_k, warps_n, warps_m) in [
+            (2, 8, 1),
+            (3, 1, 8),
+            (4, 2, 4),
+            (6, 4, 2),
+            (8, 1, 4),
+            (12, 2, 2),
+            (16, 1, 8),
+        ] {
+            for block_m in [8, 16] {
+                let c = GemmConfig {
+                    split_k,
+                    ..GemmConfig::stream(block_m, warps_n, warps_m, 4)
+                };
+                if space::fits(target, &key, &c) {
+                    configs.push(c);
+                }
             }
         }
         // Unswapped wgmma with split-K (64 accumulators a thread: 64-row tiles on one
