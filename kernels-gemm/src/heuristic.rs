@@ -2,8 +2,9 @@
 //!
 //! A ladder from tile arithmetic: few rows stream the weight through short, wide
 //! k steps with split-K to fill the SMs; more rows take larger square tiles so each
-//! loaded byte feeds more products. On sm_90 with layout nt the wgmma paths serve:
-//! swapped operands up to 64 rows (a weight stream), warpgroup tiles above. Tuned
+//! loaded byte feeds more products. On sm_90 with layout nt the `stream` path serves up
+//! to 8 rows, then the wgmma paths: swapped operands up to 64 rows (a weight stream),
+//! warpgroup tiles above. Tuned
 //! tables replace it wherever a shape was tuned.
 
 use tuned::Target;
@@ -28,6 +29,11 @@ fn wave_efficiency(units: u64, sms: u64) -> f64 {
 
 /// The sm_90 nt default, when one fits.
 fn wgmma_default(target: Target, key: &GemmKey, m: u64) -> Option<GemmConfig> {
+    if m <= 8 {
+        if let Some(c) = stream_default(target, key, m) {
+            return Some(c);
+        }
+    }
     let sms = u64::from(target.reference_sm_count());
     let n_cap = key.n.next_power_of_two().max(MIN_BLOCK_CAP);
     let c = if m <= 64 {
@@ -134,6 +140,30 @@ fn wgmma_default(target: Target, key: &GemmKey, m: u64) -> Option<GemmConfig> {
         best?.1
     };
     (fits(target, key, &c) && split_allowed(target, key, m, &c)).then_some(c)
+}
+
+/// The `stream` default up to 8 tokens: 16 weight rows a block over 8 warps splitting its
+/// k, 4 blocks of 32 k in flight a warp, and the fewest splits of k (1, 2, 4, 8) that make
+/// 2.4 blocks an SM, each warp keeping 4+ blocks of k. The decode probe's best config on
+/// 13 of its 15 points at m = 1-8 (five Llama weights, H100, gemm.md) had these rows and
+/// warps; its splits were this rule's on 70B-tp8 o, qkv and 8B o.
+fn stream_default(target: Target, key: &GemmKey, m: u64) -> Option<GemmConfig> {
+    let sms = u64::from(target.reference_sm_count());
+    let c = GemmConfig::stream(8, 1, 8, 4);
+    let tiles = c.tiles(m, key.n);
+    let k_blocks = u64::from(key.k.div_ceil(32));
+    let mut best = c;
+    for split_k in [2u32, 4, 8] {
+        if tiles * u64::from(best.split_k) * 10 >= 24 * sms {
+            break;
+        }
+        let s = GemmConfig { split_k, ..c };
+        if k_blocks < 4 * 8 * u64::from(split_k) || !split_allowed(target, key, m, &s) {
+            break;
+        }
+        best = s;
+    }
+    (fits(target, key, &best) && split_allowed(target, key, m, &best)).then_some(best)
 }
 
 /// The portable (mma.sync) default: what every NVIDIA target from sm_80 runs, and
