@@ -1203,10 +1203,15 @@ extern "C" __global__ void __launch_bounds__(kg::THREADS)
 //   each warp loads before their products (the config's stages); ALIGNED 1: A and B
 //   bases 16-byte aligned and lda, ldb multiples of 8 elements (16-byte loads); 0:
 //   element loads.
-// Grid: (ceil(n / (16 WR)), split_k, ceil(m / TOK)) blocks of WR * WK * 32 threads, with
-//   WR * WK * 32 * TOK / 2 floats of dynamic shared memory where WK > 1. split_k > 1
-//   sums the splits through the workspace as gemm_mma_kernel does (the last block of a
-//   tile adds the partials in split order), a tile being TOK tokens x 16 WR rows.
+//   CLUSTER (absent: 1) 2, 3, 4, 6 or 8 = split_k (sm_90): the splits of a tile run as
+//   one cluster and rank 0 adds the others' partials from their shared memory, in
+//   split order (the workspace split's sum, without the workspace's round trips).
+// Grid: (ceil(n / (16 WR)), split_k, ceil(m / TOK)) blocks of WR * WK * 32 threads, or
+//   with CLUSTER (ceil(n / (16 WR)) * CLUSTER, 1, ceil(m / TOK)), block x of a tile's
+//   cluster being split x % CLUSTER; WR * WK * 32 * TOK / 2 floats of dynamic shared
+//   memory where WK > 1 or CLUSTER > 1. split_k > 1 without CLUSTER sums the splits
+//   through the workspace as gemm_mma_kernel does (the last block of a tile adds the
+//   partials in split order), a tile being TOK tokens x 16 WR rows.
 //
 // Fragments without a transpose: a lane with g = lane / 4, t = lane % 4 loads 8
 // consecutive k (16 bytes) of weight rows g and g + 8 at 8t within each block of 32 k
@@ -1218,6 +1223,14 @@ extern "C" __global__ void __launch_bounds__(kg::THREADS)
 #if !defined(DTYPE) || !defined(TOK) || !defined(WR) || !defined(WK) || !defined(UNROLL) || !defined(ALIGNED)
 #error "the stream GEMM needs DTYPE, TOK, WR, WK, UNROLL, ALIGNED"
 #endif
+#ifndef CLUSTER
+#define CLUSTER 1
+#endif
+#if CLUSTER > 1
+#define KG_STREAM_CLUSTER __cluster_dims__(CLUSTER, 1, 1)
+#else
+#define KG_STREAM_CLUSTER
+#endif
 
 namespace kg {
 
@@ -1226,6 +1239,8 @@ constexpr int S_NT = TOK / 8;  // n8 token tiles a warp
 static_assert(TOK == 8 || TOK == 16, "8 or 16 tokens a block");
 static_assert(S_THREADS == 128 || S_THREADS == 256, "4 or 8 warps");
 static_assert(UNROLL >= 1 && UNROLL <= 8, "1 to 8 blocks of k in flight");
+static_assert(CLUSTER == 1 || CLUSTER == 2 || CLUSTER == 3 || CLUSTER == 4 || CLUSTER == 6 || CLUSTER == 8,
+              "clusters of 2, 3, 4, 6 or 8 splits");
 
 // 16 bytes (8 elements) from p, with no element at or past `left` read (left <= 0: zeros).
 // Full chunks of an aligned operand move as one 16-byte load (`stream`: the weight,
@@ -1272,7 +1287,7 @@ __device__ __forceinline__ void stream_mma(float (&acc)[S_NT][4], const uint4& w
 
 }  // namespace kg
 
-extern "C" __global__ void __launch_bounds__(kg::S_THREADS)
+extern "C" __global__ void __launch_bounds__(kg::S_THREADS) KG_STREAM_CLUSTER
     gemm_stream_kernel(const kg::T* __restrict__ a, const kg::T* __restrict__ b, void* __restrict__ c,
                        const kg::T* __restrict__ bias, float* __restrict__ ws, int m, int n, int k, long long lda,
                        long long ldb, long long ldc, int split_k, int group_m, int flags) {
@@ -1283,13 +1298,16 @@ extern "C" __global__ void __launch_bounds__(kg::S_THREADS)
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int wr = warp % WR, wk = warp / WR;
     const int g = lane / 4, t = lane % 4;
-    const int row0 = (blockIdx.x * WR + wr) * 16;
+    // The split and the row tile: along y, or with CLUSTER the rank within x's cluster.
+    const int split = CLUSTER > 1 ? int(blockIdx.x % CLUSTER) : int(blockIdx.y);
+    const int tile_x = CLUSTER > 1 ? int(blockIdx.x / CLUSTER) : int(blockIdx.x);
+    const int row0 = (tile_x * WR + wr) * 16;
     const int tok0 = blockIdx.z * TOK;
-    // This warp's blocks of 32 k: share blockIdx.y * WK + wk of split_k * WK.
+    // This warp's blocks of 32 k: share split * WK + wk of split_k * WK.
     const int kblocks = (k + 31) / 32;
     const int shares = split_k * WK;
     const int per = (kblocks + shares - 1) / shares;
-    const int kb0 = min((blockIdx.y * WK + wk) * per, kblocks);
+    const int kb0 = min((split * WK + wk) * per, kblocks);
     const int kb1 = min(kb0 + per, kblocks);
     // Rows past n read row n - 1 (its products are never stored).
     const T* wa = b + (long long)min(row0 + g, n - 1) * ldb + 8 * t;
@@ -1368,6 +1386,46 @@ extern "C" __global__ void __launch_bounds__(kg::S_THREADS)
         }
     }
 
+#if CLUSTER > 1
+    {
+        // Each split leaves its partial tile in its shared memory (after the k shares');
+        // rank 0 adds the others' in split order through distributed shared memory.
+        float* part = red + (WK - 1) * WR * S_NT * 4 * 32;
+        const int at = wr * 32 + lane;
+        if (wk == 0) {
+#pragma unroll
+            for (int i = 0; i < S_NT; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) part[(i * 4 + j) * WR * 32 + at] = acc[i][j];
+        }
+        asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+        asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+        if (split == 0 && wk == 0) {
+            const u32 mine = kd::smem_addr(part);
+#pragma unroll
+            for (int r = 1; r < CLUSTER; ++r) {
+                u32 peer;
+                asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(peer) : "r"(mine), "r"(r));
+#pragma unroll
+                for (int i = 0; i < S_NT; ++i)
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        float v;
+                        asm volatile("ld.shared::cluster.f32 %0, [%1];\n"
+                                     : "=f"(v)
+                                     : "r"(peer + u32(((i * 4 + j) * WR * 32 + at) * 4)));
+                        acc[i][j] += v;
+                    }
+            }
+        }
+        // The peers' partials stay until rank 0 has read them.
+        asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+        asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+        if (split != 0) {
+            return;
+        }
+    }
+#else
     if (split_k > 1) {
         // Each split stores its partial tile (fragment order: coalesced); the last block
         // of the tile to finish sums all of them in split order 0, 1, ...
@@ -1413,6 +1471,7 @@ extern "C" __global__ void __launch_bounds__(kg::S_THREADS)
             counters[tile] = 0;  // ready for the next launch on this workspace
         }
     }
+#endif
     if (wk != 0) {
         return;
     }

@@ -254,7 +254,7 @@ impl GemmConfig {
     }
 
     /// Whether the splits of each tile run as one cluster (`cluster` = `split_k` > 1, on
-    /// `wgmma` or `wgmma_swap`): each rank adds its share of the tile from every rank's
+    /// `wgmma`, `wgmma_swap` or `stream`): each rank adds its share of the tile from every rank's
     /// partial in their shared memory, in split order, so no workspace is used and C has
     /// the bits the workspace split gives.
     pub fn cluster_splits(&self) -> bool {
@@ -302,8 +302,9 @@ impl GemmConfig {
     /// summed there).
     pub fn smem_bytes(&self, layout: Layout) -> usize {
         if self.path == Path::Stream {
-            // The k shares' accumulators, summed in shared memory (none with one share).
-            return if self.warps_m > 1 {
+            // The k shares' accumulators, summed in shared memory, and a cluster split's
+            // partial tile (none with one share and no cluster).
+            return if self.warps_m > 1 || self.cluster > 1 {
                 (self.threads() * self.accumulators()) as usize * 4
             } else {
                 0

@@ -144,7 +144,7 @@ fn wgmma_default(target: Target, key: &GemmKey, m: u64) -> Option<GemmConfig> {
 
 /// The `stream` default up to 8 tokens: 16 weight rows a block over 8 warps splitting its
 /// k, 4 blocks of 32 k in flight a warp, and the fewest splits of k (1, 2, 4, 8) that make
-/// 2.4 blocks an SM, each warp keeping 4+ blocks of k. The decode probe's best config on
+/// 2.4 blocks an SM, each warp keeping 4+ blocks of k, as one cluster. The decode probe's best config on
 /// 13 of its 15 points at m = 1-8 (five Llama weights, H100, gemm.md) had these rows and
 /// warps; its splits were this rule's on 70B-tp8 o, qkv and 8B o.
 fn stream_default(target: Target, key: &GemmKey, m: u64) -> Option<GemmConfig> {
@@ -162,6 +162,11 @@ fn stream_default(target: Target, key: &GemmKey, m: u64) -> Option<GemmConfig> {
             break;
         }
         best = s;
+    }
+    // The splits as one cluster (summed through distributed shared memory, not the
+    // workspace's round trips through L2).
+    if best.split_k > 1 {
+        best.cluster = best.split_k;
     }
     (fits(target, key, &best) && split_allowed(target, key, m, &best)).then_some(best)
 }

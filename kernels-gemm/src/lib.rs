@@ -391,7 +391,10 @@ mod space_tests {
             for m in [1, 3, 16, 17, 64, 65, 128, 256, 1024] {
                 let space = space::search_space(Target::Sm90, &key, m);
                 for c in space.iter().filter(|c| c.cluster_splits()) {
-                    assert!(matches!(c.path, Path::WgmmaSwap | Path::Wgmma), "{c}");
+                    assert!(
+                        matches!(c.path, Path::WgmmaSwap | Path::Wgmma | Path::Stream),
+                        "{c}"
+                    );
                     assert!(
                         schema::SPLIT_CLUSTERS.contains(&i64::from(c.cluster)) && c.cluster == c.split_k,
                         "{c}"
@@ -408,6 +411,16 @@ mod space_tests {
                     }
                     assert!(space::fits(Target::Sm90, &key, &unclustered), "{c}");
                     assert_eq!(c.workspace_bytes(m, n), 0, "{c}");
+                    if c.path == Path::Stream {
+                        // No stand-in (no TMA to miss); the partial tile fits the shared
+                        // memory the launch asks for.
+                        assert!(
+                            c.smem_bytes(Layout::Nt) >= (c.block_m * c.block_n * 4) as usize,
+                            "{c}"
+                        );
+                        twins += 1;
+                        continue;
+                    }
                     let stand_in = plan::portable(c);
                     assert_eq!((stand_in.split_k, stand_in.cluster), (c.split_k, 1), "{c}");
                     assert!(stand_in.workspace_bytes(m, n) > 0, "{c}");
@@ -446,8 +459,10 @@ mod space_tests {
                     cluster: d.split_k,
                     ..d
                 };
+                // The stream default runs every split as one cluster.
                 let clustered =
-                    d.path == Path::WgmmaSwap && d.split_k == 2 && space::fits(Target::Sm90, &key, &twin);
+                    (d.path == Path::WgmmaSwap && d.split_k == 2 && space::fits(Target::Sm90, &key, &twin))
+                        || (d.path == Path::Stream && d.split_k > 1);
                 assert_eq!(d.cluster_splits(), clustered, "n={n} m={m}: {d}");
                 assert!(space.contains(&d), "n={n} m={m}: {d}");
                 assert!(space::search_space(Target::Sm80, &key, m)

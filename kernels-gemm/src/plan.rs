@@ -306,7 +306,7 @@ pub fn variant(key: &GemmKey, c: &GemmConfig) -> Variant {
         };
     }
     if c.path == Path::Stream {
-        return Variant::new("gemm_stream_kernel")
+        let v = Variant::new("gemm_stream_kernel")
             .define("DTYPE", dtype_define(key.dtype))
             .define("STREAM", 1)
             .define("TOK", c.block_m)
@@ -314,6 +314,11 @@ pub fn variant(key: &GemmKey, c: &GemmConfig) -> Variant {
             .define("WK", c.warps_m)
             .define("UNROLL", c.stages)
             .define("ALIGNED", u32::from(c.vec == 8));
+        return if c.cluster > 1 {
+            v.define("CLUSTER", c.cluster)
+        } else {
+            v
+        };
     }
     Variant::new("gemm_mma_kernel")
         .define("DTYPE", dtype_define(key.dtype))
@@ -485,7 +490,7 @@ pub fn launch_args(
         return wgmma_launch_args(device, c, p);
     }
     if c.path == Path::Stream {
-        return stream_launch_args(c, p);
+        return stream_launch_args(device, c, p);
     }
     let tiles = c.tiles(p.m, p.key.n);
     let grid = u32::try_from(tiles)
@@ -516,13 +521,26 @@ pub fn launch_args(
 }
 
 /// The launch of a `stream` config (alignment, device and workspace already checked):
-/// the weight's row tiles along x, the splits along y, the token tiles along z, with the
-/// mma kernel's arguments.
-fn stream_launch_args(c: &GemmConfig, p: &GemmProblem<'_>) -> Result<(LaunchDims, KernelArgs)> {
+/// the weight's row tiles along x, the splits along y (as clusters: each tile's splits
+/// side by side along x), the token tiles along z, with the mma kernel's arguments.
+fn stream_launch_args(
+    device: &DeviceInfo,
+    c: &GemmConfig,
+    p: &GemmProblem<'_>,
+) -> Result<(LaunchDims, KernelArgs)> {
     if p.key.layout != Layout::Nt {
         return Err(Error::invalid(
             "layout",
             "nn: the stream path takes layout nt only (the weight as [n, k] rows)",
+        ));
+    }
+    if c.cluster > 1 && device.compute_capability < (9, 0) {
+        return Err(Error::invalid(
+            "device",
+            format!(
+                "{}: thread-block clusters (cluster={}) need compute capability 9.0 or newer",
+                device.name, c.cluster
+            ),
         ));
     }
     let row_tiles = p.key.n.div_ceil(c.block_n);
@@ -554,8 +572,15 @@ fn stream_launch_args(c: &GemmConfig, p: &GemmProblem<'_>) -> Result<(LaunchDims
         .i32(c.split_k as i32)
         .i32(c.group_m as i32)
         .i32(c_flags(p));
-    let mut dims = LaunchDims::linear(row_tiles, c.threads()).with_smem(smem);
-    dims.grid.1 = c.split_k;
+    let mut dims = if c.cluster_splits() {
+        LaunchDims::linear(row_tiles * c.cluster, c.threads())
+            .with_smem(smem)
+            .with_cluster(c.cluster)
+    } else {
+        let mut d = LaunchDims::linear(row_tiles, c.threads()).with_smem(smem);
+        d.grid.1 = c.split_k;
+        d
+    };
     dims.grid.2 = token_tiles;
     Ok((dims, args))
 }

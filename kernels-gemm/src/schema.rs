@@ -54,7 +54,8 @@ pub const LAYOUTS: &[&str] = &["nt", "nn"];
 /// each: `block_n` = 16 `warps_n`), `warps_m` the warps splitting the block's share of k
 /// (summed in shared memory in warp order), `block_k` 32 (one load of 16 bytes a lane
 /// and row), `stages` the blocks of 32 k each warp loads before their products;
-/// split-K through the workspace, no cluster, C stored directly.
+/// split-K through the workspace or, on sm_90, as one cluster of the splits (`cluster` =
+/// `split_k`, summed through distributed shared memory); C stored directly.
 pub const PATHS: &[&str] = &["mma", "wgmma", "wgmma_swap", "wgmma_pingpong", "stream"];
 /// 8 on the `stream` path only.
 pub const BLOCK_M: &[i64] = &[8, 16, 32, 64, 128, 256];
@@ -131,6 +132,12 @@ pub fn check_config(values: &[Value]) -> Result<(), String> {
     match path {
         _ if cluster == 1 => {}
         "wgmma" if cluster == 2 && split_k == 1 => {}
+        "stream" if cluster == split_k => {}
+        "stream" => {
+            return Err(format!(
+                "cluster={cluster} on path stream needs split_k={cluster} (the cluster's blocks are the splits), got split_k={split_k}"
+            ))
+        }
         "wgmma" | "wgmma_swap" if cluster != split_k => {
             return Err(format!(
                 "cluster={cluster} on path {path} needs split_k={cluster} (the cluster's blocks are the splits{}), got split_k={split_k}",
@@ -140,7 +147,7 @@ pub fn check_config(values: &[Value]) -> Result<(), String> {
         "wgmma" | "wgmma_swap" => {}
         _ => {
             return Err(format!(
-                "cluster={cluster} needs path wgmma or wgmma_swap, got {path}"
+                "cluster={cluster} needs path wgmma, wgmma_swap or stream, got {path}"
             ))
         }
     }

@@ -84,8 +84,8 @@ pub fn fits(target: Target, key: &GemmKey, c: &GemmConfig) -> bool {
     let k_steps = key.k.div_ceil(c.block_k);
     let path_fits = match c.path {
         Path::Mma => c.accumulators() <= MAX_ACCUMULATORS,
-        // The weight's rows stream as [n, k] rows: layout nt only.
-        Path::Stream => key.layout == Layout::Nt,
+        // The weight's rows stream as [n, k] rows: layout nt only; clusters from sm_90.
+        Path::Stream => key.layout == Layout::Nt && (c.cluster == 1 || target == Target::Sm90),
         Path::Wgmma | Path::WgmmaSwap | Path::WgmmaPingpong => wgmma_shape_fits(target, key, c),
     };
     path_fits
@@ -208,7 +208,8 @@ pub const STREAM_STAGES: &[u32] = &[4, 8];
 /// The `stream` configs a search for `m` rows of `key` times (m up to [`STREAM_MAX_M`],
 /// layout nt, sm_80 and newer): the token tile of 8 or 16 that covers m, every warp grid
 /// of [`STREAM_WARPS`] and depth of [`STREAM_STAGES`], every split of k [`stream_split`]
-/// allows, where `fits`.
+/// allows, through the workspace and (sm_90, [`SPLIT_CLUSTERS`]) as one cluster, where
+/// `fits`.
 fn stream_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>) {
     if m > STREAM_MAX_M || key.layout != Layout::Nt || target.vendor() != Vendor::Nvidia {
         return;
@@ -221,8 +222,17 @@ fn stream_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>
                     split_k: split_k as u32,
                     ..GemmConfig::stream(block_m, warps_n, warps_m, stages)
                 };
-                if fits(target, key, &c) && split_allowed(target, key, m, &c) {
-                    out.push(c);
+                // The same splits as one cluster, rank 0 adding the others' partials from
+                // their shared memory: no trip through L2 and no tile counter.
+                let twin = GemmConfig {
+                    cluster: c.split_k,
+                    ..c
+                };
+                let twin = SPLIT_CLUSTERS.contains(&split_k).then_some(twin);
+                for c in std::iter::once(c).chain(twin) {
+                    if fits(target, key, &c) && split_allowed(target, key, m, &c) {
+                        out.push(c);
+                    }
                 }
             }
         }

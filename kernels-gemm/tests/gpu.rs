@@ -794,7 +794,8 @@ fn split_k_is_deterministic_and_reuses_its_workspace() {
             }
         }
         // The stream path with split-K (8 and 16 tokens, one and several warps along k;
-        // m = 67 takes five token tiles of 16), layout nt.
+        // m = 67 takes five token tiles of 16), layout nt; through the workspace and, on
+        // sm_90, as one cluster of the splits.
         for (split_k, warps_n, warps_m) in [
             (2, 8, 1),
             (3, 1, 8),
@@ -809,8 +810,14 @@ fn split_k_is_deterministic_and_reuses_its_workspace() {
                     split_k,
                     ..GemmConfig::stream(block_m, warps_n, warps_m, 4)
                 };
-                if space::fits(target, &key, &c) {
-                    configs.push(c);
+                let twin = GemmConfig {
+                    cluster: split_k,
+                    ..c
+                };
+                for c in [c, twin] {
+                    if space::fits(target, &key, &c) {
+                        configs.push(c);
+                    }
                 }
             }
         }
