@@ -184,17 +184,10 @@ impl GemmConfig {
     pub const fn stream(block_m: u32, warps_n: u32, warps_m: u32, stages: u32) -> GemmConfig {
         GemmConfig {
             path: Path::Stream,
-            block_m,
-            block_n: 16 * warps_n,
             block_k: 32,
             warps_m,
             warps_n,
-            stages,
-            split_k: 1,
-            group_m: 8,
-            vec: 8,
-            cluster: 1,
-            epilogue: Epilogue::Direct,
+            ..GemmConfig::wgmma(block_m, 16 * warps_n, 4, stages)
         }
     }
 

@@ -499,25 +499,9 @@ pub fn launch_args(
         .ok_or_else(|| Error::invalid("m", format!("{tiles} output tiles exceed one launch")))?;
     let smem = u32::try_from(c.smem_bytes(p.key.layout))
         .map_err(|_| Error::invalid("config", "the pipeline exceeds shared memory"))?;
-    let flags = c_flags(p);
-    let mut args = KernelArgs::new();
-    args.ptr(p.a.ptr)
-        .ptr(p.b.ptr)
-        .ptr(p.c.ptr)
-        .ptr(p.bias)
-        .ptr(p.ws)
-        .i32(p.m as i32)
-        .i32(p.key.n as i32)
-        .i32(p.key.k as i32)
-        .i64(p.a.ld as i64)
-        .i64(p.b.ld as i64)
-        .i64(p.c.ld as i64)
-        .i32(c.split_k as i32)
-        .i32(c.group_m as i32)
-        .i32(flags);
     let mut dims = LaunchDims::linear(grid, c.threads()).with_smem(smem);
     dims.grid.1 = c.split_k;
-    Ok((dims, args))
+    Ok((dims, pointer_args(c, p)))
 }
 
 /// The launch of a `stream` config (alignment, device and workspace already checked):
@@ -557,6 +541,23 @@ fn stream_launch_args(
             )
         })?;
     let smem = c.smem_bytes(p.key.layout) as u32;
+    let args = pointer_args(c, p);
+    let mut dims = if c.cluster_splits() {
+        LaunchDims::linear(row_tiles * c.cluster, c.threads())
+            .with_smem(smem)
+            .with_cluster(c.cluster)
+    } else {
+        let mut d = LaunchDims::linear(row_tiles, c.threads()).with_smem(smem);
+        d.grid.1 = c.split_k;
+        d
+    };
+    dims.grid.2 = token_tiles;
+    Ok((dims, args))
+}
+
+/// The arguments of the kernels that take their operands by address (`gemm_mma_kernel`,
+/// `gemm_stream_kernel`: the ABI in `cuda/gemm.cu`).
+fn pointer_args(c: &GemmConfig, p: &GemmProblem<'_>) -> KernelArgs {
     let mut args = KernelArgs::new();
     args.ptr(p.a.ptr)
         .ptr(p.b.ptr)
@@ -572,17 +573,7 @@ fn stream_launch_args(
         .i32(c.split_k as i32)
         .i32(c.group_m as i32)
         .i32(c_flags(p));
-    let mut dims = if c.cluster_splits() {
-        LaunchDims::linear(row_tiles * c.cluster, c.threads())
-            .with_smem(smem)
-            .with_cluster(c.cluster)
-    } else {
-        let mut d = LaunchDims::linear(row_tiles, c.threads()).with_smem(smem);
-        d.grid.1 = c.split_k;
-        d
-    };
-    dims.grid.2 = token_tiles;
-    Ok((dims, args))
+    args
 }
 
 /// The `c`-side flags of a launch: two-element stores allowed, f32 output.
