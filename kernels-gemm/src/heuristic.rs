@@ -144,21 +144,26 @@ fn wgmma_default(target: Target, key: &GemmKey, m: u64) -> Option<GemmConfig> {
 
 /// The `stream` default up to 8 tokens: 16 weight rows a block over 8 warps splitting its
 /// k, 4 blocks of 32 k in flight a warp, and the fewest splits of k (1, 2, 4, 8) that make
-/// 2.4 blocks an SM, each warp keeping 4+ blocks of k, as one cluster. The decode probe's best config on
-/// 13 of its 15 points at m = 1-8 (five Llama weights, H100, gemm.md) had these rows and
-/// warps; its splits were this rule's on 70B-tp8 o, qkv and 8B o.
+/// 2.4 blocks an SM, as one cluster, each warp keeping 8+ blocks of k (4+ for weights of
+/// fewer than 32 row tiles, the routers, where any parallelism pays). The decode probe's
+/// best config on 13 of its 15 points at m = 1-8 (five Llama weights, H100, gemm.md) had
+/// these rows and warps. In the H100 tuning at m = 1 (gemm.md), splits that left a warp 4-7
+/// blocks of k lost to the unsplit tile (Qwen2.5-7B qkv, 4608 x 3584: 18.3 against 13.6 µs;
+/// 8B-tp2 o, 4096 x 2048: 9.8 against 7.6), those leaving 8+ won (8B-tp2 qkv, 70B-tp4 and
+/// 70B-tp8 qkv, 8B-tp2 down) but at 8B o (4096 x 4096, 1.07 behind).
 fn stream_default(target: Target, key: &GemmKey, m: u64) -> Option<GemmConfig> {
     let sms = u64::from(target.reference_sm_count());
     let c = GemmConfig::stream(8, 1, 8, 4);
     let tiles = c.tiles(m, key.n);
     let k_blocks = u64::from(key.k.div_ceil(32));
+    let min_share = if tiles < 32 { 4 } else { 8 };
     let mut best = c;
     for split_k in [2u32, 4, 8] {
         if tiles * u64::from(best.split_k) * 10 >= 24 * sms {
             break;
         }
         let s = GemmConfig { split_k, ..c };
-        if k_blocks < 4 * 8 * u64::from(split_k) || !split_allowed(target, key, m, &s) {
+        if k_blocks < min_share * 8 * u64::from(split_k) || !split_allowed(target, key, m, &s) {
             break;
         }
         best = s;
