@@ -1239,6 +1239,59 @@ mod tests {
         }
     }
 
+    /// The stream path: row tiles along x, splits along y (as clusters: a tile's splits
+    /// side by side along x), token tiles along z; shared memory only for the k shares
+    /// and a cluster's partial; clusters refused before sm_90, layout nn refused.
+    #[test]
+    fn stream_launches_tile_rows_splits_and_token_tiles() {
+        let key = GemmKey {
+            dtype: DType::Bf16,
+            layout: Layout::Nt,
+            n: 1280,
+            k: 8192,
+        };
+        let plain = GemmConfig::stream(8, 1, 8, 4);
+        let split = GemmConfig { split_k: 4, ..plain };
+        let four = GemmConfig { cluster: 4, ..split };
+        assert!(variant(&key, &plain)
+            .to_string()
+            .contains("-DSTREAM=1 -DTOK=8 -DWR=1 -DWK=8 -DUNROLL=4"));
+        assert!(!variant(&key, &split).to_string().contains("CLUSTER"));
+        assert!(variant(&key, &four).to_string().ends_with("-DCLUSTER=4"));
+        let h200 = h200();
+        // m = 17 in 8-token tiles: 3 token tiles; n = 1280 in 16-row tiles: 80.
+        let p = packed(17, 1280, 8192);
+        let (dims, _) = launch_args(&h200, &plain, &p).unwrap();
+        assert_eq!(
+            (dims.grid, dims.block, dims.cluster),
+            ((80, 1, 3), (256, 1, 1), 1)
+        );
+        assert_eq!(dims.smem_bytes as usize, plain.smem_bytes(Layout::Nt));
+        assert!(dims.smem_bytes > 0, "8 warps on k sum in shared memory");
+        let (dims, _) = launch_args(&h200, &four, &p).unwrap();
+        assert_eq!((dims.grid, dims.cluster), ((320, 1, 3), 4));
+        assert_eq!(four.workspace_bytes(17, 1280), 0);
+        dims.validate(&h200).unwrap();
+        let e = launch_args(&h200, &split, &p).unwrap_err();
+        assert!(
+            matches!(&e, Error::InvalidArgument { name, .. } if name == "workspace"),
+            "{e}"
+        );
+        let ampere = DeviceInfo {
+            compute_capability: (8, 0),
+            ..h200.clone()
+        };
+        let e = launch_args(&ampere, &four, &p).unwrap_err();
+        assert!(
+            matches!(&e, Error::InvalidArgument { name, .. } if name == "device"),
+            "{e}"
+        );
+        assert!(launch_args(&ampere, &plain, &p).is_ok());
+        let one_warp_on_k = GemmConfig::stream(16, 8, 1, 4);
+        let (dims, _) = launch_args(&h200, &one_warp_on_k, &packed(16, 1280, 8192)).unwrap();
+        assert_eq!((dims.grid, dims.smem_bytes), ((10, 1, 1), 0));
+    }
+
     /// Cluster splits: the `CLUSTER` define on the swapped variant, one cluster of
     /// `split_k` blocks per output tile (whole clusters up to one block per SM), the
     /// whole tile's boxes of both operands (each block loads its own k range, nothing is

@@ -177,7 +177,7 @@ pub fn wave_split(target: Target, key: &GemmKey, m: u64, c: &GemmConfig) -> bool
 }
 
 /// Whether a `stream` config may split k for `m` rows: where its tiles number fewer than
-/// [`STREAM_BLOCKS_PER_SM`] blocks an SM and the split grid at most that many. Its blocks
+/// half of [`STREAM_BLOCKS_PER_SM`] blocks an SM and the split grid at most that many. Its blocks
 /// are small (4-8 warps, no shared-memory ring), so several run on each SM at once: 70B-tp8
 /// qkv (n = 1280, k = 8192) at m = 1 streams fastest in 80 tiles of 16 rows split 4 ways
 /// (320 blocks), 8B o (n = 4096) in 256 tiles split 2 ways (the decode probe in gemm.md).
@@ -198,11 +198,11 @@ pub const STREAM_MAX_M: u64 = 16;
 
 /// `stream` warp grids searched, as (`warps_n`, `warps_m`): rows a block by warps
 /// splitting its k, 8 warps a block (the schema also takes 4; in the decode probe on the
-/// H100, at m = 1-16 on five Llama shapes, no 4-warp block was fastest on any).
+/// H100, at m = 1-16 on five Llama shapes, neither 4-warp grid it tried was fastest on any).
 pub const STREAM_WARPS: &[(u32, u32)] = &[(8, 1), (4, 2), (2, 4), (1, 8)];
 
-/// Blocks of 32 k each `stream` warp loads before their products (in the probe, 4 won 19
-/// of 20 points and 8 the other; 2 none).
+/// Blocks of 32 k each `stream` warp loads before their products (the probe tried 4 and 8:
+/// 4 won 19 of its 20 points).
 pub const STREAM_STAGES: &[u32] = &[4, 8];
 
 /// The `stream` configs a search for `m` rows of `key` times (m up to [`STREAM_MAX_M`],
