@@ -43,7 +43,6 @@
 //! of one launch (plan, tensor-map encoding, enqueue) of the served config at decode
 //! and prefill. Without a GPU it says so in one line and exits cleanly.
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::sync::Arc;
 
@@ -57,73 +56,43 @@ use kernels::core::{
 use kernels::gemm::plan::{GemmProblem, Operand};
 use kernels::gemm::schema::SPLIT_CLUSTERS;
 use kernels::gemm::{Epilogue, Gemm, GemmConfig, GemmKey, Layout, Path};
-use tuned::{resolve_in_entries, resolve_serve, BakedEntry, DType, EntryConfig, TableFile, Target};
+use tuned::{resolve_in_entries, resolve_serve, DType, ServeError, ServedTable, TableFile, Target};
 
 type BoxError = Box<dyn std::error::Error>;
 
-/// The entries of `GEMM_BENCH_TABLE`'s table file, per canonical static key, in the
-/// baked form [`resolve_in_entries`] takes; `None` where the variable is unset. Refuses
-/// a file of another kernel or target, or tuned against another kernel source than this
-/// binary's (its configs would be served against code they were not measured on).
-fn table_from_env(target: Target) -> Result<Option<HashMap<String, Vec<BakedEntry>>>, BoxError> {
+/// `GEMM_BENCH_TABLE`'s table file, to serve by the baked lookup rule; `None` where the
+/// variable is unset. Refuses a file of another kernel or target, or tuned against another
+/// kernel source than this binary's unless `GEMM_BENCH_ANY_SOURCE=1`
+/// ([`TableFile::to_serve`]).
+fn table_from_env(target: Target) -> Result<Option<ServedTable>, BoxError> {
     let Some(path) = std::env::var_os("GEMM_BENCH_TABLE") else {
         return Ok(None);
     };
-    let path = std::path::PathBuf::from(path);
-    let file = TableFile::read(&path, Some(&kernels::gemm::schema::GEMM))
-        .map_err(|e| format!("GEMM_BENCH_TABLE: {e}"))?;
-    let h = &file.header;
-    if h.kernel != "gemm" || h.target != target {
-        return Err(format!(
-            "GEMM_BENCH_TABLE: {} holds kernel {} for {}, not gemm for this device's {}",
-            path.display(),
-            h.kernel,
-            h.target.name(),
-            target.name()
-        )
-        .into());
-    }
-    if h.source_fingerprint != kernels::gemm::SOURCE_FINGERPRINT {
-        let what = format!(
-            "{} was tuned against kernel source {}, this binary has {}",
-            path.display(),
-            h.source_fingerprint,
-            kernels::gemm::SOURCE_FINGERPRINT
-        );
-        if std::env::var_os("GEMM_BENCH_ANY_SOURCE").is_none_or(|v| v != "1") {
-            return Err(format!(
-                "GEMM_BENCH_TABLE: {what} (GEMM_BENCH_ANY_SOURCE=1 serves it anyway, to compare two builds on the same configs)"
-            )
-            .into());
-        }
+    let any_source = std::env::var_os("GEMM_BENCH_ANY_SOURCE").is_some_and(|v| v == "1");
+    let table = TableFile::to_serve(
+        std::path::Path::new(&path),
+        &kernels::gemm::schema::GEMM,
+        target,
+        kernels::gemm::SOURCE_FINGERPRINT,
+        any_source,
+    )
+    .map_err(|e| match e {
+        ServeError::OtherSource(what) => format!(
+            "GEMM_BENCH_TABLE: {what} (GEMM_BENCH_ANY_SOURCE=1 serves it anyway, to compare two builds on the same configs)"
+        ),
+        ServeError::File(e) => format!("GEMM_BENCH_TABLE: {e}"),
+    })?;
+    if let Some(what) = &table.other_source {
         println!("GEMM_BENCH_ANY_SOURCE: {what}; its configs are served on code they were not tuned on");
     }
+    let h = &table.header;
     println!(
         "serving from {} (tuned {} on {}), not the baked table",
-        path.display(),
+        std::path::Path::new(&path).display(),
         h.tuned_at,
         h.device
     );
-    let mut keys: HashMap<String, Vec<BakedEntry>> = HashMap::new();
-    for e in file.entries {
-        let config = match e.config {
-            // Leaked: the baked form borrows its values for 'static, and the bench holds
-            // one table for its whole run.
-            EntryConfig::Tuned(v) => EntryConfig::Tuned(&*Box::leak(v.into_boxed_slice())),
-            EntryConfig::Default => EntryConfig::Default,
-        };
-        // The file's entries are sorted by (key, batch) with unique pairs, as the
-        // nearest-batch rule needs.
-        keys.entry(e.key.as_str().to_string())
-            .or_default()
-            .push(BakedEntry {
-                batch: e.batch,
-                config,
-                us: e.us,
-                default_us: e.default_us,
-            });
-    }
-    Ok(Some(keys))
+    Ok(Some(table))
 }
 
 /// cuBLAS's workspace: 32 MiB, what NVIDIA advises on Hopper. Given to the handle up front
@@ -607,9 +576,7 @@ fn main() -> Result<(), BoxError> {
         for &m in &ms {
             let mu = m as usize;
             let resolved = match &file_table {
-                Some(t) => {
-                    resolve_in_entries::<Gemm>(target, &key, t.get(key_text).map_or(&[], Vec::as_slice), m)
-                }
+                Some(t) => resolve_in_entries::<Gemm>(target, &key, t.key_entries(key_text), m),
                 None => resolve_serve::<Gemm>(target, &key, m),
             };
             let source_text = match &file_table {

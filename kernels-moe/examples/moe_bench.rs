@@ -11,6 +11,11 @@
 //! times the routings a file records (`scripts/sglang_routes.py` writes SGLang's bench's:
 //! one line a routing, `<model> <T> <index> <ids...>`) for the shapes it holds, so both
 //! benches stream the same experts; each line of output says which routing it timed.
+//! `MOE_BENCH_TABLE=<dir>/moe/<target>.json` serves from that table file instead of the
+//! baked one, by the same lookup rule (a table a tuning run has just written, timed in the
+//! same device call before it is landed and baked; its sources read `file:table-exact` and
+//! so on), refused unless it was tuned against this binary's kernel source and target,
+//! unless `MOE_BENCH_ANY_SOURCE=1`.
 //!
 //! `cargo run --release -p kernels-moe --example moe_bench -- [tokens,...]`
 
@@ -25,8 +30,8 @@ use kernels_core::{Cuda, CudaDevice, CudaRuntime, Result, RuntimeOptions};
 use kernels_moe::config::Path;
 use kernels_moe::ops::{prepare, prepare_config, uniform_routing, MoePrepared};
 use kernels_moe::plan::{step_args, step_variant, Buffer, MoeProblem, Step, SOURCE};
-use kernels_moe::{analytic_default, space, workspace_bytes, MoeConfig, MoeKey};
-use tuned::{DType, Target};
+use kernels_moe::{analytic_default, space, workspace_bytes, Moe, MoeConfig, MoeKey};
+use tuned::{resolve_in_entries, DType, ServeError, ServedTable, TableFile, Target};
 
 const MODELS: &[(&str, u32, u32, u32, u32)] = &[
     // name, experts, topk, hidden (k), intermediate (n)
@@ -112,6 +117,39 @@ fn candidates(key: &MoeKey, tokens: u64, sample: usize) -> Vec<MoeConfig> {
     out
 }
 
+/// `MOE_BENCH_TABLE`'s table file, to serve by the baked lookup rule; `None` where the
+/// variable is unset. Exits naming the variable where [`TableFile::to_serve`] refuses it.
+fn table_from_env(target: Target) -> Option<ServedTable> {
+    let path = std::env::var_os("MOE_BENCH_TABLE")?;
+    let path = std::path::Path::new(&path);
+    let any_source = std::env::var_os("MOE_BENCH_ANY_SOURCE").is_some_and(|v| v == "1");
+    let fingerprint = <Moe as tuned::TunedKernel>::SOURCE_FINGERPRINT;
+    match TableFile::to_serve(path, &kernels_moe::schema::MOE, target, fingerprint, any_source) {
+        Ok(table) => {
+            if let Some(what) = &table.other_source {
+                eprintln!(
+                    "MOE_BENCH_ANY_SOURCE: {what}; its configs are served on code they were not tuned on"
+                );
+            }
+            eprintln!(
+                "serving from {} (tuned {} on {}), not the baked table",
+                path.display(),
+                table.header.tuned_at,
+                table.header.device
+            );
+            Some(table)
+        }
+        Err(ServeError::OtherSource(what)) => {
+            eprintln!("MOE_BENCH_TABLE: {what} (MOE_BENCH_ANY_SOURCE=1 serves it anyway)");
+            std::process::exit(2)
+        }
+        Err(ServeError::File(e)) => {
+            eprintln!("MOE_BENCH_TABLE: {e}");
+            std::process::exit(2)
+        }
+    }
+}
+
 fn main() -> Result<()> {
     let tokens: Vec<usize> = std::env::args()
         .nth(1)
@@ -145,6 +183,7 @@ fn main() -> Result<()> {
         },
     )?;
     let stream = rt.device().new_stream()?;
+    let file_table = table_from_env(rt.info().tuning_target());
     println!(
         "{{\"device\": \"{}\", \"sms\": {}}}",
         rt.info().name,
@@ -161,6 +200,29 @@ fn main() -> Result<()> {
             topk,
         };
         let (e, n, k) = (experts as usize, i as usize, h as usize);
+        let mut key_buf = tuned::KeyBuf::new();
+        tuned::write_canonical(
+            &kernels_moe::schema::MOE,
+            <Moe as tuned::TunedKernel>::key_values(&key).as_slice(),
+            &mut key_buf,
+        )
+        .expect("a catalog key is canonical");
+        let key_text = key_buf.as_str();
+        let target = rt.info().tuning_target();
+        // The served config: the baked table's (else the analytic default), or
+        // MOE_BENCH_TABLE's by the same rule.
+        let serve = |rt: &CudaRuntime, tokens: u64| -> Result<MoePrepared<Cuda>> {
+            match &file_table {
+                Some(table) => {
+                    let resolved =
+                        resolve_in_entries::<Moe>(target, &key, table.key_entries(key_text), tokens);
+                    let mut p = prepare_config(rt, &stream, &key, resolved.config)?;
+                    p.resolved = resolved;
+                    Ok(p)
+                }
+                None => prepare(rt, &stream, &key, tokens),
+            }
+        };
         let w13 = random_device(&stream, e * 2 * n * k * 2, 1, 1.0 / (k as f32).sqrt());
         let w2 = random_device(&stream, e * k * n * 2, 2, 1.0 / (n as f32).sqrt());
         // Compile every candidate's steps in parallel before timing.
@@ -264,9 +326,9 @@ fn main() -> Result<()> {
             // The served config: whole, without the align step (what SGLang's figure
             // covers: its alignment is excluded), and one step at a time (after a whole
             // call left each routing's alignment in its workspace).
-            let served = prepare(&rt, &stream, &key, t as u64)?;
+            let served = serve(&rt, t as u64)?;
             let us_served = time_prepared(&served)?;
-            let us_served_pdl = time_prepared(&prepare(&rt_pdl, &stream, &key, t as u64)?)?;
+            let us_served_pdl = time_prepared(&serve(&rt_pdl, t as u64)?)?;
             let c = served.resolved.config;
             let kernels: Vec<_> = Step::ALL
                 .iter()
@@ -310,7 +372,10 @@ fn main() -> Result<()> {
             let flops = 2.0 * pairs as f64 * 3.0 * (n * k) as f64;
             println!(
                 "{{\"model\": \"{name}\", \"T\": {t}, \"routing\": \"{routing}\", \"us_served\": {us_served:.2}, \"us_served_no_align\": {us_served_no_align:.2}, \"us_served_pdl\": {us_served_pdl:.2}, \"source\": \"{}\", \"served\": \"{}\", \"steps_us\": {{{}}}, \"weight_GBps_served\": {:.0}, \"tflops_served\": {:.1}, \"us_default\": {us_default:.2}, \"default\": \"{default}\", \"us_best\": {:.2}, \"best\": \"{}\", \"sampled\": {}, \"active_experts\": {active}, \"weight_GBps_best\": {:.0}, \"tflops_best\": {:.1}}}",
-                served.resolved.source,
+                match &file_table {
+                    Some(_) => format!("file:{}", served.resolved.source),
+                    None => served.resolved.source.to_string(),
+                },
                 served.resolved.config,
                 steps.join(", "),
                 wbytes / us_served / 1e3,

@@ -53,8 +53,8 @@ pub use schema::{
     dtype_key, int_key, int_param, name_param, param_index, write_config, Field, FieldKind, KernelSchema,
 };
 pub use table::{
-    origin_of_path, table_files, MergeReport, TableEntry, TableError, TableFile, TableHeader, SCHEMA_VERSION,
-    TIMINGS, TIMING_GRAPH, TIMING_SINGLE,
+    origin_of_path, table_files, MergeReport, ServeError, ServedTable, TableEntry, TableError, TableFile,
+    TableHeader, SCHEMA_VERSION, TIMINGS, TIMING_GRAPH, TIMING_SINGLE,
 };
 pub use target::{Target, TargetError, Vendor};
 pub use value::Value;

@@ -1,13 +1,13 @@
 //! Table files (`<crate>/tables/<kernel>/<target>.json`, schema v1): parsing with
 //! precise validation, deterministic writing, and merging.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value as Json};
 
-use crate::{EntryConfig, FieldKind, KernelSchema, StaticKey, Target, Value};
+use crate::{BakedEntry, EntryConfig, FieldKind, KernelSchema, StaticKey, Target, Value};
 
 /// The schema version this crate reads and writes.
 pub const SCHEMA_VERSION: u64 = 1;
@@ -628,4 +628,109 @@ pub fn table_files(root: &Path) -> std::io::Result<Vec<PathBuf>> {
     }
     out.sort();
     Ok(out)
+}
+
+/// A table file served in place of the baked table: a table a tuning run has just written,
+/// timed in the same device call before it is landed and baked (see [`TableFile::to_serve`]).
+#[derive(Debug)]
+pub struct ServedTable {
+    pub header: TableHeader,
+    /// The entries per canonical static key text, in the baked form the lookup rule
+    /// takes ([`crate::resolve_in_entries`]), sorted by batch.
+    pub entries: HashMap<String, Vec<BakedEntry>>,
+    /// Set where the file was tuned against another kernel source than the one given
+    /// and served anyway: what differs, for the caller to say.
+    pub other_source: Option<String>,
+}
+
+/// Why [`TableFile::to_serve`] refused a file.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ServeError {
+    /// Unreadable or invalid, or of another kernel or target.
+    File(String),
+    /// Tuned against another kernel source (served with `any_source`).
+    OtherSource(String),
+}
+
+impl fmt::Display for ServeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServeError::File(e) | ServeError::OtherSource(e) => f.write_str(e),
+        }
+    }
+}
+
+impl std::error::Error for ServeError {}
+
+impl ServedTable {
+    /// The entries of one static key (none: the analytic default serves it).
+    pub fn key_entries(&self, key: &str) -> &[BakedEntry] {
+        self.entries.get(key).map_or(&[], Vec::as_slice)
+    }
+}
+
+impl TableFile {
+    /// Reads the table file at `path` to serve by the baked lookup rule: refused unless
+    /// it holds `schema`'s kernel for `target` and was tuned against `fingerprint` (its
+    /// configs would be served against code they were not measured on), unless
+    /// `any_source`, which serves it anyway (two builds of a source change timed on the
+    /// same configs) and says so in [`ServedTable::other_source`]; refused for that
+    /// reason alone, the error is [`ServeError::OtherSource`]. The entries' values
+    /// are leaked to `'static`, as the baked tables' are: for a process that serves one
+    /// file for its whole run (a bench).
+    pub fn to_serve(
+        path: &Path,
+        schema: &KernelSchema,
+        target: Target,
+        fingerprint: &str,
+        any_source: bool,
+    ) -> Result<ServedTable, ServeError> {
+        let file = TableFile::read(path, Some(schema)).map_err(|e| ServeError::File(e.to_string()))?;
+        let h = &file.header;
+        if h.kernel != schema.kernel || h.target != target {
+            return Err(ServeError::File(format!(
+                "{} holds kernel {} for {}, not {} for this device's {}",
+                path.display(),
+                h.kernel,
+                h.target.name(),
+                schema.kernel,
+                target.name()
+            )));
+        }
+        let mut other_source = None;
+        if h.source_fingerprint != fingerprint {
+            let what = format!(
+                "{} was tuned against kernel source {}, this binary has {fingerprint}",
+                path.display(),
+                h.source_fingerprint
+            );
+            if !any_source {
+                return Err(ServeError::OtherSource(what));
+            }
+            other_source = Some(what);
+        }
+        let mut entries: HashMap<String, Vec<BakedEntry>> = HashMap::new();
+        for e in file.entries {
+            let config = match e.config {
+                EntryConfig::Tuned(v) => EntryConfig::Tuned(&*Box::leak(v.into_boxed_slice())),
+                EntryConfig::Default => EntryConfig::Default,
+            };
+            // The file's entries are sorted by (key, batch) with unique pairs, as the
+            // nearest-batch rule needs.
+            entries
+                .entry(e.key.as_str().to_string())
+                .or_default()
+                .push(BakedEntry {
+                    batch: e.batch,
+                    config,
+                    us: e.us,
+                    default_us: e.default_us,
+                });
+        }
+        Ok(ServedTable {
+            header: file.header,
+            entries,
+            other_source,
+        })
+    }
 }

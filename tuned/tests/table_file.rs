@@ -1,6 +1,6 @@
 //! Table files: schema round trip, every validation error on a fixture, merging.
 
-use tuned::{EntryConfig, Field, KernelSchema, TableEntry, TableFile, Target, Value};
+use tuned::{EntryConfig, Field, KernelSchema, ServeError, TableEntry, TableFile, Target, Value};
 
 static NORM: KernelSchema = KernelSchema {
     kernel: "rmsnorm",
@@ -368,4 +368,39 @@ fn merge_replaces_a_marker_with_a_faster_tuned_entry() {
     assert!(!at_256.config.is_default());
     assert_eq!(old.entries.len(), 3);
     assert_eq!(old.header.tuned_at, "2026-12-01");
+}
+
+/// A table file served in place of the baked one (a bench timing a table just tuned):
+/// its entries grouped by static key in batch order, refused for another target or, unless
+/// asked, another kernel source.
+#[test]
+fn a_table_file_serves_by_key_and_refuses_another_source_unless_asked() {
+    let dir = std::env::temp_dir().join(format!("tuned-serve-{}", std::process::id()));
+    let path = dir.join("rmsnorm").join("sm90.json");
+    parse(GOOD).unwrap().write(&path).unwrap();
+    let ours = "fnv1a64:0000000000000001";
+
+    let t = TableFile::to_serve(&path, &NORM, Target::Sm90, ours, false).unwrap();
+    assert_eq!(t.other_source, None);
+    let entries = t.key_entries("dtype=bf16,cols=4096");
+    assert_eq!(entries.iter().map(|e| e.batch).collect::<Vec<_>>(), [1, 64]);
+    assert_eq!(
+        entries[1].config.tuned().copied(),
+        Some(&[Value::Int(256), Value::Int(8), Value::str("reg")][..])
+    );
+    assert!(t.key_entries("dtype=bf16,cols=8192").is_empty());
+
+    let other = "fnv1a64:0000000000000002";
+    let e = TableFile::to_serve(&path, &NORM, Target::Sm90, other, false).unwrap_err();
+    assert!(
+        matches!(&e, ServeError::OtherSource(m) if m.contains(ours) && m.contains(other)),
+        "{e}"
+    );
+    let anyway = TableFile::to_serve(&path, &NORM, Target::Sm90, other, true).unwrap();
+    assert!(anyway.other_source.as_deref().is_some_and(|m| m.contains(other)));
+    assert_eq!(anyway.key_entries("dtype=bf16,cols=4096").len(), 2);
+
+    let e = TableFile::to_serve(&path, &NORM, Target::Sm80, ours, true).unwrap_err();
+    assert!(matches!(&e, ServeError::File(m) if m.contains("sm80")), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
