@@ -358,11 +358,19 @@ impl TableFile {
     /// (listed in [`MergeReport::stale_dropped`]): a table carries one fingerprint, and
     /// its entries must all have been measured with that source. Likewise, entries
     /// timed with another method than `newer`'s are dropped
-    /// ([`MergeReport::retimed_dropped`]).
+    /// ([`MergeReport::retimed_dropped`]), and so are entries measured on another device
+    /// ([`MergeReport::device_dropped`]): an H100's times do not compare with an H200's,
+    /// and the header names one device for every entry.
     pub fn merge(&mut self, newer: TableFile) -> MergeReport {
         let mut report = MergeReport::default();
         if self.header.source_fingerprint != newer.header.source_fingerprint {
             report.stale_dropped = std::mem::take(&mut self.entries)
+                .into_iter()
+                .map(|e| (e.key, e.batch))
+                .collect();
+            self.header = newer.header.clone();
+        } else if self.header.device != newer.header.device {
+            report.device_dropped = std::mem::take(&mut self.entries)
                 .into_iter()
                 .map(|e| (e.key, e.batch))
                 .collect();
@@ -420,6 +428,9 @@ pub struct MergeReport {
     /// Existing entries dropped because they were timed with another method (same
     /// source).
     pub retimed_dropped: Vec<(StaticKey, u64)>,
+    /// Existing entries dropped because they were measured on another device (same
+    /// source).
+    pub device_dropped: Vec<(StaticKey, u64)>,
 }
 
 fn round_us(us: f64) -> String {

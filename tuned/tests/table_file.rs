@@ -288,6 +288,24 @@ fn merge_drops_entries_timed_another_way() {
     assert_eq!(old.header.tuned_at, "2026-12-01");
 }
 
+#[test]
+fn merge_drops_entries_of_another_device() {
+    // The old entries were measured on an H200 (2.25 and 3.5 us). A run of one shape on an
+    // H100 timed 4.0 us: slower, but another device's figure, so it is neither compared
+    // with them nor kept beside them under a header naming one device.
+    let mut old = parse(GOOD).unwrap();
+    let mut newer = parse(&GOOD.replace("\"NVIDIA H200\"", "\"NVIDIA H100 80GB HBM3\"")).unwrap();
+    newer.entries.retain(|e| e.batch == 64);
+    newer.entries[0].us = 4.0;
+    let report = old.merge(newer);
+    assert_eq!(report.device_dropped.len(), 2, "{report:?}");
+    assert!(report.kept.is_empty() && report.stale_dropped.is_empty() && report.retimed_dropped.is_empty());
+    assert_eq!(report.added.len(), 1);
+    assert_eq!(old.entries.len(), 1);
+    assert_eq!(old.entries[0].us, 4.0);
+    assert_eq!(old.header.device, "NVIDIA H100 80GB HBM3");
+}
+
 /// The good fixture plus a default marker at batch 256.
 fn with_marker(us: &str, default_us: &str) -> String {
     let marker = format!(

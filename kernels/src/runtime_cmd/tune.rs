@@ -210,14 +210,18 @@ fn report_table(out: &kernels_core::tune::TableOutcome) -> ExitCode {
         for (key, batch) in &m.retimed_dropped {
             println!("dropped  [{key}] batch {batch}: timed with another method");
         }
+        for (key, batch) in &m.device_dropped {
+            println!("dropped  [{key}] batch {batch}: measured on another device");
+        }
         println!(
-            "wrote {} ({} added, {} replaced, {} kept, {} stale dropped, {} retimed dropped; {} searched, {} from cache, {} carried)",
+            "wrote {} ({} added, {} replaced, {} kept, {} stale dropped, {} retimed dropped, {} other-device dropped; {} searched, {} from cache, {} carried)",
             out.path.display(),
             m.added.len(),
             m.replaced.len(),
             m.kept.len(),
             m.stale_dropped.len(),
             m.retimed_dropped.len(),
+            m.device_dropped.len(),
             out.tuned,
             out.cached,
             out.carried

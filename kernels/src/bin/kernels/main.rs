@@ -703,9 +703,10 @@ fn tables_command(cmd: TablesCommand) -> Result<ExitCode, Usage> {
             };
             match tables::promote(&cache, dir.as_deref(), reselect) {
                 Ok(p) => {
-                    for (path, added, replaced, kept) in &p.written {
+                    for (path, added, replaced, kept, dropped) in &p.written {
                         println!(
-                            "{}: {added} added, {replaced} replaced, {kept} kept",
+                            "{}: {added} added, {replaced} replaced, {kept} kept, {dropped} dropped \
+                             (measured against another source, timing method or device)",
                             path.display()
                         );
                     }

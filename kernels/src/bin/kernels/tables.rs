@@ -304,8 +304,9 @@ fn reselect_record(record: &mut kernels_core::tune::TuneRecord) -> Result<(), St
 /// What [`promote`] did with each online tuning result.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Promoted {
-    /// Table files written, with (added, replaced, kept) counts.
-    pub written: Vec<(PathBuf, usize, usize, usize)>,
+    /// Table files written, with (added, replaced, kept, dropped) counts; dropped are the
+    /// file's entries measured against another source, timing method or device.
+    pub written: Vec<(PathBuf, usize, usize, usize, usize)>,
     /// (cache file or key, why it was left out).
     pub skipped: Vec<(String, String)>,
     /// Results written as default markers: the analytic default was at least as fast.
@@ -588,7 +589,7 @@ pub fn promote(
         entries.sort_by(|a, b| (&a.key, a.batch).cmp(&(&b.key, b.batch)));
         entries.dedup_by(|a, b| a.key == b.key && a.batch == b.batch);
         let newer = TableFile { header, entries };
-        let (table, added, replaced, kept) = if path.exists() {
+        let (table, added, replaced, kept, dropped) = if path.exists() {
             let schema = kernels::kernel(&kernel).map(|k| k.schema());
             let mut existing = TableFile::read(&path, schema).map_err(|e| Finding {
                 file: file.clone(),
@@ -596,17 +597,18 @@ pub fn promote(
                 reason: e.reason,
             })?;
             let r = existing.merge(newer);
-            (existing, r.added.len(), r.replaced.len(), r.kept.len())
+            let dropped = r.stale_dropped.len() + r.retimed_dropped.len() + r.device_dropped.len();
+            (existing, r.added.len(), r.replaced.len(), r.kept.len(), dropped)
         } else {
             let n = newer.entries.len();
-            (newer, n, 0, 0)
+            (newer, n, 0, 0, 0)
         };
         table.write(&path).map_err(|e| Finding {
             file: file.clone(),
             entry: None,
             reason: format!("cannot write: {e}"),
         })?;
-        out.written.push((path, added, replaced, kept));
+        out.written.push((path, added, replaced, kept, dropped));
     }
     Ok(out)
 }
