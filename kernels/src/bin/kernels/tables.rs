@@ -423,6 +423,51 @@ fn check_candidates(
     ))
 }
 
+/// A table's results: (kernel, target, device, timing method).
+type TableGroup = (String, Target, String, String);
+
+/// A table holds one device's times, taken one way (`TableFile::merge` drops the others):
+/// where results measured on several devices, or timed several ways, would fill the same
+/// table, the group with the most results is promoted (on a tie, the first by device name
+/// and method) and each result of the others is listed in `skipped` with the reason.
+fn one_group_per_table(
+    groups: std::collections::BTreeMap<TableGroup, (tuned::TableHeader, Vec<TableEntry>)>,
+    skipped: &mut Vec<(String, String)>,
+) -> std::collections::BTreeMap<(String, Target), (tuned::TableHeader, Vec<TableEntry>)> {
+    let mut out: std::collections::BTreeMap<(String, Target), (tuned::TableHeader, Vec<TableEntry>)> =
+        std::collections::BTreeMap::new();
+    let mut others = Vec::new();
+    // BTreeMap order: device, then method, within a table; a later group replaces the
+    // kept one only with strictly more results.
+    for ((kernel, target, _, _), group) in groups {
+        match out.entry((kernel, target)) {
+            std::collections::btree_map::Entry::Vacant(v) => {
+                v.insert(group);
+            }
+            std::collections::btree_map::Entry::Occupied(mut o) => {
+                if group.1.len() > o.get().1.len() {
+                    others.push(o.insert(group));
+                } else {
+                    others.push(group);
+                }
+            }
+        }
+    }
+    for (header, entries) in others {
+        let kept = &out[&(header.kernel.clone(), header.target)].0;
+        for e in entries {
+            skipped.push((
+                format!("{} [{}] batch {}", header.kernel, e.key, e.batch),
+                format!(
+                    "measured on {} ({} timing), and more of this table's results on {} ({} timing): a table holds one device's times, taken one way",
+                    header.device, header.timing, kept.device, kept.timing
+                ),
+            ));
+        }
+    }
+    out
+}
+
 /// Moves tuning results from the disk cache (the online tuner's, or `kernels tune`'s)
 /// into committed tables (`<tables>/<kernel>/<target>.json`, merged: the faster entry
 /// of each (key, batch) wins; a table holds one timing method, the record's key says
@@ -458,7 +503,8 @@ pub fn promote(
     for (path, reason) in corrupt {
         out.skipped.push((path.display().to_string(), reason));
     }
-    let mut by_table: BTreeMap<(String, Target), (TableHeader, Vec<TableEntry>)> = BTreeMap::new();
+    // By table and by the (device, timing method) the results were measured with.
+    let mut by_table: BTreeMap<TableGroup, (TableHeader, Vec<TableEntry>)> = BTreeMap::new();
     for (text, entry) in entries {
         let field = |n: &str| key_field(&text, n).map(|v| v.into_owned()).unwrap_or_default();
         let (kernel_name, static_key, batch) = (field("kernel"), field("static_key"), field("batch"));
@@ -536,7 +582,15 @@ pub fn promote(
             continue;
         };
         let schema = kernel.schema();
-        let slot = by_table.entry((kernel_name.clone(), target)).or_insert_with(|| {
+        // `kernels tune` keys its records by its method (`timing=graph` or
+        // `timing=single`); the online tuner's keys have no variant and time single
+        // launches on the caller's buffers.
+        let timing = match field("variant").strip_prefix("timing=") {
+            Some(m) if tuned::TIMINGS.contains(&m) => m.to_string(),
+            _ => tuned::TIMING_SINGLE.to_string(),
+        };
+        let group = (kernel_name.clone(), target, record.device.clone(), timing.clone());
+        let slot = by_table.entry(group).or_insert_with(|| {
             (
                 TableHeader {
                     kernel: kernel_name.clone(),
@@ -545,13 +599,7 @@ pub fn promote(
                     compiler: record.compiler.clone(),
                     source_fingerprint: fingerprint.clone(),
                     tuned_at: record.tuned_at.clone(),
-                    // `kernels tune` keys its records by its method (`timing=graph`
-                    // or `timing=single`); the online tuner's keys have no variant and
-                    // time single launches on the caller's buffers.
-                    timing: match field("variant").strip_prefix("timing=") {
-                        Some(m) if tuned::TIMINGS.contains(&m) => m.to_string(),
-                        _ => tuned::TIMING_SINGLE.to_string(),
-                    },
+                    timing,
                     key_fields: schema.key_names().map(str::to_string).collect(),
                     params: schema.param_names().map(str::to_string).collect(),
                 },
@@ -573,7 +621,7 @@ pub fn promote(
             default_us,
         });
     }
-    for ((kernel, target), (header, mut entries)) in by_table {
+    for ((kernel, target), (header, mut entries)) in one_group_per_table(by_table, &mut out.skipped) {
         let Some(root) = tables
             .map(Path::to_path_buf)
             .or_else(|| kernels::runtime_cmd::tables_dir(&kernel))
@@ -642,6 +690,58 @@ mod tests {
         })
         .text()
         .to_string()
+    }
+
+    /// Results of two devices for one table: the device with more of them is promoted and
+    /// each result of the other is skipped naming both devices; another table is untouched.
+    #[test]
+    fn a_table_is_promoted_from_one_device_and_timing() {
+        let key = StaticKey::parse(&kernels_softmax::schema::SOFTMAX, "dtype=bf16,cols=4096").unwrap();
+        let header = |kernel: &str, device: &str| tuned::TableHeader {
+            kernel: kernel.into(),
+            target: Target::Sm90,
+            device: device.into(),
+            compiler: "nvrtc 13.0".into(),
+            source_fingerprint: "fnv1a64:1".into(),
+            tuned_at: "2026-12-07".into(),
+            timing: "graph".into(),
+            key_fields: vec![],
+            params: vec![],
+        };
+        let entries = |batches: &[u64]| -> Vec<TableEntry> {
+            batches
+                .iter()
+                .map(|&b| TableEntry::default_marker(key.clone(), b, 1.0))
+                .collect()
+        };
+        let (h100, h200) = ("NVIDIA H100 80GB HBM3", "NVIDIA H200");
+        let mut groups = std::collections::BTreeMap::new();
+        let g = |kernel: &str, device: &str| {
+            (
+                kernel.to_string(),
+                Target::Sm90,
+                device.to_string(),
+                "graph".to_string(),
+            )
+        };
+        groups.insert(g("softmax", h100), (header("softmax", h100), entries(&[1])));
+        groups.insert(g("softmax", h200), (header("softmax", h200), entries(&[1, 64])));
+        groups.insert(g("rmsnorm", h100), (header("rmsnorm", h100), entries(&[8])));
+        let mut skipped = Vec::new();
+        let tables = one_group_per_table(groups, &mut skipped);
+        assert_eq!(tables.len(), 2);
+        let softmax = &tables[&("softmax".to_string(), Target::Sm90)];
+        assert_eq!((softmax.0.device.as_str(), softmax.1.len()), (h200, 2));
+        assert_eq!(tables[&("rmsnorm".to_string(), Target::Sm90)].0.device, h100);
+        assert_eq!(skipped.len(), 1, "{skipped:?}");
+        assert!(
+            skipped[0].0.contains("softmax") && skipped[0].0.contains("batch 1"),
+            "{skipped:?}"
+        );
+        assert!(
+            skipped[0].1.contains(h100) && skipped[0].1.contains(h200),
+            "{skipped:?}"
+        );
     }
 
     /// A key tuned at one decode batch leaves every shape-file batch more than one doubling
