@@ -363,22 +363,20 @@ impl TableFile {
     /// and the header names one device for every entry.
     pub fn merge(&mut self, newer: TableFile) -> MergeReport {
         let mut report = MergeReport::default();
-        if self.header.source_fingerprint != newer.header.source_fingerprint {
-            report.stale_dropped = std::mem::take(&mut self.entries)
-                .into_iter()
-                .map(|e| (e.key, e.batch))
-                .collect();
-            self.header = newer.header.clone();
-        } else if self.header.device != newer.header.device {
-            report.device_dropped = std::mem::take(&mut self.entries)
-                .into_iter()
-                .map(|e| (e.key, e.batch))
-                .collect();
-            self.header = newer.header.clone();
-        } else if self.header.timing != newer.header.timing {
-            // Times of two methods do not compare (a single launch carries its launch
-            // latency): a table holds one method's, the newer one's.
-            report.retimed_dropped = std::mem::take(&mut self.entries)
+        let (old, new) = (&self.header, &newer.header);
+        // Times of two methods do not compare either (a single launch carries its launch
+        // latency): a table holds one method's, the newer one's.
+        let dropped = if old.source_fingerprint != new.source_fingerprint {
+            Some(&mut report.stale_dropped)
+        } else if old.device != new.device {
+            Some(&mut report.device_dropped)
+        } else if old.timing != new.timing {
+            Some(&mut report.retimed_dropped)
+        } else {
+            None
+        };
+        if let Some(list) = dropped {
+            *list = std::mem::take(&mut self.entries)
                 .into_iter()
                 .map(|e| (e.key, e.batch))
                 .collect();
