@@ -1,6 +1,7 @@
 //! Table maintenance for `kernels tables`: what is baked, validating files on
 //! disk, and the offline regression guard.
 
+use std::collections::{btree_map::Entry, BTreeMap};
 use std::path::{Path, PathBuf};
 
 use tuned::{origin_of_path, table_files, EntryConfig, TableEntry, TableFile, Target};
@@ -431,20 +432,19 @@ type TableGroup = (String, Target, String, String);
 /// table, the group with the most results is promoted (on a tie, the first by device name
 /// and method) and each result of the others is listed in `skipped` with the reason.
 fn one_group_per_table(
-    groups: std::collections::BTreeMap<TableGroup, (tuned::TableHeader, Vec<TableEntry>)>,
+    groups: BTreeMap<TableGroup, (tuned::TableHeader, Vec<TableEntry>)>,
     skipped: &mut Vec<(String, String)>,
-) -> std::collections::BTreeMap<(String, Target), (tuned::TableHeader, Vec<TableEntry>)> {
-    let mut out: std::collections::BTreeMap<(String, Target), (tuned::TableHeader, Vec<TableEntry>)> =
-        std::collections::BTreeMap::new();
+) -> BTreeMap<(String, Target), (tuned::TableHeader, Vec<TableEntry>)> {
+    let mut out = BTreeMap::new();
     let mut others = Vec::new();
     // BTreeMap order: device, then method, within a table; a later group replaces the
     // kept one only with strictly more results.
     for ((kernel, target, _, _), group) in groups {
         match out.entry((kernel, target)) {
-            std::collections::btree_map::Entry::Vacant(v) => {
+            Entry::Vacant(v) => {
                 v.insert(group);
             }
-            std::collections::btree_map::Entry::Occupied(mut o) => {
+            Entry::Occupied(mut o) => {
                 if group.1.len() > o.get().1.len() {
                     others.push(o.insert(group));
                 } else {
@@ -489,7 +489,6 @@ pub fn promote(
     tables: Option<&Path>,
     reselect: bool,
 ) -> Result<Promoted, Finding> {
-    use std::collections::BTreeMap;
     use tuned::{StaticKey, TableHeader};
 
     let mut out = Promoted::default();
@@ -610,7 +609,6 @@ pub fn promote(
         let (config, us) = if beats {
             (EntryConfig::Tuned(record.config), record.us)
         } else {
-            out.markers.push(label);
             (EntryConfig::Default, default_us)
         };
         slot.1.push(TableEntry {
@@ -622,6 +620,11 @@ pub fn promote(
         });
     }
     for ((kernel, target), (header, mut entries)) in one_group_per_table(by_table, &mut out.skipped) {
+        // Listed for the results promoted, not those of a group left out above.
+        for e in entries.iter().filter(|e| e.config == EntryConfig::Default) {
+            out.markers
+                .push(format!("{kernel} [{}] batch {}", e.key, e.batch));
+        }
         let Some(root) = tables
             .map(Path::to_path_buf)
             .or_else(|| kernels::runtime_cmd::tables_dir(&kernel))
