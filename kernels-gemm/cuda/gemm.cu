@@ -1249,15 +1249,15 @@ template <bool STREAMED>
 __device__ __forceinline__ uint4 load8(const T* p, int left) {
 #if ALIGNED
     if (left >= 8) {
+        // Not volatile: a pure load of memory no kernel of the launch writes, which the
+        // compiler may schedule and keep addresses for like any other.
         uint4 v;
         if constexpr (STREAMED) {
-            asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                         : "l"(p));
+            asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                : "l"(p));
         } else {
-            asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
-                         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                         : "l"(p));
+            asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
         }
         return v;
     }
@@ -1324,14 +1324,10 @@ extern "C" __global__ void __launch_bounds__(kg::S_THREADS) KG_STREAM_CLUSTER
     }
     kd::pdl_wait();
 
+    // Tokens past m read token m - 1's row (in bounds; their products are never stored).
     const T* xa[S_NT];
-    bool tok_ok[S_NT];
 #pragma unroll
-    for (int i = 0; i < S_NT; ++i) {
-        const int tok = tok0 + 8 * i + g;
-        tok_ok[i] = tok < m;
-        xa[i] = a + (long long)min(tok, m - 1) * lda + 8 * t;
-    }
+    for (int i = 0; i < S_NT; ++i) xa[i] = a + (long long)min(tok0 + 8 * i + g, m - 1) * lda + 8 * t;
     float acc[S_NT][4];
 #pragma unroll
     for (int i = 0; i < S_NT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
@@ -1350,8 +1346,7 @@ extern "C" __global__ void __launch_bounds__(kg::S_THREADS) KG_STREAM_CLUSTER
         for (int u = 0; u < UNROLL; ++u) {
             uint4 x[S_NT];
 #pragma unroll
-            for (int i = 0; i < S_NT; ++i)
-                x[i] = tok_ok[i] ? load8<false>(xa[i] + (kb + u) * 32, 8) : make_uint4(0u, 0u, 0u, 0u);
+            for (int i = 0; i < S_NT; ++i) x[i] = load8<false>(xa[i] + (kb + u) * 32, 8);
             stream_mma(acc, ra[u], rb[u], x);
         }
     }
@@ -1361,8 +1356,7 @@ extern "C" __global__ void __launch_bounds__(kg::S_THREADS) KG_STREAM_CLUSTER
         const uint4 ra = load8<true>(wa + kb * 32, left), rb = load8<true>(wb + kb * 32, left);
         uint4 x[S_NT];
 #pragma unroll
-        for (int i = 0; i < S_NT; ++i)
-            x[i] = tok_ok[i] ? load8<false>(xa[i] + kb * 32, left) : make_uint4(0u, 0u, 0u, 0u);
+        for (int i = 0; i < S_NT; ++i) x[i] = load8<false>(xa[i] + kb * 32, left);
         stream_mma(acc, ra, rb, x);
     }
     // Every input this block reads is read: the next kernel may start its blocks.
