@@ -1249,15 +1249,19 @@ template <bool STREAMED>
 __device__ __forceinline__ uint4 load8(const T* p, int left) {
 #if ALIGNED
     if (left >= 8) {
-        // Not volatile: a pure load of memory no kernel of the launch writes, which the
-        // compiler may schedule and keep addresses for like any other.
         uint4 v;
         if constexpr (STREAMED) {
+            // Not volatile: the weight, which no kernel this one may wait for writes (it is
+            // prefetched before the wait too), so the compiler may schedule it freely.
             asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                 : "l"(p));
         } else {
-            asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+            // Volatile: the activations may be the output of the kernel this one waits for
+            // (kd::pdl_wait), and a non-volatile asm could be moved above that wait.
+            asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+                         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                         : "l"(p));
         }
         return v;
     }
