@@ -183,7 +183,8 @@ fn main() -> Result<()> {
         },
     )?;
     let stream = rt.device().new_stream()?;
-    let file_table = table_from_env(rt.info().tuning_target());
+    let target = rt.info().tuning_target();
+    let file_table = table_from_env(target);
     println!(
         "{{\"device\": \"{}\", \"sms\": {}}}",
         rt.info().name,
@@ -208,7 +209,6 @@ fn main() -> Result<()> {
         )
         .expect("a catalog key is canonical");
         let key_text = key_buf.as_str();
-        let target = rt.info().tuning_target();
         // The served config: the baked table's (else the analytic default), or
         // MOE_BENCH_TABLE's by the same rule.
         let serve = |rt: &CudaRuntime, tokens: u64| -> Result<MoePrepared<Cuda>> {
