@@ -24,7 +24,8 @@
 //! `GEMM_BENCH_MATCH="block_m=128 cluster=2"` times only the alternatives with every
 //! setting named, without the served config (one kernel a point, for a profiler);
 //! `GEMM_BENCH_SHAPES=qkv,o,...` keeps the layers named (`70B-tp8:qkv`: that layer of the
-//! models whose name contains `70B-tp8` only); `GEMM_BENCH_COPIES=N` rotates over N
+//! models whose name contains `70B-tp8` only); `GEMM_BENCH_EXTRA=8192x64,8192x1024` adds
+//! weights of those n x k (model `custom`, layer `NxK`), served by the same lookup; `GEMM_BENCH_COPIES=N` rotates over N
 //! copies of the operands instead of the tuner's count (to see what the reuse distance does to
 //! a point); `GEMM_BENCH_ROUNDS=N` (1 to 9, default 3) times the served config and cuBLAS
 //! in turn N times per point and reports each side's median round; `GEMM_BENCH_PDL=1` also times the
@@ -524,8 +525,28 @@ fn main() -> Result<(), BoxError> {
         },
         Err(_) => None,
     };
+    // GEMM_BENCH_EXTRA=NxK,...: weights of n x k beside the catalog's (model `custom`, layer
+    // `NxK`; GEMM_BENCH_SHAPES filters them as it does the others), served by the same lookup
+    // (a key the table lacks takes the analytic default), e.g. a sweep of k at one n.
+    let mut shapes: Vec<(String, String, u32, u32)> = SHAPES
+        .iter()
+        .map(|&(m, l, n, k)| (m.to_string(), l.to_string(), n, k))
+        .collect();
+    if let Ok(v) = std::env::var("GEMM_BENCH_EXTRA") {
+        for item in v.split(',').map(str::trim).filter(|x| !x.is_empty()) {
+            let dims = item
+                .split_once('x')
+                .and_then(|(n, k)| Some((n.trim().parse::<u32>().ok()?, k.trim().parse::<u32>().ok()?)))
+                .filter(|&(n, k)| n > 0 && k > 0);
+            let Some((n, k)) = dims else {
+                return Err(format!("GEMM_BENCH_EXTRA: `{item}` is not NxK with n and k above 0").into());
+            };
+            shapes.push(("custom".to_string(), format!("{n}x{k}"), n, k));
+        }
+    }
     let mut overhead_problem = None;
-    for &(model, layer, n, k) in SHAPES {
+    for (model, layer, n, k) in &shapes {
+        let (model, layer, n, k) = (model.as_str(), layer.as_str(), *n, *k);
         let picked = |l: &String| match l.split_once(':') {
             Some((m, l)) => model.contains(m) && l == layer,
             None => l == layer,
@@ -609,10 +630,15 @@ fn main() -> Result<(), BoxError> {
             let launches = graph_launches(bytes, problems.len());
             let mut configs = Vec::new();
             if matching.is_none() {
-                configs.push((resolved.config, source_text));
+                configs.push((resolved.config, source_text.clone()));
                 if rt_pdl.is_some() {
                     configs.push((resolved.config, "pdl".to_string()));
                 }
+            }
+            // Under GEMM_BENCH_MATCH the served config is timed too where it matches (the
+            // alternatives leave it out), as one more row.
+            if matching.is_some() && matches_all(&resolved.config) {
+                configs.push((resolved.config, source_text));
             }
             if alts {
                 if every_alt {
