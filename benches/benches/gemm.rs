@@ -21,11 +21,12 @@
 //! tiles with TMA stores of C, beside the plain tile; `widths` the tiles of widths between
 //! powers of two beside the others; `cluster_splits` each split of 2, 3, 4, 6 or 8
 //! of the search space through the workspace and as one cluster; `rings` the deep rings of narrow tiles for few rows), and
-//! `GEMM_BENCH_MATCH="block_m=128 cluster=2"` times only the alternatives with every
-//! setting named, without the served config (one kernel a point, for a profiler);
-//! `GEMM_BENCH_SHAPES=qkv,o,...` keeps the layers named (`70B-tp8:qkv`: that layer of the
-//! models whose name contains `70B-tp8` only); `GEMM_BENCH_EXTRA=8192x64,8192x1024` adds
-//! weights of those n x k (model `custom`, layer `NxK`), served by the same lookup; `GEMM_BENCH_COPIES=N` rotates over N
+//! `GEMM_BENCH_MATCH="block_m=128 cluster=2"` times only the configs with every setting
+//! named: those alternatives, and the served config where it has them (one kernel a point,
+//! for a profiler); `GEMM_BENCH_SHAPES=qkv,o,...` keeps the layers named (`70B-tp8:qkv`:
+//! that layer of the models whose name contains `70B-tp8` only);
+//! `GEMM_BENCH_EXTRA=8192x64,8192x1024` adds weights of those n x k (model `custom`, layer
+//! `NxK`), served by the same lookup; `GEMM_BENCH_COPIES=N` rotates over N
 //! copies of the operands instead of the tuner's count (to see what the reuse distance does to
 //! a point); `GEMM_BENCH_ROUNDS=N` (1 to 9, default 3) times the served config and cuBLAS
 //! in turn N times per point and reports each side's median round; `GEMM_BENCH_PDL=1` also times the
