@@ -645,14 +645,25 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
                 const Unit w = unit_at(blockIdx.x / CLUSTER, bands, tiles_y, split_k, group, rank);
                 const int kt0 = w.z * per_split;
                 prefetched = min(max(min(ktiles, kt0 + per_split) - kt0, 0), STAGES);
-                for (int i = 0; i < prefetched; ++i) {
-                    // First pass over the ring: nothing to wait for.
-                    const u32 bar = full0 + 8 * i;
-                    mbar_expect_tx(bar, STAGE_BYTES);
-                    load_weight(ring + i * STAGE_BYTES, &tx, &ty, bar, (kt0 + i) * BKS, w, rank);
+                // First pass over the ring: nothing to wait for. The first stage's weight box
+                // goes out before the wait; then each stage's two boxes in turn, so the TMA
+                // unit issues the first stage whole before the later stages' weights.
+                if (prefetched > 0) {
+                    mbar_expect_tx(full0, STAGE_BYTES);
+                    load_weight(ring, &tx, &ty, full0, kt0 * BKS, w, rank);
                 }
+                kd::pdl_wait();
+                for (int i = 0; i < prefetched; ++i) {
+                    const u32 bar = full0 + 8 * i;
+                    if (i > 0) {
+                        mbar_expect_tx(bar, STAGE_BYTES);
+                        load_weight(ring + i * STAGE_BYTES, &tx, &ty, bar, (kt0 + i) * BKS, w, rank);
+                    }
+                    load_activations(ring + i * STAGE_BYTES, &tx, &ty, bar, (kt0 + i) * BKS, w);
+                }
+            } else {
+                kd::pdl_wait();
             }
-            kd::pdl_wait();
             int it = 0;
             for (int u = blockIdx.x / CLUSTER; u < units; u += gridDim.x / CLUSTER) {
                 const Unit w = unit_at(u, bands, tiles_y, split_k, group, rank);
@@ -663,8 +674,7 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
                     const u32 bar = full0 + 8 * s;
                     const u32 xs = ring + s * STAGE_BYTES;
                     if (it < prefetched) {
-                        load_activations(xs, &tx, &ty, bar, (kt0 + i) * BKS, w);
-                        continue;
+                        continue;  // loaded above
                     }
                     // A fresh barrier counts as having completed the phase before its
                     // first, so the first pass over the ring does not wait.
