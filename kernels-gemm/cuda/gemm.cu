@@ -608,6 +608,37 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
     // clusters, half the Y bytes come from the peer's multicast);
     // empty[s]: every consumer warpgroup (of every block of the cluster) is done reading it
     // (with PINGPONG, the one warpgroup that read it).
+    // The ring's first pass, by the producer thread (nothing to wait for); returns the
+    // stages it filled. The weight (Y unswapped, X swapped) does not depend on the kernel
+    // before this one, the activations may: under programmatic dependent launch the first
+    // stage's weight box goes out before kd::pdl_wait(), overlapping the previous kernel's
+    // tail (a plain launch waits for nothing); then each stage's two boxes in turn, so the
+    // TMA unit issues stage 0 whole before the later stages' weights (all the weight boxes
+    // first made stage 0 complete with the last of them).
+    auto first_ring = [&]() -> int {
+        if (blockIdx.x / CLUSTER >= units) {
+            kd::pdl_wait();
+            return 0;
+        }
+        const Unit w = unit_at(blockIdx.x / CLUSTER, bands, tiles_y, split_k, group, rank);
+        const int kt0 = w.z * per_split;
+        const int filled = min(max(min(ktiles, kt0 + per_split) - kt0, 0), STAGES);
+        if (filled > 0) {
+            mbar_expect_tx(full0, STAGE_BYTES);
+            load_weight(ring, &tx, &ty, full0, kt0 * BKS, w, rank);
+        }
+        kd::pdl_wait();
+        for (int i = 0; i < filled; ++i) {
+            const u32 bar = full0 + 8 * i;
+            if (i > 0) {
+                mbar_expect_tx(bar, STAGE_BYTES);
+                load_weight(ring + i * STAGE_BYTES, &tx, &ty, bar, (kt0 + i) * BKS, w, rank);
+            }
+            load_activations(ring + i * STAGE_BYTES, &tx, &ty, bar, (kt0 + i) * BKS, w);
+        }
+        return filled;
+    };
+    int prefetched = 0;  // the first pass's stages (the producer thread's)
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full0 + 8 * s, 1);
@@ -622,6 +653,20 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
         mbar_init(kd::smem_addr(&turn[1]), 1);
 #endif
         mbar_init_fence();
+        if constexpr (CLUSTER == 1) {
+            // With no peer to set up its barriers first, the first pass goes out here,
+            // from the block's first instructions: the producer's branch below lies far
+            // from them and starts cold in the instruction cache.
+            prefetched = first_ring();
+        }
+    }
+    if constexpr (CONSUMERS == 2) {
+        if (wg == 0) {
+            // The producer warpgroup's registers go back before the block barrier: the
+            // consumers' raise below waits for them, and the producer's own branch starts
+            // cold in the instruction cache.
+            regs_dec<40>();
+        }
     }
     if constexpr (CLUSTER > 1) {
         // The peer multicasts into this block and arrives on its barriers only after this.
@@ -632,37 +677,9 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
 
     if (wg == 0) {
         // Producer: one thread keeps the ring full, running ahead across tiles.
-        if constexpr (CONSUMERS == 2) {
-            regs_dec<40>();
-        }
         if (threadIdx.x == 0) {
-            // The weight (Y unswapped, X swapped) does not depend on the kernel before
-            // this one, the activations may: under programmatic dependent launch the
-            // first ring's weight loads are issued before kd::pdl_wait(), so they
-            // overlap the previous kernel's tail. A plain launch waits for nothing.
-            int prefetched = 0;
-            if (blockIdx.x / CLUSTER < units) {
-                const Unit w = unit_at(blockIdx.x / CLUSTER, bands, tiles_y, split_k, group, rank);
-                const int kt0 = w.z * per_split;
-                prefetched = min(max(min(ktiles, kt0 + per_split) - kt0, 0), STAGES);
-                // First pass over the ring: nothing to wait for. The first stage's weight box
-                // goes out before the wait; then each stage's two boxes in turn, so the TMA
-                // unit issues the first stage whole before the later stages' weights.
-                if (prefetched > 0) {
-                    mbar_expect_tx(full0, STAGE_BYTES);
-                    load_weight(ring, &tx, &ty, full0, kt0 * BKS, w, rank);
-                }
-                kd::pdl_wait();
-                for (int i = 0; i < prefetched; ++i) {
-                    const u32 bar = full0 + 8 * i;
-                    if (i > 0) {
-                        mbar_expect_tx(bar, STAGE_BYTES);
-                        load_weight(ring + i * STAGE_BYTES, &tx, &ty, bar, (kt0 + i) * BKS, w, rank);
-                    }
-                    load_activations(ring + i * STAGE_BYTES, &tx, &ty, bar, (kt0 + i) * BKS, w);
-                }
-            } else {
-                kd::pdl_wait();
+            if constexpr (CLUSTER > 1) {
+                prefetched = first_ring();
             }
             int it = 0;
             for (int u = blockIdx.x / CLUSTER; u < units; u += gridDim.x / CLUSTER) {
