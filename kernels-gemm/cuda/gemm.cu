@@ -96,9 +96,9 @@ __device__ __forceinline__ void store_two(void* c, long long ldc, int m, int n, 
 //   (columns k, 128-byte swizzle) with boxes of 64 x BX and 64 x BY elements; their
 //   zero fill past m, n and k makes ragged edges add nothing. c, bias, ws, split_k,
 //   group_m and flags mean what they mean for gemm_mma_kernel, except that split_k > 1
-//   needs a variant with the reduction (SPLITS below: swapped, or unswapped at 64
-//   accumulators a thread at most, without a cluster or pingpong) or with CLUSTER
-//   SPLITS (split_k = CLUSTER; ws unused).
+//   needs a variant with the reduction (WS_SPLIT 1 and SPLITS below: swapped, or
+//   unswapped at 64 accumulators a thread at most, without a cluster or pingpong) or
+//   with CLUSTER SPLITS (split_k = CLUSTER; ws unused).
 //   EPILOGUE_TMA 1 (WGMMA 1 only): tc is a tensor map of C ([m, n], row stride ldc,
 //   C's element type, 128-byte swizzle) with boxes of 64 rows x 128 bytes. With flags
 //   bit 2 (C_TMA) set, C is stored by TMA from shared staging buffers (see
@@ -114,7 +114,10 @@ __device__ __forceinline__ void store_two(void* c, long long ldc, int m, int n, 
 //   PINGPONG 1 (WGMMA 1, CONSUMERS 2, no cluster; absent: 0): see below;
 //   KSUB 2 (WGMMA 2 only; absent: 1): each stage holds two k sub-blocks of 64 (two
 //   boxes of each operand), so a weight row is read 256 contiguous bytes at a time and
-//   a ring of the same depth keeps twice the bytes in flight.
+//   a ring of the same depth keeps twice the bytes in flight;
+//   WS_SPLIT 1 (absent: 0) compiles the split-K reduction through the workspace (the
+//   host defines it for configs with split_k > 1 and no cluster splits): without it a
+//   variant takes split_k = 1 only, and its code is a third smaller.
 // PINGPONG 1: the two consumer warpgroups take the block's units in turn (warpgroup 0
 //   the first, third, ..., warpgroup 1 the second, fourth, ...), each owning all BX
 //   rows of its tile, so one stores its C while the other's wgmma keep the tensor
@@ -170,6 +173,9 @@ __device__ __forceinline__ void store_two(void* c, long long ldc, int m, int n, 
 #ifndef PINGPONG
 #define PINGPONG 0
 #endif
+#ifndef WS_SPLIT
+#define WS_SPLIT 0
+#endif
 #if CLUSTER > 1
 #define KG_CLUSTER_DIMS __cluster_dims__(CLUSTER, 1, 1)
 #else
@@ -219,11 +225,11 @@ static_assert((Y_BYTES / BAND) % 1024 == 0, "each Y slice starts on a swizzle at
 static_assert(!EPILOGUE_TMA || (!SWAP && BY % 64 == 0), "TMA stores of C: unswapped, whole 128-byte rows");
 static_assert(!PP || (CONSUMERS == 2 && !SWAP && CLUSTER == 1), "pingpong: two consumers, unswapped, no cluster");
 static_assert(KS == 1 || (KS == 2 && SWAP), "two k sub-blocks a stage: swapped operands only");
-// Whether the variant has the split-K reduction through the workspace: swapped, or
-// unswapped without a cluster or pingpong (their units are not one tile's split) at 64
-// accumulators a thread at most (CLUSTER SPLITS compile their own exchange instead).
-// Other variants compile without it and take split_k = 1 only.
-constexpr bool SPLITS = SWAP || (!PP && CLUSTER == 1 && MW * ACC <= 64);
+// Whether the variant has the split-K reduction through the workspace: asked for
+// (WS_SPLIT), and swapped, or unswapped without a cluster or pingpong (their units are
+// not one tile's split) at 64 accumulators a thread at most (CLUSTER SPLITS compile their
+// own exchange instead). Other variants compile without it and take split_k = 1 only.
+constexpr bool SPLITS = WS_SPLIT != 0 && (SWAP || (!PP && CLUSTER == 1 && MW * ACC <= 64));
 
 // One unit of work: the tile's first rows of X and Y, its split and its index (with
 // clusters, the index of its band of CLUSTER tiles).

@@ -261,12 +261,13 @@ pub(crate) fn tuning_workspace_bytes(key: &GemmKey, m: u64) -> usize {
         .unwrap_or(0)
 }
 
-/// The compiled variant of `c` for `key`: entry point and defines (split-K, grouping,
-/// bias and the output type are run-time arguments and share it). `CLUSTER` is
+/// The compiled variant of `c` for `key`: entry point and defines (grouping, bias and
+/// the output type are run-time arguments and share it; on the wgmma paths a split
+/// through the workspace compiles its reduction in, `WS_SPLIT`). `CLUSTER` is
 /// defined only for clusters (the kernel reads its absence as 1), `CLUSTER_SPLIT` only
-/// for the unswapped cluster splits, `PINGPONG` only on `wgmma_pingpong` and
-/// `EPILOGUE_TMA` only for TMA stores of C, so a config with none of them names the same
-/// variant as before they existed.
+/// for the unswapped cluster splits, `PINGPONG` only on `wgmma_pingpong`,
+/// `EPILOGUE_TMA` only for TMA stores of C and `WS_SPLIT` only for workspace splits, so
+/// a config with none of them names the same variant as before they existed.
 pub fn variant(key: &GemmKey, c: &GemmConfig) -> Variant {
     if c.path.is_wgmma() {
         let (x_rows, y_rows) = c.wgmma_tile();
@@ -297,6 +298,13 @@ pub fn variant(key: &GemmKey, c: &GemmConfig) -> Variant {
         // Stages of 128 k hold two 64-wide boxes of each operand (swapped only).
         let v = if c.block_k > 64 {
             v.define("KSUB", c.block_k / 64)
+        } else {
+            v
+        };
+        // The split-K reduction through the workspace only where the config splits (a
+        // third of an unsplit variant's code otherwise).
+        let v = if c.split_k > 1 && !c.cluster_splits() {
+            v.define("WS_SPLIT", 1)
         } else {
             v
         };
