@@ -610,10 +610,6 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
         prefetch_tensormap(&tc);
 #endif
     }
-    // full[s]: stage s has landed (one arrival with its bytes, by the producer; with
-    // clusters, half the Y bytes come from the peer's multicast);
-    // empty[s]: every consumer warpgroup (of every block of the cluster) is done reading it
-    // (with PINGPONG, the one warpgroup that read it).
     // The ring's first pass, by the producer thread (nothing to wait for); returns the
     // stages it filled. The weight (Y unswapped, X swapped) does not depend on the kernel
     // before this one, the activations may: under programmatic dependent launch the first
@@ -645,6 +641,10 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
         return filled;
     };
     int prefetched = 0;  // the first pass's stages (the producer thread's)
+    // full[s]: stage s has landed (one arrival with its bytes, by the producer; with
+    // clusters, half the Y bytes come from the peer's multicast);
+    // empty[s]: every consumer warpgroup (of every block of the cluster) is done reading it
+    // (with PINGPONG, the one warpgroup that read it).
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(full0 + 8 * s, 1);
