@@ -76,6 +76,56 @@ __device__ __forceinline__ void store_two(void* c, long long ldc, int m, int n, 
     }
 }
 
+// Split-K through the workspace, the part the kernels share. After a block has stored
+// its partial tile: its arrival is counted at the tile's counter, and only the last split
+// to arrive goes on (true), to sum the partials with split_sum and then split_reset.
+// flag is the kernel's shared int; sync its barrier over the threads that store C.
+template <typename Sync>
+__device__ __forceinline__ bool split_arrive(float* ws, int tile, int split_k, bool leader, int& flag, Sync sync) {
+    __threadfence();
+    sync();
+    if (leader) {
+        flag = atomicAdd(&reinterpret_cast<unsigned*>(ws)[tile], 1u) == unsigned(split_k - 1);
+    }
+    sync();
+    if (!flag) {
+        return false;
+    }
+    __threadfence();
+    return true;
+}
+
+__device__ __forceinline__ void split_add(float& s, float v) { s += v; }
+__device__ __forceinline__ void split_add(float4& s, const float4& v) {
+    s.x += v.x;
+    s.y += v.y;
+    s.z += v.z;
+    s.w += v.w;
+}
+
+// Splits 0, 1, ..., split_k - 1 summed in that order, so the result does not depend on
+// timing; p is split 0's element, the others stride apart, and split z's own is in registers.
+template <typename V>
+__device__ __forceinline__ V split_sum(const V* p, long long at, long long stride, int split_k, int z, const V& own) {
+    V s = V{};
+    for (int zz = 0; zz < split_k; ++zz) {
+        const V v = zz == z ? own : __ldcg(&p[zz * stride + at]);
+        if (zz == 0) {
+            s = v;
+        } else {
+            split_add(s, v);
+        }
+    }
+    return s;
+}
+
+// The tile's counter back to zero, ready for the next launch on this workspace.
+__device__ __forceinline__ void split_reset(float* ws, int tile, bool leader) {
+    if (leader) {
+        reinterpret_cast<unsigned*>(ws)[tile] = 0;
+    }
+}
+
 }  // namespace kg
 
 #if WGMMA
@@ -892,44 +942,22 @@ extern "C" __global__ void KG_CLUSTER_DIMS __launch_bounds__(kg::THREADS, 1)
                 for (int j = 0; j < ACC / 4; ++j)
                     part[w.z * split_stride + (mw * (ACC / 4) + j) * CT + ct] =
                         make_float4(acc[mw][4 * j], acc[mw][4 * j + 1], acc[mw][4 * j + 2], acc[mw][4 * j + 3]);
-            __threadfence();
-            consumers_sync();
-            unsigned* counters = reinterpret_cast<unsigned*>(ws);
-            if (ct == 0) {
-                is_last = atomicAdd(&counters[w.tile], 1u) == unsigned(split_k - 1);
-            }
-            consumers_sync();
-            if (!is_last) {
+            if (!split_arrive(ws, w.tile, split_k, ct == 0, is_last, [] { consumers_sync(); })) {
                 continue;
             }
-            __threadfence();
 #pragma unroll
             for (int mw = 0; mw < MW; ++mw)
 #pragma unroll
                 for (int j = 0; j < ACC / 4; ++j) {
-                    const long long at = (mw * (ACC / 4) + j) * CT + ct;
-                    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-                    for (int zz = 0; zz < split_k; ++zz) {
-                        const float4 v = zz == w.z ? make_float4(acc[mw][4 * j], acc[mw][4 * j + 1],
-                                                                 acc[mw][4 * j + 2], acc[mw][4 * j + 3])
-                                                   : __ldcg(&part[zz * split_stride + at]);
-                        if (zz == 0) {
-                            sum = v;
-                        } else {
-                            sum.x += v.x;
-                            sum.y += v.y;
-                            sum.z += v.z;
-                            sum.w += v.w;
-                        }
-                    }
+                    const float4 sum = split_sum(
+                        part, (mw * (ACC / 4) + j) * CT + ct, split_stride, split_k, w.z,
+                        make_float4(acc[mw][4 * j], acc[mw][4 * j + 1], acc[mw][4 * j + 2], acc[mw][4 * j + 3]));
                     acc[mw][4 * j] = sum.x;
                     acc[mw][4 * j + 1] = sum.y;
                     acc[mw][4 * j + 2] = sum.z;
                     acc[mw][4 * j + 3] = sum.w;
                 }
-            if (ct == 0) {
-                counters[w.tile] = 0;  // ready for the next launch on this workspace
-            }
+            split_reset(ws, w.tile, ct == 0);
         }
 #endif
 
@@ -1170,43 +1198,22 @@ extern "C" __global__ void __launch_bounds__(kg::THREADS)
             for (int j = 0; j < NJ; ++j)
                 part[z * split_stride + (mi * NJ + j) * THREADS + tid] =
                     make_float4(acc[mi][j][0], acc[mi][j][1], acc[mi][j][2], acc[mi][j][3]);
-        __threadfence();
-        __syncthreads();
-        unsigned* counters = reinterpret_cast<unsigned*>(ws);
-        if (tid == 0) {
-            is_last = atomicAdd(&counters[pid], 1u) == unsigned(split_k - 1);
-        }
-        __syncthreads();
-        if (!is_last) {
+        if (!split_arrive(ws, pid, split_k, tid == 0, is_last, [] { __syncthreads(); })) {
             return;
         }
-        __threadfence();
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
             for (int j = 0; j < NJ; ++j) {
-                const int at = (mi * NJ + j) * THREADS + tid;
-                float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-                for (int zz = 0; zz < split_k; ++zz) {
-                    const float4 v = zz == z ? make_float4(acc[mi][j][0], acc[mi][j][1], acc[mi][j][2], acc[mi][j][3])
-                                             : __ldcg(&part[zz * split_stride + at]);
-                    if (zz == 0) {
-                        s = v;
-                    } else {
-                        s.x += v.x;
-                        s.y += v.y;
-                        s.z += v.z;
-                        s.w += v.w;
-                    }
-                }
+                const float4 s =
+                    split_sum(part, (mi * NJ + j) * THREADS + tid, split_stride, split_k, z,
+                              make_float4(acc[mi][j][0], acc[mi][j][1], acc[mi][j][2], acc[mi][j][3]));
                 acc[mi][j][0] = s.x;
                 acc[mi][j][1] = s.y;
                 acc[mi][j][2] = s.z;
                 acc[mi][j][3] = s.w;
             }
-        if (tid == 0) {
-            counters[pid] = 0;  // ready for the next launch on this workspace
-        }
+        split_reset(ws, pid, tid == 0);
     }
 
     const int row0 = m0 + warp_m * TM + lane / 4;
@@ -1476,34 +1483,18 @@ extern "C" __global__ void __launch_bounds__(kg::S_THREADS) KG_STREAM_CLUSTER
 #pragma unroll
                 for (int j = 0; j < 4; ++j) part[z * split_stride + ((i * 4 + j) * WR + wr) * 32 + lane] = acc[i][j];
         }
-        __threadfence();
-        __syncthreads();
-        unsigned* counters = reinterpret_cast<unsigned*>(ws);
-        if (tid == 0) {
-            is_last = atomicAdd(&counters[tile], 1u) == unsigned(split_k - 1);
-        }
-        __syncthreads();
-        if (!is_last) {
+        if (!split_arrive(ws, tile, split_k, tid == 0, is_last, [] { __syncthreads(); })) {
             return;
         }
-        __threadfence();
         if (wk == 0) {
 #pragma unroll
             for (int i = 0; i < S_NT; ++i)
 #pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    float s = 0.f;
-                    for (int zz = 0; zz < split_k; ++zz) {
-                        const float v =
-                            zz == z ? acc[i][j] : __ldcg(&part[zz * split_stride + ((i * 4 + j) * WR + wr) * 32 + lane]);
-                        s = zz == 0 ? v : s + v;
-                    }
-                    acc[i][j] = s;
-                }
+                for (int j = 0; j < 4; ++j)
+                    acc[i][j] =
+                        split_sum(part, ((i * 4 + j) * WR + wr) * 32 + lane, split_stride, split_k, z, acc[i][j]);
         }
-        if (tid == 0) {
-            counters[tile] = 0;  // ready for the next launch on this workspace
-        }
+        split_reset(ws, tile, tid == 0);
     }
 #endif
     if (wk != 0) {
