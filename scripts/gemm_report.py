@@ -66,7 +66,7 @@ def load(path):
                 torch[key] = r
             elif source == "cublas":
                 cublas[key] = r
-            elif source not in ("pdl", "alt"):
+            elif source not in ("pdl", "alt", "config"):
                 ours[key] = r
     return ours, cublas, torch, agree, floors, copy
 

@@ -25,6 +25,9 @@
 //! named: those alternatives, and the served config where it has them (one kernel a point,
 //! for a profiler); `GEMM_BENCH_SHAPES=qkv,o,...` keeps the layers named (`70B-tp8:qkv`:
 //! that layer of the models whose name contains `70B-tp8` only);
+//! `GEMM_BENCH_CONFIG="<config>; <config>"` also times those configs (the display form, as
+//! `kernels plan` prints them; source `config`) at every point whose shape they fit, in the
+//! search space or not, checked against cuBLAS like the alternatives;
 //! `GEMM_BENCH_EXTRA=8192x64,8192x1024` adds weights of those n x k (model `custom`, layer
 //! `NxK`), served by the same lookup; `GEMM_BENCH_COPIES=N` rotates over N
 //! copies of the operands instead of the tuner's count (to see what the reuse distance does to
@@ -503,6 +506,21 @@ fn main() -> Result<(), BoxError> {
             .as_ref()
             .is_none_or(|m| m.iter().all(|t| settings.contains(&t.as_str())))
     };
+    // GEMM_BENCH_CONFIG="<config>; <config>": those configs too (display form, as the bench
+    // and `kernels plan` print them), at every point whose shape they fit, in the search
+    // space or not: a config the space leaves out, timed without a rebuild.
+    let extra_configs: Vec<GemmConfig> = match std::env::var("GEMM_BENCH_CONFIG") {
+        Ok(v) => v
+            .split(';')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                s.parse::<GemmConfig>()
+                    .map_err(|e| format!("GEMM_BENCH_CONFIG: `{s}`: {e}"))
+            })
+            .collect::<Result<_, _>>()?,
+        Err(_) => Vec::new(),
+    };
     let alts = matching.is_some()
         || matches!(
             alts_var.as_str(),
@@ -653,6 +671,12 @@ fn main() -> Result<(), BoxError> {
                         .map(|c| (c, "alt".to_string())),
                 );
             }
+            configs.extend(
+                extra_configs
+                    .iter()
+                    .filter(|c| kernels::gemm::space::fits(target, &key, c))
+                    .map(|c| (*c, "config".to_string())),
+            );
             let point = Point {
                 model,
                 layer,

@@ -352,6 +352,48 @@ impl std::fmt::Display for GemmConfig {
     }
 }
 
+impl std::str::FromStr for GemmConfig {
+    type Err = String;
+
+    /// Reads a config in its display form (every parameter once, as `name=value`,
+    /// separated by whitespace, in any order) and checks it against the schema, so a
+    /// config printed by `kernels plan` or a bench can be given back to a bench or a
+    /// table tool. The error names the parameter at fault.
+    fn from_str(text: &str) -> Result<Self, String> {
+        let params = GEMM.params;
+        let mut slots: Vec<Option<Value>> = vec![None; params.len()];
+        for item in text.split_whitespace() {
+            let (name, value) = item
+                .split_once('=')
+                .ok_or_else(|| format!("`{item}` is not NAME=VALUE"))?;
+            let at = params.iter().position(|f| f.name == name).ok_or_else(|| {
+                format!(
+                    "unknown parameter `{name}` (the parameters: {})",
+                    GEMM.param_names().collect::<Vec<_>>().join(", ")
+                )
+            })?;
+            if slots[at].is_some() {
+                return Err(format!("parameter `{name}` given twice"));
+            }
+            let v = match params[at].kind {
+                tuned::FieldKind::Int => Value::Int(
+                    value
+                        .parse::<i64>()
+                        .map_err(|_| format!("`{name}` must be an integer, got `{value}`"))?,
+                ),
+                _ => Value::Str(value.to_string().into()),
+            };
+            slots[at] = Some(v);
+        }
+        let values = slots
+            .into_iter()
+            .zip(params)
+            .map(|(v, f)| v.ok_or_else(|| format!("missing parameter `{}`", f.name)))
+            .collect::<Result<Vec<_>, _>>()?;
+        GemmConfig::from_values(&values)
+    }
+}
+
 #[cfg(test)]
 mod display_tests {
     use tuned::{resolve_serve, DynKernel, StaticKey, Target};
@@ -379,6 +421,20 @@ mod display_tests {
             c.to_string(),
             "path=mma block_m=64 block_n=128 block_k=64 warps_m=2 warps_n=2 stages=3 split_k=1 group_m=8 vec=8 cluster=1 epilogue=direct"
         );
+        // And reads back from it, in any order; bad text is refused by parameter.
+        assert_eq!(c.to_string().parse::<GemmConfig>(), Ok(c));
+        let shuffled = "epilogue=direct cluster=1 vec=8 group_m=8 split_k=1 stages=3 warps_n=2 warps_m=2 block_k=64 block_n=128 block_m=64 path=mma";
+        assert_eq!(shuffled.parse::<GemmConfig>(), Ok(c));
+        let text = c.to_string();
+        let err = |t: &str| t.parse::<GemmConfig>().unwrap_err();
+        assert!(err(&text.replace(" vec=8", "")).contains("missing parameter `vec`"));
+        assert!(err(&format!("{text} vec=8")).contains("`vec` given twice"));
+        assert!(err(&format!("{text} tile=3")).contains("unknown parameter `tile`"));
+        assert!(err(&text.replace("stages=3", "stages=three")).contains("`stages` must be an integer"));
+        assert!(err(&text.replace("stages=3", "stages")).contains("`stages` is not NAME=VALUE"));
+        assert!(err(&text.replace("path=mma", "path=simt")).contains("path"));
+        // A config the schema refuses (a cluster of 2 on the mma path) is refused here too.
+        assert!(err(&text.replace("cluster=1", "cluster=2")).contains("cluster"));
         // What `kernels plan` prints for a call (the resolution by name) is the resolved
         // config's Display.
         for (n, k, m) in [(6144, 4096, 1), (4096, 4096, 16), (28672, 4096, 4096)] {
