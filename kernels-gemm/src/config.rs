@@ -360,37 +360,14 @@ impl std::str::FromStr for GemmConfig {
     /// config printed by `kernels plan` or a bench can be given back to a bench or a
     /// table tool. The error names the parameter at fault.
     fn from_str(text: &str) -> Result<Self, String> {
-        let params = GEMM.params;
-        let mut slots: Vec<Option<Value>> = vec![None; params.len()];
-        for item in text.split_whitespace() {
-            let (name, value) = item
-                .split_once('=')
-                .ok_or_else(|| format!("`{item}` is not NAME=VALUE"))?;
-            let at = params.iter().position(|f| f.name == name).ok_or_else(|| {
-                format!(
-                    "unknown parameter `{name}` (the parameters: {})",
-                    GEMM.param_names().collect::<Vec<_>>().join(", ")
-                )
-            })?;
-            if slots[at].is_some() {
-                return Err(format!("parameter `{name}` given twice"));
-            }
-            let v = match params[at].kind {
-                tuned::FieldKind::Int => Value::Int(
-                    value
-                        .parse::<i64>()
-                        .map_err(|_| format!("`{name}` must be an integer, got `{value}`"))?,
-                ),
-                _ => Value::Str(value.to_string().into()),
-            };
-            slots[at] = Some(v);
-        }
-        let values = slots
-            .into_iter()
-            .zip(params)
-            .map(|(v, f)| v.ok_or_else(|| format!("missing parameter `{}`", f.name)))
+        let pairs = text
+            .split_whitespace()
+            .map(|item| {
+                item.split_once('=')
+                    .ok_or_else(|| format!("`{item}` is not NAME=VALUE"))
+            })
             .collect::<Result<Vec<_>, _>>()?;
-        GemmConfig::from_values(&values)
+        GemmConfig::from_values(&tuned::config_values_from_pairs(&GEMM, pairs)?)
     }
 }
 
@@ -429,7 +406,7 @@ mod display_tests {
         let err = |t: &str| t.parse::<GemmConfig>().unwrap_err();
         assert!(err(&text.replace(" vec=8", "")).contains("missing parameter `vec`"));
         assert!(err(&format!("{text} vec=8")).contains("`vec` given twice"));
-        assert!(err(&format!("{text} tile=3")).contains("unknown parameter `tile`"));
+        assert!(err(&format!("{text} tile=3")).contains("no parameter `tile`"));
         assert!(err(&text.replace("stages=3", "stages=three")).contains("`stages` must be an integer"));
         assert!(err(&text.replace("stages=3", "stages")).contains("`stages` is not NAME=VALUE"));
         assert!(err(&text.replace("path=mma", "path=simt")).contains("path"));

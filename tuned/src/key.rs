@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-use crate::{KernelSchema, Value};
+use crate::{Field, KernelSchema, Value};
 
 /// Most key fields any kernel has (moe has five).
 pub const MAX_KEY_FIELDS: usize = 8;
@@ -240,26 +240,7 @@ impl StaticKey {
         schema: &KernelSchema,
         pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
     ) -> Result<StaticKey, String> {
-        let mut slots: Vec<Option<Value>> = vec![None; schema.key.len()];
-        for (name, raw) in pairs {
-            let idx = schema.key_index(name)?;
-            if slots[idx].is_some() {
-                return Err(format!("key field `{name}` given twice"));
-            }
-            let value = match schema.key[idx].kind {
-                crate::FieldKind::Int => Value::Int(
-                    raw.parse::<i64>()
-                        .map_err(|_| format!("key field `{name}` must be an integer, got `{raw}`"))?,
-                ),
-                _ => Value::Str(raw.to_string().into()),
-            };
-            slots[idx] = Some(value);
-        }
-        let values = slots
-            .into_iter()
-            .zip(schema.key)
-            .map(|(v, f)| v.ok_or_else(|| format!("missing key field `{}`", f.name)))
-            .collect::<Result<Vec<_>, _>>()?;
+        let values = values_from_pairs(schema, schema.key, "key field", pairs)?;
         StaticKey::new(schema, values)
     }
 
@@ -286,6 +267,53 @@ impl StaticKey {
     pub fn values(&self) -> &[Value] {
         &self.values
     }
+}
+
+/// A config's values in the schema's parameter order from `name=value` pairs in any
+/// order (the form `kernels plan` and the benches print a config in): every parameter
+/// exactly once, integers parsed for `Int` parameters. The values are not checked
+/// against the parameters' domains: the kernel's own config decoding does that.
+pub fn config_values_from_pairs<'a>(
+    schema: &KernelSchema,
+    pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Result<Vec<Value>, String> {
+    values_from_pairs(schema, schema.params, "parameter", pairs)
+}
+
+/// Values for `fields` (the schema's key or its parameters) from `name=value` pairs in any
+/// order: each exactly once, integers parsed for `Int` fields; errors call a field `what`.
+fn values_from_pairs<'a>(
+    schema: &KernelSchema,
+    fields: &[Field],
+    what: &str,
+    pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Result<Vec<Value>, String> {
+    let mut slots: Vec<Option<Value>> = vec![None; fields.len()];
+    for (name, raw) in pairs {
+        let idx = fields.iter().position(|f| f.name == name).ok_or_else(|| {
+            format!(
+                "kernel `{}` has no {what} `{name}` ({what}s: {})",
+                schema.kernel,
+                fields.iter().map(|f| f.name).collect::<Vec<_>>().join(", ")
+            )
+        })?;
+        if slots[idx].is_some() {
+            return Err(format!("{what} `{name}` given twice"));
+        }
+        let value = match fields[idx].kind {
+            crate::FieldKind::Int => Value::Int(
+                raw.parse::<i64>()
+                    .map_err(|_| format!("{what} `{name}` must be an integer, got `{raw}`"))?,
+            ),
+            _ => Value::Str(raw.to_string().into()),
+        };
+        slots[idx] = Some(value);
+    }
+    slots
+        .into_iter()
+        .zip(fields)
+        .map(|(v, f)| v.ok_or_else(|| format!("missing {what} `{}`", f.name)))
+        .collect()
 }
 
 impl fmt::Display for StaticKey {
@@ -338,6 +366,28 @@ mod tests {
         assert!(e.contains("`dtype` must be a dtype"), "{e}");
         let e = StaticKey::from_pairs(&S, [("dtype", "f16"), ("dtype", "f16")]).unwrap_err();
         assert!(e.contains("given twice"), "{e}");
+    }
+
+    #[test]
+    fn config_pairs_fill_the_parameter_order_and_name_the_parameter() {
+        static P: KernelSchema = KernelSchema {
+            kernel: "t",
+            key: &[Field::int("n")],
+            params: &[Field::name("path"), Field::int("threads")],
+        };
+        let v = config_values_from_pairs(&P, [("threads", "128"), ("path", "row")]).unwrap();
+        assert_eq!(v, vec![Value::str("row"), Value::Int(128)]);
+        let e = config_values_from_pairs(&P, [("path", "row")]).unwrap_err();
+        assert!(e.contains("missing parameter `threads`"), "{e}");
+        let e = config_values_from_pairs(&P, [("path", "row"), ("threads", "x")]).unwrap_err();
+        assert!(
+            e.contains("parameter `threads` must be an integer, got `x`"),
+            "{e}"
+        );
+        let e = config_values_from_pairs(&P, [("path", "a"), ("path", "b")]).unwrap_err();
+        assert!(e.contains("parameter `path` given twice"), "{e}");
+        let e = config_values_from_pairs(&P, [("n", "1")]).unwrap_err();
+        assert!(e.contains("kernel `t` has no parameter `n`"), "{e}");
     }
 
     #[test]

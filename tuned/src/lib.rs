@@ -44,7 +44,8 @@ pub use dtype::{DType, DTypeError};
 pub use fingerprint::{fingerprint, fnv1a64};
 pub use flag::{env_flag, parse_flag, FlagError};
 pub use key::{
-    write_canonical, KeyBuf, KeyFormatError, KeyPart, KeySink, KeyValues, StaticKey, MAX_KEY_FIELDS,
+    config_values_from_pairs, write_canonical, KeyBuf, KeyFormatError, KeyPart, KeySink, KeyValues,
+    StaticKey, MAX_KEY_FIELDS,
 };
 pub use resolve::{
     resolve_in_entries, resolve_serve, Dyn, DynKernel, PreparedKey, Resolution, Resolved, Source, TunedKernel,
