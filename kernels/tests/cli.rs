@@ -278,7 +278,9 @@ fn plan_prints_each_config_as_the_config_types_display() {
 
 /// `kernels variants` lists what a lookup serves; `--space` adds a covering sample of
 /// the search spaces, so CI's NVRTC check compiles the searched code paths a default
-/// never takes (on sm_90: MoE tiles besides the defaults', TMA stores of C, clusters of 2).
+/// never takes (on sm_90: MoE tiles besides the defaults', TMA stores of C, clusters of 2,
+/// and the code paths only a combination of parameters selects: splits through the
+/// workspace).
 #[cfg(feature = "cuda")]
 #[test]
 fn variants_space_adds_the_searched_code_paths() {
@@ -328,6 +330,7 @@ fn variants_space_adds_the_searched_code_paths() {
     assert!(moe_count(&space) > moe_count(&served));
     assert!(has(&space, "gemm.cu", "EPILOGUE_TMA"));
     assert!(has(&space, "gemm.cu", "CLUSTER"));
+    assert!(has(&space, "gemm.cu", "WS_SPLIT"));
     // MoE's wgmma code needs the GEMM's wrappers, as its build concatenates them.
     let moe = space
         .iter()

@@ -190,10 +190,10 @@ fn jobs_with<K: Tunable>(
 }
 
 /// A covering sample of `K`'s search space on a sample of the shape set: its first
-/// and last static key (the file's order: smallest and largest problems), each at its
-/// smallest and largest batch (spaces differ between decode and prefill); of each
-/// space, the configs that bring a parameter value no config before them had (see
-/// [`covering`]).
+/// and last static key (the file's order: smallest and largest problems), each at
+/// every batch the file lists for it (spaces differ between decode and prefill, and
+/// some configs enter only from some batch on); of each key's spaces, the configs that
+/// bring something no config before them had (see [`Covering`]).
 fn space_cases<K: Tunable>(
     target: Target,
     info: &DeviceInfo,
@@ -207,53 +207,61 @@ fn space_cases<K: Tunable>(
         return Ok(Vec::new());
     };
     let mut out = Vec::new();
-    for sample in [first, last] {
-        let batches: Vec<u64> = shapes
+    for sample in BTreeSet::from([first, last]) {
+        let batches: BTreeSet<u64> = shapes
             .iter()
             .filter(|(k, _)| k == sample)
             .map(|(_, b)| *b)
             .collect();
-        let (lo, hi) = (batches.iter().min(), batches.iter().max());
         let key = K::key_from_values(sample.values()).map_err(|e| format!("{}: {e}", path.display()))?;
-        for batch in lo.into_iter().chain(hi).copied().collect::<BTreeSet<u64>>() {
+        let mut covering = Covering::default();
+        for batch in batches {
             // What the tuner times: the space less the configs the kernel refuses here.
-            let space = K::search_space(info, &key, batch)
-                .into_iter()
-                .filter(|c| K::accepts(target, &key, batch, c));
-            for config in covering::<K>(space) {
-                out.push(ServedCase {
-                    origin: format!("space [{sample}] batch {batch}"),
-                    key: key.clone(),
-                    batch,
-                    config,
-                });
+            for config in K::search_space(info, &key, batch) {
+                if K::accepts(target, &key, batch, &config)
+                    && covering.brings_news::<K>(&config, &K::variants(info, &key, &config))
+                {
+                    out.push(ServedCase {
+                        origin: format!("space [{sample}] batch {batch}"),
+                        key: key.clone(),
+                        batch,
+                        config,
+                    });
+                }
             }
         }
     }
     Ok(out)
 }
 
-/// The configs of `space`, in order, that give some parameter a value none kept
-/// before had: every value of every parameter compiles at least once (every code path
-/// a single parameter selects, such as a GEMM or MoE path, an epilogue or a cluster
-/// size), at a few dozen compiles per space instead of hundreds.
-fn covering<K: Tunable>(space: impl IntoIterator<Item = K::Config>) -> Vec<K::Config> {
-    let mut seen = BTreeSet::new();
-    space
-        .into_iter()
-        .filter(|c| {
-            let values = K::config_values(c);
-            let fresh: Vec<(usize, String)> = values
+/// What the configs kept so far bring: each parameter's values, and each entry point's
+/// define values in their variants. A config is kept when it brings a value none kept
+/// before had, so every value of every parameter compiles at least once (every code
+/// path a single parameter selects, such as a GEMM or MoE path, an epilogue or a
+/// cluster size) and every code path a combination of them selects (a GEMM split
+/// through the workspace on a wgmma path), at a few dozen compiles
+/// per space instead of hundreds.
+#[derive(Default)]
+struct Covering {
+    seen: BTreeSet<String>,
+}
+
+impl Covering {
+    fn brings_news<K: Tunable>(&mut self, config: &K::Config, variants: &[Variant]) -> bool {
+        let params = K::config_values(config)
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| format!("{i}:{v:?}"));
+        let defines = variants.iter().flat_map(|v| {
+            v.defines()
                 .iter()
-                .enumerate()
-                .map(|(i, v)| (i, format!("{v:?}")))
-                .filter(|p| !seen.contains(p))
-                .collect();
-            let keep = !fresh.is_empty();
-            seen.extend(fresh);
-            keep
-        })
-        .collect()
+                .map(move |(name, value)| format!("{}:{name}={value}", v.entry()))
+        });
+        let fresh: Vec<String> = params.chain(defines).filter(|p| !self.seen.contains(p)).collect();
+        let news = !fresh.is_empty();
+        self.seen.extend(fresh);
+        news
+    }
 }
 
 /// Which variants [`reachable`] lists.
