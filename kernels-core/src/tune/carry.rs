@@ -101,7 +101,90 @@ pub struct SameCode<'a> {
     old: &'a KernelSource,
     new: &'a KernelSource,
     compile: &'a CompileFn<'a>,
-    seen: Mutex<HashMap<Variant, bool>>,
+    seen: Mutex<HashMap<Variant, Compared>>,
+}
+
+/// How a variant's image from the new source compares with the old one's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Compared {
+    /// Byte for byte the same: its searches may carry.
+    Same,
+    /// Other bytes, but the same instructions (every executable section of the ELF
+    /// image alike): other data or symbols, such as a constant added at namespace scope,
+    /// which NVRTC emits into every image. Not carried (data may be read), but worth
+    /// naming, as the edit that causes it usually has a form that leaves the bytes.
+    SameInstructions,
+    /// Other instructions, an image that is not ELF, or a failed compile.
+    Changed,
+}
+
+/// What [`SameCode`] compared so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CodeCounts {
+    /// Variants compiled from both sources.
+    pub compared: usize,
+    /// Those whose images differ.
+    pub changed: usize,
+    /// Of the changed, those whose executable sections are all alike (only data or
+    /// symbols differ).
+    pub same_instructions: usize,
+}
+
+/// The executable sections of an ELF64 little-endian image (a CUDA cubin or an AMDGPU
+/// code object) by name, in the file's order; `None` for anything else or an image
+/// whose headers point outside it.
+fn executable_sections(image: &[u8]) -> Option<Vec<(&[u8], &[u8])>> {
+    const SHF_EXECINSTR: u64 = 0x4;
+    let u16_at = |o: usize| Some(u16::from_le_bytes(image.get(o..o + 2)?.try_into().ok()?));
+    let u32_at = |o: usize| Some(u32::from_le_bytes(image.get(o..o + 4)?.try_into().ok()?));
+    let u64_at = |o: usize| Some(u64::from_le_bytes(image.get(o..o + 8)?.try_into().ok()?));
+    if image.get(..6)? != b"\x7fELF\x02\x01" {
+        return None;
+    }
+    let shoff = usize::try_from(u64_at(0x28)?).ok()?;
+    let (entsize, count, names) = (
+        usize::from(u16_at(0x3A)?),
+        usize::from(u16_at(0x3C)?),
+        usize::from(u16_at(0x3E)?),
+    );
+    if entsize < 64 {
+        return None;
+    }
+    let header = |i: usize| -> Option<(u32, u64, &[u8])> {
+        let h = shoff.checked_add(i.checked_mul(entsize)?)?;
+        let (offset, size) = (
+            usize::try_from(u64_at(h + 24)?).ok()?,
+            usize::try_from(u64_at(h + 32)?).ok()?,
+        );
+        let body = if u32_at(h + 4)? == 8 {
+            &[][..]
+        } else {
+            image.get(offset..offset.checked_add(size)?)?
+        };
+        Some((u32_at(h)?, u64_at(h + 8)?, body))
+    };
+    let (_, _, strings) = header(names)?;
+    let mut out = Vec::new();
+    for i in 0..count {
+        let (name, flags, body) = header(i)?;
+        if flags & SHF_EXECINSTR != 0 {
+            let name = strings.get(usize::try_from(name).ok()?..)?;
+            let end = name.iter().position(|&b| b == 0)?;
+            out.push((&name[..end], body));
+        }
+    }
+    Some(out)
+}
+
+/// How `new` compares with `old` (two compiled images of one variant).
+fn compare_images(old: &[u8], new: &[u8]) -> Compared {
+    if old == new {
+        return Compared::Same;
+    }
+    match (executable_sections(old), executable_sections(new)) {
+        (Some(a), Some(b)) if !a.is_empty() && a == b => Compared::SameInstructions,
+        _ => Compared::Changed,
+    }
 }
 
 impl<'a> SameCode<'a> {
@@ -134,8 +217,8 @@ impl<'a> SameCode<'a> {
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let Some(v) = todo.get(i) else { break };
                     let same = match ((self.compile)(self.old, v), (self.compile)(self.new, v)) {
-                        (Ok(a), Ok(b)) => a == b,
-                        _ => false,
+                        (Ok(a), Ok(b)) => compare_images(&a, &b),
+                        _ => Compared::Changed,
                     };
                     self.seen
                         .lock()
@@ -151,13 +234,19 @@ impl<'a> SameCode<'a> {
     pub fn all_same(&self, variants: &[Variant]) -> bool {
         self.prepare(variants, 1);
         let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        variants.iter().all(|v| seen.get(v).copied().unwrap_or(false))
+        variants.iter().all(|v| seen.get(v) == Some(&Compared::Same))
     }
 
-    /// The variants compared so far and how many of them changed.
-    pub fn counts(&self) -> (usize, usize) {
+    /// The variants compared so far, how many of them changed, and how many of those
+    /// kept their instructions.
+    pub fn counts(&self) -> CodeCounts {
         let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        (seen.len(), seen.values().filter(|same| !**same).count())
+        let count = |c: Compared| seen.values().filter(|s| **s == c).count();
+        CodeCounts {
+            compared: seen.len(),
+            changed: seen.len() - count(Compared::Same),
+            same_instructions: count(Compared::SameInstructions),
+        }
     }
 }
 
@@ -285,7 +374,14 @@ mod tests {
             &[Variant::new("k").define("B", 0), Variant::new("k").define("A", 1)],
             4,
         );
-        assert_eq!(same.counts(), (2, 1));
+        assert_eq!(
+            same.counts(),
+            CodeCounts {
+                compared: 2,
+                changed: 1,
+                same_instructions: 0
+            }
+        );
         let list = |c: &[i64]| -> Vec<Vec<Value>> { c.iter().map(|&c| vec![Value::Int(c)]).collect() };
         // `record(&[chosen, ...])`: the configs it timed, the first chosen.
         let untouched = record(&[0, 2, 3]);
@@ -307,6 +403,108 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// A minimal ELF64 image: the given sections (name, flags, bytes) after a null
+    /// section, then the section-name table.
+    fn elf(sections: &[(&str, u64, &[u8])]) -> Vec<u8> {
+        let mut names = vec![0u8];
+        let mut headers = vec![[0u8; 64]];
+        let mut body = Vec::new();
+        let at = |o: usize, h: &mut [u8; 64], v: &[u8]| h[o..o + v.len()].copy_from_slice(v);
+        let mut section = |name: &str, kind: u32, flags: u64, bytes: &[u8], body: &mut Vec<u8>| {
+            let mut h = [0u8; 64];
+            at(0, &mut h, &(names.len() as u32).to_le_bytes());
+            names.extend(name.bytes().chain([0]));
+            at(4, &mut h, &kind.to_le_bytes());
+            at(8, &mut h, &flags.to_le_bytes());
+            at(24, &mut h, &(64 + body.len() as u64).to_le_bytes());
+            at(32, &mut h, &(bytes.len() as u64).to_le_bytes());
+            body.extend_from_slice(bytes);
+            h
+        };
+        for (name, flags, bytes) in sections {
+            headers.push(section(name, 1, *flags, bytes, &mut body));
+        }
+        let mut h = section(".shstrtab", 3, 0, &[], &mut body);
+        let names_at = 64 + body.len() as u64;
+        body.extend_from_slice(&names);
+        h[24..32].copy_from_slice(&names_at.to_le_bytes());
+        h[32..40].copy_from_slice(&(names.len() as u64).to_le_bytes());
+        headers.push(h);
+        let mut image = vec![0u8; 64];
+        image[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        image[0x28..0x30].copy_from_slice(&(64 + body.len() as u64).to_le_bytes());
+        image[0x3A..0x3C].copy_from_slice(&64u16.to_le_bytes());
+        image[0x3C..0x3E].copy_from_slice(&(headers.len() as u16).to_le_bytes());
+        image[0x3E..0x40].copy_from_slice(&(headers.len() as u16 - 1).to_le_bytes());
+        image.extend(body);
+        image.extend(headers.concat());
+        image
+    }
+
+    /// Images compare byte for byte; where they differ, the executable sections tell
+    /// other data or symbols (a constant added at namespace scope) from other code.
+    #[test]
+    fn images_with_the_same_instructions_are_told_apart_from_other_code() {
+        const EXEC: u64 = 0x6;
+        let base = elf(&[
+            (".text.k", EXEC, b"code"),
+            (".nv.constant4", 2, b"\x03\x00\x00\x00"),
+        ]);
+        assert_eq!(
+            executable_sections(&base),
+            Some(vec![(&b".text.k"[..], &b"code"[..])])
+        );
+        assert_eq!(compare_images(&base, &base.clone()), Compared::Same);
+        // One more constant: other bytes, the same instructions. Not carried.
+        let more_data = elf(&[
+            (".text.k", EXEC, b"code"),
+            (".nv.constant4", 2, b"\x03\x00\x00\x00\x05\x00\x00\x00"),
+        ]);
+        assert_eq!(compare_images(&base, &more_data), Compared::SameInstructions);
+        // Other instructions, a kernel more or less, a non-ELF image, a broken header.
+        let other_code = elf(&[
+            (".text.k", EXEC, b"c0de"),
+            (".nv.constant4", 2, b"\x03\x00\x00\x00"),
+        ]);
+        assert_eq!(compare_images(&base, &other_code), Compared::Changed);
+        let two = elf(&[(".text.k", EXEC, b"code"), (".text.j", EXEC, b"more")]);
+        assert_eq!(compare_images(&base, &two), Compared::Changed);
+        assert_eq!(compare_images(b"ptx a", b"ptx b"), Compared::Changed);
+        let mut cut = more_data.clone();
+        cut.truncate(cut.len() - 70);
+        assert_eq!(executable_sections(&cut), None);
+        assert_eq!(compare_images(&base, &cut), Compared::Changed);
+        // Data only on both sides: nothing executable to compare.
+        let data = elf(&[(".nv.constant4", 2, b"\x03")]);
+        assert_eq!(
+            compare_images(&data, &elf(&[(".nv.constant4", 2, b"\x04")])),
+            Compared::Changed
+        );
+        // Counted, and not carried.
+        let old = KernelSource {
+            fingerprint: "fnv1a64:old",
+            ..new_source()
+        };
+        let new = new_source();
+        let images = |s: &KernelSource, _: &Variant| {
+            Ok(if s.fingerprint == "fnv1a64:old" {
+                base.clone()
+            } else {
+                more_data.clone()
+            })
+        };
+        let same = SameCode::new(&old, &new, &images);
+        assert!(!same.all_same(&[Variant::new("k")]));
+        assert_eq!(
+            same.counts(),
+            CodeCounts {
+                compared: 1,
+                changed: 1,
+                same_instructions: 1
+            }
+        );
+    }
+
     /// A failed compile counts as changed code.
     #[test]
     fn a_variant_that_does_not_compile_is_changed() {
@@ -324,7 +522,14 @@ mod tests {
         };
         let same = SameCode::new(&old, &new, &failing);
         assert!(!same.all_same(&[Variant::new("k").define("B", 0)]));
-        assert_eq!(same.counts(), (1, 1));
+        assert_eq!(
+            same.counts(),
+            CodeCounts {
+                compared: 1,
+                changed: 1,
+                same_instructions: 0
+            }
+        );
     }
 
     /// Errors name `carry-from`: a missing file, names that do not give the fingerprint,

@@ -14,7 +14,7 @@ mod timing;
 mod tunable;
 mod tuner;
 
-pub use carry::{carries, CompileFn, OldSource, SameCode};
+pub use carry::{carries, CodeCounts, CompileFn, OldSource, SameCode};
 pub(crate) use check::OutputCheck;
 pub use check::{verify, verify_each, UNREAD_LIMIT, WRONG_OUTPUT};
 pub use search::{

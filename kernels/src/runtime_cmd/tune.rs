@@ -562,14 +562,22 @@ fn carry_records<B: kernels_core::Backend>(
             Some((shape, r))
         })
         .collect();
-    let (compared, changed) = same.counts();
+    let counts = same.counts();
     println!(
-        "carry: {searched_before} of {} shape(s) searched under {} ({}) and not yet under this source, {} of them carried ({compared} variants compared, {changed} with other machine code)",
+        "carry: {searched_before} of {} shape(s) searched under {} ({}) and not yet under this source, {} of them carried ({} variants compared, {} compiled to other bytes)",
         shapes.len(),
         old.source.fingerprint,
         dir.display(),
         carried.len(),
+        counts.compared,
+        counts.changed,
     );
+    if counts.same_instructions > 0 {
+        println!(
+            "carry: {} of the {} changed variants kept every instruction: only data or symbols differ, as when a constant is declared at namespace scope (an enumerator or a constexpr function adds nothing to the image: docs/tuning.md)",
+            counts.same_instructions, counts.changed
+        );
+    }
     Ok(Some(carried))
 }
 
