@@ -331,6 +331,16 @@ fn variants_space_adds_the_searched_code_paths() {
     assert!(has(&space, "gemm.cu", "EPILOGUE_TMA"));
     assert!(has(&space, "gemm.cu", "CLUSTER"));
     assert!(has(&space, "gemm.cu", "WS_SPLIT"));
+    // The workspace split on each wgmma path: the unswapped tiles' reduction is code of
+    // its own, though its define also comes with the swapped splits.
+    for wgmma in ["1", "2"] {
+        assert!(
+            space
+                .iter()
+                .any(|v| v["defines"]["WGMMA"] == wgmma && v["defines"].get("WS_SPLIT").is_some()),
+            "WGMMA={wgmma}"
+        );
+    }
     // MoE's wgmma code needs the GEMM's wrappers, as its build concatenates them.
     let moe = space
         .iter()

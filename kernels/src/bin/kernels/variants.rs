@@ -235,12 +235,12 @@ fn space_cases<K: Tunable>(
 }
 
 /// What the configs kept so far bring: each parameter's values, and each entry point's
-/// define values in their variants. A config is kept when it brings a value none kept
-/// before had, so every value of every parameter compiles at least once (every code
-/// path a single parameter selects, such as a GEMM or MoE path, an epilogue or a
-/// cluster size) and every code path a combination of them selects (a GEMM split
-/// through the workspace on a wgmma path), at a few dozen compiles
-/// per space instead of hundreds.
+/// define values in their variants, alone and on each value of a `path` parameter. A
+/// config is kept when it brings a value none kept before had, so every value of every
+/// parameter compiles at least once (every code path a single parameter selects, such as
+/// a GEMM or MoE path, an epilogue or a cluster size) and every code path a combination
+/// of them selects (a GEMM split through the workspace on each wgmma path), at a few
+/// dozen compiles per space instead of hundreds.
 #[derive(Default)]
 struct Covering {
     seen: BTreeSet<String>,
@@ -248,14 +248,20 @@ struct Covering {
 
 impl Covering {
     fn brings_news<K: Tunable>(&mut self, config: &K::Config, variants: &[Variant]) -> bool {
-        let params = K::config_values(config)
-            .into_iter()
-            .enumerate()
-            .map(|(i, v)| format!("{i}:{v:?}"));
+        let values = K::config_values(config);
+        // Where a `path` parameter picks the code path (GEMM, MoE), each define value is
+        // also news on a path that has not had it: a GEMM split through the workspace on
+        // the unswapped wgmma path compiles a reduction of its own, though its define
+        // also comes with the swapped path's splits.
+        let path_at = K::SCHEMA.param_names().position(|name| name == "path");
+        let path = path_at.and_then(|i| values.get(i)).map(|v| format!("{v:?}"));
+        let path = path.as_deref();
+        let params = values.iter().enumerate().map(|(i, v)| format!("{i}:{v:?}"));
         let defines = variants.iter().flat_map(|v| {
-            v.defines()
-                .iter()
-                .map(move |(name, value)| format!("{}:{name}={value}", v.entry()))
+            v.defines().iter().flat_map(move |(name, value)| {
+                let on_path = path.map(|p| format!("{}:{p}:{name}={value}", v.entry()));
+                std::iter::once(format!("{}:{name}={value}", v.entry())).chain(on_path)
+            })
         });
         let fresh: Vec<String> = params.chain(defines).filter(|p| !self.seen.contains(p)).collect();
         let news = !fresh.is_empty();
