@@ -249,19 +249,21 @@ struct Covering {
 impl Covering {
     fn brings_news<K: Tunable>(&mut self, config: &K::Config, variants: &[Variant]) -> bool {
         let values = K::config_values(config);
-        // Where a `path` parameter picks the code path (GEMM, MoE), each define value is
-        // also news on a path that has not had it: a GEMM split through the workspace on
-        // the unswapped wgmma path compiles a reduction of its own, though its define
-        // also comes with the swapped path's splits.
+        // Where a `path` parameter picks the code path (GEMM, MoE), a define value is news
+        // on each path that has not had it (empty where there is none): a GEMM split
+        // through the workspace on the unswapped wgmma path compiles a reduction of its
+        // own, though its define also comes with the swapped path's splits.
         let path_at = K::SCHEMA.param_names().position(|name| name == "path");
-        let path = path_at.and_then(|i| values.get(i)).map(|v| format!("{v:?}"));
-        let path = path.as_deref();
+        let path = path_at
+            .and_then(|i| values.get(i))
+            .map(|v| format!("{v:?}"))
+            .unwrap_or_default();
+        let path = path.as_str();
         let params = values.iter().enumerate().map(|(i, v)| format!("{i}:{v:?}"));
         let defines = variants.iter().flat_map(|v| {
-            v.defines().iter().flat_map(move |(name, value)| {
-                let on_path = path.map(|p| format!("{}:{p}:{name}={value}", v.entry()));
-                std::iter::once(format!("{}:{name}={value}", v.entry())).chain(on_path)
-            })
+            v.defines()
+                .iter()
+                .map(move |(name, value)| format!("{}:{path}:{name}={value}", v.entry()))
         });
         let fresh: Vec<String> = params.chain(defines).filter(|p| !self.seen.contains(p)).collect();
         let news = !fresh.is_empty();
