@@ -20,7 +20,8 @@
 //! `GEMM_BENCH_ALTS=clusters`, `splits` or `pingpong` only that family of the prefill
 //! tiles with TMA stores of C, beside the plain tile; `widths` the tiles of widths between
 //! powers of two beside the others; `cluster_splits` each split of 2, 3, 4, 6 or 8
-//! of the search space through the workspace and as one cluster; `rings` the deep rings of narrow tiles for few rows), and
+//! of the search space through the workspace and as one cluster; `rings` the deep rings of narrow tiles for few rows;
+//! any other value but 0 is refused), and
 //! `GEMM_BENCH_MATCH="block_m=128 cluster=2"` times only the configs with every setting
 //! named: those alternatives, and the served config where it has them (one kernel a point,
 //! for a profiler); `GEMM_BENCH_SHAPES=qkv,o,...` keeps the layers named (`70B-tp8:qkv`:
@@ -521,11 +522,19 @@ fn main() -> Result<(), BoxError> {
             .collect::<Result<_, _>>()?,
         Err(_) => Vec::new(),
     };
-    let alts = matching.is_some()
-        || matches!(
-            alts_var.as_str(),
-            "1" | "clusters" | "splits" | "pingpong" | "widths" | "cluster_splits" | "rings"
-        );
+    const FAMILIES: &[&str] = &[
+        "1",
+        "clusters",
+        "splits",
+        "pingpong",
+        "widths",
+        "cluster_splits",
+        "rings",
+    ];
+    if !alts_var.is_empty() && alts_var != "0" && !FAMILIES.contains(&alts_var.as_str()) {
+        return Err(format!("GEMM_BENCH_ALTS: `{alts_var}` is none of {FAMILIES:?} (or 0)").into());
+    }
+    let alts = matching.is_some() || (!alts_var.is_empty() && alts_var != "0");
     let every_alt = alts_var == "1";
     let only: Option<Vec<String>> = std::env::var("GEMM_BENCH_SHAPES")
         .ok()
