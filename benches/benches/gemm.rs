@@ -468,6 +468,19 @@ fn main() -> Result<(), BoxError> {
     // through the workspace and as one cluster; unswapped with TMA stores and group_m 8), `rings`
     // (the space's deep rings of narrow unswapped tiles, m <= 256).
     let alts_var = std::env::var("GEMM_BENCH_ALTS").unwrap_or_default();
+    // The values `family` below knows (and 1: every alternative); any other but 0 is refused.
+    const FAMILIES: &[&str] = &[
+        "1",
+        "clusters",
+        "splits",
+        "pingpong",
+        "widths",
+        "cluster_splits",
+        "rings",
+    ];
+    if !alts_var.is_empty() && alts_var != "0" && !FAMILIES.contains(&alts_var.as_str()) {
+        return Err(format!("GEMM_BENCH_ALTS: `{alts_var}` is none of {FAMILIES:?} (or 0)").into());
+    }
     let family = |c: &GemmConfig| -> bool {
         let plain = c.epilogue == Epilogue::Tma && c.group_m == 8;
         match alts_var.as_str() {
@@ -522,18 +535,6 @@ fn main() -> Result<(), BoxError> {
             .collect::<Result<_, _>>()?,
         Err(_) => Vec::new(),
     };
-    const FAMILIES: &[&str] = &[
-        "1",
-        "clusters",
-        "splits",
-        "pingpong",
-        "widths",
-        "cluster_splits",
-        "rings",
-    ];
-    if !alts_var.is_empty() && alts_var != "0" && !FAMILIES.contains(&alts_var.as_str()) {
-        return Err(format!("GEMM_BENCH_ALTS: `{alts_var}` is none of {FAMILIES:?} (or 0)").into());
-    }
     let alts = matching.is_some() || (!alts_var.is_empty() && alts_var != "0");
     let every_alt = alts_var == "1";
     let only: Option<Vec<String>> = std::env::var("GEMM_BENCH_SHAPES")
