@@ -478,7 +478,8 @@ fn main() -> Result<(), BoxError> {
         "cluster_splits",
         "rings",
     ];
-    if !alts_var.is_empty() && alts_var != "0" && !FAMILIES.contains(&alts_var.as_str()) {
+    let alts_asked = !alts_var.is_empty() && alts_var != "0";
+    if alts_asked && !FAMILIES.contains(&alts_var.as_str()) {
         return Err(format!("GEMM_BENCH_ALTS: `{alts_var}` is none of {FAMILIES:?} (or 0)").into());
     }
     let family = |c: &GemmConfig| -> bool {
@@ -535,7 +536,7 @@ fn main() -> Result<(), BoxError> {
             .collect::<Result<_, _>>()?,
         Err(_) => Vec::new(),
     };
-    let alts = matching.is_some() || (!alts_var.is_empty() && alts_var != "0");
+    let alts = matching.is_some() || alts_asked;
     let every_alt = alts_var == "1";
     let only: Option<Vec<String>> = std::env::var("GEMM_BENCH_SHAPES")
         .ok()
