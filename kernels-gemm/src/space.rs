@@ -250,6 +250,15 @@ pub const SEARCH_STAGES_WGMMA: &[u32] = &[3, 4, 5, 6];
 /// (see `wgmma_space`); `fits` drops those that do not fit.
 pub const DEEP_STAGES: &[u32] = &[8, 12, 16];
 
+/// Whether the sm_90 space holds only tiles of at least 128 x 128 outputs at `m` rows:
+/// from 256 rows, where 128 x 128 tiles make at least four waves of the 132 SMs. Of
+/// 18816 smaller tiles timed there in the H100 and H200 tunings (208 searches), the
+/// closest was 13.4% behind its shape's best, and they took 57% of those searches'
+/// timed launches.
+pub fn only_large_tiles(key: &GemmKey, m: u64) -> bool {
+    m >= 256 && m.div_ceil(128) * u64::from(key.n).div_ceil(128) >= 4 * 132
+}
+
 /// The wgmma configs a search for `m` rows of `key` on `target` times (none off
 /// sm_90 or for layout nn): swapped operands up to 64 rows, with 16..=64 token columns and
 /// stages of 64 or 128 k
@@ -265,15 +274,6 @@ pub const DEEP_STAGES: &[u32] = &[8, 12, 16];
 /// rows to pair (power-of-two widths), C stored directly or by TMA (whose staging buffers may leave room for
 /// fewer ring stages: `fits` drops the deepest rings that no longer fit); and the
 /// pingpong schedule on the tiles of 64 or 128 rows, stored either way.
-/// Whether the sm_90 space holds only tiles of at least 128 x 128 outputs at `m` rows:
-/// from 256 rows, where 128 x 128 tiles make at least four waves of the 132 SMs. Of
-/// 18816 smaller tiles timed there in the H100 and H200 tunings (208 searches), the
-/// closest was 13.4% behind its shape's best, and they took 57% of those searches'
-/// timed launches.
-pub fn only_large_tiles(key: &GemmKey, m: u64) -> bool {
-    m >= 256 && m.div_ceil(128) * u64::from(key.n).div_ceil(128) >= 4 * 132
-}
-
 fn wgmma_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>) {
     if target != Target::Sm90 || key.layout != Layout::Nt {
         return;
