@@ -294,13 +294,19 @@ mod space_tests {
                         assert!(m > u64::from(c.block_m), "m={m}: nothing to pair in {c}");
                         assert!(space.contains(&GemmConfig { cluster: 1, ..*c }), "{c}");
                     }
+                    // Three-consumer tiles pair at any width (their own test).
                     let pairs = space
                         .iter()
-                        .filter(|c| c.path == Path::Wgmma && c.cluster == 2 && !c.cluster_splits())
+                        .filter(|c| {
+                            c.path == Path::Wgmma
+                                && c.cluster == 2
+                                && !c.cluster_splits()
+                                && c.consumers() != 3
+                        })
                         .count();
                     let unswapped = space
                         .iter()
-                        .filter(|c| c.path == Path::Wgmma && m > u64::from(c.block_m));
+                        .filter(|c| c.path == Path::Wgmma && m > u64::from(c.block_m) && c.consumers() != 3);
                     assert_eq!(
                         pairs,
                         unswapped
@@ -795,11 +801,12 @@ mod space_tests {
             .iter()
             .any(|c| c.path == Path::WgmmaPingpong && (c.block_m, c.block_n) == (128, 80)));
         // n = 4096 has no such divisor; n = 6144 at m = 1024 fills as well with 128 or 256.
+        // (Three-consumer tiles take 192 columns wherever they are searched: their own test.)
         for (n, k) in [(4096, 4096), (8192, 1024)] {
             for m in [64, 256, 1024, 4096, 8192] {
                 assert!(space::search_space(Target::Sm90, &key(n, k), m)
                     .iter()
-                    .all(|c| c.block_n.is_power_of_two()));
+                    .all(|c| c.block_n.is_power_of_two() || c.consumers() == 3));
             }
         }
         for &(n, k) in MODEL_SHAPES {
@@ -807,7 +814,7 @@ mod space_tests {
                 for t in [Target::Sm80, Target::Sm90] {
                     for c in space::search_space(t, &key(n, k), m)
                         .iter()
-                        .filter(|c| !c.block_n.is_power_of_two())
+                        .filter(|c| !c.block_n.is_power_of_two() && c.consumers() != 3)
                     {
                         assert!(matches!(c.path, Path::Wgmma | Path::WgmmaPingpong), "{c}");
                         assert_eq!((c.split_k, c.cluster), (1, 1), "{c}");
@@ -846,6 +853,86 @@ mod space_tests {
             .values()
         )
         .is_ok());
+    }
+
+    /// 192-row tiles over three consumer warpgroups: searched on sm_90 from
+    /// [`space::THREE_CONSUMER_ROWS`] rows only, 192 x 128 and 192 x 192 unsplit, with and
+    /// without a cluster of 2, never in a default; the schema takes 192 rows and 12 warps
+    /// only together on `wgmma`, and `fits` refuses more accumulators than 512 threads'
+    /// registers hold.
+    #[test]
+    fn three_consumer_tiles_are_searched_for_large_prefill_on_sm90_only() {
+        for &(n, k) in MODEL_SHAPES {
+            let key = GemmKey {
+                dtype: DType::Bf16,
+                layout: Layout::Nt,
+                n,
+                k,
+            };
+            for m in [1, 64, 256, 1023, 1024, 4096, 8192] {
+                for t in [Target::Sm80, Target::Sm90] {
+                    let space = space::search_space(t, &key, m);
+                    let three: Vec<_> = space.iter().filter(|c| c.consumers() == 3).collect();
+                    for c in &three {
+                        assert_eq!(
+                            (c.path, c.block_m, c.warps_m, c.warps_n),
+                            (Path::Wgmma, 192, 12, 1),
+                            "{c}"
+                        );
+                        assert!(matches!(c.block_n, 128 | 192), "{c}");
+                        assert_eq!(c.split_k, 1, "{c}");
+                        assert!(
+                            c.cluster == 1 || space.contains(&GemmConfig { cluster: 1, ..**c }),
+                            "{c}"
+                        );
+                        assert!(c.accumulators() <= space::MAX_THREE_CONSUMER_ACCUMULATORS, "{c}");
+                    }
+                    let searched = t == Target::Sm90 && m >= space::THREE_CONSUMER_ROWS;
+                    // 192 x 128 on rings of 3-5 (tma to 4), 192 x 192 of 3-4 (tma to 3),
+                    // each with and without a cluster: 10 + 6.
+                    assert_eq!(three.len(), if searched { 16 } else { 0 }, "{t} n={n} m={m}");
+                    assert_ne!(analytic_default(t, &key, m).consumers(), 3);
+                }
+            }
+        }
+        let key = GemmKey {
+            dtype: DType::Bf16,
+            layout: Layout::Nt,
+            n: 4096,
+            k: 4096,
+        };
+        let ok = GemmConfig::wgmma(192, 192, 12, 4);
+        assert!(space::fits(Target::Sm90, &key, &ok));
+        assert!(!space::fits(
+            Target::Sm90,
+            &key,
+            &GemmConfig {
+                block_n: 256,
+                stages: 3,
+                ..ok
+            }
+        ));
+        for bad in [
+            GemmConfig::wgmma(192, 128, 8, 4),
+            GemmConfig::wgmma(128, 128, 12, 4),
+            GemmConfig { warps_n: 2, ..ok },
+            GemmConfig::pingpong(192, 128, 4),
+            GemmConfig {
+                path: Path::Mma,
+                ..GemmConfig::wgmma(192, 128, 12, 4)
+            },
+            GemmConfig {
+                path: Path::WgmmaSwap,
+                ..GemmConfig::wgmma(192, 128, 12, 4)
+            },
+        ] {
+            let e = schema::check_config(&bad.values()).unwrap_err();
+            assert!(e.contains("block_m=192 and warps_m=12"), "{bad}: {e}");
+        }
+        // Where TMA cannot run, the mma stand-in takes 128 rows.
+        let p = plan::portable(&ok);
+        assert_eq!((p.path, p.block_m, p.block_n), (Path::Mma, 128, 128));
+        assert!(space::fits(Target::Sm80, &key, &p), "{p}");
     }
 
     /// Narrow n at small prefill searches swapped tiles split along k (70B-tp8 qkv at

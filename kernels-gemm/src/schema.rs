@@ -57,13 +57,14 @@ pub const LAYOUTS: &[&str] = &["nt", "nn"];
 /// split-K through the workspace or, on sm_90, as one cluster of the splits (`cluster` =
 /// `split_k`, summed through distributed shared memory); C stored directly.
 pub const PATHS: &[&str] = &["mma", "wgmma", "wgmma_swap", "wgmma_pingpong", "stream"];
-/// 8 on the `stream` path only.
-pub const BLOCK_M: &[i64] = &[8, 16, 32, 64, 128, 256];
+/// 8 on the `stream` path only; 192 on `wgmma` over three consumer warpgroups only.
+pub const BLOCK_M: &[i64] = &[8, 16, 32, 64, 128, 192, 256];
 /// Powers of two on every path; the widths between them on the unswapped wgmma paths only
 /// (see `space::EXTRA_BLOCK_N`).
 pub const BLOCK_N: &[i64] = &[16, 32, 64, 80, 96, 112, 128, 160, 192, 224, 256];
 pub const BLOCK_K: &[i64] = &[32, 64, 128];
-pub const WARPS_M: &[i64] = &[1, 2, 4, 8];
+/// 12 for the three consumer warpgroups of a 192-row `wgmma` tile only.
+pub const WARPS_M: &[i64] = &[1, 2, 4, 8, 12];
 pub const WARPS_N: &[i64] = &[1, 2, 4, 8];
 /// 2 to 8, and 12 and 16, which the search tries only for the deep rings of narrow
 /// unswapped wgmma tiles (`space::DEEP_STAGES`).
@@ -76,7 +77,7 @@ pub const GROUP_M: &[i64] = &[1, 4, 8, 16];
 /// Elements per global load: 8 (16-byte cp.async; A and B 16-byte aligned with
 /// leading dimensions a multiple of 8) or 1 (element loads, any alignment).
 pub const VECS: &[i64] = &[1, 8];
-/// Warps per block: 4 or 8.
+/// Warps per block: 4 or 8 (12 on three consumer warpgroups).
 pub const WARPS: &[i64] = &[4, 8];
 /// Blocks per thread-block cluster (sm_90a): 1; 2 on the `wgmma` path with `split_k` 1,
 /// where the two blocks compute vertically adjacent tiles and share their B tile, each
@@ -167,7 +168,15 @@ pub fn check_config(values: &[Value]) -> Result<(), String> {
             "epilogue=tma needs block_n a multiple of 64 (whole 64-column sub-tiles), got {bn}"
         ));
     }
-    if !WARPS.contains(&(wm * wn)) {
+    // Three consumer warpgroups (512 threads): 64 rows each of a 192-row tile, as cuBLAS
+    // runs 8B lm_head at m = 8192; the tile and the warps come only together.
+    let three_consumers = path == "wgmma" && wm == 12 && wn == 1 && bm == 192;
+    if (wm == 12 || bm == 192) && !three_consumers {
+        return Err(format!(
+            "block_m=192 and warps_m=12 (three consumer warpgroups) come together on path wgmma with warps_n=1, got path={path} block_m={bm} warps_m={wm} warps_n={wn}"
+        ));
+    }
+    if !three_consumers && !WARPS.contains(&(wm * wn)) {
         return Err(format!("warps_m * warps_n = {} must be 4 or 8", wm * wn));
     }
     if path == "stream" {

@@ -26,6 +26,11 @@ pub const MAX_ACCUMULATORS: u32 = 64;
 /// 384-thread block.
 pub const MAX_WGMMA_ACCUMULATORS: u32 = 128;
 
+/// Most fp32 accumulators per consumer thread over three consumer warpgroups: 512
+/// threads leave 128 registers a thread, where 96 (192 x 192 tiles) compiled with 125
+/// and no spills under NVRTC 13.5, and 128 (192 x 256) did not compile.
+pub const MAX_THREE_CONSUMER_ACCUMULATORS: u32 = 96;
+
 /// Tile widths up to this are allowed whatever n and k are.
 pub const MIN_BLOCK_CAP: u32 = 64;
 
@@ -68,6 +73,7 @@ fn wgmma_shape_fits(target: Target, key: &GemmKey, c: &GemmConfig) -> bool {
                 && c.block_n.is_power_of_two()
                 && c.accumulators() <= MAX_ACCUMULATORS))
         && c.accumulators() <= MAX_WGMMA_ACCUMULATORS
+        && (c.consumers() != 3 || c.accumulators() <= MAX_THREE_CONSUMER_ACCUMULATORS)
 }
 
 /// Whether `c` can run any problem of `key` on `target`: the config passes the schema;
@@ -273,7 +279,9 @@ pub fn only_large_tiles(key: &GemmKey, m: u64) -> bool {
 /// also as one cluster where the partial tile fits, raster groups of 8), clusters of 2 where there are two tile
 /// rows to pair (power-of-two widths), C stored directly or by TMA (whose staging buffers may leave room for
 /// fewer ring stages: `fits` drops the deepest rings that no longer fit); and the
-/// pingpong schedule on the tiles of 64 or 128 rows, stored either way.
+/// pingpong schedule on the tiles of 64 or 128 rows, stored either way; from
+/// [`THREE_CONSUMER_ROWS`], 192 x 128 and 192 x 192 tiles over three consumers, rings of
+/// 3 to 5, with and without a cluster of 2, stored either way.
 fn wgmma_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>) {
     if target != Target::Sm90 || key.layout != Layout::Nt {
         return;
@@ -461,7 +469,28 @@ fn wgmma_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>)
             }
         }
     }
+    // Three consumer warpgroups, 64 rows each of a 192-row tile (512 threads, so at most
+    // 128 registers a thread: 192 x 256 does not compile), for large prefill: the tile
+    // family cuBLAS runs at 8B lm_head, m = 8192 (192 x 192, ring of 4, pairs of blocks).
+    if m >= THREE_CONSUMER_ROWS {
+        for bn in [128u32, 192] {
+            for stages in [3u32, 4, 5] {
+                for cluster in [1u32, 2] {
+                    for epilogue in [Epilogue::Direct, Epilogue::Tma] {
+                        push(GemmConfig {
+                            cluster,
+                            epilogue,
+                            ..GemmConfig::wgmma(192, bn, 12, stages)
+                        });
+                    }
+                }
+            }
+        }
+    }
 }
+
+/// The fewest rows a search tries 192-row tiles over three consumer warpgroups for.
+pub const THREE_CONSUMER_ROWS: u64 = 1024;
 
 /// The configs a search for `m` rows of `key` on `target` times: every tile of
 /// 32..=128 rows (16 too for m <= 16) and 32..=256 columns with its squarest warp
