@@ -589,12 +589,13 @@ mod space_tests {
     }
 
     /// Deep rings (8, 12 and 16 stages) of narrow unswapped tiles are searched for few
-    /// rows only: 64-row tiles 32 or 64 wide from 17 to 64 rows, 128 x 64 from 65 to 256
+    /// rows: 64-row tiles 32 or 64 wide from 17 to 64 rows, 128 x 64 from 65 to 256
     /// (unless the tiles are too many for any tile that small), each depth where it fits
-    /// shared memory (16 stages of 64 x 32, not of 64 x 64); no other unswapped config
-    /// rings deeper than 6.
+    /// shared memory (16 stages of 64 x 32, not of 64 x 64); above 256 rows only rings of 8
+    /// for 128-row tiles of the wave-filling widths under 128 (cooperative and pingpong);
+    /// no other unswapped config rings deeper than 6.
     #[test]
-    fn deep_rings_are_searched_for_few_rows_only() {
+    fn deep_rings_are_searched_for_few_rows_or_narrow_widths() {
         for &(n, k) in MODEL_SHAPES {
             let key = GemmKey {
                 dtype: DType::Bf16,
@@ -613,6 +614,10 @@ mod space_tests {
                     let few = match tile {
                         (64, 32 | 64, 1) => (17..=64).contains(&m),
                         (128, 64, 2) => (65..=256).contains(&m),
+                        // Above 256 rows: the narrow widths that fill the last wave.
+                        (128, bn, 2) if !bn.is_power_of_two() => {
+                            m > 256 && bn < 128 && c.stages == space::NARROW_WIDE_STAGES
+                        }
                         _ => false,
                     };
                     assert!(few, "m={m}: {c}");
@@ -631,7 +636,33 @@ mod space_tests {
                         !space::only_large_tiles(&key, m),
                         "n={n} m={m}"
                     ),
-                    _ => assert!(deep.is_empty(), "n={n} m={m}"),
+                    _ => {
+                        let narrow: Vec<_> = space::extra_widths(Target::Sm90, &key, m, 128)
+                            .into_iter()
+                            .filter(|&bn| {
+                                m > 256
+                                    && bn < 128
+                                    && space::fits(
+                                        Target::Sm90,
+                                        &key,
+                                        &GemmConfig::wgmma(128, bn, 8, space::NARROW_WIDE_STAGES),
+                                    )
+                                    && !space::only_large_tiles(&key, m)
+                            })
+                            .collect();
+                        assert_eq!(deep.len(), narrow.len(), "n={n} m={m}");
+                        for bn in narrow {
+                            assert!(
+                                has(128, bn, 8, space::NARROW_WIDE_STAGES)
+                                    && space.contains(&GemmConfig::pingpong(
+                                        128,
+                                        bn,
+                                        space::NARROW_WIDE_STAGES
+                                    )),
+                                "n={n} m={m} bn={bn}"
+                            );
+                        }
+                    }
                 }
             }
         }
@@ -800,6 +831,9 @@ mod space_tests {
         assert!(space
             .iter()
             .any(|c| c.path == Path::WgmmaPingpong && (c.block_m, c.block_n) == (128, 80)));
+        // With a ring of 8 too (cuBLAS's depth for its 80 x 128 tiles there).
+        assert!(space.contains(&GemmConfig::wgmma(128, 80, 8, 8)));
+        assert!(space.contains(&GemmConfig::pingpong(128, 80, 8)));
         // n = 4096 has no such divisor; n = 6144 at m = 1024 fills as well with 128 or 256.
         // (Three-consumer tiles take 192 columns wherever they are searched: their own test.)
         for (n, k) in [(4096, 4096), (8192, 1024)] {

@@ -281,7 +281,8 @@ pub fn only_large_tiles(key: &GemmKey, m: u64) -> bool {
 /// fewer ring stages: `fits` drops the deepest rings that no longer fit); and the
 /// pingpong schedule on the tiles of 64 or 128 rows, stored either way; from
 /// [`THREE_CONSUMER_ROWS`], 192 x 128 and 192 x 192 tiles over three consumers, rings of
-/// 3 to 5, with and without a cluster of 2, stored either way.
+/// 3 to 5, with and without a cluster of 2, stored either way; above 256 rows, rings of
+/// [`NARROW_WIDE_STAGES`] for the 128-row tiles of those widths under 128 columns.
 fn wgmma_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>) {
     if target != Target::Sm90 || key.layout != Layout::Nt {
         return;
@@ -469,6 +470,18 @@ fn wgmma_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>)
             }
         }
     }
+    // Rings of 8 for the widths under 128 that fill the last wave better (`extra_widths`)
+    // above 256 rows: at 70B-tp8 qkv, m = 1024, 128 x 80 took 31.7 µs against 33.7 with
+    // the ring of 6 (the pingpong twin 32.3; H100, cuBLAS 30.3 with 8-stage 80 x 128 tiles).
+    if m > 256 {
+        for bn in extra_widths(target, key, m, 128)
+            .into_iter()
+            .filter(|&bn| bn < 128)
+        {
+            push(GemmConfig::wgmma(128, bn, 8, NARROW_WIDE_STAGES));
+            push(GemmConfig::pingpong(128, bn, NARROW_WIDE_STAGES));
+        }
+    }
     // Three consumer warpgroups, 64 rows each of a 192-row tile (512 threads, so at most
     // 128 registers a thread: 192 x 256 does not compile), for large prefill: the tile
     // family cuBLAS runs at 8B lm_head, m = 8192 (192 x 192, ring of 4, pairs of blocks).
@@ -488,6 +501,10 @@ fn wgmma_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>)
         }
     }
 }
+
+/// The ring depth searched above 256 rows for 128-row tiles narrower than 128 columns of
+/// a width other than a power of two (the rings of [`SEARCH_STAGES_WGMMA`] beside it).
+pub const NARROW_WIDE_STAGES: u32 = 8;
 
 /// The fewest rows a search tries 192-row tiles over three consumer warpgroups for.
 pub const THREE_CONSUMER_ROWS: u64 = 1024;
