@@ -67,19 +67,47 @@ pub struct GemmProblem<'a> {
     pub(crate) _buffers: PhantomData<&'a mut [u8]>,
 }
 
-/// Elements a row-major `rows` x `cols` matrix with rows `ld` apart spans.
+/// Elements a row-major `rows` x `cols` matrix with rows `ld` apart spans (for operands
+/// [`check_matrix`] passed, which refuses a span that does not fit 64 bits).
 fn span(rows: u64, cols: u64, ld: u64) -> u64 {
     (rows - 1) * ld + cols
 }
 
-fn check_matrix(name: &str, ld_name: &str, op: &Operand, rows: u64, cols: u64) -> Result<()> {
-    if (op.ld as u64) < cols {
+/// Checks operand `name` (leading dimension `ld_name`) as a `rows` x `cols` matrix of
+/// `size`-byte elements: a row fits its leading dimension, the kernels' signed 64-bit
+/// byte offsets reach every element (a larger stride or span would wrap, and the
+/// bounds below would pass a matrix the kernel then reads out of bounds), the bytes
+/// end inside the address space, and the allocation holds the span.
+fn check_matrix(name: &str, ld_name: &str, op: &Operand, rows: u64, cols: u64, size: u64) -> Result<()> {
+    let ld = op.ld as u64;
+    if ld < cols {
         return Err(Error::invalid(
             ld_name,
             format!("{} is shorter than a row of {cols} elements", op.ld),
         ));
     }
-    let need = span(rows, cols, op.ld as u64);
+    let max = i64::MAX as u64;
+    let need = (rows - 1).checked_mul(ld).and_then(|e| e.checked_add(cols));
+    let fits = |elems: Option<u64>| elems.and_then(|e| e.checked_mul(size)).is_some_and(|b| b <= max);
+    if !fits(Some(ld)) || !fits(need) {
+        return Err(Error::invalid(
+            ld_name,
+            format!(
+                "{ld} elements: [{rows}, {cols}] at that leading dimension spans more bytes than the kernels' 64-bit offsets hold"
+            ),
+        ));
+    }
+    let need = span(rows, cols, ld);
+    if op.ptr.checked_add(need * size).is_none() {
+        return Err(Error::invalid(
+            name,
+            format!(
+                "address {:#x} plus its {} bytes passes the end of the address space",
+                op.ptr,
+                need * size
+            ),
+        ));
+    }
     if (op.len as u64) < need {
         return Err(Error::invalid(
             name,
@@ -137,19 +165,19 @@ impl<'a> GemmProblem<'a> {
             }
         }
         let (m64, n64, k64) = (m as u64, n as u64, k as u64);
-        check_matrix("a", "lda", &a, m64, k64)?;
+        let (esize, csize) = (dtype.size() as u64, c_dtype.size() as u64);
+        check_matrix("a", "lda", &a, m64, k64, esize)?;
         match layout {
-            Layout::Nt => check_matrix("b", "ldb", &b, n64, k64)?,
-            Layout::Nn => check_matrix("b", "ldb", &b, k64, n64)?,
+            Layout::Nt => check_matrix("b", "ldb", &b, n64, k64, esize)?,
+            Layout::Nn => check_matrix("b", "ldb", &b, k64, n64, esize)?,
         }
-        check_matrix("c", "ldc", &c, m64, n64)?;
+        check_matrix("c", "ldc", &c, m64, n64, csize)?;
         check_device_ptrs(dtype, &[("a", a.ptr), ("b", b.ptr)])?;
         check_device_ptrs(c_dtype, &[("c", c.ptr)])?;
-        let esize = dtype.size() as u64;
         let bytes = |op: &Operand, rows: u64, cols: u64, size: u64| {
             (op.ptr, op.ptr + span(rows, cols, op.ld as u64) * size)
         };
-        let c_range = bytes(&c, m64, n64, c_dtype.size() as u64);
+        let c_range = bytes(&c, m64, n64, csize);
         let a_range = bytes(&a, m64, k64, esize);
         let b_range = match layout {
             Layout::Nt => bytes(&b, n64, k64, esize),
@@ -164,7 +192,13 @@ impl<'a> GemmProblem<'a> {
                     return Err(Error::invalid("bias", format!("holds {len} elements; n is {n}")));
                 }
                 check_device_ptrs(dtype, &[("bias", ptr)])?;
-                check_disjoint(("bias", (ptr, ptr + n64 * esize)), ("c", c_range))?;
+                let end = ptr.checked_add(n64 * esize).ok_or_else(|| {
+                    Error::invalid(
+                        "bias",
+                        format!("address {ptr:#x} plus n elements passes the end of the address space"),
+                    )
+                })?;
+                check_disjoint(("bias", (ptr, end)), ("c", c_range))?;
                 ptr
             }
         };
@@ -177,7 +211,13 @@ impl<'a> GemmProblem<'a> {
                         format!("address {ptr:#x} is not a 16-byte aligned device pointer"),
                     ));
                 }
-                let range = (ptr, ptr + len as u64);
+                let end = ptr.checked_add(len as u64).ok_or_else(|| {
+                    Error::invalid(
+                        "workspace",
+                        format!("address {ptr:#x} plus {len} bytes passes the end of the address space"),
+                    )
+                })?;
+                let range = (ptr, end);
                 check_disjoint(("c", c_range), ("workspace", range))?;
                 check_disjoint(("a", a_range), ("workspace", range))?;
                 check_disjoint(("b", b_range), ("workspace", range))?;
@@ -1071,6 +1111,79 @@ mod tests {
             )
         };
         assert_eq!(bad_arg(r), "ldb");
+    }
+
+    /// Leading dimensions, addresses and lengths whose spans do not fit 64 bits are
+    /// refused naming them, where unchecked arithmetic would wrap (release builds) into a
+    /// small span that the length check then passes, or panic (debug builds).
+    #[test]
+    fn spans_past_64_bits_are_refused_naming_the_argument() {
+        let (m, n, k) = (3, 100, 64);
+        let (a, b, c) = ok_operands(m, n, k);
+        // (m - 1) * lda wraps to 0 in 64 bits: the span would read as k elements.
+        let wraps = Operand { ld: 1 << 63, ..a };
+        assert_eq!(bad_arg(nt(m, n, k, wraps, b, c, DType::Bf16, None)), "lda");
+        // A byte stride past i64::MAX, even for one row, where the kernels take it signed.
+        let one_row = Operand {
+            ld: usize::MAX / 2,
+            len: usize::MAX,
+            ..a
+        };
+        assert_eq!(
+            bad_arg(nt(
+                1,
+                n,
+                k,
+                one_row,
+                b,
+                Operand { len: n, ..c },
+                DType::Bf16,
+                None
+            )),
+            "lda"
+        );
+        let wide_b = Operand {
+            ld: 1 << 62,
+            len: usize::MAX,
+            ..b
+        };
+        assert_eq!(bad_arg(nt(m, n, k, a, wide_b, c, DType::Bf16, None)), "ldb");
+        // f32 C: four bytes an element, so a stride that fits as bf16 may not as f32.
+        let wide_c = Operand {
+            ld: 1 << 62,
+            len: usize::MAX,
+            ..c
+        };
+        assert_eq!(
+            bad_arg(nt(1, n, k, Operand { len: k, ..a }, b, wide_c, DType::F32, None)),
+            "ldc"
+        );
+        // Addresses whose bytes pass the end of the address space.
+        let end = Operand {
+            ptr: u64::MAX - 63,
+            ..a
+        };
+        assert_eq!(bad_arg(nt(m, n, k, end, b, c, DType::Bf16, None)), "a");
+        assert_eq!(
+            bad_arg(nt(m, n, k, a, b, c, DType::Bf16, Some((u64::MAX - 15, n)))),
+            "bias"
+        );
+        let r = unsafe {
+            GemmProblem::raw(
+                DType::Bf16,
+                Layout::Nt,
+                m,
+                n,
+                k,
+                a,
+                b,
+                c,
+                DType::Bf16,
+                None,
+                Some((u64::MAX - 15, 64)),
+            )
+        };
+        assert_eq!(bad_arg(r), "workspace");
     }
 
     #[test]
