@@ -280,9 +280,10 @@ pub fn only_large_tiles(key: &GemmKey, m: u64) -> bool {
 /// rows to pair (power-of-two widths), C stored directly or by TMA (whose staging buffers may leave room for
 /// fewer ring stages: `fits` drops the deepest rings that no longer fit); and the
 /// pingpong schedule on the tiles of 64 or 128 rows, stored either way; from
-/// [`THREE_CONSUMER_ROWS`], 192 x 128 and 192 x 192 tiles over three consumers, rings of
-/// 3 to 5, with and without a cluster of 2, stored either way; above 256 rows, rings of
-/// [`NARROW_WIDE_STAGES`] for the 128-row tiles of those widths under 128 columns.
+/// [`THREE_CONSUMER_ROWS`] where [`only_large_tiles`], 192 x 128 and 192 x 192 tiles
+/// over three consumers, rings of 3 to 5, with and without a cluster of 2, stored either
+/// way; above 256 rows, rings of [`NARROW_WIDE_STAGES`] for the 128-row tiles of those
+/// widths under 128 columns.
 fn wgmma_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>) {
     if target != Target::Sm90 || key.layout != Layout::Nt {
         return;
@@ -485,7 +486,10 @@ fn wgmma_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>)
     // Three consumer warpgroups, 64 rows each of a 192-row tile (512 threads, so at most
     // 128 registers a thread: 192 x 256 does not compile), for large prefill: the tile
     // family cuBLAS runs at 8B lm_head, m = 8192 (192 x 192, ring of 4, pairs of blocks).
-    if m >= THREE_CONSUMER_ROWS {
+    // Only where 128 x 128 tiles make four waves (`only_large_tiles`): timed on the H100
+    // at 15 points, at each of the four below that (70B-tp8 qkv at m = 1024 and 4096, 8B
+    // qkv and 70B-tp8 down at 1024) the served config took 0.58-0.96 of their best time.
+    if m >= THREE_CONSUMER_ROWS && many_tiles {
         for bn in [128u32, 192] {
             for stages in [3u32, 4, 5] {
                 for cluster in [1u32, 2] {
