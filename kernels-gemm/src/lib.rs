@@ -164,6 +164,16 @@ mod space_tests {
     use super::*;
     use tuned::DType;
 
+    /// The bf16 nt key of an `n` x `k` weight.
+    fn key(n: u32, k: u32) -> GemmKey {
+        GemmKey {
+            dtype: DType::Bf16,
+            layout: Layout::Nt,
+            n,
+            k,
+        }
+    }
+
     /// The model shapes of ../shared/models.json at their tp degrees (n, k).
     pub(crate) const MODEL_SHAPES: &[(u32, u32)] = &[
         (6144, 4096),
@@ -245,12 +255,6 @@ mod space_tests {
     /// qkv at m = 4096).
     #[test]
     fn unswapped_split_k_is_searched_where_tiles_leave_sms_idle() {
-        let key = |n, k| GemmKey {
-            dtype: DType::Bf16,
-            layout: Layout::Nt,
-            n,
-            k,
-        };
         for m in [256, 1024] {
             let space = space::search_space(Target::Sm90, &key(1280, 8192), m);
             let split: Vec<_> = space
@@ -816,12 +820,6 @@ mod space_tests {
     /// swapped paths; their mma stand-in takes the power of two below.
     #[test]
     fn widths_between_powers_of_two_fill_waves_on_unswapped_wgmma_only() {
-        let key = |n, k| GemmKey {
-            dtype: DType::Bf16,
-            layout: Layout::Nt,
-            n,
-            k,
-        };
         let qkv = key(1280, 8192);
         assert_eq!(space::extra_widths(Target::Sm90, &qkv, 1024, 128), vec![80, 160]);
         let space = space::search_space(Target::Sm90, &qkv, 1024);
@@ -935,13 +933,7 @@ mod space_tests {
         // rows, where the served tiles took 0.58-0.93 of their time on the H100; 8B
         // lm_head from 1024.
         let three_at = |n, k, m| {
-            let key = GemmKey {
-                dtype: DType::Bf16,
-                layout: Layout::Nt,
-                n,
-                k,
-            };
-            space::search_space(Target::Sm90, &key, m)
+            space::search_space(Target::Sm90, &key(n, k), m)
                 .iter()
                 .filter(|c| c.consumers() == 3)
                 .count()

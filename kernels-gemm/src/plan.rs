@@ -1004,6 +1004,30 @@ mod tests {
         }
     }
 
+    /// A bf16 nt problem of `(m, n, k)` on the operands `(a, b, c)` with bf16 C, no bias
+    /// and `workspace` `(address, bytes)`.
+    fn nt_ws(
+        (m, n, k): (usize, usize, usize),
+        (a, b, c): (Operand, Operand, Operand),
+        workspace: (u64, usize),
+    ) -> Result<GemmProblem<'static>> {
+        unsafe {
+            GemmProblem::raw(
+                DType::Bf16,
+                Layout::Nt,
+                m,
+                n,
+                k,
+                a,
+                b,
+                c,
+                DType::Bf16,
+                None,
+                Some(workspace),
+            )
+        }
+    }
+
     fn bad_arg(r: Result<GemmProblem<'static>>) -> String {
         match r {
             Err(Error::InvalidArgument { name, .. }) => name,
@@ -1078,22 +1102,7 @@ mod tests {
         assert_eq!(bad_arg(nt(m, n, k, a, b, c_on_a, DType::Bf16, None)), "c");
         let r = unsafe { GemmProblem::raw(DType::F32, Layout::Nt, m, n, k, a, b, c, DType::F32, None, None) };
         assert_eq!(bad_arg(r), "dtype");
-        let r = unsafe {
-            GemmProblem::raw(
-                DType::Bf16,
-                Layout::Nt,
-                m,
-                n,
-                k,
-                a,
-                b,
-                c,
-                DType::Bf16,
-                None,
-                Some((WS + 8, 64)),
-            )
-        };
-        assert_eq!(bad_arg(r), "workspace");
+        assert_eq!(bad_arg(nt_ws((m, n, k), (a, b, c), (WS + 8, 64))), "workspace");
         // nn: B is [k, n], so ldb >= n.
         let r = unsafe {
             GemmProblem::raw(
@@ -1168,22 +1177,10 @@ mod tests {
             bad_arg(nt(m, n, k, a, b, c, DType::Bf16, Some((u64::MAX - 15, n)))),
             "bias"
         );
-        let r = unsafe {
-            GemmProblem::raw(
-                DType::Bf16,
-                Layout::Nt,
-                m,
-                n,
-                k,
-                a,
-                b,
-                c,
-                DType::Bf16,
-                None,
-                Some((u64::MAX - 15, 64)),
-            )
-        };
-        assert_eq!(bad_arg(r), "workspace");
+        assert_eq!(
+            bad_arg(nt_ws((m, n, k), (a, b, c), (u64::MAX - 15, 64))),
+            "workspace"
+        );
     }
 
     #[test]
