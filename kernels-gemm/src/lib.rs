@@ -96,7 +96,9 @@ pub static GEMM: tuned::Dyn<Gemm> = tuned::Dyn::new();
 /// under the serve policy, any config of the search space under the online policy),
 /// each as it runs on 16-byte aligned operands or, where TMA cannot load them, as its
 /// mma stand-in ([`plan::portable`]: a cluster split then splits through the
-/// workspace). 0 when none splits k. Allocate it once per stream, zeroed.
+/// workspace). 0 when none splits k. Allocate it once per stream, zeroed. `m` past the
+/// op's limit (`i32::MAX` rows, which [`plan::GemmProblem::raw`] refuses beyond) is
+/// sized as that limit.
 ///
 /// ```
 /// use kernels_gemm::{workspace_bytes, GemmKey, Layout};
@@ -105,6 +107,9 @@ pub static GEMM: tuned::Dyn<Gemm> = tuned::Dyn::new();
 /// assert!(workspace_bytes(Target::Sm90, &o_proj, 1) > 0); // decode splits k
 /// ```
 pub fn workspace_bytes(target: Target, key: &GemmKey, m: u64) -> usize {
+    // The space's arithmetic on m (its power-of-two cap, tile counts) would overflow
+    // near u64::MAX.
+    let m = m.min(i32::MAX as u64);
     let served = tuned::resolve_serve::<Gemm>(target, key, m).config;
     space::search_space(target, key, m)
         .iter()
@@ -119,6 +124,23 @@ pub fn workspace_bytes(target: Target, key: &GemmKey, m: u64) -> usize {
 mod tests {
     use super::*;
     use tuned::DType;
+
+    /// Sizing never overflows on rows a caller may pass: beyond the op's limit it is
+    /// the limit's size.
+    #[test]
+    fn workspace_bytes_takes_any_row_count() {
+        let key = GemmKey {
+            dtype: DType::Bf16,
+            layout: Layout::Nt,
+            n: 4096,
+            k: 4096,
+        };
+        for t in [Target::Sm80, Target::Sm90] {
+            let at_limit = workspace_bytes(t, &key, i32::MAX as u64);
+            assert_eq!(workspace_bytes(t, &key, u64::MAX), at_limit, "{t}");
+            assert_eq!(workspace_bytes(t, &key, 1 << 40), at_limit, "{t}");
+        }
+    }
 
     #[test]
     fn default_fits_model_shapes() {
