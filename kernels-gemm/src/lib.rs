@@ -97,7 +97,7 @@ pub static GEMM: tuned::Dyn<Gemm> = tuned::Dyn::new();
 /// each as it runs on 16-byte aligned operands or, where TMA cannot load them, as its
 /// mma stand-in ([`plan::portable`]: a cluster split then splits through the
 /// workspace). 0 when none splits k. Allocate it once per stream, zeroed. `m` past the
-/// op's limit (`i32::MAX` rows, which [`plan::GemmProblem::raw`] refuses beyond) is
+/// op's limit ([`space::MAX_ROWS`], which [`plan::GemmProblem::raw`] refuses beyond) is
 /// sized as that limit.
 ///
 /// ```
@@ -107,9 +107,8 @@ pub static GEMM: tuned::Dyn<Gemm> = tuned::Dyn::new();
 /// assert!(workspace_bytes(Target::Sm90, &o_proj, 1) > 0); // decode splits k
 /// ```
 pub fn workspace_bytes(target: Target, key: &GemmKey, m: u64) -> usize {
-    // The space's arithmetic on m (its power-of-two cap, tile counts) would overflow
-    // near u64::MAX.
-    let m = m.min(i32::MAX as u64);
+    // The heuristic's and the space's tile counts would overflow near u64::MAX.
+    let m = m.min(space::MAX_ROWS);
     let served = tuned::resolve_serve::<Gemm>(target, key, m).config;
     space::search_space(target, key, m)
         .iter()
@@ -136,9 +135,13 @@ mod tests {
             k: 4096,
         };
         for t in [Target::Sm80, Target::Sm90] {
-            let at_limit = workspace_bytes(t, &key, i32::MAX as u64);
+            let at_limit = workspace_bytes(t, &key, space::MAX_ROWS);
             assert_eq!(workspace_bytes(t, &key, u64::MAX), at_limit, "{t}");
             assert_eq!(workspace_bytes(t, &key, 1 << 40), at_limit, "{t}");
+            // The space itself takes any row count (its tiles capped at m's power of two).
+            assert!(!space::search_space(t, &key, u64::MAX).is_empty(), "{t}");
+            let far = analytic_default(t, &key, u64::MAX);
+            assert!(space::fits(t, &key, &far), "{t}: {far}");
         }
     }
 

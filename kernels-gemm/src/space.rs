@@ -510,6 +510,10 @@ fn wgmma_space(target: Target, key: &GemmKey, m: u64, out: &mut Vec<GemmConfig>)
 /// a width other than a power of two (the rings of [`SEARCH_STAGES_WGMMA`] beside it).
 pub const NARROW_WIDE_STAGES: u32 = 8;
 
+/// The most rows a GEMM takes (`plan::GemmProblem::raw` refuses more: the kernels index
+/// rows with 32-bit integers).
+pub const MAX_ROWS: u64 = i32::MAX as u64;
+
 /// The fewest rows a search tries 192-row tiles over three consumer warpgroups for.
 pub const THREE_CONSUMER_ROWS: u64 = 1024;
 
@@ -525,8 +529,11 @@ pub const THREE_CONSUMER_ROWS: u64 = 1024;
 /// and screening hundreds of them at every shape costs more device time than the
 /// tables can afford. Where TMA cannot run, `plan::fit` still moves a wgmma config
 /// to its mma stand-in. Up to [`STREAM_MAX_M`] rows either set is joined by the
-/// `stream` configs (`stream_space`), which run on sm_80 and sm_90 alike.
+/// `stream` configs (`stream_space`), which run on sm_80 and sm_90 alike. Rows past
+/// [`MAX_ROWS`] are searched as that many.
 pub fn search_space(target: Target, key: &GemmKey, m: u64) -> Vec<GemmConfig> {
+    // Tile counts and the power-of-two cap of m would overflow near u64::MAX.
+    let m = m.min(MAX_ROWS);
     let mut wgmma = Vec::new();
     wgmma_space(target, key, m, &mut wgmma);
     if !wgmma.is_empty() {
