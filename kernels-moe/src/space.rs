@@ -71,7 +71,9 @@ fn fits_wgmma(target: Target, key: &MoeKey, c: &MoeConfig) -> bool {
 
 /// Rows per expert under uniform routing: `tokens * topk / experts`, rounded up.
 pub fn rows_per_expert(key: &MoeKey, tokens: u64) -> u64 {
-    (tokens * key.topk as u64).div_ceil(key.experts.max(1) as u64)
+    tokens
+        .saturating_mul(u64::from(key.topk))
+        .div_ceil(u64::from(key.experts.max(1)))
 }
 
 /// Pipeline depths the mma path searches (a cp.async ring every warp refills).
@@ -185,6 +187,19 @@ mod tests {
         k: 2048,
         topk: 8,
     };
+
+    /// The space, the default and the workspace size take any token count a caller may
+    /// pass, without overflowing; the op itself refuses more than `i32::MAX` pairs.
+    #[test]
+    fn any_token_count_is_planned_without_overflow() {
+        for t in [Target::Sm80, Target::Sm90] {
+            assert!(!search_space(t, &QWEN3, u64::MAX).is_empty(), "{t}");
+            let c = crate::analytic_default(t, &QWEN3, u64::MAX);
+            assert!(fits(t, &QWEN3, &c), "{t}: {c}");
+        }
+        assert_eq!(rows_per_expert(&QWEN3, u64::MAX), u64::MAX.div_ceil(128));
+        assert_eq!(crate::workspace_bytes(&QWEN3, u64::MAX), usize::MAX);
+    }
 
     #[test]
     fn the_wgmma_paths_are_sm90_only_and_follow_the_tile_rules() {
