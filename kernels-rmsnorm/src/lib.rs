@@ -120,6 +120,32 @@ mod tests {
         }
     }
 
+    /// Keys and batches past what the ops take (more than `i32::MAX` columns, which a
+    /// caller can still write into a key) are planned without overflow: no config fits
+    /// such a key, and the defaults and the space still answer.
+    #[test]
+    fn keys_past_the_column_index_fit_nothing() {
+        for t in [Target::Sm80, Target::Sm90, Target::Gfx942] {
+            for cols in [i32::MAX as u32 + 1, u32::MAX] {
+                let key = RmsNormKey {
+                    dtype: DType::Bf16,
+                    cols,
+                };
+                assert!(space::search_space(t, &key, false).is_empty(), "{t} cols={cols}");
+                assert!(space::search_space(t, &key, true).is_empty(), "{t} cols={cols}");
+                for rows in [1, u64::MAX] {
+                    assert!(!space::fits(t, &key, &analytic_default_fused(t, &key, rows)));
+                    assert!(!space::fits_plain(t, &key, &analytic_default(t, &key, rows)));
+                }
+            }
+            let key = RmsNormKey {
+                dtype: DType::Bf16,
+                cols: i32::MAX as u32,
+            };
+            assert!(!space::search_space(t, &key, false).is_empty(), "{t}");
+        }
+    }
+
     /// Hidden sizes no 16-byte vector divides take 16-byte vectors by default, in the
     /// space and as the default, as their aligned neighbours do (the kernel reads each
     /// row's head and tail by elements).

@@ -17,6 +17,11 @@ use crate::schema::{occ_leaves_enough_threads, LATES, MAX_ITERS, OCCS, ROWS, SPL
 /// none is left without any. Storing the residual late (`late` 1) needs the row in
 /// registers too. This is the fused kernel's rule; [`fits_plain`] the plain one's.
 pub fn fits(target: Target, key: &RmsNormKey, config: &RmsNormConfig) -> bool {
+    // Past the kernels' 32-bit column index (which the ops refuse) nothing fits, and the
+    // arithmetic below would overflow.
+    if key.cols > i32::MAX as u32 {
+        return false;
+    }
     let vec_bytes = config.vec as usize * key.dtype.size();
     let vectors = key.cols / config.vec.max(1);
     let group_limit = vectors.next_power_of_two().max(target.warp_size());
