@@ -326,7 +326,8 @@ impl GemmConfig {
 
     /// Output tiles of an `m` x `n` problem.
     pub fn tiles(&self, m: u64, n: u32) -> u64 {
-        m.div_ceil(u64::from(self.block_m)) * u64::from(n).div_ceil(u64::from(self.block_n))
+        m.div_ceil(u64::from(self.block_m))
+            .saturating_mul(u64::from(n).div_ceil(u64::from(self.block_n)))
     }
 
     /// Workspace a launch of `m` rows needs, bytes: with split-K, [`SPLIT_COUNTERS`]
@@ -338,9 +339,9 @@ impl GemmConfig {
         if self.split_k <= 1 || self.cluster_splits() {
             return 0;
         }
-        let tiles = self.tiles(m, n) as usize;
-        let partials = self.split_k as usize * tiles * (self.block_m * self.block_n) as usize * 4;
-        SPLIT_COUNTERS as usize * 4 + partials
+        let tile_bytes = self.split_k as usize * (self.block_m * self.block_n) as usize * 4;
+        let partials = usize::try_from(self.tiles(m, n)).map_or(usize::MAX, |t| t.saturating_mul(tile_bytes));
+        partials.saturating_add(SPLIT_COUNTERS as usize * 4)
     }
 }
 

@@ -10,10 +10,12 @@
 use tuned::Target;
 
 use crate::config::{Epilogue, GemmConfig, GemmKey, Layout, Path};
-use crate::space::{fits, split_allowed, warp_grid, MIN_BLOCK_CAP};
+use crate::space::{block_cap, fits, split_allowed, warp_grid, MAX_ROWS};
 
 /// The default config for `m` rows of `key` on `target`.
 pub fn analytic_default(target: Target, key: &GemmKey, m: u64) -> GemmConfig {
+    // As the space does: rows past the op's limit are planned as that many.
+    let m = m.min(MAX_ROWS);
     if target == Target::Sm90 && key.layout == Layout::Nt {
         if let Some(c) = wgmma_default(target, key, m) {
             return c;
@@ -35,7 +37,7 @@ fn wgmma_default(target: Target, key: &GemmKey, m: u64) -> Option<GemmConfig> {
         }
     }
     let sms = u64::from(target.reference_sm_count());
-    let n_cap = key.n.next_power_of_two().max(MIN_BLOCK_CAP);
+    let n_cap = block_cap(key.n);
     let c = if m <= 64 {
         // A weight stream, the tokens in wgmma's N (16..64). Where the weight has at
         // most one tile of 64 rows per SM: 64-row tiles over one consumer, 8 stages,
@@ -194,8 +196,8 @@ pub fn portable_default(target: Target, key: &GemmKey, m: u64) -> GemmConfig {
     let mut c = GemmConfig {
         path: Path::Mma,
         block_m,
-        block_n: block_n.min(key.n.next_power_of_two().max(MIN_BLOCK_CAP)),
-        block_k: block_k.min(key.k.next_power_of_two().max(MIN_BLOCK_CAP)),
+        block_n: block_n.min(block_cap(key.n)),
+        block_k: block_k.min(block_cap(key.k)),
         warps_m,
         warps_n,
         stages: 4,

@@ -124,24 +124,40 @@ mod tests {
     use super::*;
     use tuned::DType;
 
-    /// Sizing never overflows on rows a caller may pass: beyond the op's limit it is
-    /// the limit's size.
+    /// Planning never overflows on a key or row count a caller may pass (keys past what
+    /// the op takes included): beyond the op's rows the workspace is the limit's, and
+    /// the space and the default still answer.
     #[test]
-    fn workspace_bytes_takes_any_row_count() {
-        let key = GemmKey {
+    fn planning_takes_any_key_and_row_count() {
+        let key = |n, k| GemmKey {
             dtype: DType::Bf16,
             layout: Layout::Nt,
-            n: 4096,
-            k: 4096,
+            n,
+            k,
         };
         for t in [Target::Sm80, Target::Sm90] {
-            let at_limit = workspace_bytes(t, &key, space::MAX_ROWS);
-            assert_eq!(workspace_bytes(t, &key, u64::MAX), at_limit, "{t}");
-            assert_eq!(workspace_bytes(t, &key, 1 << 40), at_limit, "{t}");
-            // The space itself takes any row count (its tiles capped at m's power of two).
-            assert!(!space::search_space(t, &key, u64::MAX).is_empty(), "{t}");
-            let far = analytic_default(t, &key, u64::MAX);
-            assert!(space::fits(t, &key, &far), "{t}: {far}");
+            let o = key(4096, 4096);
+            let at_limit = workspace_bytes(t, &o, space::MAX_ROWS);
+            assert_eq!(workspace_bytes(t, &o, u64::MAX), at_limit, "{t}");
+            assert_eq!(workspace_bytes(t, &o, 1 << 40), at_limit, "{t}");
+            for (n, k) in [
+                (4096, 4096),
+                (1, 1),
+                (u32::MAX, u32::MAX),
+                (u32::MAX, 64),
+                (64, u32::MAX),
+            ] {
+                for layout in [Layout::Nt, Layout::Nn] {
+                    let key = GemmKey { layout, ..key(n, k) };
+                    for m in [0, 1, 3000, u64::MAX] {
+                        tuned::resolve_serve::<Gemm>(t, &key, m);
+                        let space = space::search_space(t, &key, m);
+                        let too_large = n > i32::MAX as u32 || k > i32::MAX as u32;
+                        assert_eq!(space.is_empty(), too_large, "{t} {n}x{k} m={m}");
+                        workspace_bytes(t, &key, m);
+                    }
+                }
+            }
         }
     }
 

@@ -34,6 +34,12 @@ pub const MAX_THREE_CONSUMER_ACCUMULATORS: u32 = 96;
 /// Tile widths up to this are allowed whatever n and k are.
 pub const MIN_BLOCK_CAP: u32 = 64;
 
+/// The widest tile side a dimension of `len` takes: `len` rounded up to a power of two,
+/// at least [`MIN_BLOCK_CAP`] (lengths past 2^31, which the op refuses, cap at 2^31).
+pub fn block_cap(len: u32) -> u32 {
+    len.min(1 << 31).next_power_of_two().max(MIN_BLOCK_CAP)
+}
+
 /// Whether a wgmma-path config's shape is one the kernel takes: sm_90 and layout nt
 /// (both operands K-major, as wgmma reads them from shared memory without transposes;
 /// nn stays on the mma path), k steps of 64 (one 128-byte swizzle row; swapped operands
@@ -76,15 +82,17 @@ fn wgmma_shape_fits(target: Target, key: &GemmKey, c: &GemmConfig) -> bool {
         && (c.consumers() != 3 || c.accumulators() <= MAX_THREE_CONSUMER_ACCUMULATORS)
 }
 
-/// Whether `c` can run any problem of `key` on `target`: the config passes the schema;
-/// the target is NVIDIA sm_80 or newer (mma.sync on bf16; AMD has no GEMM kernel yet);
+/// Whether `c` can run any problem of `key` on `target`: n and k within `i32::MAX`; the
+/// config passes the schema; the target is NVIDIA sm_80 or newer (mma.sync on bf16; AMD has no GEMM kernel yet);
 /// on the mma path the warp tile keeps at most [`MAX_ACCUMULATORS`] per thread, on the
 /// wgmma paths the rules of their kernel hold (sm_90, layout nt, ...); the pipeline
 /// fits shared memory; with split-K every split gets at least two k steps; and block_n and
 /// block_k stay within the problem's n and k rounded up to a power of two (or
 /// [`MIN_BLOCK_CAP`], so tiny problems still have a 4-warp tile).
 pub fn fits(target: Target, key: &GemmKey, c: &GemmConfig) -> bool {
-    if check_config(&c.values()).is_err() || target.vendor() != Vendor::Nvidia {
+    // n or k past the op's 32-bit dimensions (`plan::GemmProblem::raw` refuses them).
+    let too_large = key.n > i32::MAX as u32 || key.k > i32::MAX as u32;
+    if too_large || check_config(&c.values()).is_err() || target.vendor() != Vendor::Nvidia {
         return false;
     }
     let k_steps = key.k.div_ceil(c.block_k);
@@ -97,8 +105,8 @@ pub fn fits(target: Target, key: &GemmKey, c: &GemmConfig) -> bool {
     path_fits
         && c.smem_bytes(key.layout) <= smem_limit(target)
         && (c.split_k == 1 || k_steps >= 2 * c.split_k)
-        && c.block_n <= key.n.next_power_of_two().max(MIN_BLOCK_CAP)
-        && c.block_k <= key.k.next_power_of_two().max(MIN_BLOCK_CAP)
+        && c.block_n <= block_cap(key.n)
+        && c.block_k <= block_cap(key.k)
 }
 
 /// The warp grid of a `block_m` x `block_n` tile with `warps` warps: the one whose warp
