@@ -46,7 +46,7 @@ pub fn fits(target: Target, key: &MoeKey, c: &MoeConfig) -> bool {
         && c.block_m.is_multiple_of(16 * wm)
         && c.block_n.is_multiple_of(16 * wn)
         && c.accumulators() <= 128
-        && c.block_k <= key.k.next_multiple_of(32).max(32)
+        && c.block_k <= (key.k.saturating_add(31) / 32 * 32).max(32)
 }
 
 fn fits_wgmma(target: Target, key: &MoeKey, c: &MoeConfig) -> bool {
@@ -65,7 +65,7 @@ fn fits_wgmma(target: Target, key: &MoeKey, c: &MoeConfig) -> bool {
         && y.is_power_of_two()
         && c.accumulators() <= 128
         && c.smem_bytes(key.dtype) + WGMMA_STATIC_SMEM <= smem_limit(target)
-        && rows(2 * key.n) <= i32::MAX as u64
+        && rows(key.n).saturating_mul(2) <= i32::MAX as u64
         && rows(key.k) <= i32::MAX as u64
 }
 
@@ -129,7 +129,7 @@ fn full_space(target: Target, key: &MoeKey, tokens: u64) -> Vec<MoeConfig> {
         }
     };
     for &block_m in BLOCK_M {
-        if block_m > 16 && block_m as u64 > 2 * rows {
+        if block_m > 16 && block_m as u64 > rows.saturating_mul(2) {
             continue;
         }
         for &block_n in BLOCK_N {
@@ -188,8 +188,9 @@ mod tests {
         topk: 8,
     };
 
-    /// The space, the default and the workspace size take any token count a caller may
-    /// pass, without overflowing; the op itself refuses more than `i32::MAX` pairs.
+    /// The space, the default, the lookup and the workspace size take any key and token
+    /// count a caller may pass without overflowing (the op itself refuses more than
+    /// `i32::MAX` pairs, and keys past its limits).
     #[test]
     fn any_token_count_is_planned_without_overflow() {
         for t in [Target::Sm80, Target::Sm90] {
@@ -199,6 +200,33 @@ mod tests {
         }
         assert_eq!(rows_per_expert(&QWEN3, u64::MAX), u64::MAX.div_ceil(128));
         assert_eq!(crate::workspace_bytes(&QWEN3, u64::MAX), usize::MAX);
+        // Keys past what the op takes (it refuses them), planned without overflow too.
+        let max = u32::MAX;
+        for (experts, n, k, topk) in [
+            (0, 8, 8, 0),
+            (max, max, max, max),
+            (8, max, 64, 2),
+            (8, 64, max, 2),
+        ] {
+            let key = MoeKey {
+                dtype: DType::Bf16,
+                experts,
+                n,
+                k,
+                topk,
+            };
+            for tokens in [0, 1, u64::MAX] {
+                for t in [Target::Sm80, Target::Sm90] {
+                    tuned::resolve_serve::<crate::Moe>(t, &key, tokens);
+                    search_space(t, &key, tokens);
+                }
+                crate::workspace_bytes(&key, tokens);
+            }
+        }
+        assert_eq!(
+            crate::workspace_bytes(&MoeKey { topk: max, ..QWEN3 }, u64::MAX),
+            usize::MAX
+        );
     }
 
     #[test]
