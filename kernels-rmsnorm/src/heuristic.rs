@@ -245,7 +245,7 @@ pub fn analytic_default_fused(target: Target, key: &RmsNormKey, rows: u64) -> Rm
     //   rows on the H200: 512 threads of them were the best config, 1.27x ahead of 256;
     //   16-byte vectors took 1.2x the best time at 1-256 rows).
     if key.cols < DECODE_MIN_COLS_FUSED {
-        let whole = (rows <= 16 && key.cols.is_multiple_of(256)).then(|| {
+        let whole = (rows <= 16 && key.cols > 0 && key.cols.is_multiple_of(256)).then(|| {
             let share = key.cols / 256;
             block_per_row(256, (1u32 << share.trailing_zeros()).min(widest_vector(key)))
         });

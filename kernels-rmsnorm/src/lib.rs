@@ -120,9 +120,9 @@ mod tests {
         }
     }
 
-    /// Keys and batches past what the ops take (more than `i32::MAX` columns, which a
-    /// caller can still write into a key) are planned without overflow: no config fits
-    /// such a key, and the defaults and the space still answer.
+    /// Keys and batches past what the ops take (0 or more than `i32::MAX` columns, which
+    /// a caller can still write into a key) are planned without overflow: no config fits
+    /// a key past the column index, and the defaults and the space still answer.
     #[test]
     fn keys_past_the_column_index_fit_nothing() {
         for t in [Target::Sm80, Target::Sm90, Target::Gfx942] {
@@ -143,6 +143,17 @@ mod tests {
                 cols: i32::MAX as u32,
             };
             assert!(!space::search_space(t, &key, false).is_empty(), "{t}");
+            // The lookup's default takes any key and batch, 0 columns included.
+            for cols in [0, 1, u32::MAX] {
+                let key = RmsNormKey {
+                    dtype: DType::Bf16,
+                    cols,
+                };
+                for rows in [0, 1, u64::MAX] {
+                    tuned::resolve_serve::<RmsNorm>(t, &key, rows);
+                    tuned::resolve_serve::<FusedAddRmsNorm>(t, &key, rows);
+                }
+            }
         }
     }
 
