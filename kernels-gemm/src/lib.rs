@@ -129,12 +129,7 @@ mod tests {
     /// the space and the default still answer.
     #[test]
     fn planning_takes_any_key_and_row_count() {
-        let key = |n, k| GemmKey {
-            dtype: DType::Bf16,
-            layout: Layout::Nt,
-            n,
-            k,
-        };
+        use super::space_tests::key;
         for t in [Target::Sm80, Target::Sm90] {
             let o = key(4096, 4096);
             let at_limit = workspace_bytes(t, &o, space::MAX_ROWS);
@@ -206,7 +201,7 @@ mod space_tests {
     use tuned::DType;
 
     /// The bf16 nt key of an `n` x `k` weight.
-    fn key(n: u32, k: u32) -> GemmKey {
+    pub(crate) fn key(n: u32, k: u32) -> GemmKey {
         GemmKey {
             dtype: DType::Bf16,
             layout: Layout::Nt,
@@ -930,18 +925,13 @@ mod space_tests {
 
     /// 192-row tiles over three consumer warpgroups: searched on sm_90 from
     /// [`space::THREE_CONSUMER_ROWS`] rows only, where [`space::only_large_tiles`],
-    /// 192 x 128 and 192 x 192 unsplit, with and without a cluster of 2, never in a default; the schema takes 192 rows and 12 warps
-    /// only together on `wgmma`, and `fits` refuses more accumulators than 512 threads'
-    /// registers hold.
+    /// 192 x 128 and 192 x 192 unsplit, with and without a cluster of 2, never in a
+    /// default; the schema takes 192 rows and 12 warps only together on `wgmma`, and
+    /// `fits` refuses more accumulators than 512 threads' registers hold.
     #[test]
     fn three_consumer_tiles_are_searched_for_large_prefill_on_sm90_only() {
         for &(n, k) in MODEL_SHAPES {
-            let key = GemmKey {
-                dtype: DType::Bf16,
-                layout: Layout::Nt,
-                n,
-                k,
-            };
+            let key = key(n, k);
             for m in [1, 64, 256, 1023, 1024, 4096, 8192] {
                 for t in [Target::Sm80, Target::Sm90] {
                     let space = space::search_space(t, &key, m);
@@ -983,12 +973,7 @@ mod space_tests {
         assert_eq!(three_at(1280, 8192, 4096), 0);
         assert_eq!(three_at(1280, 8192, 8192), 16);
         assert_eq!(three_at(128256, 4096, 1024), 16);
-        let key = GemmKey {
-            dtype: DType::Bf16,
-            layout: Layout::Nt,
-            n: 4096,
-            k: 4096,
-        };
+        let key = key(4096, 4096);
         let ok = GemmConfig::wgmma(192, 192, 12, 4);
         assert!(space::fits(Target::Sm90, &key, &ok));
         assert!(!space::fits(

@@ -80,13 +80,12 @@ impl WorkspaceLayout {
         // u128 holds every product of 32-bit sizes and a 64-bit token count but one:
         // pairs (96 bits) times a row's bytes (34 bits), checked like the rest.
         let pairs = tokens as u128 * key.topk as u128;
-        let round = |b: u128| b.div_ceil(REGION_ALIGN as u128) * REGION_ALIGN as u128;
         let region = |rows: u128, row_bytes: u128| {
             rows.checked_mul(row_bytes)?
                 .checked_next_multiple_of(REGION_ALIGN as u128)
         };
         let offsets = 0u128;
-        let sorted = offsets + round((key.experts as u128 + 1 + WORK_COUNTERS) * 4);
+        let sorted = offsets + region(key.experts as u128 + 1 + WORK_COUNTERS, 4)?;
         let intermediate = sorted.checked_add(region(pairs, 4)?)?;
         let down = intermediate.checked_add(region(pairs, key.n as u128 * e)?)?;
         let bytes = down.checked_add(region(pairs, key.k as u128 * e)?)?;
