@@ -33,7 +33,9 @@
 #                             run first: moe-routes.txt records its routings and moe_bench
 #                             times the same ones)
 #                             and the reference points of scripts/moe_refs.py (a torch loop
-#                             over the experts, cuBLAS on dense GEMMs of the same FLOPs)
+#                             over the experts, cuBLAS on dense GEMMs of the same FLOPs);
+#                             moe-report.md: the tables of docs/results/moe.md made of it
+#                             (scripts/moe_report.py)
 #   defaults-check.log        step `defaults` (not in the default steps: it searches every
 #                             shape): the analytic default against the best config found on
 #                             shapes no table holds (`kernels tables check --defaults
@@ -176,6 +178,9 @@ for step in $STEPS; do
             run moe-refs 600 sh -c \
                 "python3 scripts/moe_refs.py --tokens 1,16,64,512,2048,8192 > \"$OUT/moe-refs.jsonl\""
             cat "$OUT/moe-ours.jsonl" "$OUT/moe-sglang.jsonl" "$OUT/moe-refs.jsonl" > "$OUT/moe-h200.jsonl"
+            python3 scripts/moe_report.py "$OUT/moe-h200.jsonl" > "$OUT/moe-report.md" ||
+                die "scripts/moe_report.py could not tabulate $OUT/moe-h200.jsonl"
+            cat "$OUT/moe-report.md"
             ;;
         defaults)
             need kernels
