@@ -13,7 +13,7 @@ apart; lines starting with "#" and blank lines are skipped, anything else is lef
   with the device copy "copy_GBps", then a line per shape with "E", "topk", "H", "I", "T",
   "us_graph" (its two GEMMs, activation and top-k sum), "us_graph_fused" (its opt-in
   fused-SwiGLU path; null where skipped), "active_experts" and "weight_bytes"; a shape it
-  could not run is a line with "error"; "check_T" lines (its correctness checks) are skipped;
+  could not run is a line with "error"; "check_T" lines are its correctness checks (counted, each failure named);
 - references (scripts/moe_refs.py): "kind": "moe_ref", "ref" "torch_loop" or "cublas_dense",
   "model", "tokens", "us", "tflops".
 
@@ -87,7 +87,7 @@ def require(record, fields, where):
 
 def load(paths):
     """The records of `paths` (later files win a point both hold), by family."""
-    run = {"ours": {}, "sglang": {}, "sglang_errors": {}, "refs": {}, "copy": None,
+    run = {"ours": {}, "sglang": {}, "sglang_errors": {}, "refs": {}, "checks": [], "copy": None,
            "device": None, "sms": None}
     for path in paths:
         try:
@@ -115,7 +115,7 @@ def add(run, r, where):
         require(r, ("ref", "model", "tokens"), where)
         run["refs"][(r["ref"], r["model"], r["tokens"])] = r
     elif "check_T" in r:
-        pass
+        run["checks"].append(r)
     elif "us_served" in r:
         require(r, OURS_FIELDS, where)
         run["ours"][(r["model"], r["T"])] = r
@@ -258,6 +258,10 @@ def report(paths):
     sms = f" ({run['sms']} SMs)" if run["sms"] else ""
     copy = f"{run['copy']} GB/s" if run["copy"] else "not recorded"
     print(f"{device}{sms}; device copy measured by SGLang's script: {copy}.")
+    failed = [c for c in run["checks"] if not c.get("ok")]
+    if run["checks"]:
+        print(f"SGLang's own checks against its reference: {len(run['checks']) - len(failed)} passed, "
+              f"{len(failed)} failed" + "".join(f"; {c.get('model')} T = {c['check_T']} failed" for c in failed) + ".")
     print()
     print_table(run, keys)
     print()

@@ -89,6 +89,7 @@ def made_up_run():
             {"device": "GPU X", "copy_GBps": 50},
             sglang(4, 150.0, 120.0, 2),
             {"model": "M", "check_T": 4, "rel_err": 1e-3, "ok": True},
+            {"model": "M", "check_T": 64, "rel_err": 0.5, "ok": False},
             sglang(1024, 400.0, None, 8),
             "# device: GPU X\n",
             {"kind": "moe_ref", "ref": "torch_loop", "model": "M", "tokens": 4, "us": 900.0, "tflops": 0.1},
@@ -118,6 +119,7 @@ def test_ratio_copy_fraction_and_tflops(tmp_path):
             "all four steps by the span's loop 410.0 µs") in lines
     assert not any(x.startswith("- M T = 4: no align") for x in lines)
     assert "| M | 1024 | 2000 | 600 |" in lines
+    assert "SGLang's own checks against its reference: 1 passed, 1 failed; M T = 64 failed." in lines
 
 
 def test_a_run_without_ours_or_sglang_is_refused(tmp_path):
