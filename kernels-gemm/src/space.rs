@@ -23,7 +23,8 @@ pub const MAX_ACCUMULATORS: u32 = 64;
 
 /// Most fp32 accumulators per consumer thread on the wgmma paths: a 64x256 product
 /// per warpgroup (128) compiles without spills under the 168-register cap of a
-/// 384-thread block.
+/// 384-thread block. 160 and 192 compile too (consumers at 232 registers), but on the H100
+/// none of their tiles beat the served configs of the keys they reach (gemm.md).
 pub const MAX_WGMMA_ACCUMULATORS: u32 = 128;
 
 /// Most fp32 accumulators per consumer thread over three consumer warpgroups: 512
